@@ -1,0 +1,41 @@
+"""Options shared by several commands, declared once so they read the same everywhere."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+output_option = click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Output format.",
+)
+
+inventory_option = click.option(
+    "-i",
+    "--inventory",
+    envvar="ROLLOUT_INVENTORY",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Ansible inventory (default: $ROLLOUT_INVENTORY).",
+)
+
+kubeconfig_option = click.option(
+    "--kubeconfig",
+    envvar="KUBECONFIG",
+    type=click.Path(dir_okay=False),
+    help="Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).",
+)
+
+context_option = click.option("--context", help="The kubeconfig context to use.")
+
+
+def kube_options(f: F) -> F:
+    """Add --kubeconfig and --context, like kubectl."""
+    return kubeconfig_option(context_option(f))
