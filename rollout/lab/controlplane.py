@@ -1,0 +1,677 @@
+"""The lab's real control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler.
+
+The binaries come from ``tools/build-lab-binaries.sh`` (built from the Go module proxy). This
+module starts them as child processes with :class:`subprocess.Popen`, on free ports, with logs
+under the work dir, and stops them by PID (only the processes it started).
+
+Security set-up (like a kubeadm cluster, scaled down):
+
+* a CA (``cryptography``), an apiserver serving cert, client certs for admin (``system:masters``),
+  kube-controller-manager, kube-scheduler and the apiserver's kubelet client;
+* ``--authorization-mode=Node,RBAC`` and the default admission plugins plus ``NodeRestriction``;
+* a ServiceAccount signing key, used by kube-controller-manager with
+  ``--use-service-account-credentials``;
+* per-node client certs (``system:node:<name>`` in ``system:nodes``) and kubelet serving certs, so
+  a lab kubelet authenticates and is authorised exactly like a real one.
+
+Networking: why nodes cannot be on loopback, and how they reach the API server
+---------------------------------------------------------------------------------
+Checked in the v1.36 source:
+
+* ``pkg/registry/core/node/strategy.go`` ``ResourceLocation`` -> ``isProxyableHostname`` resolves
+  the node's address and refuses anything that is not ``net.IP.IsGlobalUnicast()`` with ``400
+  "address not allowed"``. Loopback (127.0.0.0/8) and link-local (169.254.0.0/16) fail; RFC1918
+  addresses (10/8, 172.16/12, 192.168/16) pass. So ``/api/v1/nodes/<n>/proxy/configz`` only works
+  when the node's InternalIP is a private, non-loopback address: the lab nodes live in their own
+  network namespaces with veth pairs and private addresses.
+* ``pkg/apis/core/validation`` ``ValidateEndpointIP`` rejects loopback addresses, so with
+  ``--advertise-address=127.0.0.1`` the ``kubernetes`` Service endpoint reconciler would fail on
+  every sync. The flag itself is accepted. We therefore use ``--endpoint-reconciler-type=none``
+  when the API server only has a loopback address; nothing in the lab needs that endpoint.
+* kube-apiserver has a single ``--bind-address``. ``0.0.0.0`` would also listen on the machine's
+  real interfaces, so it is never used. Instead, when the nodes' network is in use, call
+  :meth:`ControlPlane.allow_node_network` (or pass ``node_network_ip``) with the *host-side* lab
+  address (e.g. the address of the lab bridge / host veth end, such as ``10.250.0.1``) **before**
+  :meth:`start`. The API server then binds to and advertises that address only, its serving cert
+  gets it as a SAN, and every client (admin, controller-manager, scheduler, lab kubelets) uses
+  ``https://<host_ip>:<port>``. From the host, traffic to a local address stays on the host (it is
+  routed through ``lo``), so traffic is only ever on loopback or lab-netns addresses. etcd and the
+  controller-manager / scheduler serving ports stay on 127.0.0.1.
+* The apiserver reaches kubelets at their ``InternalIP`` (``--kubelet-preferred-address-types``
+  puts InternalIP first) and verifies their serving cert against the lab CA
+  (``--kubelet-certificate-authority``): use :meth:`ControlPlane.kubelet_serving_cert`.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import ipaddress
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+# Must match tools/k8sbin/K8S_VERSION and tools/etcdbin/ETCD_VERSION (a test checks it).
+K8S_VERSION = "v1.36.3"
+ETCD_VERSION = "v3.6.8"
+SERVICE_CIDR = "10.0.0.0/24"
+SERVICE_IP = "10.0.0.1"
+SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane failed to start or to become ready."""
+
+
+def free_port() -> int:
+    """Return a free TCP port on 127.0.0.1 (bind to port 0 and release it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def find_bin_dir() -> Path:
+    """Where the lab binaries are: ``$ROLLOUT_LAB_BIN``, else ``$KUBEBUILDER_ASSETS``, else the
+    version-keyed cache dir that ``tools/build-lab-binaries.sh`` fills
+    (``${ROLLOUT_LAB_CACHE:-~/.cache/rollout-lab}/k8s-<ver>-etcd-<ver>/bin``). The directory may
+    not exist or be incomplete: check with :func:`missing_binaries`."""
+    for var in ("ROLLOUT_LAB_BIN", "KUBEBUILDER_ASSETS"):
+        if os.environ.get(var):
+            return Path(os.environ[var])
+    cache = Path(os.environ.get("ROLLOUT_LAB_CACHE") or Path.home() / ".cache" / "rollout-lab")
+    return cache / f"k8s-{K8S_VERSION}-etcd-{ETCD_VERSION}" / "bin"
+
+
+def missing_binaries(bin_dir: Path) -> list[str]:
+    """Names of the control-plane binaries that ``bin_dir`` lacks."""
+    return [b for b in BINARIES if not os.access(bin_dir / b, os.X_OK)]
+
+
+class _PKI:
+    """A tiny CA that writes PEM files into a directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.ca_cert_path = self.dir / "ca.crt"
+        self.ca_key_path = self.dir / "ca.key"
+        if self.ca_cert_path.exists() and self.ca_key_path.exists():
+            key = serialization.load_pem_private_key(self.ca_key_path.read_bytes(), None)
+            assert isinstance(key, ec.EllipticCurvePrivateKey)
+            self._ca_key = key
+            self._ca_cert = x509.load_pem_x509_certificate(self.ca_cert_path.read_bytes())
+            return
+        self._ca_key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "rollout-lab-ca")])
+        now = datetime.datetime.now(datetime.UTC)
+        self._ca_cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(self._ca_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=3650))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .add_extension(
+                x509.SubjectKeyIdentifier.from_public_key(self._ca_key.public_key()), critical=False
+            )
+            .sign(self._ca_key, hashes.SHA256())
+        )
+        _write_key(self.ca_key_path, self._ca_key)
+        self.ca_cert_path.write_bytes(self._ca_cert.public_bytes(serialization.Encoding.PEM))
+
+    def issue(
+        self,
+        stem: str,
+        common_name: str,
+        *,
+        organizations: Sequence[str] = (),
+        client: bool = False,
+        server: bool = False,
+        dns: Sequence[str] = (),
+        ips: Sequence[str] = (),
+    ) -> tuple[Path, Path]:
+        """Issue a leaf cert signed by the CA; returns ``(cert_path, key_path)``."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
+        attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+        now = datetime.datetime.now(datetime.UTC)
+        usages = []
+        if client:
+            usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
+        if server:
+            usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name(attrs))
+            .issuer_name(self._ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=365))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_encipherment=False,
+                    content_commitment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=False,
+                    crl_sign=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(self._ca_key.public_key()),
+                critical=False,
+            )
+        )
+        sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
+        sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+        if sans:
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        cert = builder.sign(self._ca_key, hashes.SHA256())
+        cert_path, key_path = self.dir / f"{stem}.crt", self.dir / f"{stem}.key"
+        _write_key(key_path, key)
+        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        return cert_path, key_path
+
+
+def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
+    data = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+class ControlPlane:
+    """etcd + kube-apiserver + kube-controller-manager + kube-scheduler on local addresses.
+
+    ``start()`` returns once the API server's ``/readyz`` is ok and the controller-manager and
+    scheduler answer ``/healthz``. ``stop()`` stops only the processes this object started.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        bin_dir: Path,
+        *,
+        node_network_ip: str | None = None,
+        start_timeout: float = 90.0,
+    ) -> None:
+        self.workdir = Path(workdir).resolve()
+        self.bin_dir = Path(bin_dir).resolve()
+        self.start_timeout = start_timeout
+        self._node_network_ip: str | None = None
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._logs: dict[str, IO[bytes]] = {}
+        self._pki: _PKI | None = None
+        self.etcd_port = free_port()
+        self.etcd_peer_port = free_port()
+        self.apiserver_port = free_port()
+        self.kcm_port = free_port()
+        self.scheduler_port = free_port()
+        if node_network_ip is not None:
+            self.allow_node_network(node_network_ip)
+
+    # ----------------------------------------------------------------- addresses and credentials
+    def allow_node_network(self, host_ip: str) -> None:
+        """Serve the API on ``host_ip`` (host-side lab address, e.g. a bridge/veth end) instead of
+        127.0.0.1, so kubelets in node network namespaces can reach it. Call before :meth:`start`.
+
+        ``host_ip`` must already be assigned to an interface of the host network namespace.
+        """
+        ip = ipaddress.ip_address(host_ip)
+        if ip.is_unspecified or ip.is_multicast:
+            raise ValueError(f"not a usable host address: {host_ip}")
+        if self._procs:
+            raise ControlPlaneError("allow_node_network() must be called before start()")
+        self._node_network_ip = str(ip)
+
+    @property
+    def apiserver_host(self) -> str:
+        return self._node_network_ip or "127.0.0.1"
+
+    @property
+    def apiserver_url(self) -> str:
+        return f"https://{self.apiserver_host}:{self.apiserver_port}"
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.workdir / "pki"
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.pki.ca_cert_path
+
+    @property
+    def pki(self) -> _PKI:
+        if self._pki is None:
+            self._pki = _PKI(self.pki_dir)
+        return self._pki
+
+    @property
+    def kubeconfig(self) -> Path:
+        """Admin kubeconfig (``system:masters``)."""
+        return self.workdir / "kubeconfigs" / "admin.kubeconfig"
+
+    @property
+    def admin_cert(self) -> tuple[Path, Path]:
+        return self.pki_dir / "admin.crt", self.pki_dir / "admin.key"
+
+    def write_kubeconfig(
+        self, user: str, groups: Sequence[str] = (), *, name: str | None = None
+    ) -> Path:
+        """Issue a client cert for ``user`` in ``groups`` and write a kubeconfig for it."""
+        stem = _safe_name(name or f"user-{user}")
+        cert, key = self.pki.issue(stem, user, organizations=groups, client=True)
+        return self._kubeconfig_file(stem, user, cert, key)
+
+    def node_kubeconfig(self, node_name: str) -> Path:
+        """Kubeconfig for a lab kubelet: ``system:node:<node_name>`` in group ``system:nodes``."""
+        return self.write_kubeconfig(
+            f"system:node:{node_name}", ["system:nodes"], name=f"node-{node_name}"
+        )
+
+    def kubelet_serving_cert(self, node_name: str, ip: str) -> tuple[Path, Path]:
+        """Serving cert for a lab kubelet (SANs: ``ip`` and ``node_name``), signed by the lab CA,
+        which the API server trusts for kubelet connections."""
+        return self.pki.issue(
+            f"kubelet-serving-{_safe_name(node_name)}",
+            f"system:node:{node_name}",
+            organizations=["system:nodes"],
+            server=True,
+            dns=[node_name],
+            ips=[ip],
+        )
+
+    def _kubeconfig_file(self, stem: str, user: str, cert: Path, key: Path) -> Path:
+        path = self.workdir / "kubeconfigs" / f"{stem}.kubeconfig"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # JSON is valid YAML: client-go, kubectl and the Python client all read it.
+        cfg = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "lab",
+                    "cluster": {
+                        "server": self.apiserver_url,
+                        "certificate-authority": str(self.ca_cert),
+                    },
+                }
+            ],
+            "users": [
+                {"name": user, "user": {"client-certificate": str(cert), "client-key": str(key)}}
+            ],
+            "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": user}}],
+            "current-context": "lab",
+        }
+        path.write_text(json.dumps(cfg, indent=2) + "\n")
+        return path
+
+    # ----------------------------------------------------------------------------- lifecycle
+    def _prepare(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "logs").mkdir(exist_ok=True)
+        missing = missing_binaries(self.bin_dir)
+        if missing:
+            raise ControlPlaneError(f"missing binaries in {self.bin_dir}: {', '.join(missing)}")
+        pki = self.pki
+        ips = ["127.0.0.1", SERVICE_IP]
+        if self._node_network_ip:
+            ips.append(self._node_network_ip)
+        pki.issue(
+            "apiserver",
+            "kube-apiserver",
+            server=True,
+            ips=ips,
+            dns=[
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ],
+        )
+        pki.issue(
+            "apiserver-kubelet-client",
+            "kube-apiserver-kubelet-client",
+            organizations=["system:masters"],
+            client=True,
+        )
+        cert, key = pki.issue(
+            "admin", "rollout-lab-admin", organizations=["system:masters"], client=True
+        )
+        self._kubeconfig_file("admin", "rollout-lab-admin", cert, key)
+        cert, key = pki.issue(
+            "kube-controller-manager", "system:kube-controller-manager", client=True
+        )
+        self._kubeconfig_file(
+            "kube-controller-manager", "system:kube-controller-manager", cert, key
+        )
+        cert, key = pki.issue("kube-scheduler", "system:kube-scheduler", client=True)
+        self._kubeconfig_file("kube-scheduler", "system:kube-scheduler", cert, key)
+        sa = pki.dir / "sa.key"
+        if not sa.exists():
+            _write_key(sa, ec.generate_private_key(ec.SECP256R1()))
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        log = open(self.workdir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - kept open
+        log.write(f"\n=== {time.strftime('%H:%M:%S')} start {name}\n".encode())
+        log.flush()
+        self._logs[name] = log
+        self._procs[name] = subprocess.Popen(
+            [str(self.bin_dir / name), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.workdir,
+            start_new_session=True,  # a Ctrl-C in the terminal does not hit it; we stop it by PID
+        )
+
+    def _etcd_args(self) -> list[str]:
+        client = f"http://127.0.0.1:{self.etcd_port}"
+        peer = f"http://127.0.0.1:{self.etcd_peer_port}"
+        return [
+            "--name=lab",
+            f"--data-dir={self.workdir / 'etcd'}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=lab={peer}",
+            "--unsafe-no-fsync=true",  # throw-away lab data: skip fsync, much faster on CI disks
+            "--log-level=warn",
+        ]
+
+    def _apiserver_args(self) -> list[str]:
+        p = self.pki_dir
+        host = self.apiserver_host
+        args = [
+            f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+            f"--bind-address={host}",
+            f"--advertise-address={host}",
+            f"--secure-port={self.apiserver_port}",
+            f"--cert-dir={self.workdir / 'apiserver-certs'}",
+            f"--tls-cert-file={p / 'apiserver.crt'}",
+            f"--tls-private-key-file={p / 'apiserver.key'}",
+            f"--client-ca-file={p / 'ca.crt'}",
+            f"--kubelet-client-certificate={p / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={p / 'apiserver-kubelet-client.key'}",
+            f"--kubelet-certificate-authority={p / 'ca.crt'}",
+            "--kubelet-preferred-address-types=InternalIP,Hostname,ExternalIP",
+            f"--service-account-key-file={p / 'sa.key'}",
+            f"--service-account-signing-key-file={p / 'sa.key'}",
+            f"--service-account-issuer={SA_ISSUER}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            "--allow-privileged=true",
+            "--profiling=false",
+            "--v=1",
+        ]
+        if ipaddress.ip_address(host).is_loopback:
+            # ValidateEndpointIP rejects loopback: the `kubernetes` endpoint can't be written.
+            args.append("--endpoint-reconciler-type=none")
+        return args
+
+    def _kcm_args(self) -> list[str]:
+        kc = self.workdir / "kubeconfigs" / "kube-controller-manager.kubeconfig"
+        p = self.pki_dir
+        return [
+            f"--kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.kcm_port}",
+            f"--cert-dir={self.workdir / 'kcm-certs'}",
+            "--leader-elect=false",
+            "--node-monitor-period=1s",
+            "--node-monitor-grace-period=10s",
+            f"--service-account-private-key-file={p / 'sa.key'}",
+            f"--root-ca-file={p / 'ca.crt'}",
+            "--use-service-account-credentials=true",
+            f"--cluster-signing-cert-file={p / 'ca.crt'}",
+            f"--cluster-signing-key-file={p / 'ca.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--v=1",
+        ]
+
+    def _scheduler_args(self) -> list[str]:
+        kc = self.workdir / "kubeconfigs" / "kube-scheduler.kubeconfig"
+        return [
+            f"--kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.scheduler_port}",
+            f"--cert-dir={self.workdir / 'scheduler-certs'}",
+            "--leader-elect=false",
+            "--v=1",
+        ]
+
+    def start(self) -> None:
+        """Start everything; return when the API server is ready (``/readyz``) and the
+        controller-manager and scheduler are healthy. On failure, stop what was started."""
+        if self._procs:
+            raise ControlPlaneError("control plane already started")
+        try:
+            self._prepare()
+            deadline = time.monotonic() + self.start_timeout
+            self._spawn("etcd", self._etcd_args())
+            self._wait("etcd", f"http://127.0.0.1:{self.etcd_port}/health", deadline, tls=False)
+            self._spawn("kube-apiserver", self._apiserver_args())
+            self.wait_apiserver_ready(deadline)
+            self._spawn("kube-controller-manager", self._kcm_args())
+            self._spawn("kube-scheduler", self._scheduler_args())
+            self._wait(
+                "kube-controller-manager",
+                f"https://127.0.0.1:{self.kcm_port}/healthz",
+                deadline,
+                tls=True,
+            )
+            self._wait(
+                "kube-scheduler",
+                f"https://127.0.0.1:{self.scheduler_port}/healthz",
+                deadline,
+                tls=True,
+            )
+        except BaseException:
+            self.stop()
+            raise
+
+    def restart_apiserver(self, downtime: float = 0.0) -> None:
+        """Fault injection: stop kube-apiserver (SIGTERM, SIGKILL after 10 s), optionally stay down
+        ``downtime`` seconds, start it again on the same port and wait for ``/readyz``."""
+        self._stop_one("kube-apiserver")
+        if downtime > 0:
+            time.sleep(downtime)
+        self._spawn("kube-apiserver", self._apiserver_args())
+        self.wait_apiserver_ready(time.monotonic() + self.start_timeout)
+
+    def stop_apiserver(self) -> None:
+        """Fault injection: stop kube-apiserver and leave it down (see :meth:`start_apiserver`)."""
+        self._stop_one("kube-apiserver")
+
+    def start_apiserver(self) -> None:
+        """Start a stopped kube-apiserver again and wait until it is ready."""
+        if "kube-apiserver" in self._procs:
+            return
+        self._spawn("kube-apiserver", self._apiserver_args())
+        self.wait_apiserver_ready(time.monotonic() + self.start_timeout)
+
+    def stop(self) -> None:
+        """Stop the processes this object started (newest first). Safe to call twice."""
+        for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+            self._stop_one(name)
+        for name in list(self._procs):
+            self._stop_one(name)
+
+    def _stop_one(self, name: str, timeout: float = 10.0) -> None:
+        proc = self._procs.pop(name, None)
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        log = self._logs.pop(name, None)
+        if log is not None:
+            log.close()
+
+    @property
+    def pids(self) -> dict[str, int]:
+        """PIDs of the running processes started by this object."""
+        return {n: p.pid for n, p in self._procs.items() if p.poll() is None}
+
+    def __enter__(self) -> ControlPlane:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------------------- HTTP
+    def ssl_context(self, cert: tuple[Path, Path] | None = None) -> ssl.SSLContext:
+        """TLS context trusting the lab CA, presenting ``cert`` (default: admin)."""
+        ctx = ssl.create_default_context(cafile=str(self.ca_cert))
+        c, k = cert or self.admin_cert
+        ctx.load_cert_chain(str(c), str(k))
+        return ctx
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        cert: tuple[Path, Path] | None = None,
+        timeout: float = 10.0,
+    ) -> tuple[int, Any]:
+        """Plain HTTPS request to the API server as admin (or ``cert``). Returns
+        ``(status, decoded JSON or text)``; HTTP errors are returned, not raised."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.apiserver_url + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout, context=self.ssl_context(cert)) as r:
+                status, raw = r.status, r.read()
+        except urllib.error.HTTPError as e:
+            status, raw = e.code, e.read()
+        try:
+            return status, json.loads(raw)
+        except ValueError:
+            return status, raw.decode(errors="replace")
+
+    def version(self) -> dict[str, Any]:
+        status, body = self.request("GET", "/version")
+        if status != 200 or not isinstance(body, dict):
+            raise ControlPlaneError(f"/version: {status} {body}")
+        return body
+
+    def wait_apiserver_ready(self, deadline: float | None = None) -> None:
+        if deadline is None:
+            deadline = time.monotonic() + self.start_timeout
+        self._wait(
+            "kube-apiserver",
+            self.apiserver_url + "/readyz",
+            deadline,
+            tls=True,
+            ctx=self.ssl_context(),
+        )
+
+    def _wait(
+        self,
+        name: str,
+        url: str,
+        deadline: float,
+        *,
+        tls: bool,
+        ctx: ssl.SSLContext | None = None,
+    ) -> None:
+        if tls and ctx is None:
+            # controller-manager/scheduler serve a self-signed cert from their --cert-dir on
+            # 127.0.0.1; /healthz is always allowed there, so no verification is needed.
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        last = ""
+        while True:
+            proc = self._procs.get(name)
+            if proc is None or proc.poll() is not None:
+                raise ControlPlaneError(
+                    f"{name} exited (rc={proc.returncode if proc else None}); "
+                    f"log tail:\n{self.log_tail(name)}"
+                )
+            try:
+                with urllib.request.urlopen(url, timeout=2, context=ctx) as r:
+                    if r.status == 200:
+                        return
+                    last = f"HTTP {r.status}"
+            except urllib.error.HTTPError as e:
+                last = f"HTTP {e.code}: {e.read()[:500]!r}"
+            except (OSError, ssl.SSLError) as e:
+                last = str(e)
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(
+                    f"{name} not ready at {url}: {last}; log tail:\n{self.log_tail(name)}"
+                )
+            time.sleep(0.2)
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        path = self.workdir / "logs" / f"{name}.log"
+        try:
+            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def b64(path: Path) -> str:
+    """Base64 of a file (for embedding certs in kubeconfigs or configs)."""
+    return base64.b64encode(path.read_bytes()).decode()
