@@ -303,17 +303,33 @@ class ControlPlane:
         return self.pki_dir / "admin.crt", self.pki_dir / "admin.key"
 
     def write_kubeconfig(
-        self, user: str, groups: Sequence[str] = (), *, name: str | None = None
+        self,
+        user: str,
+        groups: Sequence[str] = (),
+        *,
+        name: str | None = None,
+        embed: bool = False,
+        server: str | None = None,
     ) -> Path:
-        """Issue a client cert for ``user`` in ``groups`` and write a kubeconfig for it."""
+        """Issue a client cert for ``user`` in ``groups`` and write a kubeconfig for it.
+
+        ``embed=True`` inlines the CA, cert and key (a self-contained file to copy onto a node);
+        ``server`` overrides :attr:`apiserver_url`."""
         stem = _safe_name(name or f"user-{user}")
         cert, key = self.pki.issue(stem, user, organizations=groups, client=True)
-        return self._kubeconfig_file(stem, user, cert, key)
+        return self._kubeconfig_file(stem, user, cert, key, embed=embed, server=server)
 
-    def node_kubeconfig(self, node_name: str) -> Path:
-        """Kubeconfig for a lab kubelet: ``system:node:<node_name>`` in group ``system:nodes``."""
+    def node_kubeconfig(
+        self, node_name: str, *, embed: bool = True, server: str | None = None
+    ) -> Path:
+        """Kubeconfig for a lab kubelet: ``system:node:<node_name>`` in group ``system:nodes``
+        (self-contained by default)."""
         return self.write_kubeconfig(
-            f"system:node:{node_name}", ["system:nodes"], name=f"node-{node_name}"
+            f"system:node:{node_name}",
+            ["system:nodes"],
+            name=f"node-{node_name}",
+            embed=embed,
+            server=server,
         )
 
     def kubelet_serving_cert(self, node_name: str, ip: str) -> tuple[Path, Path]:
@@ -328,25 +344,32 @@ class ControlPlane:
             ips=[ip],
         )
 
-    def _kubeconfig_file(self, stem: str, user: str, cert: Path, key: Path) -> Path:
+    def _kubeconfig_file(
+        self,
+        stem: str,
+        user: str,
+        cert: Path,
+        key: Path,
+        *,
+        embed: bool = False,
+        server: str | None = None,
+    ) -> Path:
         path = self.workdir / "kubeconfigs" / f"{stem}.kubeconfig"
         path.parent.mkdir(parents=True, exist_ok=True)
         # JSON is valid YAML: client-go, kubectl and the Python client all read it.
+        cluster: dict[str, str] = {"server": server or self.apiserver_url}
+        creds: dict[str, str]
+        if embed:
+            cluster["certificate-authority-data"] = b64(self.ca_cert)
+            creds = {"client-certificate-data": b64(cert), "client-key-data": b64(key)}
+        else:
+            cluster["certificate-authority"] = str(self.ca_cert)
+            creds = {"client-certificate": str(cert), "client-key": str(key)}
         cfg = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [
-                {
-                    "name": "lab",
-                    "cluster": {
-                        "server": self.apiserver_url,
-                        "certificate-authority": str(self.ca_cert),
-                    },
-                }
-            ],
-            "users": [
-                {"name": user, "user": {"client-certificate": str(cert), "client-key": str(key)}}
-            ],
+            "clusters": [{"name": "lab", "cluster": cluster}],
+            "users": [{"name": user, "user": creds}],
             "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": user}}],
             "current-context": "lab",
         }
@@ -412,6 +435,34 @@ class ControlPlane:
             cwd=self.workdir,
             start_new_session=True,  # a Ctrl-C in the terminal does not hit it; we stop it by PID
         )
+        self._write_pidfile()
+
+    @property
+    def pidfile(self) -> Path:
+        return self.workdir / "pids.json"
+
+    def _write_pidfile(self) -> None:
+        self.pidfile.write_text(json.dumps(self.pids, indent=1) + "\n")
+
+    @staticmethod
+    def kill_stale(workdir: Path, bin_dir: Path) -> list[int]:
+        """Kill processes left by an earlier run in ``workdir`` (e.g. after the test process was
+        SIGKILLed): only PIDs from its ``pids.json`` whose executable lives in ``bin_dir``."""
+        killed: list[int] = []
+        try:
+            pids = json.loads((Path(workdir) / "pids.json").read_text())
+        except (OSError, ValueError):
+            return killed
+        bin_dir = Path(bin_dir).resolve()
+        for name, pid in pids.items():
+            try:
+                exe = Path(os.readlink(f"/proc/{int(pid)}/exe"))
+            except OSError:
+                continue
+            if exe == bin_dir / name:
+                os.kill(int(pid), signal.SIGKILL)
+                killed.append(int(pid))
+        return killed
 
     def _etcd_args(self) -> list[str]:
         client = f"http://127.0.0.1:{self.etcd_port}"
@@ -499,6 +550,7 @@ class ControlPlane:
         controller-manager and scheduler are healthy. On failure, stop what was started."""
         if self._procs:
             raise ControlPlaneError("control plane already started")
+        self.kill_stale(self.workdir, self.bin_dir)
         try:
             self._prepare()
             deadline = time.monotonic() + self.start_timeout
@@ -563,6 +615,8 @@ class ControlPlane:
         log = self._logs.pop(name, None)
         if log is not None:
             log.close()
+        if proc is not None and self.workdir.exists():
+            self._write_pidfile()
 
     @property
     def pids(self) -> dict[str, int]:
