@@ -1,0 +1,203 @@
+"""The plan file: what to change (the kubelet fragment), where (distribution, method, per-node
+overrides), and the sections other parts of the tool own (strategy, gate, windows).
+
+This module parses only the envelope and the kubelet intent; ``strategy``, ``gate`` and ``windows``
+are
+kept raw so their owners parse them, and ``Plan.line_of`` lets them name the line of a bad value.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rollout.errors import InputError, Location
+from rollout.kubelet.distributions import DISTRIBUTIONS
+from rollout.kubelet.loading import parse_document
+
+API_VERSION = "rollout.dev/v1alpha1"
+KIND = "RolloutPlan"
+TOP_LEVEL = (
+    "apiVersion",
+    "kind",
+    "metadata",
+    "distribution",
+    "method",
+    "kubelet",
+    "nodes",
+    "strategy",
+    "gate",
+    "windows",
+)
+NODE_KEYS = ("kubelet", "distribution", "method")
+
+
+def suggest(word: str, choices: Iterable[Any]) -> str:
+    """`` (did you mean "x"?)`` when a close match exists, else the empty string."""
+    match = difflib.get_close_matches(word, [str(c) for c in choices], n=1)
+    return f' (did you mean "{match[0]}"?)' if match else ""
+
+
+@dataclass(frozen=True)
+class NodeOverride:
+    """Per-node values that replace the plan's (the kubelet fragment is merged over the plan's)."""
+
+    kubelet: Mapping[str, Any] = field(default_factory=dict)
+    distribution: str | None = None
+    method: str | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A parsed plan file.
+
+    Attributes:
+        path: the file, for messages.
+        name: ``metadata.name``.
+        distribution, method: defaults for every node (None: from node facts / per distribution).
+        kubelet: the KubeletConfiguration fragment (the intent).
+        nodes: per-host overrides, by inventory hostname.
+        strategy, gate, windows: raw sections, parsed by their owners.
+        lines: 1-based line of each dotted field.
+    """
+
+    path: str
+    name: str
+    distribution: str | None
+    method: str | None
+    kubelet: Mapping[str, Any]
+    nodes: Mapping[str, NodeOverride]
+    strategy: Mapping[str, Any]
+    gate: Mapping[str, Any]
+    windows: tuple[Any, ...]
+    lines: Mapping[str, int]
+
+    def line_of(self, dotted_field: str) -> int | None:
+        """The line of ``dotted_field`` (``strategy.maxUnavailable``, ``windows[0].start``), or of
+        the nearest enclosing field that has one."""
+        f = dotted_field
+        while f:
+            if f in self.lines:
+                return self.lines[f]
+            cut = max(f.rfind("."), f.rfind("["))
+            f = f[:cut] if cut > 0 else ""
+        return None
+
+    def location(self, dotted_field: str) -> Location:
+        return Location(file=self.path, field=dotted_field, line=self.line_of(dotted_field))
+
+    def kubelet_for(self, host: str | None) -> dict[str, Any]:
+        """The fragment for one node: the plan's, with the node's override merged key-wise on
+        top."""
+        base = dict(self.kubelet)
+        if host is not None and host in self.nodes:
+            for k, v in self.nodes[host].kubelet.items():
+                if isinstance(v, Mapping) and isinstance(base.get(k), Mapping):
+                    base[k] = {**base[k], **v}
+                else:
+                    base[k] = v
+        return base
+
+    def distribution_for(self, host: str | None) -> str | None:
+        o = self.nodes.get(host) if host is not None else None
+        return (o.distribution if o and o.distribution else None) or self.distribution
+
+    def method_for(self, host: str | None) -> str | None:
+        o = self.nodes.get(host) if host is not None else None
+        return (o.method if o and o.method else None) or self.method
+
+
+def _mapping(value: Any, name: str, path: str, lines: Mapping[str, int]) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InputError(
+            f"must be a mapping, got {type(value).__name__}",
+            Location(file=path, field=name, line=lines.get(name)),
+        )
+    return value
+
+
+def parse_plan(text: str, path: str) -> Plan:
+    """Parse plan text. See ``load_plan``."""
+    doc = parse_document(text, path, "yaml")
+    data, lines = doc.data, doc.lines
+
+    def loc(f: str) -> Location:
+        return Location(file=path, field=f, line=lines.get(f))
+
+    for key in data:
+        if key not in TOP_LEVEL:
+            raise InputError(f"unknown field{suggest(str(key), TOP_LEVEL)}", loc(str(key)))
+    if data.get("apiVersion", API_VERSION) != API_VERSION:
+        raise InputError(f"apiVersion must be {API_VERSION!r}", loc("apiVersion"))
+    if data.get("kind", KIND) != KIND:
+        raise InputError(f"kind must be {KIND!r}", loc("kind"))
+    metadata = _mapping(data.get("metadata"), "metadata", path, lines)
+    name = str(metadata.get("name") or Path(path).stem)
+    dist = data.get("distribution")
+    if dist is not None and dist not in DISTRIBUTIONS:
+        raise InputError(
+            f"unknown distribution {dist!r}{suggest(str(dist), DISTRIBUTIONS)}; "
+            f"valid: {', '.join(sorted(DISTRIBUTIONS))}",
+            loc("distribution"),
+        )
+    method = data.get("method")
+    if method is not None and not isinstance(method, str):
+        raise InputError("must be a string", loc("method"))
+    kubelet = _mapping(data.get("kubelet"), "kubelet", path, lines)
+    nodes_raw = _mapping(data.get("nodes"), "nodes", path, lines)
+    nodes: dict[str, NodeOverride] = {}
+    for host, override in nodes_raw.items():
+        o = _mapping(override, f"nodes.{host}", path, lines)
+        for k in o:
+            if k not in NODE_KEYS:
+                raise InputError(
+                    f"unknown field{suggest(str(k), NODE_KEYS)}", loc(f"nodes.{host}.{k}")
+                )
+        nd = o.get("distribution")
+        if nd is not None and nd not in DISTRIBUTIONS:
+            raise InputError(
+                f"unknown distribution {nd!r}{suggest(str(nd), DISTRIBUTIONS)}",
+                loc(f"nodes.{host}.distribution"),
+            )
+        nodes[str(host)] = NodeOverride(
+            kubelet=_mapping(o.get("kubelet"), f"nodes.{host}.kubelet", path, lines),
+            distribution=nd,
+            method=o.get("method"),
+        )
+    windows = data.get("windows") or []
+    if not isinstance(windows, list):
+        raise InputError("must be a list", loc("windows"))
+    return Plan(
+        path=path,
+        name=name,
+        distribution=dist,
+        method=method,
+        kubelet=kubelet,
+        nodes=nodes,
+        strategy=_mapping(data.get("strategy"), "strategy", path, lines),
+        gate=_mapping(data.get("gate"), "gate", path, lines),
+        windows=tuple(windows),
+        lines=lines,
+    )
+
+
+def load_plan(path: Path | str) -> Plan:
+    """Read and parse a plan file.
+
+    Raises:
+        InputError: missing file, unknown top-level field (with a suggestion), wrong types.
+        ParseError: malformed YAML.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError as e:
+        raise InputError("no such file", Location(file=str(p))) from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read: {e}", Location(file=str(p))) from e
+    return parse_plan(text, str(p))
