@@ -1,0 +1,534 @@
+"""The kubelet's CPU and Memory manager checkpoint files; when a config change must remove them.
+
+The kubelet writes ``<root-dir>/cpu_manager_state`` and ``<root-dir>/memory_manager_state`` for
+every policy (``none`` and ``None`` included) and, at start, refuses to run when the file
+disagrees with the configuration: the process exits 1 and systemd restarts it in a loop until
+someone drains the node and deletes the file. ``rollout apply`` must delete exactly the files
+that a change would trip (:func:`reset_needed`), and the lab kubelet must fail exactly where the
+kubelet fails, with its words.
+
+Formats and texts follow kubernetes
+``pkg/kubelet/cm/cpumanager/state/{checkpoint,state_checkpoint}.go``,
+``cpumanager/policy_static.go`` (``validateState``) and ``cm/memorymanager/state/checkpoint.go``
+/ ``memorymanager/policy_static.go`` (v1.36: the "V2" checkpoint structs; the later "V3" layout
+is behind the alpha ``PodLevelResourceManagers`` gate and is not produced).
+
+Checksums are reproduced exactly: the kubelet hashes ``spew`` ``%#v`` output of the checkpoint
+struct (``checksum`` zeroed, pointer addresses disabled, map keys sorted) with 32-bit FNV-1a.
+The unit tests check the values against the kubelet's own test vectors.
+
+Everything here is pure: text in, records and messages out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollout.kubelet import cpuset
+
+CPU_STATE_FILE = "cpu_manager_state"
+MEMORY_STATE_FILE = "memory_manager_state"
+
+CPU_RESTORE_ERROR = (
+    "could not restore state from checkpoint: {err}, please drain this node and delete the CPU "
+    'manager checkpoint file "{path}" before restarting Kubelet'
+)
+MEMORY_RESTORE_ERROR = (
+    "could not restore state from checkpoint: {err}, please drain this node and delete the memory "
+    'manager checkpoint file "{path}" before restarting Kubelet'
+)
+CORRUPT = "checkpoint is corrupted"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file the kubelet could not load (bad JSON or checksum)."""
+
+
+def fnv32a(text: str) -> int:
+    """32-bit FNV-1a, as Go's ``hash/fnv.New32a``."""
+    h = 0x811C9DC5
+    for b in text.encode():
+        h ^= b
+        h = (h * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
+# ------------------------------------------------------------------------------------ CPU manager
+@dataclass(frozen=True)
+class CPUCheckpoint:
+    """``cpu_manager_state``: policy, shared pool, exclusive CPUs (pod UID -> container -> cpus)."""
+
+    policy_name: str
+    default_cpu_set: str = ""
+    entries: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    checksum: int = 0
+
+    def spew(self) -> str:
+        """The ``spew`` ``%#v`` text the kubelet hashes (checksum field zero)."""
+        inner = " ".join(
+            f"{pod}:map[" + " ".join(f"{c}:{cs}" for c, cs in sorted(ctrs.items())) + "]"
+            for pod, ctrs in sorted(self.entries.items())
+        )
+        return (
+            f"(*state.CPUManagerCheckpoint){{PolicyName:(string){self.policy_name} "
+            f"DefaultCPUSet:(string){self.default_cpu_set} "
+            f"Entries:(map[string]map[string]string)map[{inner}] Checksum:(checksum.Checksum)0}}"
+        )
+
+    def computed_checksum(self) -> int:
+        return fnv32a(self.spew())
+
+    def assigned(self) -> frozenset[int]:
+        """All CPUs held exclusively by containers."""
+        out: set[int] = set()
+        for ctrs in self.entries.values():
+            for cs in ctrs.values():
+                out |= cpuset.parse(cs)
+        return frozenset(out)
+
+
+def cpu_checkpoint(
+    policy_name: str, default_cpus: Iterable[int], entries: Mapping[str, Mapping[str, str]]
+) -> CPUCheckpoint:
+    """A checkpoint with the kubelet's checksum filled in."""
+    cp = CPUCheckpoint(
+        policy_name,
+        cpuset.format_cpus(default_cpus),
+        {p: dict(c) for p, c in entries.items()},
+    )
+    return CPUCheckpoint(cp.policy_name, cp.default_cpu_set, cp.entries, cp.computed_checksum())
+
+
+def render_cpu(cp: CPUCheckpoint) -> str:
+    """The file content, as Go's ``json.Marshal`` writes it (``entries`` omitted when empty)."""
+    doc: dict[str, Any] = {"policyName": cp.policy_name, "defaultCpuSet": cp.default_cpu_set}
+    if cp.entries:
+        doc["entries"] = {p: dict(sorted(c.items())) for p, c in sorted(cp.entries.items())}
+    doc["checksum"] = cp.checksum
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def _ci_get(doc: Mapping[str, Any], key: str, default: Any) -> Any:
+    """Go's encoding/json matches field names case-insensitively."""
+    for k, v in doc.items():
+        if k.lower() == key.lower():
+            return v
+    return default
+
+
+def _load(text: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"invalid character in checkpoint: {e}") from e
+    if not isinstance(doc, dict):
+        raise CheckpointError("json: cannot unmarshal checkpoint: not an object")
+    return doc
+
+
+def parse_cpu(text: str) -> CPUCheckpoint:
+    """Read ``cpu_manager_state``; verify the checksum as the kubelet does (0 is accepted).
+
+    Raises:
+        CheckpointError: bad JSON, or ``checkpoint is corrupted``.
+    """
+    doc = _load(text)
+    entries = _ci_get(doc, "entries", {}) or {}
+    if not isinstance(entries, dict) or not all(isinstance(v, dict) for v in entries.values()):
+        raise CheckpointError(CORRUPT)
+    cp = CPUCheckpoint(
+        str(_ci_get(doc, "policyName", "")),
+        str(_ci_get(doc, "defaultCpuSet", "")),
+        {str(p): {str(c): str(s) for c, s in v.items()} for p, v in entries.items()},
+        int(_ci_get(doc, "checksum", 0) or 0),
+    )
+    if cp.checksum and cp.checksum != cp.computed_checksum():
+        raise CheckpointError(CORRUPT)
+    return cp
+
+
+def cpu_initial_state(
+    policy_name: str, all_cpus: Iterable[int], reserved: Iterable[int], strict: bool = False
+) -> CPUCheckpoint:
+    """What the kubelet writes on a clean start: ``none`` keeps an empty default set; ``static``
+    puts every CPU in the shared pool (minus the reserved ones under ``strict-cpu-reservation``)."""
+    if policy_name != "static":
+        return cpu_checkpoint(policy_name, (), {})
+    pool = set(all_cpus) - (set(reserved) if strict else set())
+    return cpu_checkpoint(policy_name, pool, {})
+
+
+def cpu_start_error(
+    path: str,
+    configured_policy: str,
+    cp: CPUCheckpoint,
+    *,
+    all_cpus: Iterable[int],
+    reserved: Iterable[int],
+    strict: bool = False,
+) -> str | None:
+    """The error the kubelet's CPU manager fails to start with, or None.
+
+    The restore error (policy mismatch, unparsable sets) comes wrapped with the "please drain this
+    node" text; the static policy's ``validateState`` errors come bare, as the kubelet returns them.
+    """
+    if cp.policy_name != configured_policy:
+        inner = (
+            f'configured policy "{configured_policy}" differs from state checkpoint policy '
+            f'"{cp.policy_name}"'
+        )
+        return CPU_RESTORE_ERROR.format(err=inner, path=path)
+    try:
+        default = cpuset.parse(cp.default_cpu_set)
+    except cpuset.CPUSetError as e:
+        inner = f'could not parse default cpu set "{cp.default_cpu_set}": {e}'
+        return CPU_RESTORE_ERROR.format(err=inner, path=path)
+    assigned: dict[tuple[str, str], frozenset[int]] = {}
+    for pod, ctrs in sorted(cp.entries.items()):
+        for ctr, text in sorted(ctrs.items()):
+            try:
+                assigned[(pod, ctr)] = cpuset.parse(text)
+            except cpuset.CPUSetError as e:
+                inner = f'could not parse cpuset "{text}" for container "{ctr}" in pod "{pod}": {e}'
+                return CPU_RESTORE_ERROR.format(err=inner, path=path)
+    if configured_policy != "static":
+        return None
+    return _static_validate(default, assigned, frozenset(all_cpus), frozenset(reserved), strict)
+
+
+def _static_validate(
+    default: frozenset[int],
+    assigned: Mapping[tuple[str, str], frozenset[int]],
+    all_cpus: frozenset[int],
+    reserved: frozenset[int],
+    strict: bool,
+) -> str | None:
+    """policy_static.go ``validateState`` on a non-empty state."""
+    if not default and not assigned:
+        return None  # empty state: the kubelet initialises it
+    fmt = cpuset.format_cpus
+    if strict:
+        if reserved & default:
+            return (
+                f'some of strictly reserved cpus: "{fmt(reserved)}" are present in '
+                f'defaultCpuSet: "{fmt(default)}"'
+            )
+    elif reserved & default != reserved:
+        return (
+            f'not all reserved cpus: "{fmt(reserved)}" are present in '
+            f'defaultCpuSet: "{fmt(default)}"'
+        )
+    for (pod, ctr), cpus in assigned.items():
+        if cpus & default:
+            return (
+                f'pod: {pod}, container: {ctr} cpuset: "{fmt(cpus)}" overlaps with default '
+                f'cpuset "{fmt(default)}"'
+            )
+    total = set(default)
+    for cpus in assigned.values():
+        total |= cpus
+    if strict:
+        total |= reserved
+    if total != all_cpus:
+        return (
+            f'current set of available CPUs "{fmt(all_cpus)}" doesn\'t match with CPUs in state '
+            f'"{fmt(total)}"'
+        )
+    return None
+
+
+# --------------------------------------------------------------------------------- memory manager
+@dataclass(frozen=True)
+class MemoryTable:
+    total: int
+    system_reserved: int
+    allocatable: int
+    reserved: int
+    free: int
+
+    def spew(self) -> str:
+        return (
+            f"<*>{{TotalMemSize:(uint64){self.total} SystemReserved:(uint64){self.system_reserved} "
+            f"Allocatable:(uint64){self.allocatable} Reserved:(uint64){self.reserved} "
+            f"Free:(uint64){self.free}}}"
+        )
+
+    def as_json(self) -> dict[str, int]:
+        return {
+            "total": self.total,
+            "systemReserved": self.system_reserved,
+            "allocatable": self.allocatable,
+            "reserved": self.reserved,
+            "free": self.free,
+        }
+
+
+@dataclass(frozen=True)
+class NUMAState:
+    number_of_assignments: int
+    memory_map: Mapping[str, MemoryTable]
+    cells: tuple[int, ...]
+
+    def spew(self) -> str:
+        mm = " ".join(f"{k}:{t.spew()}" for k, t in sorted(self.memory_map.items()))
+        cells = " ".join(str(c) for c in self.cells)
+        return (
+            f"<*>{{NumberOfAssignments:(int){self.number_of_assignments} "
+            f"MemoryMap:(map[v1.ResourceName]*state.MemoryTable)map[{mm}] Cells:([]int)[{cells}]}}"
+        )
+
+
+@dataclass(frozen=True)
+class MemoryBlock:
+    numa_affinity: tuple[int, ...]
+    type: str
+    size: int
+
+    def spew(self) -> str:
+        aff = " ".join(str(n) for n in self.numa_affinity)
+        return (
+            f"{{NUMAAffinity:([]int)[{aff}] Type:(v1.ResourceName){self.type} "
+            f"Size:(uint64){self.size}}}"
+        )
+
+
+@dataclass(frozen=True)
+class MemoryCheckpoint:
+    """``memory_manager_state``: policy (``None``/``Static``), per-NUMA state, assignments."""
+
+    policy_name: str
+    machine_state: Mapping[int, NUMAState] = field(default_factory=dict)
+    entries: Mapping[str, Mapping[str, tuple[MemoryBlock, ...]]] = field(default_factory=dict)
+    checksum: int = 0
+
+    def spew(self) -> str:
+        ms = " ".join(f"{n}:{s.spew()}" for n, s in sorted(self.machine_state.items()))
+        ent = " ".join(
+            f"{pod}:map["
+            + " ".join(
+                f"{c}:[" + " ".join(b.spew() for b in blocks) + "]"
+                for c, blocks in sorted(ctrs.items())
+            )
+            + "]"
+            for pod, ctrs in sorted(self.entries.items())
+        )
+        return (
+            f"(*state.MemoryManagerCheckpoint){{PolicyName:(string){self.policy_name} "
+            f"MachineState:(state.NUMANodeMap)map[{ms}] "
+            f"Entries:(state.ContainerMemoryAssignments)map[{ent}] "
+            f"PodEntries:(state.PodMemoryAssignments)map[] Checksum:(checksum.Checksum)0}}"
+        )
+
+    def computed_checksum(self) -> int:
+        return fnv32a(self.spew())
+
+
+def memory_checkpoint(
+    policy_name: str,
+    machine_state: Mapping[int, NUMAState],
+    entries: Mapping[str, Mapping[str, tuple[MemoryBlock, ...]]] | None = None,
+) -> MemoryCheckpoint:
+    cp = MemoryCheckpoint(policy_name, dict(machine_state), dict(entries or {}))
+    return MemoryCheckpoint(cp.policy_name, cp.machine_state, cp.entries, cp.computed_checksum())
+
+
+def render_memory(cp: MemoryCheckpoint) -> str:
+    doc: dict[str, Any] = {
+        "policyName": cp.policy_name,
+        "machineState": {
+            str(n): {
+                "numberOfAssignments": s.number_of_assignments,
+                "memoryMap": {k: t.as_json() for k, t in sorted(s.memory_map.items())},
+                "cells": list(s.cells),
+            }
+            for n, s in sorted(cp.machine_state.items())
+        },
+    }
+    if cp.entries:
+        doc["entries"] = {
+            pod: {
+                c: [
+                    {"numaAffinity": list(b.numa_affinity), "type": b.type, "size": b.size}
+                    for b in blocks
+                ]
+                for c, blocks in sorted(ctrs.items())
+            }
+            for pod, ctrs in sorted(cp.entries.items())
+        }
+    doc["checksum"] = cp.checksum
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def parse_memory(text: str) -> MemoryCheckpoint:
+    """Read ``memory_manager_state`` and verify its checksum (v1.36 V2 layout; 0 is accepted).
+
+    Raises:
+        CheckpointError: bad JSON or structure, or ``checkpoint is corrupted``.
+    """
+    doc = _load(text)
+    try:
+        ms: dict[int, NUMAState] = {}
+        for n, s in (_ci_get(doc, "machineState", {}) or {}).items():
+            mm = {
+                str(k): MemoryTable(
+                    int(t.get("total", 0)),
+                    int(t.get("systemReserved", 0)),
+                    int(t.get("allocatable", 0)),
+                    int(t.get("reserved", 0)),
+                    int(t.get("free", 0)),
+                )
+                for k, t in (s.get("memoryMap") or {}).items()
+            }
+            ms[int(n)] = NUMAState(
+                int(s.get("numberOfAssignments", 0)),
+                mm,
+                tuple(int(c) for c in s.get("cells") or ()),
+            )
+        entries = {
+            str(pod): {
+                str(c): tuple(
+                    MemoryBlock(
+                        tuple(int(x) for x in b.get("numaAffinity") or ()),
+                        str(b["type"]),
+                        int(b["size"]),
+                    )
+                    for b in blocks
+                )
+                for c, blocks in ctrs.items()
+            }
+            for pod, ctrs in (_ci_get(doc, "entries", {}) or {}).items()
+        }
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"json: cannot unmarshal memory manager checkpoint: {e}") from e
+    cp = MemoryCheckpoint(
+        str(_ci_get(doc, "policyName", "")), ms, entries, int(_ci_get(doc, "checksum", 0) or 0)
+    )
+    if cp.checksum and cp.checksum != cp.computed_checksum():
+        raise CheckpointError(CORRUPT)
+    return cp
+
+
+def memory_machine_state(
+    numa_memory: Mapping[int, int], reserved: Mapping[int, int]
+) -> dict[int, NUMAState]:
+    """The Static policy's expected machine state for a node with no assignments (memory only;
+    the lab has no hugepages): total per NUMA node, ``reservedMemory`` as system reserved."""
+    out: dict[int, NUMAState] = {}
+    for n, total in sorted(numa_memory.items()):
+        r = reserved.get(n, 0)
+        table = MemoryTable(total, r, total - r, 0, total - r)
+        out[n] = NUMAState(0, {"memory": table}, (n,))
+    return out
+
+
+def memory_start_error(
+    path: str, configured_policy: str, cp: MemoryCheckpoint, expected: Mapping[int, NUMAState]
+) -> str | None:
+    """The error the kubelet's Memory manager fails to start with, or None.
+
+    ``expected`` is the machine state the Static policy computes from the machine and
+    ``reservedMemory`` (with the checkpoint's assignments applied by the caller).
+    """
+    if cp.policy_name != configured_policy:
+        inner = (
+            f'[memorymanager] configured policy "{configured_policy}" differs from state '
+            f'checkpoint policy "{cp.policy_name}"'
+        )
+        return MEMORY_RESTORE_ERROR.format(err=inner, path=path)
+    if configured_policy != "Static" or not cp.machine_state:
+        return None
+    if not _machine_states_equal(cp.machine_state, expected):
+        return "[memorymanager] the expected machine state is different from the real one"
+    return None
+
+
+def _machine_states_equal(a: Mapping[int, NUMAState], b: Mapping[int, NUMAState]) -> bool:
+    if set(a) != set(b):
+        return False
+    for n, sa in a.items():
+        sb = b[n]
+        if sa.number_of_assignments != sb.number_of_assignments or set(sa.cells) != set(sb.cells):
+            return False
+        if dict(sa.memory_map) != dict(sb.memory_map):
+            return False
+    return True
+
+
+# ------------------------------------------------------------------------ what a change must reset
+_CPU_KEYS = ("cpuManagerPolicy", "reservedSystemCPUs", "cpuManagerPolicyOptions")
+_MEMORY_KEYS = ("reservedMemory",)
+
+
+def _get(cfg: Mapping[str, Any], dotted: str) -> Any:
+    cur: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(part)
+    return cur
+
+
+def reset_needed(before_cfg: Mapping[str, Any], after_cfg: Mapping[str, Any]) -> tuple[str, ...]:
+    """Which checkpoint files (``cpu_manager_state``, ``memory_manager_state``) a configuration
+    change requires removing before the kubelet restarts.
+
+    The CPU file when the CPU policy, its options or the reserved CPUs change
+    (``reservedSystemCPUs``, or ``kubeReserved.cpu`` / ``systemReserved.cpu`` while either side
+    uses ``static``): the kubelet either refuses the file or keeps exclusive CPUs that overlap the
+    new reservation. The memory file when the memory policy changes, or, while either side is
+    ``Static``, when the reservation it validates against changes (``reservedMemory``,
+    ``kubeReserved.memory``, ``systemReserved.memory``, ``evictionHard["memory.available"]``).
+    Website docs: "Changing the CPU Manager Policy" and the Memory Manager page both prescribe
+    drain, stop, delete, start.
+
+    Args:
+        before_cfg: the effective KubeletConfiguration before (camelCase keys, as in ``/configz``).
+        after_cfg: the effective KubeletConfiguration after.
+    """
+    out: list[str] = []
+    cpu_policy = (
+        before_cfg.get("cpuManagerPolicy") or "none",
+        after_cfg.get("cpuManagerPolicy") or "none",
+    )
+    cpu_keys = list(_CPU_KEYS)
+    if "static" in cpu_policy:
+        cpu_keys += ["kubeReserved.cpu", "systemReserved.cpu"]
+    norm_cpu = {
+        "cpuManagerPolicy": lambda v: v or "none",
+        "cpuManagerPolicyOptions": lambda v: v or {},
+        "reservedSystemCPUs": _cpus_or_text,
+    }
+    if any(
+        norm_cpu.get(k, _same)(_get(before_cfg, k)) != norm_cpu.get(k, _same)(_get(after_cfg, k))
+        for k in cpu_keys
+    ):
+        out.append(CPU_STATE_FILE)
+    mem_policy = (
+        before_cfg.get("memoryManagerPolicy") or "None",
+        after_cfg.get("memoryManagerPolicy") or "None",
+    )
+    mem_changed = mem_policy[0] != mem_policy[1]
+    if not mem_changed and "Static" in mem_policy:
+        keys = [*_MEMORY_KEYS, "kubeReserved.memory", "systemReserved.memory"]
+        mem_changed = any(_get(before_cfg, k) != _get(after_cfg, k) for k in keys) or (
+            (before_cfg.get("evictionHard") or {}).get("memory.available")
+            != (after_cfg.get("evictionHard") or {}).get("memory.available")
+        )
+    if mem_changed:
+        out.append(MEMORY_STATE_FILE)
+    return tuple(out)
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
+def _cpus_or_text(v: Any) -> Any:
+    """``"0,1"`` and ``"0-1"`` reserve the same CPUs; unparsable text compares as text."""
+    try:
+        return cpuset.parse(str(v or ""))
+    except cpuset.CPUSetError:
+        return v

@@ -1,0 +1,186 @@
+"""Checkpoint formats, checksums (against the kubelet's own test vectors), start errors, resets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rollout.kubelet import checkpoints as ck
+
+CPU_PATH = "/var/lib/kubelet/cpu_manager_state"
+MEM_PATH = "/var/lib/kubelet/memory_manager_state"
+
+
+# Values from kubernetes pkg/kubelet/cm/cpumanager/state/state_checkpoint_test.go.
+@pytest.mark.parametrize(
+    ("policy", "default", "entries", "checksum"),
+    [
+        ("none", "4-6", {}, 354655845),
+        ("none", "1-3", {"pod": {"container1": "4-6", "container2": "1-3"}}, 3610638499),
+        ("other", "1-3", {}, 1394507217),
+        ("none", "1.3", {}, 3021697696),
+    ],
+)
+def test_cpu_checksum_matches_kubelet_vectors(
+    policy: str, default: str, entries: dict[str, dict[str, str]], checksum: int
+) -> None:
+    assert ck.CPUCheckpoint(policy, default, entries).computed_checksum() == checksum
+
+
+def test_memory_checksum_matches_kubelet_vector() -> None:
+    # memorymanager/state/state_checkpoint_test.go "Restore checkpoint from v1": the V1 struct has
+    # no PodEntries field; everything else in the hashed text is shared with the V2 struct.
+    table = ck.MemoryTable(2048, 512, 1536, 512, 1024)
+    cp = ck.MemoryCheckpoint(
+        "static",
+        {0: ck.NUMAState(0, {"memory": table}, ())},
+        {"pod": {"container1": (ck.MemoryBlock((0,), "memory", 512),)}},
+    )
+    v1_text = cp.spew().replace(" PodEntries:(state.PodMemoryAssignments)map[]", "")
+    assert ck.fnv32a(v1_text) == 4215593881
+
+
+def test_cpu_round_trip_and_format() -> None:
+    cp = ck.cpu_checkpoint("static", range(8), {"uid-1": {"app": "2-3"}})
+    text = ck.render_cpu(cp)
+    assert json.loads(text) == {
+        "policyName": "static",
+        "defaultCpuSet": "0-7",
+        "entries": {"uid-1": {"app": "2-3"}},
+        "checksum": cp.checksum,
+    }
+    assert ck.parse_cpu(text) == cp
+    assert "entries" not in ck.render_cpu(ck.cpu_checkpoint("none", (), {}))
+
+
+def test_cpu_parse_accepts_kubelet_case_and_rejects_bad_checksum() -> None:
+    good = '{"policyName":"none","defaultCPUSet":"4-6","entries":{},"checksum":354655845}'
+    assert ck.parse_cpu(good).default_cpu_set == "4-6"
+    with pytest.raises(ck.CheckpointError, match="checkpoint is corrupted"):
+        ck.parse_cpu(good.replace("354655845", "1337"))
+    with pytest.raises(ck.CheckpointError):
+        ck.parse_cpu("{")
+
+
+@pytest.mark.parametrize(
+    ("state", "policy", "reserved", "strict", "expected"),
+    [
+        (ck.cpu_initial_state("static", range(8), {0, 1}), "static", {0, 1}, False, None),
+        (
+            ck.cpu_initial_state("none", range(8), ()),
+            "static",
+            {0, 1},
+            False,
+            'could not restore state from checkpoint: configured policy "static" differs from '
+            'state checkpoint policy "none", please drain this node and delete the CPU manager '
+            f'checkpoint file "{CPU_PATH}" before restarting Kubelet',
+        ),
+        (
+            ck.cpu_initial_state("static", range(8), {0, 1}),
+            "none",
+            (),
+            False,
+            'could not restore state from checkpoint: configured policy "none" differs from '
+            'state checkpoint policy "static", please drain this node and delete the CPU manager '
+            f'checkpoint file "{CPU_PATH}" before restarting Kubelet',
+        ),
+        (
+            ck.cpu_checkpoint("static", [0, 1, 4, 5, 6, 7], {"p": {"c": "2-3"}}),
+            "static",
+            {0, 1, 2},
+            False,
+            'not all reserved cpus: "0-2" are present in defaultCpuSet: "0-1,4-7"',
+        ),
+        (
+            ck.cpu_initial_state("static", range(8), {0, 1}),
+            "static",
+            {0, 1},
+            True,
+            'some of strictly reserved cpus: "0-1" are present in defaultCpuSet: "0-7"',
+        ),
+        (
+            ck.cpu_checkpoint("static", range(8), {"p": {"c": "2-3"}}),
+            "static",
+            {0},
+            False,
+            'pod: p, container: c cpuset: "2-3" overlaps with default cpuset "0-7"',
+        ),
+        (
+            ck.cpu_checkpoint("static", range(4), {}),
+            "static",
+            {0},
+            False,
+            'current set of available CPUs "0-7" doesn\'t match with CPUs in state "0-3"',
+        ),
+    ],
+)
+def test_cpu_start_errors(
+    state: ck.CPUCheckpoint, policy: str, reserved: set[int], strict: bool, expected: str | None
+) -> None:
+    got = ck.cpu_start_error(
+        CPU_PATH, policy, state, all_cpus=range(8), reserved=reserved, strict=strict
+    )
+    assert got == expected
+
+
+def test_memory_round_trip_and_errors() -> None:
+    ms = ck.memory_machine_state({0: 1 << 30, 1: 1 << 30}, {0: 100 << 20})
+    cp = ck.memory_checkpoint("Static", ms)
+    assert ck.parse_memory(ck.render_memory(cp)) == cp
+    assert ck.memory_start_error(MEM_PATH, "Static", cp, ms) is None
+    other = ck.memory_machine_state({0: 1 << 30, 1: 1 << 30}, {0: 200 << 20})
+    assert ck.memory_start_error(MEM_PATH, "Static", cp, other) == (
+        "[memorymanager] the expected machine state is different from the real one"
+    )
+    none = ck.memory_checkpoint("None", {})
+    assert ck.memory_start_error(MEM_PATH, "Static", none, ms) == (
+        'could not restore state from checkpoint: [memorymanager] configured policy "Static" '
+        'differs from state checkpoint policy "None", please drain this node and delete the '
+        f'memory manager checkpoint file "{MEM_PATH}" before restarting Kubelet'
+    )
+    with pytest.raises(ck.CheckpointError, match="corrupted"):
+        ck.parse_memory(ck.render_memory(cp).replace(str(cp.checksum), "7"))
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected"),
+    [
+        ({}, {}, ()),
+        ({}, {"cpuManagerPolicy": "none"}, ()),
+        ({}, {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0-1"}, ("cpu_manager_state",)),
+        (
+            {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0,1"},
+            {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0-1"},
+            (),
+        ),
+        (
+            {"cpuManagerPolicy": "static", "kubeReserved": {"cpu": "1"}},
+            {"cpuManagerPolicy": "static", "kubeReserved": {"cpu": "2"}},
+            ("cpu_manager_state",),
+        ),
+        ({"kubeReserved": {"cpu": "1"}}, {"kubeReserved": {"cpu": "2"}}, ()),
+        (
+            {"cpuManagerPolicy": "static", "cpuManagerPolicyOptions": {}},
+            {
+                "cpuManagerPolicy": "static",
+                "cpuManagerPolicyOptions": {"strict-cpu-reservation": "true"},
+            },
+            ("cpu_manager_state",),
+        ),
+        ({"topologyManagerPolicy": "none"}, {"topologyManagerPolicy": "single-numa-node"}, ()),
+        ({}, {"memoryManagerPolicy": "Static"}, ("memory_manager_state",)),
+        (
+            {"memoryManagerPolicy": "Static", "systemReserved": {"memory": "1Gi"}},
+            {"memoryManagerPolicy": "Static", "systemReserved": {"memory": "2Gi"}},
+            ("memory_manager_state",),
+        ),
+        (
+            {"cpuManagerPolicy": "static", "memoryManagerPolicy": "Static"},
+            {"memoryManagerPolicy": "None"},
+            ("cpu_manager_state", "memory_manager_state"),
+        ),
+    ],
+)
+def test_reset_needed(before: dict, after: dict, expected: tuple[str, ...]) -> None:  # type: ignore[type-arg]
+    assert ck.reset_needed(before, after) == expected
