@@ -1,0 +1,293 @@
+"""The gate's pure counting and verdict (rollout.samples, rollout.analysis), table-driven."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollout.analysis import (
+    Baseline,
+    GateConfig,
+    OnFailure,
+    Outcome,
+    SignalState,
+    evaluate,
+    parse_gate_config,
+)
+from rollout.errors import InputError
+from rollout.samples import (
+    AdmissionSample,
+    CounterReading,
+    NodeCounts,
+    count_window,
+    counter_delta,
+    is_admission_reason,
+    reading_delta,
+    sum_deltas,
+)
+
+TAE = "TopologyAffinityError"
+
+
+def ok(node: str, uid: str, t: float, owner: str | None = None) -> AdmissionSample:
+    return AdmissionSample(node, uid, t, None, owner)
+
+
+def rej(
+    node: str, uid: str, t: float, owner: str | None = None, reason: str = TAE
+) -> AdmissionSample:
+    return AdmissionSample(node, uid, t, reason, owner)
+
+
+# ---------------------------------------------------------------- counting
+
+
+def test_storm_from_one_owner_counts_once_per_window() -> None:
+    storm = [rej("n1", f"p{i}", 10 + i, owner="ReplicaSet/ns/web-1") for i in range(50)]
+    admitted = [ok("n1", f"a{i}", 5 + i) for i in range(10)]
+    c = count_window(storm + admitted, ["n1"], now=60, window=60)["n1"]
+    assert (c.admissions, c.rejected, c.owners) == (11, 1, ("ReplicaSet/ns/web-1",))
+
+
+def test_bare_pods_count_by_uid_and_duplicates_once() -> None:
+    samples = [
+        rej("n1", "p1", 10),
+        rej("n1", "p1", 11),
+        rej("n1", "p2", 12),
+        ok("n1", "a", 3),
+        ok("n1", "a", 4),
+    ]
+    c = count_window(samples, ["n1"], now=20, window=60)["n1"]
+    assert (c.admissions, c.rejected) == (3, 2)
+
+
+@pytest.mark.parametrize(
+    ("now", "window", "expected"),
+    [(30, 60, 2), (70, 60, 1), (100, 60, 0), (15, 60, 1)],
+    ids=["both-in", "first-slid-out", "all-out", "future-excluded"],
+)
+def test_sliding_window(now: float, window: float, expected: int) -> None:
+    samples = [rej("n1", "p1", 10), rej("n1", "p2", 20)]
+    assert count_window(samples, ["n1"], now=now, window=window)["n1"].rejected == expected
+
+
+def test_other_nodes_are_ignored_and_every_node_is_reported() -> None:
+    got = count_window([rej("other", "p", 1)], ["n1", "n2"], now=10, window=60)
+    assert got == {"n1": NodeCounts(), "n2": NodeCounts()}
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"),
+    [
+        (TAE, True),
+        ("UnexpectedAdmissionError", True),
+        ("SMTAlignmentError", True),
+        ("OutOfcpu", True),
+        ("OutOfnvidia.com/gpu", True),
+        ("Evicted", False),
+        ("", False),
+        (None, False),
+    ],
+)
+def test_admission_reasons(reason: str | None, expected: bool) -> None:
+    assert is_admission_reason(reason) is expected
+
+
+@pytest.mark.parametrize(
+    ("prev", "cur", "delta"),
+    [(None, 5, 0), (5, 8, 3), (8, 8, 0), (8, 2, 2), (8, 0, 0)],
+    ids=["first", "increase", "flat", "reset", "reset-to-zero"],
+)
+def test_counter_delta(prev: float | None, cur: float, delta: float) -> None:
+    assert counter_delta(prev, cur) == delta
+
+
+def test_reading_delta_by_reason_and_reset() -> None:
+    a = CounterReading("n1", 0, requests=10, errors=1, rejections={TAE: 1})
+    b = CounterReading("n1", 5, requests=14, errors=3, rejections={TAE: 3, "OutOfcpu": 1})
+    assert reading_delta(a, b) == NodeCounts(4, {TAE: 2, "OutOfcpu": 1})
+    restarted = CounterReading("n1", 9, requests=2, errors=1, rejections={TAE: 1})
+    assert reading_delta(b, restarted) == NodeCounts(2, {TAE: 1})
+
+
+def test_reading_delta_without_rejections_metric_uses_topology_errors() -> None:
+    a = CounterReading("n1", 0, requests=0, errors=0)
+    b = CounterReading("n1", 5, requests=4, errors=2)
+    assert reading_delta(a, b) == NodeCounts(4, {TAE: 2})
+
+
+def test_sum_deltas_uses_the_scrape_before_the_window_as_base() -> None:
+    rs = [
+        CounterReading("n1", 0, 0, 0, {TAE: 0}),
+        CounterReading("n1", 50, 10, 0, {TAE: 0}),
+        CounterReading("n1", 70, 12, 2, {TAE: 2}),
+        CounterReading("n1", 80, 1, 1, {TAE: 1}),  # kubelet restarted
+    ]
+    got = sum_deltas(rs, ["n1"], now=80, window=60)["n1"]
+    assert (got.admissions, got.rejected) == (13, 3)  # 10 + 2 + 1 after the reset
+
+
+# ---------------------------------------------------------------- config
+
+
+def test_defaults_and_full_config() -> None:
+    assert parse_gate_config(None) == GateConfig()
+    cfg = parse_gate_config(
+        {
+            "window": "2m",
+            "soak": "1m30s",
+            "interval": 1,
+            "threshold": "10%",
+            "minAdmissions": 20,
+            "baseline": "before",
+            "consecutiveErrorLimit": 2,
+            "probes": False,
+            "prometheus": {"url": "http://127.0.0.1:9090/", "query": "sum by (node) (x)"},
+            "onFailure": "rollback-group",
+        }
+    )
+    assert (cfg.window, cfg.soak, cfg.interval, cfg.threshold) == (120, 90, 1, 0.1)
+    assert cfg.baseline is Baseline.BEFORE and cfg.on_failure is OnFailure.ROLLBACK_GROUP
+    assert cfg.prometheus is not None and cfg.prometheus.url == "http://127.0.0.1:9090"
+    assert not cfg.probes and cfg.min_admissions == 20 and cfg.consecutive_error_limit == 2
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "words"),
+    [
+        ({"window": "soon"}, "gate.window", "duration"),
+        ({"soak": 0}, "gate.soak", "positive"),
+        ({"threshold": "120%"}, "gate.threshold", "between 0 and 1"),
+        ({"threshold": "lots"}, "gate.threshold", "percentage"),
+        ({"minAdmissions": 0}, "gate.minAdmissions", "at least 1"),
+        ({"minAdmissions": True}, "gate.minAdmissions", "integer"),
+        ({"baseline": "yesterday"}, "gate.baseline", "control-group, before, none"),
+        ({"onFailure": "panic"}, "gate.onFailure", "rollback-affected"),
+        ({"probes": "yes"}, "gate.probes", "true or false"),
+        ({"prometheus": {"url": "ftp://x", "query": "up"}}, "gate.prometheus.url", "http"),
+        ({"prometheus": {"url": "http://x", "query": ""}}, "gate.prometheus.query", "PromQL"),
+        ({"windw": "1m"}, "gate.windw", "unknown field"),
+        ({"interval": "2m", "soak": "1m"}, "gate.interval", "gate.soak"),
+    ],
+)
+def test_bad_config_names_file_field_and_line(
+    raw: dict[str, object], field: str, words: str
+) -> None:
+    lines = {field: 42}
+    with pytest.raises(InputError) as e:
+        parse_gate_config(raw, file="plan.yaml", line_of=lines.get)
+    assert f"plan.yaml:42, field '{field}'" in str(e.value)
+    assert words in str(e.value)
+
+
+# ---------------------------------------------------------------- verdict
+
+CFG = GateConfig(threshold=0.05, min_admissions=4, consecutive_error_limit=3)
+
+
+def sig(counts: dict[str, NodeCounts], name: str = "api", **kw: object) -> SignalState:
+    return SignalState(name, counts, **kw)  # type: ignore[arg-type]
+
+
+def nc(adm: int, rej: int = 0, owners: tuple[str, ...] = ()) -> NodeCounts:
+    return NodeCounts(adm, {TAE: rej} if rej else {}, owners)
+
+
+@pytest.mark.parametrize(
+    ("signals", "outcome", "failed"),
+    [
+        ([sig({"a": nc(10), "b": nc(10)}, baseline=nc(10))], Outcome.SUCCESSFUL, ()),
+        ([sig({"a": nc(10, 3), "b": nc(10)}, baseline=nc(10))], Outcome.FAILED, ("a",)),
+        # one early rejection: judged against the minimum (3 per node here) -> 33% > 5%
+        ([sig({"a": nc(1, 1), "b": nc(0)})], Outcome.FAILED, ("a",)),
+        # the control group rejects as much: not the change's doing
+        ([sig({"a": nc(20, 2), "b": nc(20, 2)}, baseline=nc(20, 2))], Outcome.SUCCESSFUL, ()),
+        # under the threshold
+        ([sig({"a": nc(50, 1), "b": nc(50)})], Outcome.SUCCESSFUL, ()),
+        # no traffic: hold, never pass
+        ([sig({"a": nc(0), "b": nc(0)})], Outcome.INCONCLUSIVE, ()),
+        ([sig({"a": nc(10), "b": nc(0)})], Outcome.INCONCLUSIVE, ()),
+        ([sig({"a": nc(1), "b": nc(1)})], Outcome.INCONCLUSIVE, ()),
+        # errors below the limit: last good data is used
+        (
+            [sig({"a": nc(5), "b": nc(5)}, consecutive_errors=2, last_error="timeout")],
+            Outcome.SUCCESSFUL,
+            (),
+        ),
+        (
+            [sig({"a": nc(5), "b": nc(5)}, consecutive_errors=3, last_error="timeout")],
+            Outcome.ERROR,
+            (),
+        ),
+        ([sig({}, has_data=False, last_error="connection refused")], Outcome.ERROR, ()),
+        ([], Outcome.ERROR, ()),
+        # worst wins across signals: Failed beats Error beats Inconclusive
+        ([sig({"a": nc(5), "b": nc(5)}), sig({}, "kubelet", has_data=False)], Outcome.ERROR, ()),
+        ([sig({"a": nc(0), "b": nc(0)}), sig({}, "kubelet", has_data=False)], Outcome.ERROR, ()),
+        (
+            [sig({"a": nc(5), "b": nc(5, 2)}), sig({}, "kubelet", has_data=False)],
+            Outcome.FAILED,
+            ("b",),
+        ),
+        (
+            [sig({"a": nc(5), "b": nc(5)}), sig({"a": nc(5), "b": nc(0)}, "kubelet")],
+            Outcome.INCONCLUSIVE,
+            (),
+        ),
+    ],
+    ids=[
+        "clean",
+        "one-node-fails",
+        "early-clear-failure",
+        "baseline-explains",
+        "under-threshold",
+        "no-traffic",
+        "idle-node",
+        "too-few",
+        "errors-below-limit",
+        "errors-at-limit",
+        "never-read",
+        "no-signal",
+        "error-beats-success",
+        "error-beats-inconclusive",
+        "failed-beats-error",
+        "inconclusive-beats-success",
+    ],
+)
+def test_verdict_table(
+    signals: list[SignalState], outcome: Outcome, failed: tuple[str, ...]
+) -> None:
+    v = evaluate(CFG, signals, now=100.0)
+    assert v.outcome is outcome, v.reason
+    assert v.failed_nodes == failed
+    assert v.at == 100.0
+    assert v.holds is (outcome in (Outcome.INCONCLUSIVE, Outcome.ERROR))
+    assert v.reason
+
+
+def test_failed_node_reason_also_gives_the_group() -> None:
+    v = evaluate(GateConfig(threshold=0.05), [sig({"a": nc(10, 3), "b": nc(10)})], now=0)
+    assert v.failed_nodes == ("a",)
+    assert "3 of 10 admissions rejected (30%) on a" in v.reason
+    assert "group: 3 of 20 (15%)" in v.reason
+
+
+def test_reason_reads_like_a_sentence() -> None:
+    counts = {"gpu-07": nc(10, 2, ("ReplicaSet/ml/train-7f",)), "gpu-08": nc(10, 1)}
+    v = evaluate(GateConfig(threshold=0.05), [sig(counts, baseline=nc(30))], now=0)
+    assert v.reason == (
+        "api: 3 of 20 admissions rejected (15%) on gpu-07 and gpu-08 [TopologyAffinityError: 3], "
+        "threshold 5%, baseline 0% (0 of 30); owners: ReplicaSet/ml/train-7f"
+    )
+    assert v.failed_nodes == ("gpu-07", "gpu-08")
+    assert v.inputs["signals"]["api"]["nodes"]["gpu-07"]["rejections"] == {TAE: 2}
+
+
+def test_hold_says_what_it_waits_for() -> None:
+    v = evaluate(GateConfig(min_admissions=5), [sig({"a": nc(2)})], now=0)
+    assert v.outcome is Outcome.INCONCLUSIVE
+    assert "2 admissions in the last 60s, at least 5 needed" in v.reason
+    assert "probe pods are on" in v.waiting_for
+    v = evaluate(
+        GateConfig(), [sig({}, "kubelet", has_data=False, last_error="403 Forbidden")], now=0
+    )
+    assert v.outcome is Outcome.ERROR and "403 Forbidden" in v.reason and "kubelet" in v.waiting_for
