@@ -36,7 +36,7 @@ from rollout.samples import NodeCounts, group_counts
 
 
 class Outcome(StrEnum):
-    """The four verdicts (argo-rollouts' vocabulary)."""
+    """The four verdicts (argo-rollouts' vocabulary). ``VerdictStatus`` is the same enum."""
 
     SUCCESSFUL = "Successful"
     INCONCLUSIVE = "Inconclusive"
@@ -54,6 +54,10 @@ _SEVERITY = {
     Outcome.ERROR: 2,
     Outcome.FAILED: 3,
 }
+
+
+#: The name the orchestrator's models use for the same enum.
+VerdictStatus = Outcome
 
 
 class Baseline(StrEnum):
@@ -285,29 +289,37 @@ class Finding:
 class Verdict:
     """The gate's decision at one moment, and why.
 
+    This is the type the orchestrator's ``Gate.evaluate`` returns (``status`` and ``reason`` are
+    what it reads; ``rollout.models.Verdict`` names this class).
+
     ``failed_nodes`` are the nodes a Failed verdict rolls back under ``rollback-affected``;
     ``waiting_for`` says what an Inconclusive or Error verdict holds for.
     """
 
-    outcome: Outcome
+    status: Outcome
     reason: str
-    at: float
+    at: float = 0.0
     failed_nodes: tuple[str, ...] = ()
     waiting_for: str = ""
     findings: tuple[Finding, ...] = ()
     inputs: Mapping[str, Any] = field(default_factory=dict)
 
     @property
+    def outcome(self) -> Outcome:
+        """The verdict's value (``status`` under the name the analysis code uses)."""
+        return self.status
+
+    @property
     def passed(self) -> bool:
-        return self.outcome is Outcome.SUCCESSFUL
+        return self.status is Outcome.SUCCESSFUL
 
     @property
     def holds(self) -> bool:
-        return self.outcome in (Outcome.INCONCLUSIVE, Outcome.ERROR)
+        return self.status in (Outcome.INCONCLUSIVE, Outcome.ERROR)
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "outcome": str(self.outcome),
+            "outcome": str(self.status),
             "reason": self.reason,
             "at": self.at,
             "failedNodes": list(self.failed_nodes),
