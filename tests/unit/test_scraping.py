@@ -1,0 +1,103 @@
+"""Parsing the kubelet's /metrics and turning counters into deltas (rollout.kube.scraping)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollout.errors import ExternalError
+from rollout.kube.scraping import KubeletCounters, parse_metrics
+
+TAE = "TopologyAffinityError"
+
+
+def metrics(requests: float, errors: float, rejections: dict[str, float] | None = None) -> str:
+    lines = [
+        "# HELP kubelet_topology_manager_admission_requests_total [ALPHA] Number of admission"
+        " requests where resources have to be aligned.",
+        "# TYPE kubelet_topology_manager_admission_requests_total counter",
+        f"kubelet_topology_manager_admission_requests_total {requests}",
+        "# HELP kubelet_topology_manager_admission_errors_total [ALPHA] Number of admission request"
+        " failures where resources could not be aligned.",
+        "# TYPE kubelet_topology_manager_admission_errors_total counter",
+        f"kubelet_topology_manager_admission_errors_total {errors}",
+    ]
+    if rejections is not None:
+        lines += [
+            "# HELP kubelet_admission_rejections_total [ALPHA] Cumulative number pod admission"
+            " rejections by the Kubelet.",
+            "# TYPE kubelet_admission_rejections_total counter",
+        ]
+        lines += [
+            f'kubelet_admission_rejections_total{{reason="{r}"}} {v}' for r, v in rejections.items()
+        ]
+    lines.append('kubelet_node_name{node="n1"} 1')
+    return "\n".join(lines) + "\n"
+
+
+def test_parse_reads_the_three_counters() -> None:
+    r = parse_metrics("n1", metrics(12, 3, {TAE: 3, "OutOfcpu": 1}), now=5)
+    assert (r.node, r.time, r.requests, r.errors) == ("n1", 5, 12, 3)
+    assert r.rejections == {TAE: 3, "OutOfcpu": 1}
+
+
+def test_parse_untyped_exposition_too() -> None:
+    text = (
+        "kubelet_topology_manager_admission_requests_total 4\n"
+        "kubelet_topology_manager_admission_errors_total 1\n"
+    )
+    assert parse_metrics("n1", text, 0).requests == 4
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('kubelet_admission_rejections_total{reason="x"} 1\n', "does not export"),
+        ("this is { not metrics\n", "does not parse"),
+    ],
+)
+def test_parse_failures_are_explained(text: str, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        parse_metrics("n1", text, 0)
+
+
+class Fetcher:
+    """A scripted sequence of /metrics answers per node (strings, or exceptions to raise)."""
+
+    def __init__(self, script: dict[str, list[str | Exception]]) -> None:
+        self.script = script
+
+    def fetch(self, node: str) -> str:
+        item = self.script[node].pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+
+def test_counters_over_a_kubelet_restart_and_error_streak() -> None:
+    f = Fetcher(
+        {
+            "n1": [
+                metrics(10, 0, {}),
+                metrics(14, 2, {TAE: 2}),
+                ExternalError("503"),
+                metrics(1, 1, {TAE: 1}),
+            ],
+            "n2": [metrics(5, 0, {}), metrics(7, 0, {}), metrics(8, 0, {}), metrics(9, 0, {})],
+        }
+    )
+    k = KubeletCounters(("n1", "n2"))
+    k.scrape(f, 0)
+    assert not k.has_data  # one scrape is only a base
+    k.scrape(f, 10)
+    assert k.has_data and k.consecutive_errors == 0
+    k.scrape(f, 20)
+    assert k.consecutive_errors == 1 and "503" in (k.last_error or "")
+    k.scrape(f, 30)  # n1's kubelet restarted: counters start again from zero
+    assert k.consecutive_errors == 0
+    c = k.counts(now=30, window=60)
+    assert (c["n1"].admissions, c["n1"].rejections) == (4 + 1, {TAE: 3})
+    assert (c["n2"].admissions, c["n2"].rejected) == (4, 0)
+    k.forget_before(25)
+    # the scrape at 10 is kept as the base: only the increase after the restart remains
+    assert k.counts(now=30, window=60)["n1"] == k.counts(now=30, window=15)["n1"]
+    assert len(k.readings) == 4
