@@ -18,7 +18,7 @@ from rollout import __version__
 from rollout.errors import RolloutError
 
 # Areas register their commands lazily so a missing optional area never breaks the others.
-_AREAS = ("rollout.cli.kubelet", "rollout.cli.lab", "rollout.cli.change")
+_AREAS = ("rollout.cli.kubelet", "rollout.cli.lint", "rollout.cli.lab", "rollout.cli.change")
 
 
 class _Group(click.Group):
@@ -30,7 +30,10 @@ class _Group(click.Group):
             ctx.exit(e.exit_code)
 
 
-@click.group(cls=_Group, context_settings={"auto_envvar_prefix": "ROLLOUT", "help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=_Group,
+    context_settings={"auto_envvar_prefix": "ROLLOUT", "help_option_names": ["-h", "--help"]},
+)
 @click.version_option(__version__, prog_name="rollout")
 def cli() -> None:
     """Change the kubelet's CPU, Topology and Memory manager configuration on nodes, safely.
