@@ -1,0 +1,304 @@
+#!/usr/bin/python
+"""Collect a node's kubelet and machine facts in one round trip.
+
+Why a module and not a string of ``command`` tasks: every task costs an SSH round trip, and the
+facts play runs before every change on every node. This module reads ``/sys``, ``/proc`` and the
+kubelet's files with the node's own Python and returns the NodeFacts record that render and lint
+consume. It never writes anything.
+
+Missing pieces are normal on real machines and are reported, not fatal: no
+``/sys/devices/system/node`` (one NUMA node), no GPUs, no kubelet binary.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: rollout_node_facts
+short_description: Read kubelet, CPU, NUMA, GPU and checkpoint facts from a node
+description:
+  - Read-only. Returns C(node_facts) in the NodeFacts format and C(kubelet_files), the kubelet
+    files present on the node.
+options:
+  markers:
+    description: Ordered list of C({name, paths}); the first distribution with any path present wins.
+    type: list
+    elements: dict
+    required: true
+  kubelet_paths:
+    description: Node paths (globs allowed) of kubelet configuration and flag files to report.
+    type: list
+    elements: str
+    required: true
+  checkpoint_dirs:
+    description: Kubelet root directories to look for cpu_manager_state and memory_manager_state in.
+    type: list
+    elements: str
+    required: true
+  machine_file:
+    description: Optional JSON machine description whose NodeFacts keys override /sys readings.
+    type: str
+    default: ""
+  gpu_vendors:
+    description: PCI vendor ids counted as GPUs.
+    type: list
+    elements: str
+    default: ["0x10de"]
+  gpu_classes:
+    description: PCI class prefixes counted as GPUs.
+    type: list
+    elements: str
+    default: ["0x0300", "0x0302"]
+  sys_root:
+    description: Root of /sys and /proc (tests point it elsewhere).
+    type: str
+    default: "/"
+author: rollout
+"""
+
+import glob
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+
+MACHINE_KEYS = (
+    "cpuModel",
+    "sockets",
+    "threadsPerCore",
+    "onlineCpus",
+    "numaNodes",
+    "gpus",
+    "memoryBytes",
+)
+
+
+def _read(path, default=None):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return default
+
+
+def parse_cpuset(text):
+    """Turn '0-3,8' into [0, 1, 2, 3, 8]."""
+    cpus = []
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            cpus.extend(range(int(lo), int(hi) + 1))
+        else:
+            cpus.append(int(part))
+    return sorted(set(cpus))
+
+
+def format_cpuset(cpus):
+    """Turn [0, 1, 2, 3, 8] into '0-3,8'."""
+    out = []
+    cpus = sorted(set(cpus))
+    i = 0
+    while i < len(cpus):
+        j = i
+        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
+            j += 1
+        out.append(str(cpus[i]) if i == j else "%d-%d" % (cpus[i], cpus[j]))
+        i = j + 1
+    return ",".join(out)
+
+
+def detect_distribution(markers, root):
+    for marker in markers:
+        for path in marker.get("paths", []):
+            if glob.glob(os.path.join(root, path.lstrip("/"))):
+                return marker["name"], path
+    return None, None
+
+
+def kubelet_version(machine):
+    exe = shutil.which("kubelet")
+    if exe:
+        try:
+            out = subprocess.run(
+                [exe, "--version"], capture_output=True, text=True, timeout=10, check=False
+            ).stdout
+            m = re.search(r"v\d+\.\d+\.\d+\S*", out)
+            if m:
+                return m.group(0), exe
+        except (OSError, subprocess.SubprocessError):
+            pass
+    if machine.get("kubeletVersion"):
+        return machine["kubeletVersion"], "machine-file"
+    return None, None
+
+
+def cpu_facts(sysfs, procfs):
+    online = _read(os.path.join(sysfs, "devices/system/cpu/online"), "")
+    cpus = parse_cpuset(online)
+    packages = set()
+    threads = 1
+    for cpu in cpus:
+        topo = os.path.join(sysfs, "devices/system/cpu/cpu%d/topology" % cpu)
+        pkg = _read(os.path.join(topo, "physical_package_id"))
+        if pkg is not None:
+            packages.add(pkg)
+        siblings = _read(os.path.join(topo, "thread_siblings_list"))
+        if siblings:
+            threads = max(threads, len(parse_cpuset(siblings)))
+    model = None
+    for line in (_read(os.path.join(procfs, "cpuinfo"), "") or "").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("model name", "Model", "cpu model") and value.strip():
+            model = value.strip()
+            break
+    return {
+        "cpuModel": model,
+        "sockets": len(packages) or 1,
+        "threadsPerCore": threads,
+        "onlineCpus": format_cpuset(cpus),
+    }
+
+
+def numa_facts(sysfs, procfs, online):
+    nodes = []
+    for path in glob.glob(os.path.join(sysfs, "devices/system/node/node[0-9]*")):
+        node_id = int(os.path.basename(path)[4:])
+        memory = None
+        for line in (_read(os.path.join(path, "meminfo"), "") or "").splitlines():
+            m = re.match(r"Node\s+\d+\s+MemTotal:\s+(\d+)\s*kB", line)
+            if m:
+                memory = int(m.group(1)) * 1024
+        cpus = _read(os.path.join(path, "cpulist"), "")
+        nodes.append({"id": node_id, "cpus": format_cpuset(parse_cpuset(cpus)), "memoryBytes": memory})
+    if nodes:
+        return sorted(nodes, key=lambda n: n["id"]), "sysfs"
+    # No NUMA directory (kernel without CONFIG_NUMA, some VMs): one node holding everything.
+    memory = None
+    for line in (_read(os.path.join(procfs, "meminfo"), "") or "").splitlines():
+        m = re.match(r"MemTotal:\s+(\d+)\s*kB", line)
+        if m:
+            memory = int(m.group(1)) * 1024
+    return [{"id": 0, "cpus": online, "memoryBytes": memory}], "single-node-fallback"
+
+
+def gpu_facts(sysfs, vendors, classes):
+    gpus = []
+    vendors = {v.lower() for v in vendors}
+    classes = tuple(c.lower() for c in classes)
+    for dev in sorted(glob.glob(os.path.join(sysfs, "bus/pci/devices/*"))):
+        vendor = (_read(os.path.join(dev, "vendor"), "") or "").lower()
+        pci_class = (_read(os.path.join(dev, "class"), "") or "").lower()
+        if vendor not in vendors or not pci_class.startswith(classes):
+            continue
+        numa = _read(os.path.join(dev, "numa_node"))
+        numa_node = int(numa) if numa not in (None, "") and int(numa) >= 0 else None
+        gpus.append(
+            {
+                "pciAddress": os.path.basename(dev),
+                "vendor": vendor,
+                "device": (_read(os.path.join(dev, "device"), "") or "").lower(),
+                "class": pci_class,
+                "numaNode": numa_node,
+            }
+        )
+    return gpus
+
+
+def checkpoint_facts(dirs, root):
+    out = {"cpu_manager_state": None, "memory_manager_state": None}
+    paths = {}
+    for name in out:
+        for d in dirs:
+            path = os.path.join(d, name)
+            text = _read(os.path.join(root, path.lstrip("/")))
+            if text is None:
+                continue
+            paths[name] = path
+            try:
+                out[name] = json.loads(text)
+            except ValueError:
+                out[name] = {"unparsable": text[:2000]}
+            break
+    return out, paths
+
+
+def kubelet_files(patterns, root):
+    found = []
+    for pattern in patterns:
+        for path in sorted(glob.glob(os.path.join(root, pattern.lstrip("/")))):
+            if os.path.isfile(path):
+                node_path = "/" + os.path.relpath(path, root) if root != "/" else path
+                if node_path not in found:
+                    found.append(node_path)
+    return found
+
+
+def load_machine_file(path):
+    if not path or not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    machine = dict(data.get("machine") or {})
+    for key in (*MACHINE_KEYS, "kubeletVersion"):
+        if key in data and key not in machine:
+            machine[key] = data[key]
+    return machine
+
+
+def collect(params):
+    root = params["sys_root"]
+    sysfs = os.path.join(root, "sys")
+    procfs = os.path.join(root, "proc")
+    try:
+        machine = load_machine_file(params["machine_file"])
+    except (OSError, ValueError) as e:
+        raise ValueError("machine file %s: %s" % (params["machine_file"], e)) from e
+    distribution, evidence = detect_distribution(params["markers"], root)
+    version, version_source = kubelet_version(machine)
+    facts = {"hostname": socket.gethostname(), "distribution": distribution}
+    facts["distributionEvidence"] = evidence
+    facts["kubeletVersion"] = version
+    facts["kubeletVersionSource"] = version_source
+    facts.update(cpu_facts(sysfs, procfs))
+    facts["numaNodes"], facts["numaSource"] = numa_facts(sysfs, procfs, facts["onlineCpus"])
+    facts["gpus"] = gpu_facts(sysfs, params["gpu_vendors"], params["gpu_classes"])
+    overridden = sorted(k for k in MACHINE_KEYS if k in machine)
+    for key in overridden:
+        facts[key] = machine[key]
+    facts["machineSource"] = params["machine_file"] if overridden else "sysfs"
+    facts["checkpoints"], facts["checkpointPaths"] = checkpoint_facts(
+        params["checkpoint_dirs"], root
+    )
+    files = kubelet_files(params["kubelet_paths"], root)
+    facts["kubeletFiles"] = files
+    return facts
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "markers": {"type": "list", "elements": "dict", "required": True},
+            "kubelet_paths": {"type": "list", "elements": "str", "required": True},
+            "checkpoint_dirs": {"type": "list", "elements": "str", "required": True},
+            "machine_file": {"type": "str", "default": ""},
+            "gpu_vendors": {"type": "list", "elements": "str", "default": ["0x10de"]},
+            "gpu_classes": {"type": "list", "elements": "str", "default": ["0x0300", "0x0302"]},
+            "sys_root": {"type": "str", "default": "/"},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        facts = collect(module.params)
+    except ValueError as e:
+        module.fail_json(msg=str(e))
+    module.exit_json(changed=False, node_facts=facts, kubelet_files=facts["kubeletFiles"])
+
+
+if __name__ == "__main__":
+    main()
