@@ -90,12 +90,15 @@ def check_feature_gates(ctx: Ctx) -> None:
             continue
         gate = GATES.get(name)
         if gate is None:
-            ctx.warn(
-                Stage.GATES,
-                f"featureGates.{name}",
-                f"feature gate {go_quote(name)} is not one rollout knows; check it exists in this "
-                f'kubelet, which refuses others with "unrecognized feature gate: {name}"',
-            )
+            # Only the managers' gates are catalogued: flag a near-miss of one of those (a typo
+            # the kubelet refuses with "unrecognized feature gate"), stay silent about the rest.
+            close = difflib.get_close_matches(name, list(GATES), n=1, cutoff=0.85)
+            if close:
+                ctx.warn(
+                    Stage.GATES,
+                    f"featureGates.{name}",
+                    f"unrecognized feature gate: {name} (did you mean {go_quote(close[0])}?)",
+                )
             continue
         state = gate.at(ctx.version)
         if state is None:
