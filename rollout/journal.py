@@ -1,0 +1,412 @@
+"""The durable record of a change: every node step, journaled before and after it happens.
+
+Why a journal: a change runs on production nodes and may die at any point (SIGKILL, lost SSH, a
+laptop lid). Whatever happens, ``rollout status`` must say what state every node is in and
+``rollout resume`` / ``rollout rollback`` must be able to finish or undo it. So each step is written
+down *before* it starts (``begin``, with what we need to undo it, such as the node's prior cordon
+state) and *after* it ends (``done`` / ``failed``), as one JSON line, fsynced before the step
+proceeds. Backups of the original files live next to the journal, named by their sha256.
+
+Layout::
+
+    ${ROLLOUT_STATE_DIR:-~/.local/state/rollout}/changes/<change-id>/journal.jsonl
+    ${ROLLOUT_STATE_DIR:-~/.local/state/rollout}/changes/<change-id>/backups/<node>/<sha256>
+
+:func:`replay` turns the entries into every node's state; it is a pure function, so what ``status``
+shows and what ``resume`` decides are the same thing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path as FsPath
+from typing import Any
+
+from rollout.errors import InputError, Location
+from rollout.models import FileBackup, NodeState, Path, Phase, Step
+
+CHANGE_STEP = "change"
+"""The step name of change-level entries (node is None): begin, then done/failed with an outcome."""
+
+_FORWARD_ORDER = {s: i for i, s in enumerate(Step)}
+
+
+def state_dir(env: Mapping[str, str] | None = None) -> FsPath:
+    """The state directory: ``$ROLLOUT_STATE_DIR``, else ``~/.local/state/rollout``."""
+    env = os.environ if env is None else env
+    root = env.get("ROLLOUT_STATE_DIR")
+    return FsPath(root) if root else FsPath.home() / ".local" / "state" / "rollout"
+
+
+def new_change_id(now: datetime, token: str | None = None) -> str:
+    """A change id: ``<utc timestamp>-<short random>``; sorts by start time.
+
+    Args:
+        now: the start time (converted to UTC).
+        token: the random part (tests pass one; default: 6 hex characters).
+    """
+    stamp = now.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{token or secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One journal line.
+
+    Attributes:
+        ts: ISO-8601 UTC time of the write.
+        change: change id.
+        step: a :class:`Step` value, or ``"change"`` for change-level entries.
+        phase: begin / done / failed.
+        node: Node name (None for change-level entries).
+        path: forward or restore (None for change-level entries).
+        data: step details (prior cordon state, backup hashes, messages).
+    """
+
+    ts: str
+    change: str
+    step: str
+    phase: Phase
+    node: str | None = None
+    path: Path | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """The entry as one compact JSON line (no newline)."""
+        obj: dict[str, Any] = {"ts": self.ts, "change": self.change, "step": self.step}
+        obj["phase"] = self.phase.value
+        if self.node is not None:
+            obj["node"] = self.node
+        if self.path is not None:
+            obj["path"] = self.path.value
+        if self.data:
+            obj["data"] = dict(self.data)
+        return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> Entry:
+        """Build an entry from a parsed JSON object (KeyError/ValueError on a bad shape)."""
+        path = obj.get("path")
+        return cls(
+            ts=str(obj["ts"]),
+            change=str(obj["change"]),
+            step=str(obj["step"]),
+            phase=Phase(obj["phase"]),
+            node=obj.get("node"),
+            path=Path(path) if path else None,
+            data=obj.get("data") or {},
+        )
+
+
+class Journal:
+    """An append-only, fsynced JSON-lines file for one change."""
+
+    def __init__(self, directory: FsPath, change_id: str) -> None:
+        self.dir = directory
+        self.change_id = change_id
+        self.file = directory / "journal.jsonl"
+        self.backups = directory / "backups"
+
+    @classmethod
+    def create(cls, root: FsPath, change_id: str) -> Journal:
+        """Create the change directory (and fsync its parent so it survives a crash)."""
+        changes = root / "changes"
+        changes.mkdir(parents=True, exist_ok=True)
+        directory = changes / change_id
+        directory.mkdir()
+        (directory / "backups").mkdir()
+        journal = cls(directory, change_id)
+        journal.file.touch()
+        _fsync_dir(directory)
+        _fsync_dir(changes)
+        return journal
+
+    @classmethod
+    def open(cls, root: FsPath, change_id: str | None = None) -> Journal:
+        """Open an existing change's journal (default: the latest change).
+
+        Raises:
+            InputError: no such change, or no change at all.
+        """
+        changes = root / "changes"
+        if change_id is None:
+            change_id = latest_change(root)
+            if change_id is None:
+                raise InputError(f"no change recorded under {changes}", Location(field="--change"))
+        directory = changes / change_id
+        if not (directory / "journal.jsonl").is_file():
+            raise InputError(f"no change {change_id!r} under {changes}", Location(field="--change"))
+        return cls(directory, change_id)
+
+    def append(
+        self,
+        step: str,
+        phase: Phase,
+        *,
+        now: datetime,
+        node: str | None = None,
+        path: Path | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> Entry:
+        """Write one entry and fsync it before returning."""
+        entry = Entry(
+            ts=now.astimezone(UTC).isoformat(timespec="milliseconds"),
+            change=self.change_id,
+            step=step,
+            phase=phase,
+            node=node,
+            path=path,
+            data=dict(data or {}),
+        )
+        line = (entry.to_json() + "\n").encode()
+        fd = os.open(self.file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return entry
+
+    def entries(self) -> list[Entry]:
+        """Read every entry. A torn last line (the process died mid-write) is ignored.
+
+        Raises:
+            InputError: a line before the last one is not a journal entry (file and line named).
+        """
+        return read_entries(self.file)
+
+    def save_backup(self, node: str, content: bytes) -> str:
+        """Store an original file's bytes under its sha256 (fsynced); return the digest."""
+        import hashlib
+
+        digest = hashlib.sha256(content).hexdigest()
+        directory = self.backups / node
+        directory.mkdir(parents=True, exist_ok=True)
+        target = directory / digest
+        if not target.exists():
+            tmp = directory / f".{digest}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(content)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+            _fsync_dir(directory)
+        return digest
+
+    def load_backup(self, node: str, digest: str) -> bytes:
+        """The original bytes of a backed-up file.
+
+        Raises:
+            InputError: the backup is missing or does not match its hash.
+        """
+        import hashlib
+
+        target = self.backups / node / digest
+        try:
+            content = target.read_bytes()
+        except OSError as e:
+            raise InputError(f"backup missing: {e}", Location(file=str(target))) from e
+        if hashlib.sha256(content).hexdigest() != digest:
+            raise InputError("backup does not match its sha256", Location(file=str(target)))
+        return content
+
+
+def read_entries(file: FsPath) -> list[Entry]:
+    """Parse a journal file (see :meth:`Journal.entries`)."""
+    try:
+        lines = file.read_bytes().split(b"\n")
+    except OSError as e:
+        raise InputError(f"cannot read journal: {e}", Location(file=str(file))) from e
+    if lines and lines[-1] == b"":
+        lines.pop()
+    out: list[Entry] = []
+    for i, raw in enumerate(lines, start=1):
+        try:
+            out.append(Entry.from_json(json.loads(raw)))
+        except (ValueError, KeyError, TypeError) as e:
+            if i == len(lines):
+                break  # torn final write
+            raise InputError(f"not a journal entry: {e}", Location(file=str(file), line=i)) from e
+    return out
+
+
+def latest_change(root: FsPath) -> str | None:
+    """The most recent change id under ``root`` (ids sort by start time), or None."""
+    changes = root / "changes"
+    if not changes.is_dir():
+        return None
+    ids = sorted(p.name for p in changes.iterdir() if (p / "journal.jsonl").is_file())
+    return ids[-1] if ids else None
+
+
+def _fsync_dir(directory: FsPath) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------------
+# Replay: pure
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """A node's state, replayed from the journal.
+
+    Attributes:
+        node: Node name.
+        state: see :class:`NodeState`.
+        step: the last step journaled for the node (None: none yet).
+        phase: that step's phase.
+        path: that step's path.
+        prior_cordoned: whether the node was cordoned before we touched it (None: not recorded).
+        we_cordoned: whether this change cordoned it (so only then do we uncordon).
+        backups: the original files, with hashes (empty until the backup step is done).
+        prior_config: the kubelet settings ``/configz`` showed before the change.
+        prior_allocatable: device allocatable before the change (``nvidia.com/gpu`` etc.).
+        files_touched: the apply step began, so node files may differ from the backups.
+        record: what the change writes on the node (paths, blob hashes, service, checkpoints),
+            so resume and rollback can rebuild it without the plan.
+        message: the last failure message, if any.
+    """
+
+    node: str
+    state: NodeState = NodeState.PENDING
+    step: Step | None = None
+    phase: Phase | None = None
+    path: Path | None = None
+    prior_cordoned: bool | None = None
+    we_cordoned: bool = False
+    backups: tuple[FileBackup, ...] = ()
+    prior_config: Mapping[str, Any] = field(default_factory=dict)
+    prior_allocatable: Mapping[str, str] = field(default_factory=dict)
+    files_touched: bool = False
+    message: str = ""
+    record: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (what ``status -o json`` prints per node)."""
+        return {
+            "node": self.node,
+            "state": self.state.value,
+            "step": self.step.value if self.step else None,
+            "phase": self.phase.value if self.phase else None,
+            "path": self.path.value if self.path else None,
+            "priorCordoned": self.prior_cordoned,
+            "weCordoned": self.we_cordoned,
+            "filesTouched": self.files_touched,
+            "backups": [
+                {"path": b.path, "existed": b.existed, "sha256": b.sha256} for b in self.backups
+            ],
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class ChangeStatus:
+    """The whole change, replayed.
+
+    Attributes:
+        change: change id.
+        nodes: node name -> status, in the order the change listed them.
+        outcome: ``running`` (no end recorded: in progress or crashed), or the recorded outcome
+            (``completed``, ``held``, ``stopped``, ``rolled-back``, ...).
+        message: the change-level message.
+        info: what the change-level ``begin`` recorded (plan, batches, canary).
+    """
+
+    change: str
+    nodes: Mapping[str, NodeStatus]
+    outcome: str = "running"
+    message: str = ""
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary."""
+        return {
+            "change": self.change,
+            "outcome": self.outcome,
+            "message": self.message,
+            "nodes": [s.to_dict() for s in self.nodes.values()],
+        }
+
+
+def replay(entries: Iterable[Entry], change: str = "") -> ChangeStatus:
+    """Every node's state after the given entries (pure).
+
+    Rules: any forward ``begin`` makes a node ``applying``; the forward ``uncordon`` done makes it
+    ``applied``; any restore-path ``begin`` makes it ``restoring``; the restore-path ``uncordon``
+    done makes it ``restored``; a restore-path ``failed`` makes it ``failed``. Cordon entries
+    carry the prior cordon state; backup entries carry the files' hashes.
+    """
+    nodes: dict[str, NodeStatus] = {}
+    outcome, message, info = "running", "", {}
+    for e in entries:
+        change = change or e.change
+        if e.node is None:
+            if e.step == CHANGE_STEP and e.phase is Phase.BEGIN:
+                info = dict(e.data)
+                outcome = "running"
+                for n in e.data.get("nodes", ()):
+                    nodes.setdefault(n, NodeStatus(node=n))
+            elif e.step == CHANGE_STEP:
+                outcome = str(e.data.get("outcome", e.phase.value))
+                message = str(e.data.get("message", ""))
+            continue
+        nodes[e.node] = _apply_entry(nodes.get(e.node, NodeStatus(node=e.node)), e)
+    return ChangeStatus(change=change, nodes=nodes, outcome=outcome, message=message, info=info)
+
+
+def _apply_entry(s: NodeStatus, e: Entry) -> NodeStatus:
+    try:
+        step = Step(e.step)
+    except ValueError:
+        return s  # an entry from a newer version: keep the state we know
+    path = e.path or Path.FORWARD
+    s = replace(s, step=step, phase=e.phase, path=path)
+    d = e.data
+    if step is Step.PREFLIGHT and e.phase is Phase.DONE:
+        s = replace(
+            s,
+            prior_config=dict(d.get("configz", {})),
+            prior_allocatable=dict(d.get("allocatable", {})),
+        )
+    if step is Step.CORDON and e.phase is Phase.BEGIN and s.prior_cordoned is None:
+        s = replace(s, prior_cordoned=bool(d.get("priorCordoned", False)))
+    if step is Step.CORDON and e.phase is Phase.DONE and d.get("cordonedByUs"):
+        s = replace(s, we_cordoned=True)
+    if step is Step.UNCORDON and e.phase is Phase.DONE and d.get("uncordoned"):
+        s = replace(s, we_cordoned=False)
+    if step is Step.BACKUP and e.phase is Phase.DONE:
+        s = replace(
+            s,
+            backups=tuple(FileBackup(**b) for b in d.get("files", ())),
+            record=dict(d.get("change", {})),
+        )
+    if step is Step.APPLY and e.phase is Phase.BEGIN:
+        s = replace(s, files_touched=True)
+    if e.phase is Phase.FAILED:
+        s = replace(s, message=str(d.get("message", "")))
+    if path is Path.FORWARD:
+        if step is Step.UNCORDON and e.phase is Phase.DONE:
+            return replace(s, state=NodeState.APPLIED)
+        if s.state in (NodeState.PENDING, NodeState.APPLYING):
+            return replace(s, state=NodeState.APPLYING)
+        return s
+    if e.phase is Phase.FAILED:
+        return replace(s, state=NodeState.FAILED)
+    if step is Step.UNCORDON and e.phase is Phase.DONE:
+        return replace(s, state=NodeState.RESTORED, files_touched=False)
+    return replace(s, state=NodeState.RESTORING)
+
+
+def forward_index(step: Step) -> int:
+    """Position of a step in :class:`Step` order (for 'was the step before X' questions)."""
+    return _FORWARD_ORDER[step]

@@ -1,0 +1,245 @@
+"""Plain data shared by planning, the journal and the orchestrator.
+
+Everything here is a frozen dataclass or an enum with no I/O, so the decisions made over it
+(which batch comes next, what a node's state is after a crash, what to restore) are pure
+functions that unit tests can drive with literals. The Kubernetes and Ansible adapters translate
+their objects into these types at the boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Step(StrEnum):
+    """A step on one node, in the order the forward path runs them.
+
+    The restore path reuses ``cordon``/``drain``/``uncordon`` and adds ``restore`` and
+    ``restore-verify``; the journal tells the two paths apart by the ``path`` of each entry.
+    """
+
+    PREFLIGHT = "preflight"
+    CORDON = "cordon"
+    DRAIN = "drain"
+    BACKUP = "backup"
+    APPLY = "apply"
+    VERIFY = "verify"
+    UNCORDON = "uncordon"
+    RESTORE = "restore"
+    RESTORE_VERIFY = "restore-verify"
+
+
+class Phase(StrEnum):
+    """Where a step is: journaled before it starts and again when it ends."""
+
+    BEGIN = "begin"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class Path(StrEnum):
+    """Which path a node step belongs to."""
+
+    FORWARD = "forward"
+    RESTORE = "restore"
+
+
+class NodeState(StrEnum):
+    """A node's state as replayed from the journal.
+
+    ``pending``: not touched yet. ``applying``: a forward step started and the node has not
+    yet finished (after a crash: ``rollout resume`` settles it). ``applied``: new config
+    verified and the node back to its prior cordon state. ``restoring``: a restore step
+    started. ``restored``: the previous files are back, verified, cordon state as before.
+    ``failed``: the restore itself failed; a human must look (the message says which step).
+    """
+
+    PENDING = "pending"
+    APPLYING = "applying"
+    APPLIED = "applied"
+    RESTORING = "restoring"
+    RESTORED = "restored"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class FileBackup:
+    """One node file as it was before the change.
+
+    Attributes:
+        path: node path.
+        existed: False when the change creates the file (restore removes it).
+        sha256: hex digest of the original bytes ("" when it did not exist).
+        mode: octal mode string such as ``"0644"``.
+        owner: file owner.
+        group: file group.
+    """
+
+    path: str
+    existed: bool
+    sha256: str = ""
+    mode: str = "0644"
+    owner: str = "root"
+    group: str = "root"
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What the facts playbook found on one node, reduced to what decisions need.
+
+    Attributes:
+        host: inventory host name.
+        node: the Kubernetes Node name it maps to.
+        distribution: distribution name (render's layout table).
+        cpu_model: CPU model string.
+        numa: NUMA layout, one CPU list string per NUMA node, in node order.
+        gpu_model: ``vendor:device`` of the GPUs ("" when none).
+        files: current kubelet files: path -> bytes (None: absent).
+        file_meta: path -> (mode, owner, group) of existing files.
+    """
+
+    host: str
+    node: str
+    distribution: str
+    cpu_model: str = ""
+    numa: tuple[str, ...] = ()
+    gpu_model: str = ""
+    files: Mapping[str, bytes | None] = field(default_factory=dict)
+    file_meta: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeChange:
+    """What the change does to one node: computed by render before anything is touched.
+
+    Attributes:
+        node: Node name.
+        host: inventory host.
+        files: path -> new bytes.
+        removed: paths the change deletes.
+        checkpoint_reset: checkpoint files to remove while the kubelet is stopped.
+        expected: the effective kubelet settings ``/configz`` must show afterwards.
+        service: the kubelet's systemd unit.
+        mode: path -> (mode, owner, group) for written files.
+        before: path -> bytes before the change, for every touched path (None: absent).
+        before_meta: path -> (mode, owner, group) before the change.
+        healthz_url: the kubelet's healthz endpoint on the node (the playbook waits on it).
+    """
+
+    node: str
+    host: str
+    files: Mapping[str, bytes]
+    removed: tuple[str, ...] = ()
+    checkpoint_reset: tuple[str, ...] = ()
+    expected: Mapping[str, object] = field(default_factory=dict)
+    service: str = "kubelet"
+    mode: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
+    before: Mapping[str, bytes | None] = field(default_factory=dict)
+    before_meta: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
+    healthz_url: str = "http://127.0.0.1:10248/healthz"
+
+    @property
+    def touched(self) -> tuple[str, ...]:
+        """Every path the change writes or removes, sorted."""
+        return tuple(sorted({*self.files, *self.removed}))
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """A pod as the drain sees it.
+
+    Attributes:
+        namespace: namespace.
+        name: name.
+        node: node it runs on.
+        uid: metadata.uid (a StatefulSet pod comes back with the same name, not the same uid).
+        labels: labels (PDB selectors match against them).
+        daemonset: owned by a DaemonSet (not evicted, like ``--ignore-daemonsets``).
+        mirror: a static pod's mirror (cannot be evicted).
+        cpu_millis: CPU requests, for the capacity check.
+        memory_bytes: memory requests, for the capacity check.
+    """
+
+    namespace: str
+    name: str
+    node: str = ""
+    uid: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    daemonset: bool = False
+    mirror: bool = False
+    cpu_millis: int = 0
+    memory_bytes: int = 0
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class PdbRef:
+    """A PodDisruptionBudget, reduced to what preflight and drain messages need.
+
+    Attributes:
+        namespace: namespace.
+        name: name.
+        selector: matchLabels (matchExpressions are treated as matching nothing we can prove).
+        disruptions_allowed: ``status.disruptionsAllowed``.
+        expected_pods: ``status.expectedPods``.
+        min_available: ``spec.minAvailable`` when an integer.
+    """
+
+    namespace: str
+    name: str
+    selector: Mapping[str, str]
+    disruptions_allowed: int
+    expected_pods: int = 0
+    min_available: int | None = None
+
+    def matches(self, pod: PodRef) -> bool:
+        """Whether this PDB selects the pod (same namespace, every matchLabel present)."""
+        return (
+            pod.namespace == self.namespace
+            and bool(self.selector)
+            and all(pod.labels.get(k) == v for k, v in self.selector.items())
+        )
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A Node as the orchestrator sees it.
+
+    Attributes:
+        name: Node name.
+        unschedulable: ``spec.unschedulable`` (cordoned).
+        ready: the Ready condition is True.
+        allocatable: extended and core allocatable, as strings (``nvidia.com/gpu: "8"``).
+        cpu_millis: allocatable CPU, for the capacity check.
+        memory_bytes: allocatable memory, for the capacity check.
+    """
+
+    name: str
+    unschedulable: bool = False
+    ready: bool = True
+    allocatable: Mapping[str, str] = field(default_factory=dict)
+    cpu_millis: int = 0
+    memory_bytes: int = 0
+
+
+class VerdictStatus(StrEnum):
+    """Argo-style four-valued verdict."""
+
+    SUCCESSFUL = "Successful"
+    FAILED = "Failed"
+    INCONCLUSIVE = "Inconclusive"
+    ERROR = "Error"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a gate decided, with a reason a human can read."""
+
+    status: VerdictStatus
+    reason: str

@@ -1,0 +1,362 @@
+"""Pure planning: the plan's ``strategy`` section, batches, and preflight checks over plain data.
+
+Why pure: preflight is what stands between an operator's plan and production nodes, and it must
+say exactly why it refuses (naming the odd node, the blocking PodDisruptionBudget, the missing
+capacity).
+Keeping it free of I/O means every rule is a table-driven unit test; the orchestrator only gathers
+the facts (nodes, pods, PDBs, ResourceSlices) and hands them in.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollout.errors import InputError, Location
+from rollout.models import NodeFacts, NodeInfo, PdbRef, PodRef
+
+STRATEGY_KEYS = ("canaryGroup", "maxUnavailable", "drain", "batches")
+DRAIN_KEYS = ("timeout", "backoffCap", "disableEviction", "gracePeriod")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+@dataclass(frozen=True)
+class DrainPolicy:
+    """How a node is drained.
+
+    Attributes:
+        timeout_s: give up on a node's drain after this long (the node is then restored).
+        backoff_initial_s: first wait after a 429.
+        backoff_cap_s: the longest wait between eviction attempts of one pod.
+        disable_eviction: delete pods instead of evicting them (bypasses PDBs; only when asked).
+        grace_period_s: termination grace period for evicted pods (None: the pod's own).
+    """
+
+    timeout_s: float = 120.0
+    backoff_initial_s: float = 0.5
+    backoff_cap_s: float = 10.0
+    disable_eviction: bool = False
+    grace_period_s: int | None = None
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """The plan's ``strategy`` section.
+
+    Attributes:
+        canary_group: the inventory group holding the canary nodes.
+        max_unavailable: how many nodes are changed at once.
+        drain: drain policy.
+        batches: optional sizes of the batches after the canary (default: ``max_unavailable``).
+    """
+
+    canary_group: str = "canary"
+    max_unavailable: int = 1
+    drain: DrainPolicy = field(default_factory=DrainPolicy)
+    batches: tuple[int, ...] = ()
+
+
+def parse_duration(value: Any, where: Location) -> float:
+    """Seconds from ``30``, ``"30s"``, ``"2m"``, ``"500ms"``, ``"1h"``.
+
+    Raises:
+        InputError: not a duration (location named).
+    """
+    if isinstance(value, bool):
+        raise InputError(f"not a duration: {value!r}", where)
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        m = _DURATION.match(str(value))
+        if not m:
+            raise InputError(f"not a duration: {value!r} (use e.g. 30s, 2m)", where)
+        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    if seconds <= 0:
+        raise InputError(f"must be positive, got {value!r}", where)
+    return seconds
+
+
+def parse_strategy(
+    raw: Mapping[str, Any],
+    location: Callable[[str], Location],
+    node_count: int | None = None,
+) -> Strategy:
+    """Parse the plan's ``strategy`` section.
+
+    Args:
+        raw: the raw section (may be empty: defaults apply).
+        location: maps a dotted field (``strategy.drain.timeout``) to a file/line location.
+        node_count: total number of nodes, to resolve a percentage ``maxUnavailable``.
+
+    Raises:
+        InputError: unknown field or bad value, with file, field and line.
+    """
+    for k in raw:
+        if k not in STRATEGY_KEYS:
+            raise InputError(
+                f"unknown field; valid: {', '.join(STRATEGY_KEYS)}", location(f"strategy.{k}")
+            )
+    group = raw.get("canaryGroup", "canary")
+    if not isinstance(group, str) or not group:
+        raise InputError("must be a non-empty string", location("strategy.canaryGroup"))
+    mu = _max_unavailable(raw.get("maxUnavailable", 1), location, node_count)
+    drain_raw = raw.get("drain") or {}
+    if not isinstance(drain_raw, Mapping):
+        raise InputError("must be a mapping", location("strategy.drain"))
+    for k in drain_raw:
+        if k not in DRAIN_KEYS:
+            raise InputError(
+                f"unknown field; valid: {', '.join(DRAIN_KEYS)}", location(f"strategy.drain.{k}")
+            )
+    d = DrainPolicy()
+    timeout = d.timeout_s
+    if "timeout" in drain_raw:
+        timeout = parse_duration(drain_raw["timeout"], location("strategy.drain.timeout"))
+    cap = d.backoff_cap_s
+    if "backoffCap" in drain_raw:
+        cap = parse_duration(drain_raw["backoffCap"], location("strategy.drain.backoffCap"))
+    disable = drain_raw.get("disableEviction", False)
+    if not isinstance(disable, bool):
+        raise InputError("must be true or false", location("strategy.drain.disableEviction"))
+    grace = drain_raw.get("gracePeriod")
+    if grace is not None:
+        grace = int(parse_duration(grace, location("strategy.drain.gracePeriod")))
+    batches_raw = raw.get("batches") or []
+    if not isinstance(batches_raw, list) or not all(
+        isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in batches_raw
+    ):
+        raise InputError("must be a list of positive batch sizes", location("strategy.batches"))
+    return Strategy(
+        canary_group=group,
+        max_unavailable=mu,
+        drain=DrainPolicy(
+            timeout_s=timeout,
+            backoff_initial_s=min(d.backoff_initial_s, cap),
+            backoff_cap_s=cap,
+            disable_eviction=disable,
+            grace_period_s=grace,
+        ),
+        batches=tuple(batches_raw),
+    )
+
+
+def _max_unavailable(
+    value: Any, location: Callable[[str], Location], node_count: int | None
+) -> int:
+    where = location("strategy.maxUnavailable")
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise InputError(f"must be at least 1, got {value}", where)
+        return value
+    if isinstance(value, str) and value.endswith("%"):
+        try:
+            pct = float(value[:-1])
+        except ValueError as e:
+            raise InputError(f"not a percentage: {value!r}", where) from e
+        if not 0 < pct <= 100:
+            raise InputError(f"must be between 0% and 100%, got {value}", where)
+        return max(1, int((node_count or 1) * pct / 100))
+    raise InputError(f"must be a positive integer or a percentage, got {value!r}", where)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Nodes changed together.
+
+    Attributes:
+        nodes: Node names.
+        canary: part of the canary group (the gate runs after the last canary batch).
+    """
+
+    nodes: tuple[str, ...]
+    canary: bool
+
+
+def make_batches(
+    nodes: Sequence[str], canary: Sequence[str], strategy: Strategy, canary_only: bool
+) -> list[Batch]:
+    """Split nodes into batches: canary nodes first (``maxUnavailable`` at a time), then the rest.
+
+    Args:
+        nodes: every node of the change, in inventory order.
+        canary: the canary group's nodes.
+        strategy: batch sizes.
+        canary_only: stop after the canary (``--canary``).
+    """
+    size = strategy.max_unavailable
+    canary_set = set(canary)
+    first = [n for n in nodes if n in canary_set]
+    out = [Batch(tuple(first[i : i + size]), True) for i in range(0, len(first), size)]
+    if canary_only:
+        return out
+    rest = [n for n in nodes if n not in canary_set]
+    sizes = list(strategy.batches)
+    i = 0
+    while i < len(rest):
+        n = sizes.pop(0) if sizes else size
+        out.append(Batch(tuple(rest[i : i + n]), False))
+        i += n
+    return out
+
+
+def backoff_delay(attempt: int, initial_s: float, cap_s: float) -> float:
+    """Capped exponential backoff: the wait before retry ``attempt`` (0-based) of an eviction.
+
+    The API server sends no Retry-After on a PDB refusal (kubernetes #36409), so we pick our own.
+    """
+    return float(min(cap_s, initial_s * (2 ** max(0, attempt))))
+
+
+# ---------------------------------------------------------------------------------------------
+# Preflight checks: each returns human-readable problems; empty means fine.
+
+
+def _signature(f: NodeFacts) -> dict[str, str]:
+    return {
+        "CPU model": f.cpu_model or "?",
+        "NUMA layout": ";".join(f.numa) or "?",
+        "GPU model": f.gpu_model or "none",
+    }
+
+
+def check_homogeneous(facts: Sequence[NodeFacts]) -> list[str]:
+    """The canary group must be alike (CPU model, NUMA layout, GPU model), or its verdict means
+    nothing for the rest. Names each odd node and what differs from the majority."""
+    if len(facts) < 2:
+        return []
+    sigs = {f.node: _signature(f) for f in facts}
+    problems = []
+    for attr in ("CPU model", "NUMA layout", "GPU model"):
+        counts = Counter(s[attr] for s in sigs.values())
+        if len(counts) == 1:
+            continue
+        common, _ = counts.most_common(1)[0]
+        for node, s in sigs.items():
+            if s[attr] != common:
+                problems.append(
+                    f"canary group is not homogeneous: node {node} has {attr} {s[attr]!r}, "
+                    f"the others {common!r}"
+                )
+    return problems
+
+
+@dataclass(frozen=True)
+class PdbBlock:
+    """A PodDisruptionBudget that would block the drain of one node.
+
+    Attributes:
+        node: the node being drained.
+        pdb: ``namespace/name`` of the budget.
+        pods: the pods it protects on that node.
+        reason: why it would block.
+    """
+
+    node: str
+    pdb: str
+    pods: tuple[str, ...]
+    reason: str
+
+    def describe(self) -> str:
+        """One line for the operator."""
+        return (
+            f"node {self.node}: PodDisruptionBudget {self.pdb} would block eviction of "
+            f"{', '.join(self.pods)}: {self.reason}"
+        )
+
+
+def evictable(pods: Sequence[PodRef]) -> list[PodRef]:
+    """The pods a drain evicts: not DaemonSet-owned, not static mirrors."""
+    return [p for p in pods if not p.daemonset and not p.mirror]
+
+
+def blocking_pdbs(node: str, pods: Sequence[PodRef], pdbs: Sequence[PdbRef]) -> list[PdbBlock]:
+    """PDBs that would refuse an eviction from ``node`` now (``disruptionsAllowed`` 0, or
+    ``minAvailable`` at or above the expected pods, which can never be satisfied)."""
+    out = []
+    for pdb in pdbs:
+        hit = tuple(p.key for p in evictable(pods) if pdb.matches(p))
+        if not hit:
+            continue
+        if pdb.min_available is not None and pdb.min_available >= max(pdb.expected_pods, 1):
+            reason = (
+                f"minAvailable {pdb.min_available} >= {pdb.expected_pods} expected pods "
+                "(can never allow a disruption)"
+            )
+        elif pdb.disruptions_allowed <= 0:
+            reason = "ALLOWED DISRUPTIONS is 0"
+        elif pdb.disruptions_allowed < len(hit):
+            reason = f"allows {pdb.disruptions_allowed} disruption(s) for {len(hit)} pods here"
+        else:
+            continue
+        out.append(PdbBlock(node, f"{pdb.namespace}/{pdb.name}", hit, reason))
+    return out
+
+
+def check_capacity(
+    batch: Sequence[str],
+    nodes: Mapping[str, NodeInfo],
+    pods_by_node: Mapping[str, Sequence[PodRef]],
+) -> list[str]:
+    """Whether the nodes left schedulable while ``batch`` is drained can take its evicted pods.
+
+    A sum over CPU and memory requests, not a bin-packing: it catches the clear cases (a cluster
+    with no room left) without pretending to be the scheduler.
+    """
+    moving = [p for n in batch for p in evictable(pods_by_node.get(n, ()))]
+    need_cpu = sum(p.cpu_millis for p in moving)
+    need_mem = sum(p.memory_bytes for p in moving)
+    if not moving or (need_cpu == 0 and need_mem == 0):
+        return []
+    free_cpu = free_mem = 0
+    for name, info in nodes.items():
+        if name in batch or info.unschedulable or not info.ready:
+            continue
+        used = pods_by_node.get(name, ())
+        free_cpu += max(0, info.cpu_millis - sum(p.cpu_millis for p in used))
+        free_mem += max(0, info.memory_bytes - sum(p.memory_bytes for p in used))
+    problems = []
+    if need_cpu > free_cpu:
+        problems.append(
+            f"not enough CPU left for the pods evicted from {', '.join(batch)}: "
+            f"they request {need_cpu}m, the other schedulable nodes have {free_cpu}m free"
+        )
+    if need_mem > free_mem:
+        problems.append(
+            f"not enough memory left for the pods evicted from {', '.join(batch)}: "
+            f"they request {need_mem} bytes, the other schedulable nodes have {free_mem} free"
+        )
+    return problems
+
+
+def device_resources(allocatable: Mapping[str, str]) -> dict[str, str]:
+    """Extended resources a device plugin advertises (``vendor.com/name``), with their value."""
+    return {
+        k: v
+        for k, v in allocatable.items()
+        if "/" in k and not k.startswith(("hugepages-", "kubernetes.io/", "k8s.io/"))
+    }
+
+
+def check_double_ownership(
+    node: str, allocatable: Mapping[str, str], dra_drivers: Sequence[str]
+) -> list[str]:
+    """Exactly one allocation path must own each device: refuse a node where a device plugin
+    advertises ``vendor.com/x`` while a DRA driver of the same vendor domain publishes
+    ResourceSlices for the node."""
+    problems = []
+    for resource, value in sorted(device_resources(allocatable).items()):
+        if value in ("0", ""):
+            continue
+        domain = resource.split("/", 1)[0]
+        for driver in dra_drivers:
+            if driver == domain or driver.endswith("." + domain):
+                problems.append(
+                    f"node {node}: device plugin resource {resource}={value} and DRA driver "
+                    f"{driver} (ResourceSlices) both manage the same devices; exactly one "
+                    "allocation path must own each device"
+                )
+    return problems

@@ -1,0 +1,154 @@
+"""The small interfaces the orchestrator talks to the world through.
+
+Why: the apply / rollback loop makes the decisions operators care about (what to restore, when to
+uncordon, when to stop). Behind these Protocols the loop runs against the real API server and
+Ansible in production and in the lab, and against tiny in-memory fakes in unit tests. Each method is
+one round trip; retries of transient failures belong to the adapters, decisions to the loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+from rollout.models import NodeChange, NodeInfo, PodRef, Verdict
+
+
+class Eviction(StrEnum):
+    """The outcome of one eviction request."""
+
+    EVICTED = "evicted"  # 200/201: the pod is being deleted
+    BLOCKED = "blocked"  # 429: a PodDisruptionBudget (or rate limit) refuses it now
+    GONE = "gone"  # 404: already gone
+
+
+@dataclass(frozen=True)
+class EvictionResult:
+    """One eviction attempt: outcome and the API server's message (for 429: why)."""
+
+    outcome: Eviction
+    message: str = ""
+
+
+class Cluster(Protocol):
+    """Node-level operations on the cluster; never a write to a workload."""
+
+    def node(self, name: str) -> NodeInfo:
+        """The Node's cordon state, readiness and allocatable."""
+        ...
+
+    def cordon(self, name: str) -> None:
+        """Set ``spec.unschedulable``."""
+        ...
+
+    def uncordon(self, name: str) -> None:
+        """Clear ``spec.unschedulable``."""
+        ...
+
+    def pods_on_node(self, name: str) -> list[PodRef]:
+        """Every pod bound to the node."""
+        ...
+
+    def evict(self, pod: PodRef, grace_period_s: int | None) -> EvictionResult:
+        """One Eviction API request (honours PDBs)."""
+        ...
+
+    def delete_pod(self, pod: PodRef, grace_period_s: int | None) -> None:
+        """Delete the pod (``--disable-eviction`` only: bypasses PDBs)."""
+        ...
+
+    def pod_gone(self, pod: PodRef) -> bool:
+        """Whether the pod (this uid) no longer exists."""
+        ...
+
+    def pdbs_for(self, pod: PodRef) -> list[str]:
+        """``namespace/name`` of the PodDisruptionBudgets selecting the pod."""
+        ...
+
+    def healthz(self, node: str) -> bool:
+        """The kubelet's ``/healthz`` through the node proxy says ok."""
+        ...
+
+    def configz(self, node: str) -> Mapping[str, Any]:
+        """The running kubelet's configuration (``/configz`` through the node proxy)."""
+        ...
+
+
+class Lock(Protocol):
+    """The cluster-wide lock (a Lease), renewed while held."""
+
+    def acquire(self, change_id: str) -> None:
+        """Take the lock for this change (a lock already held by the same change is ours).
+
+        Raises:
+            LockHeldError: another change holds it; the message names the holder.
+        """
+        ...
+
+    def release(self) -> None:
+        """Give the lock back (only if we hold it)."""
+        ...
+
+
+@dataclass(frozen=True)
+class RestoreFile:
+    """One file to put back: bytes (None: remove it, the change created it) and metadata."""
+
+    path: str
+    content: bytes | None
+    mode: str = "0644"
+    owner: str = "root"
+    group: str = "root"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a playbook run did on one node."""
+
+    ok: bool
+    message: str = ""
+    changed: bool = False
+
+
+class NodeRunner(Protocol):
+    """Changes files on nodes (the apply and restore playbooks)."""
+
+    def apply(self, change: NodeChange, change_id: str, backup_dir: str) -> RunResult:
+        """Back up, write the files, reset checkpoints, restart the kubelet, wait for healthz."""
+        ...
+
+    def restore(
+        self,
+        change: NodeChange,
+        change_id: str,
+        files: Sequence[RestoreFile],
+    ) -> RunResult:
+        """Put the files back byte for byte, reset checkpoints, restart, wait for healthz."""
+        ...
+
+
+class Clock(Protocol):
+    """Time, as a parameter (tests pass a fake that advances on sleep)."""
+
+    def now(self) -> datetime:
+        """Wall-clock time (journal timestamps)."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a monotonic clock (deadlines)."""
+        ...
+
+    def sleep(self, seconds: float) -> None:
+        """Wait."""
+        ...
+
+
+class Gate(Protocol):
+    """Decides after the canary batch whether the rollout may go on (issue 5 plugs in here)."""
+
+    def evaluate(self, change_id: str, nodes: Sequence[str]) -> Verdict:
+        """Verdict over the canary nodes."""
+        ...

@@ -1,0 +1,114 @@
+"""Proving a node healthy after a kubelet restart: the running config, not the file on disk.
+
+Why: a kubelet that started is not a kubelet that took our settings (a drop-in may override it, a
+flag may win), and a kubelet that took them may not have re-registered its devices yet
+(``UnexpectedAdmissionError`` storms, kubernetes #133382). So a node passes only when ``/healthz``
+says ok, the Node is Ready, ``/configz`` through the node proxy shows the expected policy, scope
+and reservation, and every device resource is back to its value from before the change. The same
+check, with the previous settings, proves a restore.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from rollout.errors import NodeOperationError, RolloutError
+from rollout.kubelet.cpuset import CPUSetError, parse
+from rollout.planning import device_resources
+from rollout.protocols import Clock, Cluster
+
+WATCHED = (
+    "cpuManagerPolicy",
+    "topologyManagerPolicy",
+    "topologyManagerScope",
+    "reservedSystemCPUs",
+    "memoryManagerPolicy",
+    "reservedMemory",
+    "cpuManagerPolicyOptions",
+    "topologyManagerPolicyOptions",
+)
+"""The settings we compare in ``/configz``: those this tool changes."""
+
+_CPUSET_KEYS = ("reservedSystemCPUs",)
+
+
+def config_subset(configz: Mapping[str, Any], keys: tuple[str, ...] = WATCHED) -> dict[str, Any]:
+    """The watched settings from a ``/configz`` body (``{"kubeletconfig": {...}}`` or flat)."""
+    cfg = configz.get("kubeletconfig", configz)
+    if not isinstance(cfg, Mapping):
+        return {}
+    return {k: cfg[k] for k in keys if k in cfg}
+
+
+def _same(key: str, want: Any, got: Any) -> bool:
+    if key in _CPUSET_KEYS and isinstance(want, str) and isinstance(got, str):
+        try:
+            return parse(want) == parse(got)
+        except CPUSetError:
+            return want == got
+    if want in (None, "", {}, []) and got in (None, "", {}, []):
+        return True
+    return json.dumps(want, sort_keys=True) == json.dumps(got, sort_keys=True)
+
+
+def config_mismatches(expected: Mapping[str, Any], configz: Mapping[str, Any]) -> list[str]:
+    """What differs between the expected settings and a ``/configz`` body (pure)."""
+    got = config_subset(configz, tuple(expected))
+    out = []
+    for key, want in expected.items():
+        if not _same(key, want, got.get(key)):
+            out.append(f"/configz shows {key}={got.get(key)!r}, expected {want!r}")
+    return out
+
+
+def device_mismatches(before: Mapping[str, str], now: Mapping[str, str]) -> list[str]:
+    """Device resources not back to their pre-change allocatable (pure)."""
+    current = device_resources(now)
+    return [
+        f"allocatable {k}={current.get(k, '0')!r}, was {v!r} before the change"
+        for k, v in sorted(before.items())
+        if current.get(k, "0") != v
+    ]
+
+
+def verify(
+    cluster: Cluster,
+    node: str,
+    expected: Mapping[str, Any],
+    devices_before: Mapping[str, str],
+    clock: Clock,
+    timeout_s: float,
+    poll_s: float = 0.5,
+) -> None:
+    """Wait until the node is healthy with the expected config, or raise naming what is off.
+
+    Raises:
+        NodeOperationError: still not right at the timeout; the last problems are named.
+    """
+    deadline = clock.monotonic() + timeout_s
+    while True:
+        problems = _problems(cluster, node, expected, devices_before)
+        if not problems:
+            return
+        if clock.monotonic() >= deadline:
+            raise NodeOperationError(
+                f"verify of node {node} failed after {timeout_s:g}s: " + "; ".join(problems)
+            )
+        clock.sleep(poll_s)
+
+
+def _problems(
+    cluster: Cluster, node: str, expected: Mapping[str, Any], devices_before: Mapping[str, str]
+) -> list[str]:
+    try:
+        if not cluster.healthz(node):
+            return ["kubelet /healthz is not ok"]
+        info = cluster.node(node)
+        if not info.ready:
+            return [f"Node {node} is not Ready"]
+        problems = config_mismatches(expected, cluster.configz(node))
+        return problems + device_mismatches(devices_before, info.allocatable)
+    except RolloutError as e:
+        return [str(e)]
