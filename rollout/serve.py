@@ -1,0 +1,278 @@
+"""``rollout serve``: an Alertmanager webhook that rolls a change back, and the gate's metrics.
+
+Why: the gate is not the only thing that can know a change is bad. A team that already alerts on
+``kubelet_admission_rejections_total`` (see ``deploy/prometheus-rule.yaml``) should be able to
+route that alert here and have the named change rolled back, outside a change window and while a
+manual gate is pending (flagger #1801: failed checks piled up behind a pending gate and nothing
+rolled back).
+
+Rules, because a webhook that rolls back production nodes must be boring:
+
+* **Authenticated.** ``Authorization: Bearer <token>`` with the token from ``--token-file``;
+  anything else gets ``401`` and changes nothing (not even the dedup memory).
+* **Idempotent.** Alertmanager re-sends firing alerts on every ``repeat_interval`` and on every
+  group change; the same alert (by ``fingerprint``, or by its labels when there is none) triggers
+  at most one rollback, and one change is rolled back at most once per server.
+* **The change is named by the alert**: label ``change_id`` (or annotation ``change_id``); nodes,
+  when the alert names one, by label ``node`` (never guessed from ``instance``). Alerts that name
+  no change are acknowledged and ignored, with the reason in the response.
+
+Both payload shapes are accepted: the webhook receiver's ``{"version": "4", "alerts": [...]}`` on
+any path (``/webhook``) and the Alertmanager API's bare list on ``POST /api/v2/alerts``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from rollout.errors import InputError, Location, RolloutError
+
+#: Names of the metrics rollout exports (the monitoring assets are checked against this list).
+ROLLOUT_METRICS = (
+    "rollout_gate_rejections_seen_total",
+    "rollout_gate_verdicts_total",
+    "rollout_node_state",
+    "rollout_rollbacks_total",
+    "rollout_webhook_requests_total",
+)
+
+
+class RollbackTrigger(Protocol):
+    """Starts the rollback of a change (the orchestrator's rollback, or a fake in tests).
+
+    ``nodes`` None means every node the change touched.
+    """
+
+    def __call__(self, change_id: str, nodes: Sequence[str] | None, reason: str) -> None: ...
+
+
+class GateMetrics:
+    """The gate's Prometheus metrics, in a registry of their own (never the global one)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.rejections = Counter(
+            "rollout_gate_rejections_seen",
+            "Pod admission rejections the gate saw on changed nodes, after per-owner dedup.",
+            ["node", "reason"],
+            registry=self.registry,
+        )
+        self.verdicts = Counter(
+            "rollout_gate_verdicts",
+            "Gate verdicts, by outcome.",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.node_state = Gauge(
+            "rollout_node_state",
+            "1 for the state each node of the change is in (applied, rolled-back, failed, ...).",
+            ["node", "state"],
+            registry=self.registry,
+        )
+        self.rollbacks = Counter(
+            "rollout_rollbacks",
+            "Rollbacks started, by trigger (gate, webhook, manual).",
+            ["trigger"],
+            registry=self.registry,
+        )
+        self.requests = Counter(
+            "rollout_webhook_requests",
+            "Webhook requests, by HTTP status code.",
+            ["code"],
+            registry=self.registry,
+        )
+
+    def set_node_state(self, node: str, state: str, states: Sequence[str]) -> None:
+        """Mark ``node`` as being in ``state`` (and in none of the other ``states``)."""
+        for s in states:
+            self.node_state.labels(node=node, state=s).set(1 if s == state else 0)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+@dataclass(frozen=True)
+class AlertOutcome:
+    """What the receiver did with one alert."""
+
+    fingerprint: str
+    change_id: str | None
+    action: str  # rolled-back | duplicate | already-rolled-back | ignored | resolved | failed
+    detail: str = ""
+
+
+def fingerprint_of(alert: Mapping[str, Any]) -> str:
+    """Alertmanager's fingerprint, or a stable hash of the labels when there is none."""
+    fp = alert.get("fingerprint")
+    if isinstance(fp, str) and fp:
+        return fp
+    labels = alert.get("labels") or {}
+    blob = json.dumps(labels, sort_keys=True, separators=(",", ":"))
+    return "labels:" + hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class AlertReceiver:
+    """Dedup and dispatch of alerts; thread-safe, independent of HTTP."""
+
+    def __init__(self, trigger: RollbackTrigger, metrics: GateMetrics | None = None) -> None:
+        self._trigger = trigger
+        self._metrics = metrics or GateMetrics()
+        self._lock = threading.Lock()
+        self._seen: set[str] = set()
+        self._rolled_back: set[str] = set()
+
+    @property
+    def metrics(self) -> GateMetrics:
+        return self._metrics
+
+    def receive(self, alerts: Sequence[Mapping[str, Any]]) -> list[AlertOutcome]:
+        """Handle the alerts of one request, in order."""
+        out = []
+        for alert in alerts:
+            out.append(self._one(alert))
+        return out
+
+    def _one(self, alert: Mapping[str, Any]) -> AlertOutcome:
+        fp = fingerprint_of(alert)
+        labels = alert.get("labels") or {}
+        annotations = alert.get("annotations") or {}
+        change = labels.get("change_id") or annotations.get("change_id")
+        status = alert.get("status", "firing")
+        if status != "firing":
+            return AlertOutcome(fp, change, "resolved", "only firing alerts trigger a rollback")
+        if not change:
+            return AlertOutcome(fp, None, "ignored", "the alert names no change (label change_id)")
+        node = labels.get("node")
+        nodes = [node] if isinstance(node, str) and node else None
+        name = labels.get("alertname", "alert")
+        with self._lock:
+            if fp in self._seen:
+                return AlertOutcome(fp, change, "duplicate", "this alert already triggered")
+            if change in self._rolled_back:
+                self._seen.add(fp)
+                return AlertOutcome(fp, change, "already-rolled-back", "")
+            try:
+                self._trigger(change, nodes, f"alert {name} ({fp}) fired")
+            except RolloutError as e:
+                # Not remembered: Alertmanager's next delivery retries.
+                return AlertOutcome(fp, change, "failed", str(e))
+            self._seen.add(fp)
+            self._rolled_back.add(change)
+            self._metrics.rollbacks.labels(trigger="webhook").inc()
+        return AlertOutcome(fp, change, "rolled-back", f"alert {name}")
+
+
+def read_token(path: str | Path) -> str:
+    """Read the bearer token; an unreadable or empty file is bad input."""
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as e:
+        raise InputError(f"cannot read the token: {e.strerror}", Location(str(path))) from e
+    if not token:
+        raise InputError("the token file is empty", Location(str(path)))
+    return token
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` → (host, port); only loopback hosts are accepted without a proxy in front."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise InputError(f"--listen must be HOST:PORT, not {value!r}", Location(field="--listen"))
+    return host.strip("[]"), int(port)
+
+
+def make_server(
+    listen: tuple[str, int], token: str, receiver: AlertReceiver
+) -> ThreadingHTTPServer:
+    """Build (not start) the HTTP server: POST webhook/alerts with the token, GET /metrics."""
+    expected = f"Bearer {token}".encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "rollout-serve"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+        def _reply(self, code: int, body: bytes, ctype: str = "application/json") -> None:
+            receiver.metrics.requests.labels(code=str(code)).inc()
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            if code == 401:
+                self.send_header("WWW-Authenticate", 'Bearer realm="rollout"')
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _json(self, code: int, obj: Any) -> None:
+            self._reply(code, json.dumps(obj).encode())
+
+        def do_GET(self) -> None:
+            if self.path == "/metrics":
+                self._reply(200, receiver.metrics.exposition(), CONTENT_TYPE_LATEST)
+            elif self.path == "/healthz":
+                self._reply(200, b"ok", "text/plain")
+            else:
+                self._json(404, {"error": "not found"})
+
+        def do_POST(self) -> None:
+            given = (self.headers.get("Authorization") or "").encode()
+            if not hmac.compare_digest(given, expected):
+                self._json(401, {"error": "missing or wrong bearer token"})
+                return
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+                payload = json.loads(self.rfile.read(length) or b"null")
+            except ValueError as e:
+                self._json(400, {"error": f"body is not JSON: {e}"})
+                return
+            if isinstance(payload, list):
+                alerts = payload
+            elif isinstance(payload, dict) and isinstance(payload.get("alerts"), list):
+                alerts = payload["alerts"]
+            else:
+                self._json(400, {"error": "expected Alertmanager's payload with 'alerts'"})
+                return
+            if not all(isinstance(a, dict) for a in alerts):
+                self._json(400, {"error": "every alert must be an object"})
+                return
+            outcomes = receiver.receive(alerts)
+            code = 500 if any(o.action == "failed" for o in outcomes) else 200
+            self._json(code, {"alerts": [o.__dict__ for o in outcomes]})
+
+    return ThreadingHTTPServer(listen, Handler)
+
+
+def orchestrator_trigger(make: Callable[[], RollbackTrigger] | None = None) -> RollbackTrigger:
+    """The trigger that calls the orchestrator's rollback, imported only when first used."""
+
+    def trigger(change_id: str, nodes: Sequence[str] | None, reason: str) -> None:
+        fn = make() if make else _orchestrator_rollback()
+        fn(change_id, nodes, reason)
+
+    return trigger
+
+
+def _orchestrator_rollback() -> RollbackTrigger:
+    from rollout.errors import ExternalError
+
+    try:
+        from rollout import orchestrator
+    except ImportError as e:
+        raise ExternalError("the orchestrator (rollout.orchestrator) is not installed") from e
+    fn = getattr(orchestrator, "trigger_rollback", None)
+    if fn is None:
+        raise ExternalError(
+            "rollout.orchestrator has no trigger_rollback(change_id, nodes, reason)"
+        )
+    return fn  # type: ignore[no-any-return]
