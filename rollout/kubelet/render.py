@@ -180,17 +180,26 @@ def render(
             Location(field="method"),
         )
     before = effective(node)
+    # Decide against the node without our own files, so rendering again gives the same bytes.
+    ours_paths = [p for p in (dist.our_dropin, dist.our_unit_dropin, dist.nodeadm_file) if p]
+    if before.config_dir and dist.our_dropin:
+        ours_paths.append(f"{before.config_dir.rstrip('/')}/{Path(dist.our_dropin).name}")
+    base = (
+        effective(node.with_files(dict.fromkeys(ours_paths)))
+        if any(p in node.files for p in ours_paths)
+        else before
+    )
     desired: dict[str, Any] = dict(intent.fields)
     delete: list[str] = []
     warnings: list[str] = list(intent.warnings)
 
     rsc = desired.get("reservedSystemCPUs")
     if isinstance(rsc, str) and rsc.strip():
-        _resolve_cgroups(dist, method, before, desired, delete, warnings)
+        _resolve_cgroups(dist, method, base, desired, delete, warnings)
         count = len(cpuset.parse(rsc))
         for section in ("kubeReserved", "systemReserved"):
-            cur = (before.config.get(section) or {}).get("cpu")
-            origin = before.origins.get(section)
+            cur = (base.config.get(section) or {}).get("cpu")
+            origin = base.origins.get(section)
             if cur is not None and origin and origin.kind != "default" and section not in desired:
                 where = f"{origin.file}:{origin.line}" if origin.line else str(origin.file)
                 warnings.append(
@@ -203,7 +212,13 @@ def render(
     updates: dict[str, bytes] = {}
     daemon_reload = False
     if method in ("dropin", "nodeconfig"):
-        config_dir = before.config_dir
+        config_dir = base.config_dir
+        if config_dir is None and dist.name == "eks-al2023" and method == "nodeconfig":
+            config_dir = dist.dropin_dir
+            warnings.append(
+                "this node's kubelet has no --config-dir yet: nodeadm adds it once "
+                f"{dist.nodeadm_file} gives spec.kubelet.config; re-run nodeadm (or reboot) first"
+            )
         if config_dir is None and dist.name == "eks-al2023":
             raise ConflictError(
                 "nodeadm passes --config-dir only when NodeConfig spec.kubelet.config is "
@@ -278,12 +293,9 @@ def render(
         )
         for p, b in sorted(changed.items())
     )
-    ours_created = sorted(
-        p for p in updates if p not in node.files or (p in node.files and _is_ours(node, p))
-    )
     return Rendered(
         files=files,
-        removed=tuple(p for p in ours_created if p not in (dist.config_file,)),
+        removed=tuple(f.path for f in files if f.action == "create"),
         effective_before=before,
         effective_after=after,
         checkpoint_reset=_checkpoint_reset(before, after),
@@ -292,11 +304,6 @@ def render(
         services=dist.services,
         daemon_reload=daemon_reload or any(".service.d/" in p for p in changed),
     )
-
-
-def _is_ours(node: NodeFiles, path: str) -> bool:
-    text = node.text(path) or ""
-    return "Managed by rollout" in text or path.endswith(("90-rollout.conf", "20-rollout.conf"))
 
 
 def _resolve_cgroups(
