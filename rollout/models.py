@@ -228,18 +228,8 @@ class NodeInfo:
     memory_bytes: int = 0
 
 
-class VerdictStatus(StrEnum):
-    """Argo-style four-valued verdict."""
-
-    SUCCESSFUL = "Successful"
-    FAILED = "Failed"
-    INCONCLUSIVE = "Inconclusive"
-    ERROR = "Error"
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What a gate decided, with a reason a human can read."""
-
-    status: VerdictStatus
-    reason: str
+# The gate's verdict type lives with the pure analysis that produces it (one type, not two that
+# drift): ``Verdict(status, reason)`` as before, plus the failed nodes, what a hold waits for, and
+# the inputs the journal records.
+from rollout.analysis import Verdict as Verdict  # noqa: E402
+from rollout.analysis import VerdictStatus as VerdictStatus  # noqa: E402
