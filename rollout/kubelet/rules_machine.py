@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from rollout.kubelet import cpuset
 from rollout.kubelet.rules_base import Ctx, Stage
+from rollout.kubelet.rules_static import cpuset_error
 
 
 def check_machine(ctx: Ctx) -> None:
@@ -19,10 +20,9 @@ def check_machine(ctx: Ctx) -> None:
     text = ctx.get("reservedSystemCPUs")
     if facts is None or not isinstance(text, str) or not text:
         return
-    try:
-        reserved = cpuset.parse(text)
-    except cpuset.CPUSetError:
+    if cpuset_error(text):
         return  # validation.go already reported it
+    reserved = cpuset.parse(text)
     if not reserved <= facts.online_cpus:
         ctx.error(
             Stage.SERVER,

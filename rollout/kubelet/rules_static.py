@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from rollout.kubelet import cpuset, quantity
+from rollout.kubelet import quantity
 from rollout.kubelet.fields import FIELDS, accepts, json_kind
 from rollout.kubelet.options import GATES, SPECIAL_GATES
 from rollout.kubelet.rules_base import Ctx, Stage, go_quote
@@ -145,16 +145,34 @@ def check_validation(ctx: Ctx) -> None:
                 "systemReservedCgroup (--system-reserved-cgroup) or kubeReservedCgroup "
                 "(--kube-reserved-cgroup)",
             )
-        try:
-            cpuset.parse(reserved)
-        except cpuset.CPUSetError as e:
+        why = cpuset_error(reserved)
+        if why:
             ctx.error(
                 v,
                 "reservedSystemCPUs",
                 "invalid configuration: unable to parse reservedSystemCPUs (--reserved-cpus) "
-                f"{reserved}, error: {e}",
+                f"{reserved}, error: {why}",
             )
     _check_reserved_memory(ctx)
+
+
+def cpuset_error(text: str) -> str | None:
+    """The error of ``k8s.io/utils/cpuset.Parse`` for ``text``, or None when it parses.
+
+    Stricter than ``cpuset.parse``: like Go's ``strconv.Atoi`` it refuses any whitespace.
+    """
+    if text == "":
+        return None
+    for part in text.split(","):
+        bounds = part.split("-", 1)
+        numbers = []
+        for b in bounds:
+            if not re.fullmatch(r"[+-]?\d+", b):
+                return f"strconv.Atoi: parsing {go_quote(b)}: invalid syntax"
+            numbers.append(int(b))
+        if len(numbers) == 2 and numbers[0] > numbers[1]:
+            return f"invalid range {go_quote(part)} ({numbers[0]} > {numbers[1]})"
+    return None
 
 
 def _check_enforce_node_allocatable(ctx: Ctx) -> None:
