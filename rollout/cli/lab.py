@@ -1,0 +1,168 @@
+"""``rollout lab``: a local cluster with a real control plane and SSH nodes.
+
+Thin commands over :class:`rollout.lab.cluster.Lab`; the lab's state file lets ``down``,
+``status``, ``env`` and ``fault`` act on a lab that another process started.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from pathlib import Path
+
+import click
+
+from rollout.cli.options import output_option
+from rollout.errors import LabError
+from rollout.lab.cluster import Lab
+from rollout.lab.seeds import DISTRIBUTIONS
+
+name_option = click.option(
+    "--name", default="default", show_default=True, help="Lab name (several labs can coexist)."
+)
+workdir_option = click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Lab directory (default: $ROLLOUT_LAB_DIR or ~/.cache/rollout-lab/labs/NAME).",
+)
+
+
+def _progress(msg: str) -> None:
+    click.echo(f"[lab {time.strftime('%H:%M:%S')}] {msg}", err=True)
+
+
+def _distributions(values: tuple[str, ...]) -> list[str]:
+    out = [d.strip() for v in values for d in v.split(",") if d.strip()] or ["kubeadm"]
+    bad = [d for d in out if d not in DISTRIBUTIONS]
+    if bad:
+        raise click.BadParameter(
+            f"unknown distribution {bad[0]!r}; valid: {', '.join(DISTRIBUTIONS)}",
+            param_hint="--distribution",
+        )
+    return out
+
+
+@click.group("lab")
+def lab() -> None:
+    """A local cluster: real kube-apiserver, etcd, controller-manager and scheduler, plus nodes
+    that are network + mount namespaces with a real sshd and a lab kubelet.
+
+    \b
+    Examples:
+      rollout lab up --nodes 4 --distribution kubeadm,k3s
+      eval "$(rollout lab env)"
+      rollout lab status -o json
+      rollout lab fault kubelet-stop default-node2
+      rollout lab down
+    """
+
+
+@lab.command("up")
+@click.option("--nodes", "count", type=click.IntRange(1, 200), default=4, show_default=True)
+@click.option(
+    "--distribution",
+    "-d",
+    "dists",
+    multiple=True,
+    help=f"Node distribution, repeatable or comma-separated, assigned round-robin "
+    f"({', '.join(DISTRIBUTIONS)}; default kubeadm).",
+)
+@name_option
+@workdir_option
+def up(count: int, dists: tuple[str, ...], name: str, workdir: Path | None) -> None:
+    """Build or reuse the binaries, start the control plane and nodes, wait until Ready."""
+    t0 = time.monotonic()
+    lab_ = Lab(name, workdir)
+    lab_.up(count, _distributions(dists), progress=_progress)
+    _progress(f"lab {name} up in {time.monotonic() - t0:.1f}s; {lab_.dir}")
+    click.echo(f"inventory: {lab_.inventory}\nkubeconfig: {lab_.kubeconfig}\nplan: {lab_.plan}")
+    click.echo(f'next: eval "$(rollout lab env --name {name})"')
+
+
+@lab.command("down")
+@name_option
+@workdir_option
+def down(name: str, workdir: Path | None) -> None:
+    """Stop every process, mount and namespace of the lab."""
+    lab_ = Lab.attach(name, workdir)
+    lab_.down()
+    click.echo(f"lab {name} is down")
+
+
+@lab.command("status")
+@name_option
+@workdir_option
+@output_option
+def status(name: str, workdir: Path | None, output: str) -> None:
+    """Nodes, Ready, sshd and kubelet unit state."""
+    lab_ = Lab.attach(name, workdir)
+    rows = lab_.node_status()
+    api_ok = False
+    if lab_.cp is not None:
+        try:
+            api_ok = lab_.cp.request("GET", "/readyz", timeout=3)[0] == 200
+        except OSError:
+            api_ok = False
+    if output == "json":
+        click.echo(
+            json.dumps(
+                {"name": name, "dir": str(lab_.dir), "apiserver": api_ok, "nodes": rows}, indent=2
+            )
+        )
+        return
+    click.echo(f"lab {name} ({lab_.dir}): kube-apiserver {'ready' if api_ok else 'NOT ready'}")
+    click.echo(f"{'NODE':<24} {'DISTRIBUTION':<12} {'IP':<14} {'READY':<8} {'SSHD':<5} KUBELET")
+    for r in rows:
+        click.echo(
+            f"{r['name']:<24} {r['distribution']:<12} {r['ip']:<14} {r['ready']:<8} "
+            f"{'up' if r['sshd'] else 'down':<5} {r['unit']}: {r['kubelet']}"
+        )
+
+
+@lab.command("env")
+@name_option
+@workdir_option
+def env(name: str, workdir: Path | None) -> None:
+    """Shell lines that point kubectl and rollout at the lab: eval "$(rollout lab env)"."""
+    lab_ = Lab.attach(name, workdir)
+    for var, val in (
+        ("KUBECONFIG", lab_.kubeconfig),
+        ("ROLLOUT_INVENTORY", lab_.inventory),
+        ("ROLLOUT_PLAN", lab_.plan),
+    ):
+        click.echo(f"export {var}={shlex.quote(str(val))}")
+
+
+FAULTS = (
+    "sshd-stop",
+    "sshd-start",
+    "kubelet-stop",
+    "kubelet-start",
+    "apiserver-restart",
+)
+
+
+@lab.command("fault")
+@click.argument("fault", type=click.Choice(FAULTS))
+@click.argument("node", required=False)
+@name_option
+@workdir_option
+def fault(fault: str, node: str | None, name: str, workdir: Path | None) -> None:
+    """Inject a fault: stop/start a node's sshd or kubelet, or restart the API server."""
+    lab_ = Lab.attach(name, workdir)
+    if fault == "apiserver-restart":
+        lab_.restart_apiserver()
+    else:
+        if not node:
+            raise LabError(f"fault {fault} needs a NODE argument")
+        {
+            "sshd-stop": lab_.stop_sshd,
+            "sshd-start": lab_.start_sshd,
+            "kubelet-stop": lab_.stop_kubelet,
+            "kubelet-start": lab_.start_kubelet,
+        }[fault](node)
+    click.echo(f"{fault}{' ' + node if node else ''}: done")
+
+
+COMMANDS = [lab]

@@ -1,0 +1,579 @@
+"""Lab nodes: a network namespace, a mount + UTS namespace, a real sshd, and seeded files.
+
+Why namespaces and not loopback aliases: the API server's node proxy refuses loopback node
+addresses ("address not allowed", ``IsProxyableIP``), and ``kubectl get --raw
+/api/v1/nodes/N/proxy/configz`` must work. So each node gets its own network namespace joined to
+the host by a veth pair with a private /30 from the lab range ``10.213.<i>.0/30`` (host side ``.1``,
+node side ``.2``). Those addresses exist only inside namespaces the lab creates.
+
+Each node has one *holder* process (``sleep infinity``) that owns the node's namespaces::
+
+    ip netns exec NS unshare --mount --uts --propagation private -- sh -c \
+      'mount overlays on /etc /var /usr/lib/systemd; bind the fake sysfs and the systemctl shim;
+       hostname NODE; exec sleep infinity'
+
+Everything else enters those namespaces with ``nsenter -t HOLDER``: the real ``sshd`` (listening on
+the node IP, port 22), the in-namespace API relay (``127.0.0.1:<port>`` inside the node, see
+:mod:`rollout.lab.relay`) and, through the ``systemctl`` shim, the lab kubelet. So stopping sshd
+(a fault) keeps the node's files and kubelet, as on a real machine whose sshd died.
+
+The node's files are overlays over the host's directories: reads fall through to the host, writes
+land in ``<node dir>/upper/...`` and never touch the host. ``/proc/<holder>/root`` is the node's
+view of its whole filesystem (:attr:`NodeProcs.root`).
+
+Teardown kills exactly the processes inside the node's network namespace (``ip netns pids``: only
+processes the lab started can be there), then deletes the namespace, which deletes the veth pair;
+the mount namespace vanishes with its last process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rollout.errors import LabError
+from rollout.lab.seeds import DISTRIBUTIONS, LAYOUTS, SeedContext, seed_files
+
+NET_PREFIX = "10.213"
+KUBELET_PORT = 10250
+OVERLAYS = ("/etc", "/var", "/usr/lib/systemd")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """Simulated hardware of a node: CPU numbering as Linux does it (thread-major)."""
+
+    sockets: int = 2
+    cores_per_socket: int = 16
+    threads_per_core: int = 2
+    gpus_per_numa: int = 4
+    memory_bytes: int = 1 << 40
+    cpu_model: str = "Intel(R) Xeon(R) Platinum 8480+ (lab)"
+    max_pods: int = 110
+
+    @property
+    def cpus(self) -> int:
+        return self.sockets * self.cores_per_socket * self.threads_per_core
+
+    def numa_cpus(self, numa: int) -> list[int]:
+        """CPU ids of NUMA node ``numa`` (one NUMA node per socket; sibling = id + cores)."""
+        cores = self.sockets * self.cores_per_socket
+        first = numa * self.cores_per_socket
+        return [
+            t * cores + first + c
+            for t in range(self.threads_per_core)
+            for c in range(self.cores_per_socket)
+        ]
+
+    def topology(self) -> dict[str, object]:
+        """The ``topology`` block of node.json."""
+        per_numa_mem = self.memory_bytes // self.sockets
+        return {
+            "cpuModel": self.cpu_model,
+            "sockets": self.sockets,
+            "coresPerSocket": self.cores_per_socket,
+            "threadsPerCore": self.threads_per_core,
+            "numaNodes": [
+                {
+                    "id": n,
+                    "cpus": cpulist(self.numa_cpus(n)),
+                    "memoryBytes": per_numa_mem,
+                    "gpus": [
+                        {"id": f"GPU-{n * self.gpus_per_numa + g}", "pciAddress": _gpu_pci(n, g)}
+                        for g in range(self.gpus_per_numa)
+                    ],
+                }
+                for n in range(self.sockets)
+            ],
+        }
+
+
+def _gpu_pci(numa: int, g: int) -> str:
+    return f"0000:{0x18 + numa * 0x80 + g * 0x10:02x}:00.0"
+
+
+def cpulist(cpus: list[int]) -> str:
+    """Linux list format (``0-15,32-47``)."""
+    out: list[str] = []
+    s = sorted(cpus)
+    i = 0
+    while i < len(s):
+        j = i
+        while j + 1 < len(s) and s[j + 1] == s[j] + 1:
+            j += 1
+        out.append(str(s[i]) if i == j else f"{s[i]}-{s[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+@dataclass(frozen=True)
+class LabNode:
+    """One lab node: its name (= hostname = Node name), index in the lab range, distribution."""
+
+    name: str
+    index: int
+    distribution: str
+    lab: str
+    shape: NodeShape = field(default_factory=NodeShape)
+
+    @property
+    def ip(self) -> str:
+        return f"{NET_PREFIX}.{self.index}.2"
+
+    @property
+    def host_ip(self) -> str:
+        return f"{NET_PREFIX}.{self.index}.1"
+
+    @property
+    def netns(self) -> str:
+        return f"rollout-{self.lab}-{self.index}"
+
+    @property
+    def veth_host(self) -> str:
+        return f"rl{self.index}h"
+
+    @property
+    def veth_node(self) -> str:
+        return f"rl{self.index}n"
+
+    @property
+    def ssh_port(self) -> int:
+        return 22
+
+    @property
+    def unit(self) -> str:
+        return LAYOUTS[self.distribution].unit
+
+
+@dataclass(frozen=True)
+class NodeCredentials:
+    """PEM material and kubeconfig the node's kubelet uses (issued by the control plane)."""
+
+    ca_pem: str
+    client_cert_pem: str
+    client_key_pem: str
+    serving_cert_pem: str
+    serving_key_pem: str
+    kubeconfig: str
+    apiserver_port: int
+
+
+@dataclass(frozen=True)
+class NodeProcs:
+    """What is running for a node (recorded in the lab state file)."""
+
+    holder_pid: int
+    sshd_pid: int
+    relay_pid: int
+    dir: str
+
+    @property
+    def root(self) -> Path:
+        """The node's filesystem as the node sees it."""
+        return Path(f"/proc/{self.holder_pid}/root")
+
+
+def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(args, check=check, capture_output=True, text=True, timeout=30)
+    except subprocess.CalledProcessError as e:
+        raise LabError(f"{' '.join(args)}: {e.stderr.strip() or e}") from e
+
+
+def used_indexes() -> set[int]:
+    """Lab-range indexes already taken by any lab on this machine (host-side veths ``rl<i>h``)."""
+    out = _run("ip", "-o", "link", "show", check=False).stdout
+    used: set[int] = set()
+    for line in out.splitlines():
+        name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+        if name.startswith("rl") and name.endswith("h") and name[2:-1].isdigit():
+            used.add(int(name[2:-1]))
+    return used
+
+
+def sysfs_tree(shape: NodeShape, root: Path) -> None:
+    """Write a sysfs-like tree the facts playbook reads as on real hardware:
+
+    ``node/nodeN/{cpulist,meminfo}``, ``node/{online,possible}`` (bound over
+    ``/sys/devices/system/node``) and ``pci/<addr>/{vendor,device,class,numa_node}`` for the GPUs
+    (bound over ``/sys/bus/pci/devices``).
+    """
+    node_dir, pci = root / "node", root / "pci"
+    online = f"0-{shape.sockets - 1}" if shape.sockets > 1 else "0"
+    for d in (node_dir, pci):
+        d.mkdir(parents=True, exist_ok=True)
+    for f in ("online", "possible", "has_cpu", "has_memory", "has_normal_memory"):
+        (node_dir / f).write_text(online + "\n")
+    kib = shape.memory_bytes // shape.sockets // 1024
+    for n in range(shape.sockets):
+        nd = node_dir / f"node{n}"
+        nd.mkdir(exist_ok=True)
+        (nd / "cpulist").write_text(cpulist(shape.numa_cpus(n)) + "\n")
+        (nd / "meminfo").write_text(
+            f"Node {n} MemTotal:       {kib} kB\nNode {n} MemFree:        {kib * 9 // 10} kB\n"
+        )
+        (nd / "distance").write_text(
+            " ".join("10" if m == n else "21" for m in range(shape.sockets)) + "\n"
+        )
+        for g in range(shape.gpus_per_numa):
+            gd = pci / _gpu_pci(n, g)
+            gd.mkdir(exist_ok=True)
+            (gd / "vendor").write_text("0x10de\n")
+            (gd / "device").write_text("0x2330\n")  # H100 SXM5
+            (gd / "class").write_text("0x030200\n")
+            (gd / "numa_node").write_text(f"{n}\n")
+
+
+def node_config(node: LabNode, socket_path: Path, kubeconfig_path: str) -> dict[str, object]:
+    """The lab kubelet's ``/etc/rollout-lab/node.json``."""
+    s = node.shape
+    return {
+        "nodeName": node.name,
+        "nodeIP": node.ip,
+        "distribution": node.distribution,
+        "kubeletPort": KUBELET_PORT,
+        "apiserverSocket": str(socket_path),
+        "apiserverURL": "",  # filled by write_node_files
+        "kubeconfig": kubeconfig_path,
+        "apiserverCA": "/etc/rollout-lab/pki/ca.crt",
+        "clientCert": "/etc/rollout-lab/pki/kubelet-client.crt",
+        "clientKey": "/etc/rollout-lab/pki/kubelet-client.key",
+        "servingCert": "/etc/rollout-lab/pki/kubelet-serving.crt",
+        "servingKey": "/etc/rollout-lab/pki/kubelet-serving.key",
+        "rootDir": LAYOUTS[node.distribution].root_dir,
+        "unit": node.unit,
+        "topology": s.topology(),
+        "capacity": {
+            "cpu": str(s.cpus),
+            "memory": f"{s.memory_bytes // 1024}Ki",
+            "pods": str(s.max_pods),
+            "nvidia.com/gpu": str(s.gpus_per_numa * s.sockets),
+        },
+        "labels": {
+            "kubernetes.io/hostname": node.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "node.kubernetes.io/instance-type": "lab.gpu-8x",
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.count": str(s.gpus_per_numa * s.sockets),
+            "rollout.dev/lab": node.lab,
+            "rollout.dev/distribution": node.distribution,
+        },
+        "kubeletVersion": "",  # filled by write_node_files
+    }
+
+
+def _overlay_for(path: str) -> tuple[str, str]:
+    for o in OVERLAYS:
+        if path == o or path.startswith(o + "/"):
+            return o, path[len(o) :].lstrip("/")
+    raise LabError(f"seed path {path} is outside the node overlays {OVERLAYS}")
+
+
+def _upper(node_dir: Path, overlay: str) -> Path:
+    return node_dir / "upper" / overlay.strip("/").replace("/", "-")
+
+
+def write_node_files(
+    node: LabNode,
+    node_dir: Path,
+    creds: NodeCredentials,
+    socket_path: Path,
+    kubelet_version: str,
+) -> None:
+    """Seed the node's overlay upper dirs (before its namespaces exist)."""
+    if node.distribution not in DISTRIBUTIONS:
+        raise LabError(f"unknown distribution {node.distribution!r}; one of {DISTRIBUTIONS}")
+    lay = LAYOUTS[node.distribution]
+    ctx = SeedContext(node.name, node.ip, creds.kubeconfig, creds.ca_pem)
+    files = seed_files(node.distribution, ctx)
+    cfg = node_config(node, socket_path, lay.kubeconfig_path)
+    cfg["apiserverURL"] = f"https://127.0.0.1:{creds.apiserver_port}"
+    cfg["kubeletVersion"] = kubelet_version
+    files["/etc/rollout-lab/node.json"] = json.dumps(cfg, indent=2) + "\n"
+    files["/etc/rollout-lab/topology.json"] = json.dumps(cfg["topology"], indent=2) + "\n"
+    files["/etc/rollout-lab/pki/ca.crt"] = creds.ca_pem
+    files["/etc/rollout-lab/pki/kubelet-client.crt"] = creds.client_cert_pem
+    files["/etc/rollout-lab/pki/kubelet-client.key"] = creds.client_key_pem
+    files["/etc/rollout-lab/pki/kubelet-serving.crt"] = creds.serving_cert_pem
+    files["/etc/rollout-lab/pki/kubelet-serving.key"] = creds.serving_key_pem
+    files["/etc/hostname"] = node.name + "\n"
+    files["/etc/hosts"] = f"127.0.0.1\tlocalhost\n{node.ip}\t{node.name}\n"
+    pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+    units = {
+        node.unit: {
+            "execStart": [
+                sys.executable,
+                "-m",
+                "rollout.lab.kubelet",
+                "--node-config",
+                "/etc/rollout-lab/node.json",
+            ],
+            "log": "/var/log/kubelet.log",
+            "restartSec": 1.0,
+            "description": f"lab kubelet ({node.distribution} {node.unit}.service)",
+            "fragmentPath": lay.unit_path,
+            "dropInPaths": list(lay.drop_ins),
+            "environment": {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1"},
+        }
+    }
+    files["/etc/rollout-lab/units.json"] = json.dumps(units, indent=2) + "\n"
+    for o in OVERLAYS:
+        _upper(node_dir, o).mkdir(parents=True, exist_ok=True)
+        (node_dir / "work" / o.strip("/").replace("/", "-")).mkdir(parents=True, exist_ok=True)
+    for path, content in files.items():
+        o, rel = _overlay_for(path)
+        dest = _upper(node_dir, o) / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(content)
+        if path.endswith(".key") or "kubeconfig" in path or path.endswith(".conf"):
+            dest.chmod(0o600)
+    sysfs_tree(node.shape, node_dir / "sys")
+
+
+def _holder_script(node: LabNode, node_dir: Path, shim: Path) -> str:
+    lines = ["set -e"]
+    for o in OVERLAYS:
+        key = o.strip("/").replace("/", "-")
+        lines.append(
+            f"mount -t overlay rollout-lab-{key} -o lowerdir={o},"
+            f"upperdir={node_dir}/upper/{key},workdir={node_dir}/work/{key} {o}"
+        )
+    lines.append(f"mount --bind {node_dir}/sys/node /sys/devices/system/node")
+    if Path("/sys/bus/pci/devices").is_dir():
+        lines.append(f"mount --bind {node_dir}/sys/pci /sys/bus/pci/devices")
+    lines.append(f"mount --bind {shim} /usr/bin/systemctl")
+    lines.append(f"hostname {node.name}")
+    lines.append(f"touch {node_dir}/holder.ready")
+    lines.append("exec sleep infinity")
+    return "\n".join(lines)
+
+
+def sshd_config(node: LabNode, node_dir: Path, host_key: Path, authorized_keys: Path) -> str:
+    """sshd configuration for a node (key auth for root only, no PAM)."""
+    return (
+        f"ListenAddress {node.ip}\nPort {node.ssh_port}\nHostKey {host_key}\n"
+        f"PidFile {node_dir}/sshd.pid\nAuthorizedKeysFile {authorized_keys}\n"
+        "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nUseDNS no\n"
+        "PrintMotd no\nMaxStartups 100\nMaxSessions 100\n"
+        "Subsystem sftp /usr/lib/openssh/sftp-server\n"
+    )
+
+
+def _spawn(args: list[str], log: Path) -> int:
+    with open(log, "ab") as f:
+        p = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return p.pid
+
+
+def _wait_for(pred: object, what: str, timeout: float, log: Path | None = None) -> None:
+    assert callable(pred)
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            tail = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
+            raise LabError(f"timed out after {timeout:.0f}s waiting for {what}\n{tail}")
+        time.sleep(0.02)
+
+
+def _tcp_open(ip: str, port: int) -> bool:
+    try:
+        with socket.create_connection((ip, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def create_network(node: LabNode) -> None:
+    """Network namespace + veth pair + /30 addresses for ``node``."""
+    _run("ip", "netns", "add", node.netns)
+    try:
+        _run("ip", "link", "add", node.veth_host, "type", "veth", "peer", "name", node.veth_node)
+        _run("ip", "link", "set", node.veth_node, "netns", node.netns)
+        _run("ip", "addr", "add", f"{node.host_ip}/30", "dev", node.veth_host)
+        _run("ip", "link", "set", node.veth_host, "up")
+        _run("ip", "-n", node.netns, "addr", "add", f"{node.ip}/30", "dev", node.veth_node)
+        _run("ip", "-n", node.netns, "link", "set", node.veth_node, "up")
+        _run("ip", "-n", node.netns, "link", "set", "lo", "up")
+    except LabError:
+        delete_network(node.netns, node.veth_host)
+        raise
+
+
+def delete_network(netns: str, veth_host: str) -> None:
+    """Delete the namespace (its veth end goes with it, and so does the host end)."""
+    _run("ip", "netns", "del", netns, check=False)
+    _run("ip", "link", "del", veth_host, check=False)
+
+
+def start_node(
+    node: LabNode,
+    node_dir: Path,
+    *,
+    shim: Path,
+    host_key: Path,
+    authorized_keys: Path,
+    socket_path: Path,
+    apiserver_port: int,
+    timeout: float = 20.0,
+) -> NodeProcs:
+    """Create the node's namespaces and start holder, relay and sshd (not the kubelet)."""
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
+    create_network(node)
+    try:
+        (node_dir / "holder.ready").unlink(missing_ok=True)
+        holder = _spawn(
+            [
+                "ip",
+                "netns",
+                "exec",
+                node.netns,
+                "unshare",
+                "--mount",
+                "--uts",
+                "--propagation",
+                "private",
+                "--",
+                "sh",
+                "-c",
+                _holder_script(node, node_dir, shim),
+            ],
+            node_dir / "holder.log",
+        )
+        _wait_for(
+            (node_dir / "holder.ready").exists,
+            f"node {node.name} namespaces",
+            timeout,
+            node_dir / "holder.log",
+        )
+        enter = ["nsenter", "-t", str(holder), "-m", "-u", "-n", "--"]
+        relay = _spawn(
+            [
+                *enter,
+                sys.executable,
+                "-m",
+                "rollout.lab.relay",
+                "--listen",
+                f"tcp:127.0.0.1:{apiserver_port}",
+                "--connect",
+                f"unix:{socket_path}",
+            ],
+            node_dir / "relay.log",
+        )
+        (node_dir / "sshd_config").write_text(
+            sshd_config(node, node_dir, host_key, authorized_keys)
+        )
+        sshd = start_sshd(holder, node_dir)
+        _wait_for(
+            lambda: _tcp_open(node.ip, node.ssh_port),
+            f"sshd on {node.ip}:22",
+            timeout,
+            node_dir / "sshd.log",
+        )
+    except BaseException:
+        stop_node(node.netns, node.veth_host)
+        raise
+    return NodeProcs(holder, sshd, relay, str(node_dir))
+
+
+def start_sshd(holder_pid: int, node_dir: Path) -> int:
+    """Start the node's sshd inside its namespaces; returns its PID."""
+    return _spawn(
+        [
+            "nsenter",
+            "-t",
+            str(holder_pid),
+            "-m",
+            "-u",
+            "-n",
+            "--",
+            "/usr/sbin/sshd",
+            "-D",
+            "-e",
+            "-f",
+            str(node_dir / "sshd_config"),
+        ],
+        node_dir / "sshd.log",
+    )
+
+
+def stop_sshd(netns: str) -> None:
+    """Fault: stop the node's listening sshd (open sessions are cut too, as on a real node)."""
+    for pid in netns_pids(netns):
+        if _cmdline(pid)[:1] == ["/usr/sbin/sshd"] or (
+            _cmdline(pid) and _cmdline(pid)[0].startswith("sshd")
+        ):
+            _kill(pid, signal.SIGTERM)
+
+
+def node_exec(
+    holder_pid: int, *args: str, timeout: float = 30.0
+) -> subprocess.CompletedProcess[str]:
+    """Run a command inside the node's namespaces (what ``ssh node CMD`` would do)."""
+    return subprocess.run(
+        ["nsenter", "-t", str(holder_pid), "-m", "-u", "-n", "--", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+    except OSError:
+        return []
+
+
+def _kill(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def netns_pids(netns: str) -> list[int]:
+    """PIDs of processes inside the lab's network namespace ``netns``."""
+    out = _run("ip", "netns", "pids", netns, check=False).stdout
+    return [int(p) for p in out.split() if p.isdigit()]
+
+
+def stop_node(netns: str, veth_host: str, timeout: float = 10.0) -> None:
+    """Kill every process in the node's network namespace (only lab processes can be there:
+    the namespace was created by the lab), then delete the namespace and the veth pair."""
+    if Path(f"/run/netns/{netns}").exists():
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in netns_pids(netns):
+                _kill(pid, sig)
+            deadline = time.monotonic() + timeout / 2
+            while netns_pids(netns) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if not netns_pids(netns):
+                break
+    delete_network(netns, veth_host)
+
+
+def remove_node_dir(node_dir: Path) -> None:
+    """Delete the node's files (after :func:`stop_node`)."""
+    shutil.rmtree(node_dir, ignore_errors=True)
+
+
+def procs_to_dict(p: NodeProcs) -> dict[str, object]:
+    """For the state file."""
+    return asdict(p)
