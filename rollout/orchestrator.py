@@ -191,6 +191,7 @@ def run_change(
             canary was restored); the message ends with every node's state.
     """
     nodes = [n for b in batches for n in b.nodes]
+    nodes += [n for n in changes if n not in nodes]  # untouched by --canary, listed as pending
     ctx.journal.append(
         CHANGE_STEP,
         Phase.BEGIN,
@@ -232,7 +233,7 @@ def run_change(
             return _end(ctx, "held", f"gate {verdict.status.value}: {verdict.reason}; holding")
         if canary_only:
             return _end(ctx, "held", f"canary applied; holding (gate: {verdict.reason})")
-    return _end(ctx, "completed", f"{len(nodes)} node(s) applied")
+    return _end(ctx, "completed", f"{len(changes)} node(s) applied")
 
 
 def _restore_many(

@@ -1,0 +1,176 @@
+"""Journal durability rules and replay (pure)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from rollout.errors import InputError
+from rollout.journal import (
+    CHANGE_STEP,
+    Entry,
+    Journal,
+    latest_change,
+    new_change_id,
+    replay,
+    state_dir,
+)
+from rollout.models import NodeState, Phase, Step
+from rollout.models import Path as StepPath
+
+T = datetime(2026, 11, 30, 21, 48, 2, tzinfo=UTC)
+
+
+def _e(
+    node: str | None,
+    step: str,
+    phase: Phase,
+    path: StepPath | None = StepPath.FORWARD,
+    **data: object,
+) -> Entry:
+    return Entry(
+        ts="t",
+        change="c",
+        step=step,
+        phase=phase,
+        node=node,
+        path=path if node else None,
+        data=data,
+    )
+
+
+def test_change_id_sorts_by_time() -> None:
+    a = new_change_id(T, "aaaaaa")
+    assert a == "20261130T214802Z-aaaaaa"
+    assert new_change_id(datetime(2026, 12, 1, tzinfo=UTC)) > a
+
+
+def test_state_dir_from_env() -> None:
+    assert state_dir({"ROLLOUT_STATE_DIR": "/x"}) == Path("/x")
+    assert state_dir({}).parts[-3:] == (".local", "state", "rollout")
+
+
+def test_append_read_and_latest(tmp_path: Path) -> None:
+    j1 = Journal.create(tmp_path, "20260101T000000Z-a")
+    j2 = Journal.create(tmp_path, "20260102T000000Z-b")
+    j1.append(
+        "cordon",
+        Phase.BEGIN,
+        now=T,
+        node="n1",
+        path=StepPath.FORWARD,
+        data={"priorCordoned": False},
+    )
+    assert [e.step for e in j1.entries()] == ["cordon"]
+    assert j2.entries() == []
+    assert latest_change(tmp_path) == "20260102T000000Z-b"
+    assert Journal.open(tmp_path).change_id == "20260102T000000Z-b"
+    with pytest.raises(InputError, match="no change 'nope'"):
+        Journal.open(tmp_path, "nope")
+
+
+def test_torn_last_line_is_ignored_but_corrupt_middle_line_is_named(tmp_path: Path) -> None:
+    j = Journal.create(tmp_path, "c")
+    j.append("cordon", Phase.BEGIN, now=T, node="n1", path=StepPath.FORWARD)
+    with open(j.file, "ab") as f:
+        f.write(b'{"ts": "2026')  # the process died mid-write
+    assert len(j.entries()) == 1
+    with open(j.file, "ab") as f:
+        f.write(b"\n")
+    j.append("cordon", Phase.DONE, now=T, node="n1", path=StepPath.FORWARD)
+    with pytest.raises(InputError, match=r"journal.jsonl:2"):
+        j.entries()
+
+
+def test_backup_blobs_are_content_addressed_and_checked(tmp_path: Path) -> None:
+    j = Journal.create(tmp_path, "c")
+    digest = j.save_backup("n1", b"old bytes\n")
+    assert j.load_backup("n1", digest) == b"old bytes\n"
+    (j.backups / "n1" / digest).write_bytes(b"tampered")
+    with pytest.raises(InputError, match="does not match its sha256"):
+        j.load_backup("n1", digest)
+
+
+B, D, F = Phase.BEGIN, Phase.DONE, Phase.FAILED
+R = StepPath.RESTORE
+
+
+@pytest.mark.parametrize(
+    ("entries", "state", "we_cordoned", "touched"),
+    [
+        ([], NodeState.PENDING, False, False),
+        ([_e("n", "cordon", B, priorCordoned=False)], NodeState.APPLYING, False, False),
+        (
+            [_e("n", "cordon", B, priorCordoned=False), _e("n", "cordon", D, cordonedByUs=True)],
+            NodeState.APPLYING,
+            True,
+            False,
+        ),
+        (
+            [_e("n", "cordon", D, cordonedByUs=True), _e("n", "apply", B)],
+            NodeState.APPLYING,
+            True,
+            True,
+        ),
+        (
+            [_e("n", "cordon", D, cordonedByUs=True), _e("n", "uncordon", D, uncordoned=True)],
+            NodeState.APPLIED,
+            False,
+            False,
+        ),
+        ([_e("n", "apply", B), _e("n", "apply", F, message="x")], NodeState.APPLYING, False, True),
+        ([_e("n", "apply", B), _e("n", "restore", B, R)], NodeState.RESTORING, False, True),
+        (
+            [_e("n", "apply", B), _e("n", "restore", F, R, message="x")],
+            NodeState.FAILED,
+            False,
+            True,
+        ),
+        (
+            [_e("n", "apply", B), _e("n", "uncordon", D, R, uncordoned=False)],
+            NodeState.RESTORED,
+            False,
+            False,
+        ),
+    ],
+)
+def test_replay_states(
+    entries: list[Entry], state: NodeState, we_cordoned: bool, touched: bool
+) -> None:
+    begin = _e(None, CHANGE_STEP, B, nodes=["n"])
+    s = replay([begin, *entries]).nodes["n"]
+    assert (s.state, s.we_cordoned, s.files_touched) == (state, we_cordoned, touched)
+
+
+def test_replay_keeps_first_prior_cordon_state_backups_and_outcome() -> None:
+    entries = [
+        _e(None, CHANGE_STEP, B, nodes=["n", "m"]),
+        _e(
+            "n",
+            "preflight",
+            D,
+            configz={"cpuManagerPolicy": "none"},
+            allocatable={"nvidia.com/gpu": "8"},
+        ),
+        _e("n", "cordon", B, priorCordoned=True),
+        _e(
+            "n",
+            "backup",
+            D,
+            files=[{"path": "/a", "existed": True, "sha256": "ab"}],
+            change={"host": "h"},
+        ),
+        _e("n", "cordon", B, R, priorCordoned=False),
+        _e(None, CHANGE_STEP, D, outcome="held", message="canary applied"),
+    ]
+    st = replay(entries)
+    n = st.nodes["n"]
+    assert n.prior_cordoned is True
+    assert n.prior_config == {"cpuManagerPolicy": "none"}
+    assert n.prior_allocatable == {"nvidia.com/gpu": "8"}
+    assert n.backups[0].sha256 == "ab" and n.record == {"host": "h"}
+    assert st.nodes["m"].state is NodeState.PENDING
+    assert (st.outcome, st.message) == ("held", "canary applied")
+    assert n.step is Step.CORDON

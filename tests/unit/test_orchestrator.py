@@ -1,0 +1,227 @@
+"""The orchestrator's decisions, driven with tiny fakes: what is restored when, cordon bookkeeping,
+gate outcomes and resume after a crash at each step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rollout.errors import NodeOperationError
+from rollout.journal import Journal, replay
+from rollout.models import NodeState, VerdictStatus
+from rollout.orchestrator import NoGate, apply_node, resume, rollback, run_change
+from rollout.planning import DrainPolicy, Strategy, make_batches
+from rollout.restoring import Context
+from tests.unit.fakes_change import (
+    CONF,
+    EXPECTED,
+    NEW,
+    OLD,
+    FakeClock,
+    FakeCluster,
+    FakeRunner,
+    ScriptedGate,
+    make_change,
+    make_node,
+)
+
+NODES = ["n1", "n2", "n3", "n4"]
+
+
+def _setup(
+    tmp_path: Path,
+    cordoned: tuple[str, ...] = (),
+    refuse: tuple[str, ...] = (),
+    blocked: tuple[str, ...] = (),
+    fail_restore: tuple[str, ...] = (),
+) -> tuple[Context, FakeCluster, FakeRunner]:
+    cluster = FakeCluster({n: make_node(n, n in cordoned) for n in NODES}, blocked=blocked)
+    runner = FakeRunner(cluster, refuse=refuse, fail_restore=fail_restore)
+    ctx = Context(
+        cluster=cluster,
+        runner=runner,
+        clock=FakeClock(),
+        journal=Journal.create(tmp_path, "20260101T000000Z-abc"),
+        drain=DrainPolicy(timeout_s=5, backoff_initial_s=0.5, backoff_cap_s=2),
+        verify_timeout_s=3,
+    )
+    return ctx, cluster, runner
+
+
+def _run(ctx: Context, canary_only: bool = True, gate: object = None) -> object:
+    batches = make_batches(NODES, ["n1", "n2"], Strategy(max_unavailable=2), canary_only)
+    changes = {n: make_change(n) for n in NODES}
+    return run_change(ctx, changes, batches, gate or NoGate(), canary_only)  # type: ignore[arg-type]
+
+
+def test_canary_applies_only_canary_nodes_and_holds(tmp_path: Path) -> None:
+    ctx, cluster, _ = _setup(tmp_path)
+    status = _run(ctx)
+    assert status.outcome == "held"  # type: ignore[attr-defined]
+    for n in ("n1", "n2"):
+        node = cluster.nodes[n]
+        assert node.config["cpuManagerPolicy"] == "static"
+        assert not node.info.unschedulable
+        assert node.pods == []
+    for n in ("n3", "n4"):
+        assert cluster.nodes[n].files == {CONF: OLD}
+        assert ("cordon", n) not in cluster.calls
+    states = {n: s.state for n, s in replay(ctx.journal.entries()).nodes.items()}
+    assert states == {
+        "n1": NodeState.APPLIED,
+        "n2": NodeState.APPLIED,
+        "n3": NodeState.PENDING,
+        "n4": NodeState.PENDING,
+    }
+
+
+def test_full_rollout_continues_after_canary(tmp_path: Path) -> None:
+    ctx, cluster, _ = _setup(tmp_path)
+    status = _run(ctx, canary_only=False)
+    assert status.outcome == "completed"  # type: ignore[attr-defined]
+    assert all(cluster.nodes[n].config["cpuManagerPolicy"] == "static" for n in NODES)
+
+
+def test_node_cordoned_before_stays_cordoned_after_apply_and_rollback(tmp_path: Path) -> None:
+    ctx, cluster, _ = _setup(tmp_path, cordoned=("n2",))
+    _run(ctx)
+    assert cluster.nodes["n2"].info.unschedulable
+    assert ("uncordon", "n2") not in cluster.calls
+    assert cluster.nodes["n2"].config["cpuManagerPolicy"] == "static"
+    rollback(ctx)
+    assert cluster.nodes["n2"].info.unschedulable
+    assert ("uncordon", "n2") not in cluster.calls
+    assert not cluster.nodes["n1"].info.unschedulable
+
+
+def test_rollback_restores_files_byte_for_byte_and_removes_created(tmp_path: Path) -> None:
+    ctx, cluster, runner = _setup(tmp_path)
+    _run(ctx)
+    assert cluster.nodes["n1"].files[CONF] == NEW
+    status = rollback(ctx, ["n1"])
+    assert cluster.nodes["n1"].files == {CONF: OLD}
+    assert cluster.nodes["n2"].files[CONF] == NEW  # not asked for
+    assert status.nodes["n1"].state is NodeState.RESTORED
+    assert status.nodes["n2"].state is NodeState.APPLIED
+    assert runner.restored == ["n1"]
+
+
+def test_kubelet_refusing_new_config_restores_node_and_stops(tmp_path: Path) -> None:
+    ctx, cluster, runner = _setup(tmp_path, refuse=("n1",))
+    with pytest.raises(NodeOperationError) as e:
+        _run(ctx, canary_only=False)
+    msg = str(e.value)
+    assert "node n1: apply failed" in msg and "node restored" in msg
+    assert "n3: pending" in msg  # every node's state is named
+    n1 = cluster.nodes["n1"]
+    assert n1.files == {CONF: OLD} and n1.healthy and not n1.info.unschedulable
+    assert "n3" not in runner.applied  # the next batch never started
+    st = replay(ctx.journal.entries())
+    assert st.nodes["n1"].state is NodeState.RESTORED
+    assert st.outcome == "stopped"
+
+
+def test_pdb_that_never_allows_eviction_times_out_names_pod_and_pdb(tmp_path: Path) -> None:
+    ctx, cluster, runner = _setup(tmp_path, blocked=("default/n1-p0",))
+    with pytest.raises(NodeOperationError) as e:
+        _run(ctx)
+    msg = str(e.value)
+    assert "pod default/n1-p0" in msg and "PodDisruptionBudget default/never" in msg
+    assert "timed out after 5s" in msg
+    assert "n1" not in runner.applied and "n1" not in runner.restored  # files never touched
+    assert not cluster.nodes["n1"].info.unschedulable
+    assert replay(ctx.journal.entries()).nodes["n1"].state is NodeState.RESTORED
+    # capped backoff: 5 s with waits 0.5, 1, 2, 2 ... is a handful of attempts, not a busy loop
+    attempts = [c for c in cluster.calls if c == ("evict", "default/n1-p0")]
+    assert 3 <= len(attempts) <= 6
+
+
+def test_disable_eviction_deletes_instead(tmp_path: Path) -> None:
+    ctx, cluster, _ = _setup(tmp_path, blocked=("default/n1-p0",))
+    ctx.drain = DrainPolicy(timeout_s=5, disable_eviction=True)
+    _run(ctx)
+    assert ("delete", "default/n1-p0") in cluster.calls
+    assert ("evict", "default/n1-p0") not in cluster.calls
+
+
+def test_failed_restore_leaves_state_failed_with_message(tmp_path: Path) -> None:
+    ctx, _, _ = _setup(tmp_path, refuse=("n1",), fail_restore=("n1",))
+    with pytest.raises(NodeOperationError) as e:
+        _run(ctx)
+    assert "Connection refused" in str(e.value)
+    s = replay(ctx.journal.entries()).nodes["n1"]
+    assert s.state is NodeState.FAILED and "Connection refused" in s.message
+
+
+@pytest.mark.parametrize(
+    ("verdict", "outcome", "restored"),
+    [
+        (VerdictStatus.SUCCESSFUL, "completed", False),
+        (VerdictStatus.INCONCLUSIVE, "held", False),
+        (VerdictStatus.ERROR, "held", False),
+        (VerdictStatus.FAILED, "rolled-back", True),
+    ],
+)
+def test_gate_verdict_after_canary(
+    tmp_path: Path, verdict: VerdictStatus, outcome: str, restored: bool
+) -> None:
+    ctx, cluster, _ = _setup(tmp_path)
+    gate = ScriptedGate(verdict)
+    if verdict is VerdictStatus.FAILED:
+        with pytest.raises(NodeOperationError, match="gate failed the canary"):
+            _run(ctx, canary_only=False, gate=gate)
+    else:
+        _run(ctx, canary_only=False, gate=gate)
+    st = replay(ctx.journal.entries())
+    assert st.outcome == outcome
+    assert gate.seen == [["n1", "n2"]]
+    assert (cluster.nodes["n1"].files == {CONF: OLD}) is restored
+    touched_rest = cluster.nodes["n3"].config["cpuManagerPolicy"] == "static"
+    assert touched_rest is (verdict is VerdictStatus.SUCCESSFUL)
+
+
+class Killed(BaseException):
+    """Stands in for SIGKILL: not an Exception, so nothing in the loop catches it."""
+
+
+STEPS = ["cordon", "pods_on_node", "save", "apply", "healthz", "uncordon"]
+
+
+@pytest.mark.parametrize("at", STEPS)
+def test_resume_after_kill_at_each_step_settles_every_node(tmp_path: Path, at: str) -> None:
+    ctx, cluster, runner = _setup(tmp_path)
+    target: object = runner if at == "apply" else cluster
+    if at == "save":
+        target = ctx.journal
+        at = "save_backup"
+    original = getattr(target, at)
+    calls = {"n": 0}
+
+    def dying(*a: object, **k: object) -> object:
+        calls["n"] += 1
+        if at == "save_backup" and calls["n"] < 2:
+            return original(*a, **k)
+        if at == "apply":
+            original(*a, **k)  # the playbook ran; the process died before journaling "done"
+        raise Killed
+
+    setattr(target, at, dying)
+    with pytest.raises(Killed):
+        apply_node(ctx, make_change("n1"))
+    setattr(target, at, original)
+    status = resume(ctx)
+    n1 = status.nodes["n1"]
+    node = cluster.nodes["n1"]
+    assert n1.state in (NodeState.APPLIED, NodeState.RESTORED)
+    assert not node.info.unschedulable
+    if n1.state is NodeState.APPLIED:
+        assert (
+            node.files[CONF] == NEW
+            and node.config["cpuManagerPolicy"] == EXPECTED["cpuManagerPolicy"]
+        )
+    else:
+        assert node.files == {CONF: OLD}
+    # resume is idempotent: a second run has nothing left to do
+    again = resume(ctx)
+    assert again.nodes["n1"].state is n1.state
