@@ -147,9 +147,13 @@ def parse_document(text: str, path: str, fmt: Literal["yaml", "json"] | None = N
         except json.JSONDecodeError as e:
             raise ParseError(f"invalid JSON: {e.msg}", Location(file=path, line=e.lineno)) from e
     try:
-        node = yaml.compose(text, Loader=_Loader)
-        if fmt != "json" and not (fmt is None and text.lstrip().startswith("{")):
-            data = yaml.load(text, Loader=_Loader) if node is not None else {}
+        loader = _Loader(text)
+        try:
+            node = loader.get_single_node()
+            if fmt != "json" and not (fmt is None and text.lstrip().startswith("{")):
+                data = loader.construct_document(node) if node is not None else {}
+        finally:
+            loader.dispose()
     except yaml.MarkedYAMLError as e:
         raise ParseError(
             f"invalid YAML: {e.problem or e}", Location(file=path, line=_where(e))
