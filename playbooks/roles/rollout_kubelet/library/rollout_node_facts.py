@@ -65,14 +65,15 @@ import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 
+# The NodeFacts keys (rollout/kubelet/facts.py) a machine file may set instead of /sys.
 MACHINE_KEYS = (
     "cpuModel",
     "sockets",
     "threadsPerCore",
-    "onlineCpus",
+    "onlineCPUs",
+    "smtSiblings",
     "numaNodes",
     "gpus",
-    "memoryBytes",
 )
 
 
@@ -142,6 +143,7 @@ def cpu_facts(sysfs, procfs):
     online = _read(os.path.join(sysfs, "devices/system/cpu/online"), "")
     cpus = parse_cpuset(online)
     packages = set()
+    siblings_seen = []
     threads = 1
     for cpu in cpus:
         topo = os.path.join(sysfs, "devices/system/cpu/cpu%d/topology" % cpu)
@@ -150,6 +152,9 @@ def cpu_facts(sysfs, procfs):
             packages.add(pkg)
         siblings = _read(os.path.join(topo, "thread_siblings_list"))
         if siblings:
+            group = format_cpuset(parse_cpuset(siblings))
+            if group not in siblings_seen:
+                siblings_seen.append(group)
             threads = max(threads, len(parse_cpuset(siblings)))
     model = None
     for line in (_read(os.path.join(procfs, "cpuinfo"), "") or "").splitlines():
@@ -161,7 +166,8 @@ def cpu_facts(sysfs, procfs):
         "cpuModel": model,
         "sockets": len(packages) or 1,
         "threadsPerCore": threads,
-        "onlineCpus": format_cpuset(cpus),
+        "onlineCPUs": format_cpuset(cpus),
+        "smtSiblings": siblings_seen if threads > 1 else [],
     }
 
 
@@ -200,7 +206,7 @@ def gpu_facts(sysfs, vendors, classes):
         numa_node = int(numa) if numa not in (None, "") and int(numa) >= 0 else None
         gpus.append(
             {
-                "pciAddress": os.path.basename(dev),
+                "id": os.path.basename(dev),
                 "vendor": vendor,
                 "device": (_read(os.path.join(dev, "device"), "") or "").lower(),
                 "class": pci_class,
@@ -248,6 +254,8 @@ def load_machine_file(path):
     for key in (*MACHINE_KEYS, "kubeletVersion"):
         if key in data and key not in machine:
             machine[key] = data[key]
+    if "onlineCpus" in machine and "onlineCPUs" not in machine:
+        machine["onlineCPUs"] = machine.pop("onlineCpus")
     return machine
 
 
@@ -266,7 +274,7 @@ def collect(params):
     facts["kubeletVersion"] = version
     facts["kubeletVersionSource"] = version_source
     facts.update(cpu_facts(sysfs, procfs))
-    facts["numaNodes"], facts["numaSource"] = numa_facts(sysfs, procfs, facts["onlineCpus"])
+    facts["numaNodes"], facts["numaSource"] = numa_facts(sysfs, procfs, facts["onlineCPUs"])
     facts["gpus"] = gpu_facts(sysfs, params["gpu_vendors"], params["gpu_classes"])
     overridden = sorted(k for k in MACHINE_KEYS if k in machine)
     for key in overridden:

@@ -1,0 +1,6 @@
+"""Running the playbooks: the only package that imports ``ansible_runner``.
+
+The orchestrator talks to nodes through :class:`rollout.ansible.runner.AnsibleRunner` (or any
+object with the same methods), so its logic is testable with a tiny fake and the lab proves the
+real thing.
+"""
