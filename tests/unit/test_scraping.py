@@ -101,3 +101,71 @@ def test_counters_over_a_kubelet_restart_and_error_streak() -> None:
     # the scrape at 10 is kept as the base: only the increase after the restart remains
     assert k.counts(now=30, window=60)["n1"] == k.counts(now=30, window=15)["n1"]
     assert len(k.readings) == 4
+
+
+# ---------------------------------------------------------------- the API path's tracker
+
+
+def pod(
+    uid: str,
+    phase: str,
+    reason: str | None = None,
+    node: str = "n1",
+    rs: str | None = "web-1",
+    created: str = "2026-11-30T12:00:10Z",
+) -> dict[str, object]:
+    meta: dict[str, object] = {"uid": uid, "namespace": "ns", "creationTimestamp": created}
+    if rs:
+        meta["ownerReferences"] = [{"kind": "ReplicaSet", "name": rs, "controller": True}]
+    status: dict[str, object] = {"phase": phase}
+    if reason:
+        status["reason"] = reason
+    return {"metadata": meta, "spec": {"nodeName": node}, "status": status}
+
+
+SINCE = 1_796_040_000.0  # 2026-11-30T12:00:00Z
+
+
+def test_tracker_relist_and_resume_count_nothing_twice() -> None:
+    from rollout.kube.watching import AdmissionTracker
+    from rollout.samples import count_window
+
+    t = AdmissionTracker(SINCE)
+    assert t.observe_pod(pod("a", "Pending"), 1) is None  # not decided yet
+    assert t.observe_pod(pod("a", "Running"), 2) is not None
+    assert t.observe_pod(pod("b", "Failed", TAE), 3) is not None
+    # a relist after 410 Gone and a resumed watch replay both pods
+    assert t.observe_pod(pod("a", "Running"), 9) is None
+    assert t.observe_pod(pod("b", "Failed", TAE), 9) is None
+    c = count_window(t.samples(), ["n1"], now=10, window=60)["n1"]
+    assert (c.admissions, c.rejected, c.owners) == (2, 1, ("ReplicaSet/ns/web-1",))
+
+
+def test_tracker_event_then_pod_is_one_rejection_with_its_owner() -> None:
+    from rollout.kube.watching import AdmissionTracker
+    from rollout.samples import count_window
+
+    t = AdmissionTracker(SINCE)
+    ev = {
+        "type": "Warning",
+        "reason": TAE,
+        "message": "Resources cannot be allocated with Topology locality",
+        "source": {"component": "kubelet", "host": "n1"},
+        "involvedObject": {"kind": "Pod", "uid": "b"},
+        "lastTimestamp": "2026-11-30T12:00:20Z",
+    }
+    assert t.observe_event(ev, ["n1"], 3) is not None
+    assert t.observe_event({**ev, "source": {"host": "elsewhere"}}, ["n1"], 3) is None
+    assert t.observe_pod(pod("b", "Failed", TAE), 4) is None
+    assert t.observe_pod(pod("c", "Failed", TAE), 5) is not None  # same ReplicaSet: a storm
+    c = count_window(t.samples(), ["n1"], now=10, window=60)["n1"]
+    assert (c.admissions, c.rejected, c.owners) == (1, 1, ("ReplicaSet/ns/web-1",))
+
+
+def test_tracker_pods_from_before_the_change_are_baseline() -> None:
+    from rollout.kube.watching import AdmissionTracker
+
+    t = AdmissionTracker(SINCE)
+    assert t.observe_pod(pod("old", "Running", created="2026-11-30T11:59:00Z"), 5) is None
+    assert t.samples() == [] and [s.pod_uid for s in t.before()] == ["old"]
+    assert t.before()[0].time == SINCE - 60
