@@ -1,0 +1,7 @@
+"""The only place that imports the ``kubernetes`` client (import-linter enforces it).
+
+Modules are verbs: ``client`` (load a kubeconfig, retry transient API failures), ``nodes``
+(cordon, pods, readiness, PDBs), ``evicting`` (one Eviction API request, its outcome named),
+``leases`` (the cluster lock), ``proxy`` (``/configz``, ``/healthz``, ``/metrics`` through the node
+proxy), ``cluster`` (all of it behind the orchestrator's ``Cluster`` Protocol).
+"""

@@ -1,0 +1,63 @@
+"""The orchestrator's ``Cluster`` Protocol over the real API server."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rollout.kube import evicting, nodes, proxy
+from rollout.kube.client import Api
+from rollout.models import NodeInfo, PodRef
+from rollout.protocols import EvictionResult
+
+
+class KubeCluster:
+    """Node operations through the API server; every write is a cordon, an eviction or a
+    deletion asked for with ``--disable-eviction``."""
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+
+    def node(self, name: str) -> NodeInfo:
+        """See ``Cluster.node``."""
+        return nodes.node_info(self.api, name)
+
+    def cordon(self, name: str) -> None:
+        """See ``Cluster.cordon``."""
+        nodes.set_unschedulable(self.api, name, True)
+
+    def uncordon(self, name: str) -> None:
+        """See ``Cluster.uncordon``."""
+        nodes.set_unschedulable(self.api, name, False)
+
+    def pods_on_node(self, name: str) -> list[PodRef]:
+        """See ``Cluster.pods_on_node``."""
+        return nodes.pods_on_node(self.api, name)
+
+    def evict(self, pod: PodRef, grace_period_s: int | None) -> EvictionResult:
+        """See ``Cluster.evict``."""
+        return evicting.evict(self.api, pod, grace_period_s)
+
+    def delete_pod(self, pod: PodRef, grace_period_s: int | None) -> None:
+        """See ``Cluster.delete_pod``."""
+        evicting.delete(self.api, pod, grace_period_s)
+
+    def pod_gone(self, pod: PodRef) -> bool:
+        """See ``Cluster.pod_gone``."""
+        return nodes.pod_gone(self.api, pod)
+
+    def pdbs_for(self, pod: PodRef) -> list[str]:
+        """See ``Cluster.pdbs_for``."""
+        return [
+            f"{b.namespace}/{b.name}"
+            for b in nodes.list_pdbs(self.api, pod.namespace)
+            if b.matches(pod)
+        ]
+
+    def healthz(self, node: str) -> bool:
+        """See ``Cluster.healthz``."""
+        return proxy.healthz(self.api, node)
+
+    def configz(self, node: str) -> Mapping[str, Any]:
+        """See ``Cluster.configz``."""
+        return proxy.configz(self.api, node)

@@ -1,0 +1,66 @@
+"""One eviction: the Eviction API request and its outcome, named.
+
+Why one request per call: the retry loop (capped backoff, timeout, naming the blocking pods)
+belongs to ``rollout.draining``, which owns the timers (kubernetes #117492). Here a 429 is an
+expected answer (a PodDisruptionBudget says not now), not a crash; a 500 (e.g. more than one PDB
+selects the pod) is a misconfiguration and is raised with the API server's words.
+"""
+
+from __future__ import annotations
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from rollout.errors import ExternalError
+from rollout.kube.client import Api, call, describe
+from rollout.models import PodRef
+from rollout.protocols import Eviction, EvictionResult
+
+
+def _options(grace_period_s: int | None) -> client.V1DeleteOptions | None:
+    if grace_period_s is None:
+        return None
+    return client.V1DeleteOptions(grace_period_seconds=grace_period_s)
+
+
+def evict(api: Api, pod: PodRef, grace_period_s: int | None) -> EvictionResult:
+    """POST an Eviction for the pod (honours PodDisruptionBudgets).
+
+    Raises:
+        ExternalError: any answer other than 200/201, 404 and 429 (500: several PDBs).
+    """
+    body = client.V1Eviction(
+        metadata=client.V1ObjectMeta(name=pod.name, namespace=pod.namespace),
+        delete_options=_options(grace_period_s),
+    )
+    try:
+        call(
+            f"evict pod {pod.key}",
+            api.core.create_namespaced_pod_eviction,
+            pod.name,
+            pod.namespace,
+            body,
+            retry_s=20.0,
+        )
+    except ApiException as e:
+        if e.status == 429:
+            return EvictionResult(Eviction.BLOCKED, describe(e).split(" ", 1)[-1])
+        if e.status == 404:
+            return EvictionResult(Eviction.GONE)
+        raise ExternalError(f"eviction of pod {pod.key} refused: {describe(e)}") from e
+    return EvictionResult(Eviction.EVICTED)
+
+
+def delete(api: Api, pod: PodRef, grace_period_s: int | None) -> None:
+    """DELETE the pod (``--disable-eviction`` only: bypasses PodDisruptionBudgets)."""
+    try:
+        call(
+            f"delete pod {pod.key}",
+            api.core.delete_namespaced_pod,
+            pod.name,
+            pod.namespace,
+            grace_period_seconds=grace_period_s,
+        )
+    except ApiException as e:
+        if e.status != 404:
+            raise ExternalError(f"delete pod {pod.key}: {describe(e)}") from e

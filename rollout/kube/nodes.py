@@ -1,0 +1,177 @@
+"""Nodes, pods and PodDisruptionBudgets, read and translated into ``rollout.models``.
+
+Why translate here: the core decides over small frozen records (``NodeInfo``, ``PodRef``,
+``PdbRef``) and never sees a client object. The only writes in this module are a Node's
+``spec.unschedulable`` (cordon / uncordon): never a workload.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+from kubernetes.utils import parse_quantity
+
+from rollout.errors import ExternalError, PreflightError
+from rollout.kube.client import Api, call, describe
+from rollout.models import NodeInfo, PdbRef, PodRef
+
+MIRROR = "kubernetes.io/config.mirror"
+
+
+def _qty(value: Any, scale: int = 1) -> int:
+    try:
+        return int(parse_quantity(str(value)) * scale)  # type: ignore[no-untyped-call]
+    except (ValueError, TypeError, ArithmeticError):
+        return 0
+
+
+def to_node_info(n: Any) -> NodeInfo:
+    """A client V1Node as a :class:`NodeInfo`."""
+    conds = (n.status.conditions if n.status else None) or []
+    ready = any(c.type == "Ready" and c.status == "True" for c in conds)
+    alloc = {k: str(v) for k, v in ((n.status.allocatable if n.status else None) or {}).items()}
+    return NodeInfo(
+        name=n.metadata.name,
+        unschedulable=bool(n.spec and n.spec.unschedulable),
+        ready=ready,
+        allocatable=alloc,
+        cpu_millis=_qty(alloc.get("cpu", 0), 1000),
+        memory_bytes=_qty(alloc.get("memory", 0)),
+    )
+
+
+def node_info(api: Api, name: str) -> NodeInfo:
+    """Read one Node.
+
+    Raises:
+        PreflightError: no such Node.
+    """
+    try:
+        return to_node_info(call(f"read node {name}", api.core.read_node, name))
+    except ApiException as e:
+        if e.status == 404:
+            raise PreflightError(f"no Node named {name!r} in the cluster") from e
+        raise ExternalError(f"read node {name}: {describe(e)}") from e
+
+
+def list_nodes(api: Api) -> dict[str, NodeInfo]:
+    """Every Node by name."""
+    items: list[Any] = call("list nodes", api.core.list_node).items
+    return {n.metadata.name: to_node_info(n) for n in items}
+
+
+def set_unschedulable(api: Api, name: str, value: bool) -> None:
+    """Cordon (True) or uncordon (False) a Node: the only Node field we write."""
+    try:
+        call(
+            f"{'cordon' if value else 'uncordon'} node {name}",
+            api.core.patch_node,
+            name,
+            {"spec": {"unschedulable": value or None}},
+        )
+    except ApiException as e:
+        raise ExternalError(f"patch node {name}: {describe(e)}") from e
+
+
+def to_pod_ref(p: Any) -> PodRef:
+    """A client V1Pod as a :class:`PodRef` (requests summed over containers)."""
+    owners = p.metadata.owner_references or []
+    cpu = mem = 0
+    for c in (p.spec.containers if p.spec else None) or []:
+        req = (c.resources.requests if c.resources else None) or {}
+        cpu += _qty(req.get("cpu", 0), 1000)
+        mem += _qty(req.get("memory", 0))
+    return PodRef(
+        namespace=p.metadata.namespace,
+        name=p.metadata.name,
+        node=(p.spec.node_name if p.spec else "") or "",
+        uid=p.metadata.uid or "",
+        labels=dict(p.metadata.labels or {}),
+        daemonset=any(o.kind == "DaemonSet" for o in owners),
+        mirror=MIRROR in (p.metadata.annotations or {}),
+        cpu_millis=cpu,
+        memory_bytes=mem,
+    )
+
+
+def pods_on_node(api: Api, node: str) -> list[PodRef]:
+    """Every pod bound to the node that has not finished."""
+    pods = call(
+        f"list pods on {node}",
+        api.core.list_pod_for_all_namespaces,
+        field_selector=f"spec.nodeName={node}",
+    ).items
+    return [
+        to_pod_ref(p) for p in pods if (p.status and p.status.phase) not in ("Succeeded", "Failed")
+    ]
+
+
+def pod_gone(api: Api, pod: PodRef) -> bool:
+    """Whether this pod (same uid) no longer exists."""
+    try:
+        p: Any = call(f"read pod {pod.key}", api.core.read_namespaced_pod, pod.name, pod.namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return True
+        raise ExternalError(f"read pod {pod.key}: {describe(e)}") from e
+    return bool(pod.uid) and p.metadata.uid != pod.uid
+
+
+def to_pdb_ref(b: Any) -> PdbRef:
+    """A client V1PodDisruptionBudget as a :class:`PdbRef`."""
+    sel = (b.spec.selector.match_labels if b.spec and b.spec.selector else None) or {}
+    min_avail = b.spec.min_available if b.spec else None
+    return PdbRef(
+        namespace=b.metadata.namespace,
+        name=b.metadata.name,
+        selector=dict(sel),
+        disruptions_allowed=int((b.status.disruptions_allowed if b.status else 0) or 0),
+        expected_pods=int((b.status.expected_pods if b.status else 0) or 0),
+        min_available=min_avail if isinstance(min_avail, int) else None,
+    )
+
+
+def list_pdbs(api: Api, namespace: str | None = None) -> list[PdbRef]:
+    """PodDisruptionBudgets (all namespaces, or one)."""
+    if namespace:
+        items = call("list PDBs", api.policy.list_namespaced_pod_disruption_budget, namespace).items
+    else:
+        items = call("list PDBs", api.policy.list_pod_disruption_budget_for_all_namespaces).items
+    return [to_pdb_ref(b) for b in items]
+
+
+def server_version(api: Api) -> str:
+    """The API server's gitVersion."""
+    return str(call("read version", api.version.get_code).git_version)
+
+
+def resource_api_versions(api: Api) -> list[str]:
+    """The versions of ``resource.k8s.io`` the API server serves (empty: DRA not served)."""
+    groups = call("API discovery", api.apis.get_api_versions).groups or []
+    for g in groups:
+        if g.name == "resource.k8s.io":
+            return [v.version for v in g.versions or []]
+    return []
+
+
+def dra_drivers_by_node(api: Api, versions: list[str]) -> dict[str, list[str]]:
+    """DRA drivers publishing ResourceSlices, by node name."""
+    if not versions:
+        return {}
+    try:
+        slices: Any = call(
+            "list ResourceSlices",
+            api.custom.list_cluster_custom_object,
+            "resource.k8s.io",
+            versions[0],
+            "resourceslices",
+        )
+    except ApiException as e:
+        raise ExternalError(f"list ResourceSlices: {describe(e)}") from e
+    out: dict[str, list[str]] = {}
+    for s in slices.get("items", []):
+        spec = s.get("spec", {})
+        if spec.get("nodeName"):
+            out.setdefault(spec["nodeName"], []).append(spec.get("driver", ""))
+    return out
