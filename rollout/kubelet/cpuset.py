@@ -1,11 +1,12 @@
 """The kubelet's cpuset syntax ("0-3,8,10-11"), parsed and printed the way the kubelet does.
 
-The kubelet parses ``reservedSystemCPUs`` with ``k8s.io/utils/cpuset.Parse``; its error text is quoted
-so lint and the lab kubelet say what the kubelet would say.
+The kubelet parses ``reservedSystemCPUs`` with ``k8s.io/utils/cpuset.Parse``; its error text is
+quoted so lint and the lab kubelet say what the kubelet would say.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 
@@ -14,39 +15,31 @@ class CPUSetError(ValueError):
 
 
 def parse(text: str) -> frozenset[int]:
-    """Parse a Linux CPU list such as ``"0-3,8"``; the empty string is the empty set.
+    """Parse a Linux CPU list such as ``"0-3,8"`` exactly as ``k8s.io/utils/cpuset.Parse`` does.
+
+    The empty string is the empty set. Like Go's ``strconv.Atoi`` no whitespace is accepted, so
+    ``"0, 4"`` is refused here as the kubelet refuses it.
 
     Raises:
-        CPUSetError: with the kubelet's wording for malformed ranges.
+        CPUSetError: with the kubelet's wording for malformed numbers and ranges.
     """
-    cpus: set[int] = set()
-    s = text.strip()
-    if not s:
+    if text == "":
         return frozenset()
-    for part in s.split(","):
-        bounds = part.split("-")
-        try:
-            if len(bounds) == 1:
-                cpus.add(_int(bounds[0]))
-            elif len(bounds) == 2:
-                lo, hi = _int(bounds[0]), _int(bounds[1])
-                if lo > hi:
-                    raise CPUSetError(
-                        f'invalid range "{part}" ({lo} > {hi})'
-                    )
-                cpus.update(range(lo, hi + 1))
-            else:
-                raise CPUSetError(f'invalid range "{part}"')
-        except ValueError as e:
-            if isinstance(e, CPUSetError):
-                raise
-            raise CPUSetError(f'strconv.Atoi: parsing "{part}": invalid syntax') from e
+    cpus: set[int] = set()
+    for part in text.split(","):
+        bounds = [_atoi(b) for b in part.split("-", 1)]
+        if len(bounds) == 1:
+            cpus.add(bounds[0])
+            continue
+        lo, hi = bounds
+        if lo > hi:
+            raise CPUSetError(f'invalid range "{part}" ({lo} > {hi})')
+        cpus.update(range(lo, hi + 1))
     return frozenset(cpus)
 
 
-def _int(s: str) -> int:
-    s = s.strip()
-    if not s.isdigit():
+def _atoi(s: str) -> int:
+    if not re.fullmatch(r"[+-]?[0-9]+", s):
         raise CPUSetError(f'strconv.Atoi: parsing "{s}": invalid syntax')
     return int(s)
 
