@@ -265,6 +265,9 @@ class SignalState:
         consecutive_errors: reads that failed in a row, up to now.
         last_error: the latest failure's message.
         has_data: False until the signal has delivered one good read.
+        rejections_only: the signal counts rejections but not admissions (a Prometheus query):
+            any rejection above the baseline fails, and no rejection is no objection (it can
+            never make the gate Inconclusive; the admission count comes from the other signals).
     """
 
     name: str
@@ -273,6 +276,7 @@ class SignalState:
     consecutive_errors: int = 0
     last_error: str | None = None
     has_data: bool = True
+    rejections_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -368,6 +372,19 @@ def _evaluate_signal(cfg: GateConfig, s: SignalState) -> Finding:
     if not nodes:
         return Finding(s.name, Outcome.ERROR, f"{s.name}: no canary node to watch")
     group = group_counts(s.counts)
+    if s.rejections_only:
+        base = s.baseline.rejected if s.baseline is not None else 0
+        bad = [n for n in nodes if s.counts[n].rejected > base]
+        if bad:
+            sub = group_counts({n: s.counts[n] for n in bad})
+            return Finding(
+                s.name,
+                Outcome.FAILED,
+                f"{s.name}: {sub.rejected} admissions rejected on {_and(bad)} "
+                f"[{_by_reason(sub)}], baseline {base}",
+                tuple(bad),
+            )
+        return Finding(s.name, Outcome.SUCCESSFUL, f"{s.name}: no rejection on {_and(nodes)}")
     base_rate = s.baseline.rate if s.baseline is not None and s.baseline.admissions else 0.0
     limit = max(cfg.threshold, base_rate + cfg.margin)
     per_node_min = math.ceil(cfg.min_admissions / len(nodes))

@@ -62,6 +62,7 @@ class GateMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        self._seen: dict[tuple[str, str], int] = {}
         self.rejections = Counter(
             "rollout_gate_rejections_seen",
             "Pod admission rejections the gate saw on changed nodes, after per-owner dedup.",
@@ -92,6 +93,18 @@ class GateMetrics:
             ["code"],
             registry=self.registry,
         )
+
+    def observe(self, verdict: Any) -> None:
+        """Count a gate verdict, and the rejections it saw that were not counted before."""
+        self.verdicts.labels(outcome=str(verdict.status)).inc()
+        api = (verdict.inputs.get("signals") or {}).get("api") or {}
+        for node, c in (api.get("nodes") or {}).items():
+            for reason, n in (c.get("rejections") or {}).items():
+                key = (node, reason)
+                new = n - self._seen.get(key, 0)
+                if new > 0:
+                    self.rejections.labels(node=node, reason=reason).inc(new)
+                self._seen[key] = max(n, self._seen.get(key, 0))
 
     def set_node_state(self, node: str, state: str, states: Sequence[str]) -> None:
         """Mark ``node`` as being in ``state`` (and in none of the other ``states``)."""

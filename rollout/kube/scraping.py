@@ -12,14 +12,15 @@ kubeconfig the tool already has (RBAC: ``nodes/proxy`` get). Counters are turned
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from rollout.analysis import SignalState
 from rollout.errors import ExternalError, truncate
-from rollout.samples import CounterReading, NodeCounts, sum_deltas
+from rollout.samples import CounterReading, NodeCounts, group_counts, sum_deltas
 
 REQUESTS = "kubelet_topology_manager_admission_requests_total"
 ERRORS = "kubelet_topology_manager_admission_errors_total"
@@ -157,3 +158,41 @@ def scrape_once(fetcher: MetricsFetcher, nodes: Iterable[str], now: float) -> li
         except ValueError as e:
             raise ExternalError(str(e)) from e
     return out
+
+
+class KubeletSignal:
+    """The gate's kubelet signal: one scrape of every watched node per evaluation."""
+
+    name = "kubelet"
+
+    def __init__(self, fetcher: MetricsFetcher, window: float) -> None:
+        self.fetcher = fetcher
+        self.window = window
+        self.canary = KubeletCounters(())
+        self.control = KubeletCounters(())
+        self._before: dict[str, NodeCounts] | None = None
+
+    def start(self, nodes: Sequence[str], control: Sequence[str] = ()) -> None:
+        self.canary = KubeletCounters(tuple(nodes))
+        self.control = KubeletCounters(tuple(control))
+
+    def state(self, now: float, baseline_before: bool = False) -> SignalState:
+        self.canary.scrape(self.fetcher, now)
+        if self.control.nodes:
+            self.control.scrape(self.fetcher, now)
+        self.canary.forget_before(now - self.window)
+        self.control.forget_before(now - self.window)
+        baseline = None
+        if self.control.nodes and self.control.has_data and not baseline_before:
+            baseline = group_counts(self.control.counts(now, self.window))
+        return SignalState(
+            self.name,
+            self.canary.counts(now, self.window),
+            baseline,
+            self.canary.consecutive_errors,
+            self.canary.last_error,
+            self.canary.has_data,
+        )
+
+    def stop(self) -> None:
+        return None

@@ -291,3 +291,136 @@ def test_hold_says_what_it_waits_for() -> None:
         GateConfig(), [sig({}, "kubelet", has_data=False, last_error="403 Forbidden")], now=0
     )
     assert v.outcome is Outcome.ERROR and "403 Forbidden" in v.reason and "kubelet" in v.waiting_for
+
+
+def test_rejections_only_signal_fails_on_any_rejection_and_never_holds() -> None:
+    quiet = sig({"a": NodeCounts(), "b": NodeCounts()}, "prometheus", rejections_only=True)
+    assert evaluate(CFG, [quiet], now=0).outcome is Outcome.SUCCESSFUL
+    loud = sig(
+        {"a": NodeCounts(0, {TAE: 2}), "b": NodeCounts()}, "prometheus", rejections_only=True
+    )
+    v = evaluate(CFG, [loud, sig({"a": nc(5), "b": nc(5)})], now=0)
+    assert v.outcome is Outcome.FAILED and v.failed_nodes == ("a",)
+    assert "prometheus: 2 admissions rejected on a [TopologyAffinityError: 2]" in v.reason
+
+
+# ---------------------------------------------------------------- the soak loop (rollout.gate)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += s
+
+
+class ScriptedSignal:
+    """A signal whose counts are a function of the time since the soak started."""
+
+    name = "api"
+
+    def __init__(self, counts_at: object) -> None:
+        self.counts_at = counts_at
+        self.started: tuple[object, ...] = ()
+        self.stopped = False
+        self.t0: float | None = None
+
+    def start(self, nodes: object, control: object = ()) -> None:
+        self.started = (nodes, control)
+
+    def state(self, now: float, baseline_before: bool = False) -> SignalState:
+        self.t0 = now if self.t0 is None else self.t0
+        return SignalState(self.name, self.counts_at(now - self.t0), nc(20))  # type: ignore[operator]
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+class FakeProbes:
+    def __init__(self) -> None:
+        self.launched: list[tuple[str, tuple[str, ...], int]] = []
+        self.cleaned = False
+
+    def launch(self, change_id: str, nodes: object, per_node: int) -> list[str]:
+        self.launched.append((change_id, tuple(nodes), per_node))  # type: ignore[arg-type]
+        return ["probe-a-0", "probe-b-0"]
+
+    def cleanup(self) -> None:
+        self.cleaned = True
+
+
+def run_gate(counts_at: object, **cfg: object) -> tuple[object, ...]:
+    from rollout.gate import SoakGate
+
+    clock = FakeClock()
+    sig_ = ScriptedSignal(counts_at)
+    probes = FakeProbes()
+    events: list[tuple[str, str, bool]] = []
+    records: list[tuple[str, dict[str, object]]] = []
+
+    class Events:
+        def post(self, node: str, reason: str, message: str, warning: bool, now: object) -> None:
+            events.append((node, reason, warning))
+
+    gate = SoakGate(
+        GateConfig(**{"soak": 60.0, "interval": 2.0, "min_admissions": 4, **cfg}),  # type: ignore[arg-type]
+        [sig_],
+        clock=clock,
+        sleep=clock.sleep,
+        control=("c",),
+        probes=probes,
+        events=Events(),
+        record=lambda kind, data: records.append((kind, dict(data))),
+    )
+    v = gate.evaluate("chg-1", ["a", "b"])
+    return v, clock.t - 1000.0, sig_, probes, events, records
+
+
+def test_soak_fails_early_and_records_everything() -> None:
+    v, elapsed, s, probes, events, records = run_gate(
+        lambda dt: {"a": nc(5, 2 if dt >= 6 else 0), "b": nc(5)}
+    )
+    assert v.status is Outcome.FAILED and v.failed_nodes == ("a",)  # type: ignore[attr-defined]
+    assert elapsed == 6.0  # detected at the first evaluation after the rejections, not at 60s
+    assert s.started == (["a", "b"], ("c",)) and s.stopped  # type: ignore[attr-defined]
+    assert events == [("a", "RolloutGateFailed", True), ("b", "RolloutGateFailed", False)]
+    assert records[0][0] == "verdict" and records[0][1]["outcome"] == "Failed"
+    assert records[0][1]["inputs"]["control"] == ["c"]
+    assert probes.launched == []  # type: ignore[attr-defined]
+
+
+def test_soak_passes_only_at_the_end() -> None:
+    v, elapsed, *_ = run_gate(lambda dt: {"a": nc(5), "b": nc(5)})
+    assert v.status is Outcome.SUCCESSFUL and elapsed == 60.0  # type: ignore[attr-defined]
+
+
+def test_no_traffic_launches_probes_which_turn_it_into_a_verdict() -> None:
+    v, _, _, probes, _, _ = run_gate(
+        lambda dt: {"a": nc(2 if dt > 2 else 0), "b": nc(2 if dt > 2 else 0)}
+    )
+    assert probes.launched == [("chg-1", ("a", "b"), 2)] and probes.cleaned  # type: ignore[attr-defined]
+    assert v.status is Outcome.SUCCESSFUL  # type: ignore[attr-defined]
+    assert v.inputs["probes"] == ["probe-a-0", "probe-b-0"]  # type: ignore[attr-defined]
+
+
+def test_no_traffic_without_probes_holds() -> None:
+    v, elapsed, _, probes, events, _ = run_gate(lambda dt: {"a": nc(0), "b": nc(0)}, probes=False)
+    assert v.status is Outcome.INCONCLUSIVE and elapsed == 60.0  # type: ignore[attr-defined]
+    assert probes.launched == []  # type: ignore[attr-defined]
+    assert {e[1] for e in events} == {"RolloutGateInconclusive"}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"), [("rollback-affected", ["a"]), ("rollback-group", ["a", "b"])]
+)
+def test_rollback_targets_follow_the_policy(policy: str, expected: list[str]) -> None:
+    from rollout.gate import rollback_targets
+
+    cfg = parse_gate_config({"onFailure": policy})
+    v = evaluate(cfg, [sig({"a": nc(5, 3), "b": nc(5)})], now=0)
+    assert rollback_targets(v, cfg, ["a", "b"]) == expected
+    assert rollback_targets(evaluate(cfg, [sig({"a": nc(5), "b": nc(5)})], 0), cfg, ["a"]) == []

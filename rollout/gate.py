@@ -1,0 +1,200 @@
+"""The rejection-rate gate: soak, evaluate the signals, decide, record.
+
+Why here and not in the orchestrator: the orchestrator asks one question after the canary batch
+(``Gate.evaluate(change_id, nodes) -> Verdict``) and ``rollout watch`` asks the same question of a
+change applied earlier. This module answers it: it starts the signals on the canary (and control)
+nodes, evaluates every ``interval`` over the sliding window until the soak is over or the verdict
+is Failed, launches probe pods when admissions are too few, and records every verdict in the
+journal and as an Event on each node. The clock and ``sleep`` are parameters, so the soak loop runs
+in unit tests and benchmarks in microseconds.
+
+Failed ends the soak at once (detection latency is the interval, not the soak). Successful is
+only ever returned at the end of the soak. Inconclusive and Error hold: the verdict says what the
+gate waits for, and the caller holds the rollout.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from rollout.analysis import Baseline, GateConfig, Outcome, SignalState, Verdict, evaluate
+from rollout.errors import RolloutError
+
+
+class Signal(Protocol):
+    """A source of admission counts (API watch, kubelet metrics, Prometheus)."""
+
+    name: str
+
+    def start(self, nodes: Sequence[str], control: Sequence[str] = ()) -> None: ...
+
+    def state(self, now: float, baseline_before: bool = False) -> SignalState: ...
+
+    def stop(self) -> None: ...
+
+
+class Probes(Protocol):
+    """Creates and removes probe pods (``rollout.kube.probing.ProbePods``)."""
+
+    def launch(self, change_id: str, nodes: Sequence[str], per_node: int) -> list[str]: ...
+
+    def cleanup(self) -> None: ...
+
+
+class NodeEventSink(Protocol):
+    """Posts an Event on a Node (``rollout.kube.probing.NodeEvents``)."""
+
+    def post(self, node: str, reason: str, message: str, warning: bool, now: datetime) -> None: ...
+
+
+class Recorder(Protocol):
+    """Appends a decision record (type ``verdict`` or ``trigger``) to the change's journal."""
+
+    def __call__(self, kind: str, data: Mapping[str, Any]) -> None: ...
+
+
+class MetricsSink(Protocol):
+    """Counts verdicts and rejections for ``/metrics`` (``rollout.serve.GateMetrics``)."""
+
+    def observe(self, verdict: Verdict) -> None: ...
+
+
+EVENT_REASONS = {
+    Outcome.SUCCESSFUL: "RolloutGatePassed",
+    Outcome.FAILED: "RolloutGateFailed",
+    Outcome.INCONCLUSIVE: "RolloutGateInconclusive",
+    Outcome.ERROR: "RolloutGateError",
+}
+
+
+class SoakGate:
+    """The ``Gate`` the orchestrator calls after the canary batch.
+
+    Args:
+        cfg: the plan's ``gate:`` section.
+        signals: the signal sources (each gets ``start``/``state``/``stop``).
+        clock: seconds since the epoch (``time.time`` in production).
+        sleep: waits that many seconds (``time.sleep`` in production).
+        control: nodes of the control group (unchanged, equivalent), for the baseline.
+        probes: probe pods, used when ``cfg.probes`` and admissions are too few.
+        events: Events on nodes; record: the journal; metrics: ``/metrics``.
+        progress: one line per evaluation, for the CLI.
+    """
+
+    def __init__(
+        self,
+        cfg: GateConfig,
+        signals: Sequence[Signal],
+        *,
+        clock: Callable[[], float],
+        sleep: Callable[[float], None],
+        control: Sequence[str] = (),
+        probes: Probes | None = None,
+        events: NodeEventSink | None = None,
+        record: Recorder | None = None,
+        metrics: MetricsSink | None = None,
+        progress: Callable[[str], None] = lambda _m: None,
+    ) -> None:
+        self.cfg = cfg
+        self.signals = list(signals)
+        self.clock = clock
+        self.sleep = sleep
+        self.control = tuple(control)
+        self.probes = probes
+        self.events = events
+        self.record = record
+        self.metrics = metrics
+        self.progress = progress
+        self.history: list[Verdict] = []
+
+    def evaluate(self, change_id: str, nodes: Sequence[str]) -> Verdict:
+        """Soak and decide over ``nodes``; see the module docstring."""
+        started = self.clock()
+        deadline = started + self.cfg.soak
+        before = self.cfg.baseline is Baseline.BEFORE
+        control = self.control if self.cfg.baseline is Baseline.CONTROL_GROUP else ()
+        probes_launched: list[str] = []
+        for s in self.signals:
+            s.start(nodes, control)
+        try:
+            while True:
+                now = self.clock()
+                verdict = evaluate(self.cfg, [s.state(now, before) for s in self.signals], now)
+                self.history.append(verdict)
+                self.progress(f"{verdict.status}: {verdict.reason}")
+                if verdict.status is Outcome.FAILED or now >= deadline:
+                    break
+                if (
+                    verdict.status is Outcome.INCONCLUSIVE
+                    and self.cfg.probes
+                    and self.probes is not None
+                    and not probes_launched
+                ):
+                    per_node = max(1, math.ceil(self.cfg.min_admissions / max(len(nodes), 1)))
+                    try:
+                        probes_launched = self.probes.launch(change_id, nodes, per_node)
+                        self.progress(f"probe pods: {', '.join(probes_launched)}")
+                    except RolloutError as e:
+                        self.progress(f"probe pods could not be created: {e}")
+                        probes_launched = ["<failed>"]
+                self.sleep(min(self.cfg.interval, max(deadline - now, 0.0)))
+        finally:
+            for s in self.signals:
+                s.stop()
+            if probes_launched and self.probes is not None:
+                try:
+                    self.probes.cleanup()
+                except RolloutError as e:
+                    self.progress(f"probe pods could not be deleted: {e}")
+        verdict = _with_inputs(verdict, started, nodes, control, probes_launched)
+        self._publish(change_id, nodes, verdict)
+        return verdict
+
+    def _publish(self, change_id: str, nodes: Sequence[str], verdict: Verdict) -> None:
+        if self.metrics is not None:
+            self.metrics.observe(verdict)
+        if self.record is not None:
+            self.record("verdict", {"change": change_id, "nodes": list(nodes), **verdict.as_dict()})
+        if self.events is not None:
+            when = datetime.fromtimestamp(verdict.at, UTC)
+            reason = EVENT_REASONS[verdict.status]
+            for node in nodes:
+                failed = node in verdict.failed_nodes
+                text = f"change {change_id}: {verdict.status}: {verdict.reason}"
+                if verdict.waiting_for:
+                    text += f"; waiting for {verdict.waiting_for}"
+                try:
+                    self.events.post(node, reason, text, failed or verdict.holds, when)
+                except RolloutError as e:
+                    self.progress(f"event on {node} not posted: {e}")
+
+
+def _with_inputs(
+    v: Verdict,
+    started: float,
+    nodes: Sequence[str],
+    control: Sequence[str],
+    probes: Sequence[str],
+) -> Verdict:
+    inputs = dict(v.inputs)
+    inputs.update(
+        {
+            "soakStarted": started,
+            "nodes": list(nodes),
+            "control": list(control),
+            "probes": [p for p in probes if p != "<failed>"],
+        }
+    )
+    return Verdict(v.status, v.reason, v.at, v.failed_nodes, v.waiting_for, v.findings, inputs)
+
+
+def rollback_targets(verdict: Verdict, cfg: GateConfig, nodes: Sequence[str]) -> list[str]:
+    """The nodes a Failed verdict rolls back under the plan's ``onFailure`` policy."""
+    if verdict.status is not Outcome.FAILED:
+        return []
+    if cfg.on_failure.value == "rollback-group" or not verdict.failed_nodes:
+        return list(nodes)
+    return [n for n in nodes if n in verdict.failed_nodes]

@@ -1,0 +1,161 @@
+"""Probe pods, and the gate's Events on nodes.
+
+Why probes: a canary with no traffic has no admissions, and no admissions must never pass the gate
+(flagger #1035: "no values found ... probably not receiving traffic"). A probe is a Guaranteed pod
+(requests = limits, whole CPUs) bound to one canary node with ``nodeName``, so it skips the
+scheduler and goes straight to the kubelet's admission: with ``single-numa-node`` it is admitted
+only if its CPUs and memory fit one NUMA node, which one CPU and a little memory always do on a
+healthy node. A probe rejected with ``TopologyAffinityError`` is a real failure signal.
+
+Probes are the one workload write ``rollout`` makes: its own pods, in its own namespace
+(``rollout-probes`` by default), labelled ``app.kubernetes.io/managed-by=rollout`` and
+``rollout.io/change=<id>``, tolerating every taint, and deleted when the gate is done.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from rollout.errors import ExternalError, truncate
+
+PROBE_NAMESPACE = "rollout-probes"
+PROBE_IMAGE = "registry.k8s.io/pause:3.10"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "rollout"}
+
+
+def _dns(s: str) -> str:
+    return re.sub(r"[^a-z0-9-]", "-", s.lower()).strip("-")[:40]
+
+
+def probe_manifest(
+    node: str,
+    change_id: str,
+    index: int,
+    cpu: str = "1",
+    memory: str = "64Mi",
+    namespace: str = PROBE_NAMESPACE,
+    image: str = PROBE_IMAGE,
+) -> dict[str, Any]:
+    """A Guaranteed probe pod bound to ``node`` (pure: the manifest only)."""
+    resources = {"cpu": cpu, "memory": memory}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"rollout-probe-{_dns(node)}-{index}-{_dns(change_id)[-6:]}",
+            "namespace": namespace,
+            "labels": {
+                **MANAGED_BY,
+                "rollout.io/change": _dns(change_id),
+                "rollout.io/probe": "true",
+            },
+        },
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "tolerations": [{"operator": "Exists"}],
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "probe",
+                    "image": image,
+                    "resources": {"requests": resources, "limits": resources},
+                }
+            ],
+        },
+    }
+
+
+class ProbePods:
+    """Creates probe pods on the canary nodes and deletes them afterwards."""
+
+    def __init__(
+        self, api_client: Any, namespace: str = PROBE_NAMESPACE, image: str = PROBE_IMAGE
+    ) -> None:
+        from kubernetes import client
+
+        self._core: Any = client.CoreV1Api(api_client)
+        self.namespace = namespace
+        self.image = image
+        self.created: list[str] = []
+
+    def launch(self, change_id: str, nodes: Sequence[str], per_node: int) -> list[str]:
+        """Create ``per_node`` probes on each node; returns their names."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._core.create_namespace(
+                {"metadata": {"name": self.namespace, "labels": MANAGED_BY}}
+            )
+        except ApiException as e:
+            if e.status != 409:
+                raise ExternalError(
+                    f"create namespace {self.namespace}: {e.status} {e.reason}"
+                ) from e
+        names = []
+        for node in nodes:
+            for i in range(per_node):
+                m = probe_manifest(
+                    node,
+                    change_id,
+                    len(self.created) + i,
+                    namespace=self.namespace,
+                    image=self.image,
+                )
+                try:
+                    self._core.create_namespaced_pod(self.namespace, m)
+                except ApiException as e:
+                    raise ExternalError(
+                        f"create probe pod on {node}: {e.status} {e.reason}: "
+                        f"{truncate(str(e.body))}"
+                    ) from e
+                names.append(m["metadata"]["name"])
+            self.created.extend(names[-per_node:])
+        return names
+
+    def cleanup(self) -> None:
+        """Delete every probe this object created (already gone is fine)."""
+        from kubernetes.client.exceptions import ApiException
+
+        for name in self.created:
+            try:
+                self._core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+            except ApiException as e:
+                if e.status != 404:
+                    raise ExternalError(f"delete probe pod {name}: {e.status} {e.reason}") from e
+        self.created = []
+
+
+class NodeEvents:
+    """Posts the gate's verdicts as Events on the Node objects (``kubectl describe node``)."""
+
+    def __init__(self, api_client: Any, namespace: str = "default") -> None:
+        from kubernetes import client
+
+        self._core: Any = client.CoreV1Api(api_client)
+        self.namespace = namespace
+
+    def post(self, node: str, reason: str, message: str, warning: bool, now: datetime) -> None:
+        """One Event: involvedObject the Node, source component ``rollout``."""
+        from kubernetes.client.exceptions import ApiException
+
+        stamp = now.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        body = {
+            "metadata": {"generateName": f"{node}.rollout-", "namespace": self.namespace},
+            "involvedObject": {"kind": "Node", "name": node, "uid": node, "apiVersion": "v1"},
+            "reason": reason,
+            "message": message[:1000],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": "rollout"},
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            self._core.create_namespaced_event(self.namespace, body)
+        except ApiException as e:
+            raise ExternalError(f"post Event on node {node}: {e.status} {e.reason}") from e
