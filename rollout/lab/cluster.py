@@ -142,8 +142,12 @@ def _cmd_has(pid: int, needle: str) -> bool:
 
 
 def _gone(pid: int) -> bool:
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)  # reap it if it is our child
+    child = n._children.pop(pid, None)
+    if child is not None:
+        if child.poll() is None:
+            n._children[pid] = child
+            return False
+        return True
     try:
         return "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
     except OSError:
@@ -208,6 +212,12 @@ class Lab:
     @property
     def kubeconfig(self) -> Path:
         return self.dir / "controlplane" / "kubeconfigs" / "admin.kubeconfig"
+
+    @property
+    def api(self) -> ControlPlane:
+        """The control plane; ``lab.api.request(method, path, body)`` is a plain admin HTTPS
+        call (tests that want the kubernetes client build it from :attr:`kubeconfig`)."""
+        return self._require_cp()
 
     @property
     def inventory(self) -> Path:
@@ -305,6 +315,7 @@ class Lab:
                 start_new_session=True,
                 cwd=REPO_ROOT,
             )
+        n._children[p.pid] = p
         deadline = time.monotonic() + 10
         while not ready.exists():
             if p.poll() is not None or time.monotonic() > deadline:

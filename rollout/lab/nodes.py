@@ -89,9 +89,9 @@ class NodeShape:
                     "cpus": cpulist(self.numa_cpus(n)),
                     "memoryBytes": per_numa_mem,
                     "gpus": [
-                        {"id": f"GPU-{n * self.gpus_per_numa + g}", "pciAddress": _gpu_pci(n, g)}
-                        for g in range(self.gpus_per_numa)
+                        f"GPU-{n * self.gpus_per_numa + g}" for g in range(self.gpus_per_numa)
                     ],
+                    "gpuPciAddresses": [_gpu_pci(n, g) for g in range(self.gpus_per_numa)],
                 }
                 for n in range(self.sockets)
             ],
@@ -371,7 +371,20 @@ def sshd_config(node: LabNode, node_dir: Path, host_key: Path, authorized_keys: 
     )
 
 
+# Popen objects of the processes this process started, kept so they are reaped (not left as
+# zombies or reported as "still running" when garbage-collected).
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def reap() -> None:
+    """Collect the exit status of our finished children."""
+    for pid, p in list(_children.items()):
+        if p.poll() is not None:
+            del _children[pid]
+
+
 def _spawn(args: list[str], log: Path) -> int:
+    reap()
     with open(log, "ab") as f:
         p = subprocess.Popen(
             args,
@@ -380,6 +393,7 @@ def _spawn(args: list[str], log: Path) -> int:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    _children[p.pid] = p
     return p.pid
 
 
@@ -563,10 +577,12 @@ def stop_node(netns: str, veth_host: str, timeout: float = 10.0) -> None:
                 _kill(pid, sig)
             deadline = time.monotonic() + timeout / 2
             while netns_pids(netns) and time.monotonic() < deadline:
+                reap()
                 time.sleep(0.05)
             if not netns_pids(netns):
                 break
     delete_network(netns, veth_host)
+    reap()
 
 
 def remove_node_dir(node_dir: Path) -> None:
