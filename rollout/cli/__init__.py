@@ -18,7 +18,13 @@ from rollout import __version__
 from rollout.errors import RolloutError
 
 # Areas register their commands lazily so a missing optional area never breaks the others.
-_AREAS = ("rollout.cli.kubelet", "rollout.cli.lint", "rollout.cli.lab", "rollout.cli.change")
+_AREAS = (
+    "rollout.cli.kubelet",
+    "rollout.cli.lint",
+    "rollout.cli.lab",
+    "rollout.cli.change",
+    "rollout.cli.gate",
+)
 
 
 class _Group(click.Group):

@@ -1,0 +1,206 @@
+"""``rollout watch`` and ``rollout serve``: the gate on its own, and the external rollback trigger.
+
+Thin: parse, build the gate from its parts (``rollout.gate``, ``rollout.kube.*``), print. A
+Failed verdict rolls back through ``rollout rollback`` itself (the same command a person runs), so
+there is exactly one rollback path whoever pulls the trigger.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from rollout.analysis import GateConfig, Outcome, parse_gate_config
+from rollout.cli.options import kube_options, output_option
+from rollout.errors import ExternalError, InputError, Location, NodeOperationError
+
+
+def cli_rollback(change_id: str, nodes: Sequence[str] | None, reason: str) -> None:
+    """Trigger a rollback by running ``rollout rollback`` (same env: kubeconfig, inventory, state).
+
+    Raises:
+        ExternalError: the rollback command failed (its last output lines are in the message).
+    """
+    cmd = [sys.executable, "-c", "from rollout.cli import main; main()", "rollback"]
+    cmd += ["--change", change_id]
+    for n in nodes or ():
+        cmd += ["--node", n]
+    click.echo(f"rollback of {change_id} ({', '.join(nodes) if nodes else 'all nodes'}): {reason}")
+    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        tail = " ".join((r.stderr or r.stdout).strip().splitlines()[-3:])
+        raise ExternalError(f"rollout rollback --change {change_id} exited {r.returncode}: {tail}")
+
+
+def _gate_config(plan_file: str | None) -> GateConfig:
+    if not plan_file:
+        return GateConfig()
+    from rollout.plan import load_plan
+
+    plan = load_plan(plan_file)
+    return parse_gate_config(plan.gate or None, file=plan.path, line_of=plan.line_of)
+
+
+def _change_nodes(change_id: str) -> tuple[list[str], float, Any]:
+    from rollout.journal import Journal, replay, state_dir
+
+    journal = Journal.open(state_dir(), change_id)
+    entries = journal.entries()
+    status = replay(entries, change_id)
+    nodes = [n for n, s in status.nodes.items() if str(s.state) == "applied"]
+    if not nodes:
+        states = ", ".join(f"{n}: {s.state}" for n, s in status.nodes.items()) or "none"
+        raise InputError(
+            f"change {change_id} has no applied node to watch (nodes: {states})",
+            Location(field="--change"),
+        )
+    started = datetime.fromisoformat(entries[0].ts).timestamp() if entries else time.time()
+    return nodes, started, journal
+
+
+@click.command("watch")
+@click.option("--change", "change_id", required=True, help="The change to watch (its id).")
+@click.option(
+    "--plan",
+    "plan_file",
+    envvar="ROLLOUT_PLAN",
+    type=click.Path(dir_okay=False),
+    help="Plan file whose gate: section configures the gate (default: $ROLLOUT_PLAN).",
+)
+@click.option("--control", multiple=True, help="A control-group node (unchanged); repeatable.")
+@click.option("--no-rollback", is_flag=True, help="Report a Failed verdict, do not roll back.")
+@click.option("--listen", help="Also serve /metrics and the webhook on HOST:PORT.")
+@click.option("--token-file", type=click.Path(dir_okay=False), help="Bearer token for --listen.")
+@kube_options
+@output_option
+def watch(
+    change_id: str,
+    plan_file: str | None,
+    control: tuple[str, ...],
+    no_rollback: bool,
+    listen: str | None,
+    token_file: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    output: str,
+) -> None:
+    """Run the rejection-rate gate on a change that is already applied.
+
+    Soaks for gate.soak, evaluating every gate.interval over gate.window. Failed rolls back the
+    affected nodes (or the group, by gate.onFailure); Inconclusive and Error hold and say what they
+    wait for (exit 1). Every verdict goes to the journal and as an Event on each node.
+
+    \b
+    Examples:
+      rollout watch --change 20261130-1200-ab12cd
+      rollout watch --change 20261130-1200-ab12cd --control lab-4 -o json
+    """
+    from rollout.gate import SoakGate, rollback_targets
+    from rollout.kube.client import connect
+    from rollout.kube.probing import NodeEvents, ProbePods
+    from rollout.kube.scraping import KubeletSignal, NodeProxyFetcher
+    from rollout.kube.watching import ApiSignal
+    from rollout.models import Phase
+    from rollout.serve import AlertReceiver, GateMetrics, make_server, parse_listen, read_token
+
+    cfg = _gate_config(plan_file)
+    nodes, started, journal = _change_nodes(change_id)
+    api = connect(kubeconfig, context)
+    signals: list[Any] = [
+        ApiSignal(api.api_client, since=started, window=cfg.window),
+        KubeletSignal(NodeProxyFetcher(api.api_client), cfg.window),
+    ]
+    if cfg.prometheus is not None:
+        from rollout.prometheus import PrometheusSignal
+
+        signals.append(PrometheusSignal(cfg.prometheus))
+
+    def record(kind: str, data: Any) -> None:
+        journal.append(kind, Phase.DONE, now=datetime.now(UTC), data=data)
+
+    metrics = GateMetrics()
+    server = None
+    if listen:
+        if not token_file:
+            raise InputError("--listen needs --token-file", Location(field="--token-file"))
+        server = make_server(
+            parse_listen(listen), read_token(token_file), AlertReceiver(cli_rollback, metrics)
+        )
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    gate = SoakGate(
+        cfg,
+        signals,
+        clock=time.time,
+        sleep=time.sleep,
+        control=control,
+        probes=ProbePods(api.api_client) if cfg.probes else None,
+        events=NodeEvents(api.api_client),
+        record=record,
+        metrics=metrics,
+        progress=(lambda m: click.echo(m, err=True)) if output == "text" else (lambda _m: None),
+    )
+    try:
+        verdict = gate.evaluate(change_id, nodes)
+    finally:
+        if server is not None:
+            server.shutdown()
+    targets = rollback_targets(verdict, cfg, nodes)
+    if output == "json":
+        click.echo(json.dumps({"change": change_id, **verdict.as_dict(), "rollback": targets}))
+    else:
+        click.echo(f"{verdict.status}: {verdict.reason}")
+        if verdict.waiting_for:
+            click.echo(f"holding: waiting for {verdict.waiting_for}")
+    if verdict.status is Outcome.FAILED:
+        if no_rollback:
+            raise NodeOperationError(f"gate Failed; not rolled back (--no-rollback): {targets}")
+        record("trigger", {"trigger": "gate", "nodes": targets, "reason": verdict.reason})
+        metrics.rollbacks.labels(trigger="gate").inc()
+        cli_rollback(change_id, targets, f"gate Failed: {verdict.reason}")
+        raise NodeOperationError(f"gate Failed; rolled back {', '.join(targets)}")
+    if verdict.holds:
+        sys.exit(1)
+
+
+@click.command("serve")
+@click.option("--listen", required=True, help="HOST:PORT to listen on, e.g. 127.0.0.1:9099.")
+@click.option(
+    "--token-file",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="File holding the bearer token webhook callers must send.",
+)
+def serve(listen: str, token_file: str) -> None:
+    """Accept Alertmanager webhooks that roll back the change they name; serve /metrics.
+
+    POST /webhook (Alertmanager webhook_config) or /api/v2/alerts with
+    "Authorization: Bearer <token>"; the alert's label change_id names the change, label node
+    (optional) the node. Without the token: 401, nothing happens. The same alert twice rolls back
+    once.
+    """
+    from rollout.serve import AlertReceiver, make_server, parse_listen, read_token
+
+    server = make_server(parse_listen(listen), read_token(token_file), AlertReceiver(cli_rollback))
+    port = server.server_address[1]
+    click.echo(
+        f"rollout serve: listening on {listen.rpartition(':')[0]}:{port} "
+        "(POST /webhook, GET /metrics)",
+        err=True,
+    )
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+COMMANDS = [watch, serve]
