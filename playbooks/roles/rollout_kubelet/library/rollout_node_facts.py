@@ -139,36 +139,40 @@ def kubelet_version(machine):
     return None, None
 
 
-def cpu_facts(sysfs, procfs):
-    online = _read(os.path.join(sysfs, "devices/system/cpu/online"), "")
-    cpus = parse_cpuset(online)
+def cpu_facts(sysfs, procfs, cpus):
+    """Sockets, SMT and model for ``cpus``; sockets and siblings are None when sysfs lacks a
+    CPU's topology (then they are unknown, not 1)."""
     packages = set()
     siblings_seen = []
     threads = 1
+    complete = True
     for cpu in cpus:
         topo = os.path.join(sysfs, "devices/system/cpu/cpu%d/topology" % cpu)
         pkg = _read(os.path.join(topo, "physical_package_id"))
-        if pkg is not None:
-            packages.add(pkg)
         siblings = _read(os.path.join(topo, "thread_siblings_list"))
-        if siblings:
-            group = format_cpuset(parse_cpuset(siblings))
-            if group not in siblings_seen:
-                siblings_seen.append(group)
-            threads = max(threads, len(parse_cpuset(siblings)))
+        if pkg is None or not siblings:
+            complete = False
+            continue
+        packages.add(pkg)
+        group = format_cpuset(parse_cpuset(siblings))
+        if group not in siblings_seen:
+            siblings_seen.append(group)
+        threads = max(threads, len(parse_cpuset(siblings)))
     model = None
     for line in (_read(os.path.join(procfs, "cpuinfo"), "") or "").splitlines():
         key, _, value = line.partition(":")
         if key.strip() in ("model name", "Model", "cpu model") and value.strip():
             model = value.strip()
             break
-    return {
-        "cpuModel": model,
-        "sockets": len(packages) or 1,
-        "threadsPerCore": threads,
-        "onlineCPUs": format_cpuset(cpus),
-        "smtSiblings": siblings_seen if threads > 1 else [],
-    }
+    facts = {"cpuModel": model}
+    if complete and cpus:
+        facts["sockets"] = len(packages)
+        facts["threadsPerCore"] = threads
+        facts["smtSiblings"] = siblings_seen if threads > 1 else []
+    else:
+        facts["sockets"] = None
+        facts["threadsPerCore"] = None
+    return facts
 
 
 def numa_facts(sysfs, procfs, online):
@@ -251,8 +255,11 @@ def load_machine_file(path):
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
     machine = dict(data.get("machine") or {})
+    for key, value in (data.get("topology") or {}).items():
+        if key in ("cpuModel", "sockets", "threadsPerCore") and key not in machine:
+            machine[key] = value
     for key in (*MACHINE_KEYS, "kubeletVersion"):
-        if key in data and key not in machine:
+        if data.get(key) not in (None, "") and key not in machine:
             machine[key] = data[key]
     if "onlineCpus" in machine and "onlineCPUs" not in machine:
         machine["onlineCPUs"] = machine.pop("onlineCpus")
@@ -273,12 +280,27 @@ def collect(params):
     facts["distributionEvidence"] = evidence
     facts["kubeletVersion"] = version
     facts["kubeletVersionSource"] = version_source
-    facts.update(cpu_facts(sysfs, procfs))
-    facts["numaNodes"], facts["numaSource"] = numa_facts(sysfs, procfs, facts["onlineCPUs"])
-    facts["gpus"] = gpu_facts(sysfs, params["gpu_vendors"], params["gpu_classes"])
+    online = parse_cpuset(_read(os.path.join(sysfs, "devices/system/cpu/online"), ""))
+    numa, facts["numaSource"] = numa_facts(sysfs, procfs, format_cpuset(online))
     overridden = sorted(k for k in MACHINE_KEYS if k in machine)
+    if "numaNodes" in machine:
+        numa = machine["numaNodes"]
+    in_numa = sorted({c for n in numa for c in parse_cpuset(str(n.get("cpus", "")))})
+    # A NUMA node's cpulist holds online CPUs only, so the union normally lies within
+    # cpu/online. When it does not (a simulated /sys/devices/system/node, as in the lab),
+    # the NUMA view is the one the kubelet's cAdvisor would see.
+    facts["onlineCPUsSource"] = "cpu/online"
+    if in_numa and not set(in_numa) <= set(online):
+        online = in_numa
+        facts["onlineCPUsSource"] = "numa"
+    facts["onlineCPUs"] = format_cpuset(online)
+    facts.update(cpu_facts(sysfs, procfs, online))
+    facts["numaNodes"] = numa
+    facts["gpus"] = gpu_facts(sysfs, params["gpu_vendors"], params["gpu_classes"])
     for key in overridden:
         facts[key] = machine[key]
+    if facts.get("smtSiblings") is None:
+        facts.pop("smtSiblings", None)
     facts["machineSource"] = params["machine_file"] if overridden else "sysfs"
     facts["checkpoints"], facts["checkpointPaths"] = checkpoint_facts(
         params["checkpoint_dirs"], root
