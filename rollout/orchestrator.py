@@ -12,10 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 from rollout.draining import drain
-from rollout.errors import ExternalError, InputError, NodeOperationError, RolloutError
+from rollout.errors import (
+    ExternalError,
+    InputError,
+    NodeOperationError,
+    PreflightError,
+    RolloutError,
+)
 from rollout.journal import CHANGE_STEP, ChangeStatus, NodeStatus, replay
 from rollout.models import (
     FileBackup,
@@ -31,6 +38,7 @@ from rollout.planning import Batch, device_resources
 from rollout.protocols import Gate
 from rollout.restoring import Context, change_from_record, change_record, restore_node
 from rollout.verifying import WATCHED, config_subset, verify
+from rollout.windows import Decision
 
 
 class NoGate:
@@ -180,8 +188,13 @@ def run_change(
     gate: Gate,
     canary_only: bool,
     info: Mapping[str, Any] | None = None,
+    forward: Callable[[datetime], Decision] | None = None,
 ) -> ChangeStatus:
     """Apply the change batch by batch; the gate decides after the last canary batch.
+
+    ``forward`` (``rollout.windows.guard``) is asked before each batch: refused before the first,
+    the change does not start (PreflightError, nothing journaled); refused later, the batch in
+    flight has finished and the change holds. Its decision (and any forced reason) is journaled.
 
     Returns:
         The change's status when it completed or holds.
@@ -190,6 +203,9 @@ def run_change(
         NodeOperationError: a node failed (it was restored) or the gate failed the canary (the
             canary was restored); the message ends with every node's state.
     """
+    window = forward(ctx.clock.now()) if forward else None
+    if window is not None and not window.allowed:
+        raise PreflightError(window.reason)
     nodes = [n for b in batches for n in b.nodes]
     nodes += [n for n in changes if n not in nodes]  # untouched by --canary, listed as pending
     ctx.journal.append(
@@ -201,10 +217,13 @@ def run_change(
             "nodes": nodes,
             "batches": [list(b.nodes) for b in batches],
             "canaryOnly": canary_only,
+            **({"window": window.as_dict()} if window else {}),
         },
     )
     canary = [n for b in batches if b.canary for n in b.nodes]
     for i, batch in enumerate(batches):
+        if forward is not None and i > 0 and not (window := forward(ctx.clock.now())).allowed:
+            return _end(ctx, "held", f"change window closed; holding: {window.reason}")
         ctx.on_event(f"batch {i + 1}/{len(batches)}: {', '.join(batch.nodes)}")
         failures = _parallel(batch.nodes, lambda n: apply_node(ctx, changes[n]))
         if failures:
