@@ -47,6 +47,22 @@ class LeaseLock:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def check(self) -> None:
+        """Preflight: refuse early when another change holds a live Lease (nothing is written).
+
+        Raises:
+            LockHeldError: the holder and its change named.
+        """
+        try:
+            lease: Any = call(
+                "read Lease", self.api.coordination.read_namespaced_lease, NAME, self.namespace
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return
+            raise ExternalError(f"read Lease {self.namespace}/{NAME}: {describe(e)}") from e
+        self._check_free(lease, "", datetime.now(UTC))
+
     def acquire(self, change_id: str) -> None:
         """Take the Lease for ``change_id`` and start renewing it.
 

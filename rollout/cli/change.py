@@ -1,0 +1,361 @@
+"""``rollout apply``, ``rollback``, ``status`` and ``resume``: thin commands over the orchestrator.
+
+Parse options, build the adapters (API client, Lease lock, playbook runner, journal), call the core,
+print. Errors become exit codes in ``rollout.cli`` (see README, "Exit codes").
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from rollout.errors import InputError, Location, RolloutError
+from rollout.journal import ChangeStatus, Journal, new_change_id, replay, state_dir
+from rollout.orchestrator import NoGate, resume, rollback, run_change, summary
+from rollout.plan import Plan, load_plan
+from rollout.planning import DrainPolicy, parse_strategy
+from rollout.protocols import Gate
+from rollout.restoring import Context
+
+from .options import inventory_option, kube_options, output_option
+
+
+class SystemClock:
+    """The real clock."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+def gate_for(plan: Plan, api: Any) -> Gate:
+    """The gate run after the canary batch. The seam for the rejection-rate gate (issue 5):
+    return a ``rollout.protocols.Gate`` built from ``plan.gate``; until then, no gate."""
+    return NoGate()
+
+
+def _echo(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+def _print_status(status: ChangeStatus, output: str) -> None:
+    if output == "json":
+        click.echo(json.dumps(status.to_dict(), indent=2))
+        return
+    click.echo(f"change {status.change}: {status.outcome}")
+    if status.message:
+        click.echo(f"  {status.message}")
+    click.echo(summary(status))
+
+
+def _inventory(inventory: str | None) -> Path:
+    if not inventory:
+        raise InputError(
+            "no inventory: pass -i/--inventory or set ROLLOUT_INVENTORY", Location(field="-i")
+        )
+    return Path(inventory)
+
+
+@contextmanager
+def _locked(lock: Any, change_id: str) -> Iterator[None]:
+    lock.acquire(change_id)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _context(
+    api: Any, journal: Journal, inventory: Path, drain: DrainPolicy, verify_timeout: float
+) -> Context:
+    from rollout.kube.cluster import KubeCluster
+    from rollout.shipping import PlaybookNodeRunner
+
+    return Context(
+        cluster=KubeCluster(api),
+        runner=PlaybookNodeRunner(journal.dir / "ansible", inventory, _echo),
+        clock=SystemClock(),
+        journal=journal,
+        drain=drain,
+        verify_timeout_s=verify_timeout,
+        on_event=_echo,
+    )
+
+
+def _confirm(yes: bool, what: str) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise InputError(
+            f"refusing to {what} without --yes when standard input is not a terminal",
+            Location(field="--yes"),
+        )
+    if not click.confirm(f"{what}?", default=False, err=True):
+        raise InputError("not confirmed; nothing was changed", Location(field="--yes"))
+
+
+_lock_ns = click.option(
+    "--lock-namespace",
+    default="kube-system",
+    show_default=True,
+    help="Namespace of the rollout-lock Lease.",
+)
+_verify_timeout = click.option(
+    "--verify-timeout",
+    type=float,
+    default=120.0,
+    show_default=True,
+    help="Seconds to wait for a node to prove healthy after a kubelet restart.",
+)
+
+
+@click.command("apply")
+@click.option(
+    "--plan",
+    "plan_path",
+    envvar="ROLLOUT_PLAN",
+    type=click.Path(dir_okay=False),
+    help="The plan file (default: $ROLLOUT_PLAN).",
+)
+@inventory_option
+@click.option("--canary", is_flag=True, help="Change only the canary group, then hold.")
+@click.option("--dry-run", is_flag=True, help="Print the whole plan and change nothing.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation (required without a TTY).")
+@click.option(
+    "--disable-eviction",
+    is_flag=True,
+    help="Delete pods instead of evicting them: bypasses PodDisruptionBudgets.",
+)
+@_lock_ns
+@_verify_timeout
+@output_option
+@kube_options
+def apply_cmd(
+    plan_path: str | None,
+    inventory: str | None,
+    canary: bool,
+    dry_run: bool,
+    yes: bool,
+    disable_eviction: bool,
+    lock_namespace: str,
+    verify_timeout: float,
+    output: str,
+    kubeconfig: str | None,
+    context: str | None,
+) -> None:
+    """Apply the plan's kubelet change: preflight, then per node cordon, drain, write, restart,
+    verify, uncordon; any failure restores the node and stops.
+
+    \b
+    Examples:
+      rollout apply --canary --dry-run
+      rollout apply --canary --yes -o json
+      rollout apply --plan plan.yaml -i inventory.ini --yes
+    """
+    from rollout.ansible.runner import AnsibleRunner
+    from rollout.kube.client import connect
+    from rollout.kube.leases import LeaseLock
+    from rollout.preparing import ClusterReader, prepare, read_inventory
+
+    if not plan_path:
+        raise InputError("no plan: pass --plan or set ROLLOUT_PLAN", Location(field="--plan"))
+    plan = load_plan(plan_path)
+    parse_strategy(plan.strategy, plan.location)  # bad input fails before any I/O
+    inv = read_inventory(_inventory(inventory))
+    api = connect(kubeconfig, context)
+    lock = LeaseLock(api, lock_namespace)
+    lock.check()
+    with tempfile.TemporaryDirectory(prefix="rollout-preflight-") as tmp:
+        facts_dir = Path(tmp) / "facts"
+        raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(inv.path, list(inv.hosts), facts_dir)
+        prepared = prepare(plan, inv, ClusterReader(api), raw, facts_dir, canary)
+    for line in prepared.report:
+        _echo(line)
+    for w in prepared.warnings:
+        _echo(f"warning: {w}")
+    if dry_run:
+        if output == "json":
+            click.echo(json.dumps(prepared.to_dict(), indent=2))
+            return
+        for i, b in enumerate(prepared.batches, 1):
+            click.echo(f"batch {i}{' (canary)' if b.canary else ''}: {', '.join(b.nodes)}")
+        for n in (n for b in prepared.batches for n in b.nodes):
+            c = prepared.changes[n]
+            pods = prepared.evictions.get(n, ())
+            click.echo(f"\nnode {n}: evict {', '.join(pods) or 'no pods'}")
+            if c.checkpoint_reset:
+                click.echo(f"  checkpoint files removed: {', '.join(c.checkpoint_reset)}")
+            click.echo(prepared.diffs.get(n, "") or "  (no file changes)", nl=False)
+        return
+    nodes = [n for b in prepared.batches for n in b.nodes]
+    _confirm(yes, f"change {len(nodes)} node(s) ({', '.join(nodes)})")
+    drain = prepared.strategy.drain
+    if disable_eviction:
+        drain = replace(drain, disable_eviction=True)
+    change_id = new_change_id(datetime.now(UTC))
+    with _locked(lock, change_id):
+        journal = Journal.create(state_dir(), change_id)
+        _echo(f"change {change_id}: journal {journal.file}")
+        ctx = _context(api, journal, inv.path, drain, verify_timeout)
+        try:
+            status = run_change(
+                ctx,
+                prepared.changes,
+                prepared.batches,
+                gate_for(plan, api),
+                canary,
+                info={"plan": str(Path(plan.path).resolve()), "inventory": str(inv.path.resolve())},
+            )
+        except RolloutError:
+            if output == "json":
+                _print_status(replay(journal.entries()), output)
+            raise
+    _print_status(status, output)
+
+
+def _existing(change: str | None) -> Journal:
+    return Journal.open(state_dir(), change)
+
+
+def _info_path(journal: Journal, key: str, given: str | None) -> Path:
+    info = replay(journal.entries()).info
+    value = given or info.get(key)
+    if not value:
+        raise InputError(f"no {key} recorded for change {journal.change_id}; pass it")
+    return Path(str(value))
+
+
+def _settle_command(
+    change: str,
+    inventory: str | None,
+    lock_namespace: str,
+    verify_timeout: float,
+    output: str,
+    kubeconfig: str | None,
+    context: str | None,
+    work: Callable[[Context], ChangeStatus],
+) -> None:
+    from rollout.kube.client import connect
+    from rollout.kube.leases import LeaseLock
+
+    journal = _existing(change)
+    inv = _info_path(journal, "inventory", inventory)
+    plan_file = replay(journal.entries()).info.get("plan")
+    drain = DrainPolicy()
+    if plan_file and Path(str(plan_file)).is_file():
+        plan = load_plan(str(plan_file))
+        drain = parse_strategy(plan.strategy, plan.location).drain
+    api = connect(kubeconfig, context)
+    with _locked(LeaseLock(api, lock_namespace), journal.change_id):
+        ctx = _context(api, journal, inv, drain, verify_timeout)
+        try:
+            status = work(ctx)
+        except RolloutError:
+            if output == "json":
+                _print_status(replay(journal.entries()), output)
+            raise
+    _print_status(status, output)
+
+
+_change_required = click.option("--change", "change", required=True, help="The change id.")
+
+
+@click.command("rollback")
+@_change_required
+@click.option("--node", "nodes", multiple=True, help="Only these nodes (repeatable).")
+@inventory_option
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation (required without a TTY).")
+@_lock_ns
+@_verify_timeout
+@output_option
+@kube_options
+def rollback_cmd(
+    change: str,
+    nodes: tuple[str, ...],
+    inventory: str | None,
+    yes: bool,
+    lock_namespace: str,
+    verify_timeout: float,
+    output: str,
+    kubeconfig: str | None,
+    context: str | None,
+) -> None:
+    """Put the change's nodes back byte for byte: cordon, drain, restore the journaled files,
+    restart, verify against the previous config, uncordon only what this change cordoned.
+
+    \b
+    Examples:
+      rollout rollback --change 20261130T214802Z-a1b2c3 --yes
+      rollout rollback --change 20261130T214802Z-a1b2c3 --node gpu-7 --yes -o json
+    """
+    _confirm(yes, f"roll back change {change}")
+    _settle_command(
+        change,
+        inventory,
+        lock_namespace,
+        verify_timeout,
+        output,
+        kubeconfig,
+        context,
+        lambda ctx: rollback(ctx, list(nodes) or None),
+    )
+
+
+@click.command("resume")
+@_change_required
+@inventory_option
+@_lock_ns
+@_verify_timeout
+@output_option
+@kube_options
+def resume_cmd(
+    change: str,
+    inventory: str | None,
+    lock_namespace: str,
+    verify_timeout: float,
+    output: str,
+    kubeconfig: str | None,
+    context: str | None,
+) -> None:
+    """Settle an interrupted change: each node in flight is finished or restored.
+
+    \b
+    Example:
+      rollout resume --change 20261130T214802Z-a1b2c3
+    """
+    _settle_command(
+        change, inventory, lock_namespace, verify_timeout, output, kubeconfig, context, resume
+    )
+
+
+@click.command("status")
+@click.option("--change", "change", help="The change id (default: the latest change).")
+@output_option
+def status_cmd(change: str | None, output: str) -> None:
+    """Every node's state in a change, replayed from its journal.
+
+    \b
+    Examples:
+      rollout status
+      rollout status --change 20261130T214802Z-a1b2c3 -o json
+    """
+    journal = _existing(change)
+    _print_status(replay(journal.entries(), journal.change_id), output)
+
+
+COMMANDS = [apply_cmd, rollback_cmd, status_cmd, resume_cmd]
