@@ -114,8 +114,9 @@ def watch(
     cfg = _gate_config(plan_file)
     nodes, started, journal = _change_nodes(change_id)
     api = connect(kubeconfig, context)
+    api_signal = ApiSignal(api.api_client, since=started, window=cfg.window)
     signals: list[Any] = [
-        ApiSignal(api.api_client, since=started, window=cfg.window),
+        api_signal,
         KubeletSignal(NodeProxyFetcher(api.api_client), cfg.window),
     ]
     if cfg.prometheus is not None:
@@ -139,7 +140,7 @@ def watch(
         cfg,
         signals,
         clock=time.time,
-        sleep=time.sleep,
+        sleep=api_signal.wait,
         control=control,
         probes=ProbePods(api.api_client) if cfg.probes else None,
         events=NodeEvents(api.api_client),

@@ -257,6 +257,20 @@ class ApiSignal:
         self._has_data = False
         self.nodes: tuple[str, ...] = ()
         self.control: tuple[str, ...] = ()
+        self._changed = threading.Event()
+
+    def _seen(self, sample: AdmissionSample | None) -> None:
+        if sample is not None and sample.rejected:
+            self._changed.set()
+
+    def wait(self, timeout: float) -> None:
+        """Sleep up to ``timeout`` seconds, waking at once when a new rejection arrives.
+
+        Passed as the gate's ``sleep``: the verdict follows a rejection within milliseconds
+        instead of at the next interval.
+        """
+        self._changed.wait(timeout)
+        self._changed.clear()
 
     def _error(self, msg: str) -> None:
         with self._lock:
@@ -277,7 +291,7 @@ class ApiSignal:
                     f"pods on {node}",
                     self._core.list_pod_for_all_namespaces,
                     f"spec.nodeName={node}",
-                    lambda pod: self.tracker.observe_pod(pod, self.clock()),
+                    lambda pod: self._seen(self.tracker.observe_pod(pod, self.clock())),
                     self._error,
                     self._ok,
                     self._stop,
@@ -288,7 +302,7 @@ class ApiSignal:
                 "kubelet events",
                 self._core.list_event_for_all_namespaces,
                 "type=Warning,source=kubelet",
-                lambda ev: self.tracker.observe_event(ev, watched, self.clock()),
+                lambda ev: self._seen(self.tracker.observe_event(ev, watched, self.clock())),
                 self._error,
                 self._ok,
                 self._stop,
