@@ -1,0 +1,280 @@
+"""Evidence that a change did what it claimed, as pure checks over collected node data.
+
+Why: the people who approve a kubelet change ask for proof afterwards, and the topology article
+this tool comes from names it: node allocatable matches the healthy device count; each device is
+assigned to one pod only; the exclusive CPUs and GPUs of every Guaranteed pod sit on one NUMA node
+under ``single-numa-node``; and all of that still holds after the pods are recreated. Collection
+(the kubelet's pod-resources data and ``cpu_manager_state`` through Ansible, allocatable through the
+API) is I/O and lives elsewhere; these functions only judge what was collected, so every rule is a
+table test. Missing data is never a pass: the check says ``not collected``.
+
+The collected data (``evidence.json`` next to the change's journal, or ``rollout report
+--evidence FILE``)::
+
+    {"collections": [
+      {"label": "before" | "after" | "after-recreate", "at": "<ISO time>",
+       "nodes": {"gpu-07": {
+          "topologyManagerPolicy": "single-numa-node",
+          "allocatable": {"nvidia.com/gpu": "8"},
+          "healthyDevices": {"nvidia.com/gpu": 8},
+          "numa": {"0": "0-31,64-95", "1": "32-63,96-127"},
+          "deviceNuma": {"GPU-3f2a...": 0},
+          "cpuManagerState": {"policyName": "static", "entries": {"<pod uid>": {"c": "4-7"}}},
+          "pods": [{"namespace": "ml", "name": "train-0", "uid": "...", "qos": "Guaranteed",
+                    "running": true, "devices": {"nvidia.com/gpu": ["GPU-3f2a..."]},
+                    "cpus": "4-7"}]}}}]}
+
+A pod's ``cpus`` may be omitted; then its exclusive CPUs come from ``cpuManagerState.entries``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from rollout.kubelet.cpuset import parse as parse_cpuset
+
+LABELS = ("before", "after", "after-recreate")
+
+
+class Status(StrEnum):
+    """A check's result. ``not-collected`` never counts as a pass."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    NOT_COLLECTED = "not-collected"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One evidence check over one collection.
+
+    Attributes:
+        name: ``allocatable-matches-healthy``, ``unique-device-ids`` or ``numa-aligned``.
+        label: the collection (before / after / after-recreate).
+        status: pass, fail or not-collected.
+        summary: one sentence for a person.
+        problems: each violation, naming node, pod and device/CPU.
+        checked: how many items were checked (nodes, devices or pods).
+    """
+
+    name: str
+    label: str
+    status: Status
+    summary: str
+    problems: tuple[str, ...] = ()
+    checked: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "label": self.label,
+            "status": str(self.status),
+            "summary": self.summary,
+            "problems": list(self.problems),
+            "checked": self.checked,
+        }
+
+
+@dataclass(frozen=True)
+class Collection:
+    """One collection of node data (see the module docstring for the shape)."""
+
+    label: str
+    at: str = ""
+    nodes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+def parse_collections(raw: Mapping[str, Any] | None) -> tuple[Collection, ...]:
+    """The collections in an ``evidence.json`` document (empty when None)."""
+    if not raw:
+        return ()
+    out = []
+    for c in raw.get("collections") or ():
+        if isinstance(c, Mapping):
+            out.append(
+                Collection(str(c.get("label", "")), str(c.get("at", "")), c.get("nodes") or {})
+            )
+    return tuple(out)
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return int(str(v))
+    except (TypeError, ValueError):
+        return None
+
+
+def check_allocatable(c: Collection) -> Check:
+    """Allocatable of every device resource equals the node's healthy device count."""
+    name = "allocatable-matches-healthy"
+    problems, checked = [], 0
+    for node, d in sorted(c.nodes.items()):
+        healthy = d.get("healthyDevices")
+        if not isinstance(healthy, Mapping):
+            continue
+        alloc = d.get("allocatable") or {}
+        for res, count in sorted(healthy.items()):
+            checked += 1
+            got = _int(alloc.get(res))
+            if got != _int(count):
+                problems.append(
+                    f"{node}: allocatable {res} is {alloc.get(res, 'absent')}, "
+                    f"{count} healthy device(s)"
+                )
+    if not checked:
+        return Check(name, c.label, Status.NOT_COLLECTED, "healthy device counts not collected")
+    if problems:
+        return Check(
+            name, c.label, Status.FAIL, f"{len(problems)} mismatch(es)", tuple(problems), checked
+        )
+    return Check(
+        name,
+        c.label,
+        Status.PASS,
+        f"{checked} node resource(s): allocatable = healthy",
+        (),
+        checked,
+    )
+
+
+def _running_pods(d: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [p for p in d.get("pods") or () if isinstance(p, Mapping) and p.get("running", True)]
+
+
+def check_unique_devices(c: Collection) -> Check:
+    """No device ID is assigned to two running pods on the same node."""
+    name = "unique-device-ids"
+    problems, checked, seen_any = [], 0, False
+    for node, d in sorted(c.nodes.items()):
+        if "pods" not in d:
+            continue
+        seen_any = True
+        owners: dict[tuple[str, str], list[str]] = {}
+        for p in _running_pods(d):
+            pod = f"{p.get('namespace', '')}/{p.get('name', '')}"
+            for res, ids in (p.get("devices") or {}).items():
+                for dev in ids:
+                    owners.setdefault((str(res), str(dev)), []).append(pod)
+        checked += len(owners)
+        for (res, dev), pods in sorted(owners.items()):
+            if len(set(pods)) > 1:
+                problems.append(f"{node}: {res} {dev} assigned to {', '.join(sorted(set(pods)))}")
+    if not seen_any:
+        return Check(name, c.label, Status.NOT_COLLECTED, "pod-resources data not collected")
+    if problems:
+        return Check(
+            name,
+            c.label,
+            Status.FAIL,
+            f"{len(problems)} device(s) shared",
+            tuple(problems),
+            checked,
+        )
+    return Check(
+        name, c.label, Status.PASS, f"{checked} assigned device(s), each to one pod", (), checked
+    )
+
+
+def _pod_cpus(p: Mapping[str, Any], state: Mapping[str, Any]) -> frozenset[int]:
+    if p.get("cpus"):
+        return frozenset(parse_cpuset(str(p["cpus"])))
+    entries = (state.get("entries") or {}).get(str(p.get("uid", ""))) or {}
+    cpus: set[int] = set()
+    for cs in entries.values():
+        cpus |= set(parse_cpuset(str(cs)))
+    return frozenset(cpus)
+
+
+def check_numa_alignment(c: Collection) -> Check:
+    """Under ``single-numa-node``, each Guaranteed pod's exclusive CPUs and devices share one NUMA
+    node (nodes with another policy are not judged by this rule)."""
+    name = "numa-aligned"
+    problems, checked, seen_any = [], 0, False
+    for node, d in sorted(c.nodes.items()):
+        if d.get("topologyManagerPolicy") != "single-numa-node" or "pods" not in d:
+            continue
+        numa_raw = d.get("numa") or {}
+        if not numa_raw:
+            continue
+        seen_any = True
+        cpu_numa = {cpu: int(n) for n, cs in numa_raw.items() for cpu in parse_cpuset(str(cs))}
+        dev_numa = {str(k): int(v) for k, v in (d.get("deviceNuma") or {}).items()}
+        state = d.get("cpuManagerState") or {}
+        for p in _running_pods(d):
+            if p.get("qos") != "Guaranteed":
+                continue
+            pod = f"{p.get('namespace', '')}/{p.get('name', '')}"
+            where: dict[int, list[str]] = {}
+            for cpu in sorted(_pod_cpus(p, state)):
+                where.setdefault(cpu_numa.get(cpu, -1), []).append(f"cpu {cpu}")
+            for res, ids in (p.get("devices") or {}).items():
+                for dev in ids:
+                    where.setdefault(dev_numa.get(str(dev), -1), []).append(f"{res} {dev}")
+            if not where:
+                continue  # no exclusive resources: nothing to align
+            checked += 1
+            if len(where) > 1 or -1 in where:
+                spread = "; ".join(
+                    f"NUMA {'?' if n < 0 else n}: {', '.join(items)}"
+                    for n, items in sorted(where.items())
+                )
+                problems.append(f"{node}: {pod} spans {spread}")
+    if not seen_any:
+        return Check(
+            name,
+            c.label,
+            Status.NOT_COLLECTED,
+            "NUMA layout or pod assignments under single-numa-node not collected",
+        )
+    if problems:
+        return Check(
+            name,
+            c.label,
+            Status.FAIL,
+            f"{len(problems)} pod(s) not on one NUMA node",
+            tuple(problems),
+            checked,
+        )
+    return Check(
+        name,
+        c.label,
+        Status.PASS,
+        f"{checked} Guaranteed pod(s), each on one NUMA node",
+        (),
+        checked,
+    )
+
+
+CHECKS = (
+    ("allocatable-matches-healthy", check_allocatable),
+    ("unique-device-ids", check_unique_devices),
+    ("numa-aligned", check_numa_alignment),
+)
+
+
+def evaluate(collections: Sequence[Collection]) -> list[Check]:
+    """Every check over every expected collection, in LABELS order; a missing collection yields
+    not-collected checks so the report says so."""
+    by_label = {c.label: c for c in collections}
+    out = []
+    for label in (*LABELS, *sorted(set(by_label) - set(LABELS))):
+        c = by_label.get(label)
+        for name, fn in CHECKS:
+            if c is None:
+                out.append(Check(name, label, Status.NOT_COLLECTED, f"no '{label}' collection"))
+            else:
+                out.append(fn(c))
+    return out
+
+
+def overall(checks: Iterable[Check]) -> Status:
+    """Fail if any failed; not-collected if any is missing; else pass."""
+    statuses = {c.status for c in checks}
+    if Status.FAIL in statuses:
+        return Status.FAIL
+    if Status.NOT_COLLECTED in statuses or not statuses:
+        return Status.NOT_COLLECTED
+    return Status.PASS

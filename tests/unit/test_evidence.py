@@ -1,0 +1,186 @@
+"""Evidence checks, table-driven over collected node data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rollout.evidence import (
+    Collection,
+    Status,
+    check_allocatable,
+    check_numa_alignment,
+    check_unique_devices,
+    evaluate,
+    overall,
+    parse_collections,
+)
+
+NUMA = {"0": "0-3", "1": "4-7"}
+DEV_NUMA = {"GPU-a": 0, "GPU-b": 0, "GPU-c": 1}
+
+
+def pod(name: str, cpus: str = "", devices: tuple[str, ...] = (), **kw: Any) -> dict[str, Any]:
+    p: dict[str, Any] = {"namespace": "ml", "name": name, "uid": f"uid-{name}", "qos": "Guaranteed"}
+    if cpus:
+        p["cpus"] = cpus
+    if devices:
+        p["devices"] = {"nvidia.com/gpu": list(devices)}
+    return {**p, **kw}
+
+
+def node(pods: list[dict[str, Any]], **kw: Any) -> dict[str, Any]:
+    return {
+        "topologyManagerPolicy": "single-numa-node",
+        "numa": NUMA,
+        "deviceNuma": DEV_NUMA,
+        "pods": pods,
+        **kw,
+    }
+
+
+ALLOC = [
+    (
+        "equal",
+        {"n1": {"allocatable": {"nvidia.com/gpu": "3"}, "healthyDevices": {"nvidia.com/gpu": 3}}},
+        Status.PASS,
+        "",
+    ),
+    (
+        "one unhealthy still advertised",
+        {"n1": {"allocatable": {"nvidia.com/gpu": "3"}, "healthyDevices": {"nvidia.com/gpu": 2}}},
+        Status.FAIL,
+        "n1: allocatable nvidia.com/gpu is 3, 2 healthy",
+    ),
+    (
+        "resource missing from allocatable",
+        {"n1": {"allocatable": {}, "healthyDevices": {"nvidia.com/gpu": 1}}},
+        Status.FAIL,
+        "is absent",
+    ),
+    ("not collected", {"n1": {"allocatable": {"nvidia.com/gpu": "3"}}}, Status.NOT_COLLECTED, ""),
+]
+
+
+@pytest.mark.parametrize(("case", "nodes", "status", "problem"), ALLOC, ids=[a[0] for a in ALLOC])
+def test_allocatable(case: str, nodes: dict[str, Any], status: Status, problem: str) -> None:
+    c = check_allocatable(Collection("after", nodes=nodes))
+    assert c.status is status
+    assert problem in " ".join(c.problems)
+
+
+UNIQUE = [
+    (
+        "distinct",
+        {"n1": node([pod("a", devices=("GPU-a",)), pod("b", devices=("GPU-b",))])},
+        Status.PASS,
+        "",
+    ),
+    (
+        "shared",
+        {"n1": node([pod("a", devices=("GPU-a",)), pod("b", devices=("GPU-a", "GPU-b"))])},
+        Status.FAIL,
+        "n1: nvidia.com/gpu GPU-a assigned to ml/a, ml/b",
+    ),
+    (
+        "shared with a finished pod is fine",
+        {"n1": node([pod("a", devices=("GPU-a",), running=False), pod("b", devices=("GPU-a",))])},
+        Status.PASS,
+        "",
+    ),
+    (
+        "same id on two nodes is two devices",
+        {"n1": node([pod("a", devices=("GPU-a",))]), "n2": node([pod("b", devices=("GPU-a",))])},
+        Status.PASS,
+        "",
+    ),
+    ("no pod-resources data", {"n1": {"allocatable": {}}}, Status.NOT_COLLECTED, ""),
+]
+
+
+@pytest.mark.parametrize(("case", "nodes", "status", "problem"), UNIQUE, ids=[u[0] for u in UNIQUE])
+def test_unique_devices(case: str, nodes: dict[str, Any], status: Status, problem: str) -> None:
+    c = check_unique_devices(Collection("after", nodes=nodes))
+    assert c.status is status
+    assert problem in " ".join(c.problems)
+
+
+STATE = {"policyName": "static", "entries": {"uid-s": {"main": "4-5", "side": "6"}}}
+NUMA_CASES = [
+    ("cpus and gpu on node 0", [pod("a", cpus="1-2", devices=("GPU-a",))], {}, Status.PASS, ""),
+    (
+        "gpu on the other node",
+        [pod("a", cpus="1-2", devices=("GPU-c",))],
+        {},
+        Status.FAIL,
+        "ml/a spans NUMA 0: cpu 1, cpu 2; NUMA 1: nvidia.com/gpu GPU-c",
+    ),
+    ("cpus across nodes", [pod("a", cpus="3-4")], {}, Status.FAIL, "NUMA 0: cpu 3; NUMA 1: cpu 4"),
+    (
+        "cpus from cpu_manager_state",
+        [pod("s", devices=("GPU-c",))],
+        {"cpuManagerState": STATE},
+        Status.PASS,
+        "",
+    ),
+    (
+        "cpu_manager_state spread",
+        [pod("s", devices=("GPU-a",))],
+        {"cpuManagerState": STATE},
+        Status.FAIL,
+        "ml/s spans",
+    ),
+    (
+        "unknown device NUMA",
+        [pod("a", cpus="1", devices=("GPU-z",))],
+        {},
+        Status.FAIL,
+        "NUMA ?: nvidia.com/gpu GPU-z",
+    ),
+    ("burstable pods are not judged", [pod("a", cpus="3-4", qos="Burstable")], {}, Status.PASS, ""),
+    (
+        "other policy not judged",
+        [pod("a", cpus="3-4")],
+        {"topologyManagerPolicy": "restricted"},
+        Status.NOT_COLLECTED,
+        "",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "pods", "extra", "status", "problem"), NUMA_CASES, ids=[n[0] for n in NUMA_CASES]
+)
+def test_numa_alignment(
+    case: str, pods: list[dict[str, Any]], extra: dict[str, Any], status: Status, problem: str
+) -> None:
+    c = check_numa_alignment(Collection("after", nodes={"n1": node(pods, **extra)}))
+    assert c.status is status
+    assert problem in " ".join(c.problems)
+
+
+def test_evaluate_names_missing_collections_and_overall_never_passes_on_missing() -> None:
+    good = node(
+        [pod("a", cpus="1", devices=("GPU-a",))],
+        allocatable={"nvidia.com/gpu": "3"},
+        healthyDevices={"nvidia.com/gpu": 3},
+    )
+    cols = parse_collections(
+        {
+            "collections": [
+                {"label": "before", "nodes": {"n1": good}},
+                {"label": "after", "nodes": {"n1": good}},
+            ]
+        }
+    )
+    checks = evaluate(cols)
+    assert [(c.label, c.status) for c in checks[:6]] == [
+        (lbl, Status.PASS) for lbl in ("before",) * 3 + ("after",) * 3
+    ]
+    assert {c.status for c in checks[6:]} == {Status.NOT_COLLECTED}
+    assert all("no 'after-recreate' collection" == c.summary for c in checks[6:])
+    assert overall(checks) is Status.NOT_COLLECTED
+    assert overall(checks[:6]) is Status.PASS
+    bad = Collection("after-recreate", nodes={"n1": node([pod("a", cpus="3-4")])})
+    assert overall(evaluate([*cols, bad])) is Status.FAIL
