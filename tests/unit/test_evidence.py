@@ -179,7 +179,7 @@ def test_evaluate_names_missing_collections_and_overall_never_passes_on_missing(
         (lbl, Status.PASS) for lbl in ("before",) * 3 + ("after",) * 3
     ]
     assert {c.status for c in checks[6:]} == {Status.NOT_COLLECTED}
-    assert all("no 'after-recreate' collection" == c.summary for c in checks[6:])
+    assert all(c.summary == "no 'after-recreate' collection" for c in checks[6:])
     assert overall(checks) is Status.NOT_COLLECTED
     assert overall(checks[:6]) is Status.PASS
     bad = Collection("after-recreate", nodes={"n1": node([pod("a", cpus="3-4")])})
