@@ -486,10 +486,14 @@ class LabKubelet:
             )
             self.pod_ips[uid] = ip
             self._persist()
-        patch = nodeapi.running_status(
-            pod, node_ip=str(self.cfg["nodeIP"]), pod_ip=ip, qos=qos, now=time.time()
-        )
-        got = api.patch(f"/api/v1/namespaces/{ns}/pods/{name}/status", patch)
+        if (pod.get("status") or {}).get("phase") == "Running":
+            # re-admitted after a restart: the containers kept running, the status stays
+            got = pod
+        else:
+            patch = nodeapi.running_status(
+                pod, node_ip=str(self.cfg["nodeIP"]), pod_ip=ip, qos=qos, now=time.time()
+            )
+            got = api.patch(f"/api/v1/namespaces/{ns}/pods/{name}/status", patch)
         with self.lock:
             self.running[uid] = got
 
