@@ -1,0 +1,293 @@
+"""The evidence report of one change, built from its journal (and collected node data).
+
+Why from the journal: the report must say what was run, not what someone remembers. Everything in
+it is derived from the change's journal entries — every node's state over time, each gate
+decision with the counts it saw, each file with its hash before and after — plus the evidence
+checks over the node data collected around the change (``rollout.evidence``). Building the report
+is pure (entries and collections in, a :class:`Report` out); rendering is Jinja2 into Markdown, one
+self-contained HTML page with inline SVG, or JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path as FsPath
+from typing import Any
+
+from rollout.errors import InputError, Location
+from rollout.evidence import Check, Collection, evaluate, overall, parse_collections
+from rollout.journal import CHANGE_STEP, Entry, Journal, NodeStatus, _apply_entry, replay
+from rollout.svg import rejection_chart, state_timeline
+from rollout.templating import render_template
+
+EVIDENCE_FILE = "evidence.json"
+
+
+@dataclass(frozen=True)
+class NodeEvent:
+    """One journaled node step, with the node's state right after it."""
+
+    ts: str
+    node: str
+    step: str
+    phase: str
+    path: str
+    state: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """A gate decision as journaled, with the counts behind it (when the gate recorded them).
+
+    Attributes:
+        source: ``gate`` (the orchestrator's seam) or ``verdict`` (the soak gate, with inputs).
+        rate: rejections / admissions over the canary nodes, for the signal with the highest rate
+            (None when the entry carries no counts).
+    """
+
+    ts: str
+    source: str
+    status: str
+    reason: str
+    nodes: tuple[str, ...] = ()
+    admissions: int | None = None
+    rejections: int | None = None
+    rate: float | None = None
+    threshold: float | None = None
+    signal: str = ""
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """A node file the change wrote or removed, with its sha256 before and after."""
+
+    node: str
+    path: str
+    existed: bool
+    before_sha256: str
+    after_sha256: str
+    mode: str = ""
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything the report shows."""
+
+    change: str
+    outcome: str
+    message: str
+    started: str
+    ended: str
+    info: Mapping[str, Any]
+    nodes: Mapping[str, str]
+    events: tuple[NodeEvent, ...]
+    decisions: tuple[GateDecision, ...]
+    files: tuple[FileChange, ...]
+    checks: tuple[Check, ...]
+    evidence_source: str
+    window: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def evidence_status(self) -> str:
+        return str(overall(self.checks))
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready (``rollout report -o json``)."""
+        return {
+            "change": self.change,
+            "outcome": self.outcome,
+            "message": self.message,
+            "started": self.started,
+            "ended": self.ended,
+            "window": dict(self.window),
+            "nodes": dict(self.nodes),
+            "timeline": [vars(e) for e in self.events],
+            "gateDecisions": [{**vars(d), "nodes": list(d.nodes)} for d in self.decisions],
+            "files": [vars(f) for f in self.files],
+            "evidence": {
+                "source": self.evidence_source,
+                "status": self.evidence_status,
+                "checks": [c.as_dict() for c in self.checks],
+            },
+        }
+
+
+def _counts(inputs: Mapping[str, Any]) -> tuple[str, int, int] | None:
+    """(signal, admissions, rejections) of the signal with the highest rejection rate."""
+    best: tuple[float, str, int, int] | None = None
+    for name, sig in (inputs.get("signals") or {}).items():
+        nodes = (sig or {}).get("nodes") or {}
+        adm = sum(int(n.get("admissions", 0)) for n in nodes.values())
+        rej = sum(sum(int(v) for v in (n.get("rejections") or {}).values()) for n in nodes.values())
+        rate = rej / adm if adm else 0.0
+        if best is None or rate > best[0]:
+            best = (rate, str(name), adm, rej)
+    return None if best is None else (best[1], best[2], best[3])
+
+
+def _decision(e: Entry) -> GateDecision | None:
+    d = e.data
+    if e.step == "gate":
+        return GateDecision(
+            e.ts, "gate", str(d.get("status", "")), str(d.get("reason", "")),
+            tuple(d.get("nodes") or ()),
+        )  # fmt: skip
+    if e.step != "verdict":
+        return None
+    inputs = d.get("inputs") or {}
+    threshold = (inputs.get("config") or {}).get("threshold")
+    counts = _counts(inputs)
+    signal, adm, rej = counts if counts else ("", None, None)
+    rate = (rej / adm if adm else 0.0) if adm is not None and rej is not None else None
+    return GateDecision(
+        ts=e.ts,
+        source="verdict",
+        status=str(d.get("outcome", d.get("status", ""))),
+        reason=str(d.get("reason", "")),
+        nodes=tuple(d.get("nodes") or ()),
+        admissions=adm,
+        rejections=rej,
+        rate=rate,
+        threshold=float(threshold) if threshold is not None else None,
+        signal=signal,
+    )
+
+
+def build_report(
+    entries: Sequence[Entry],
+    collections: Sequence[Collection] = (),
+    evidence_source: str = "not collected",
+) -> Report:
+    """The report of a change (pure).
+
+    Args:
+        entries: the change's journal entries, in order.
+        collections: node data collected before / after / after the pods were recreated.
+        evidence_source: where the collections came from, for the report ("not collected").
+    """
+    status = replay(entries)
+    states: dict[str, NodeStatus] = {n: NodeStatus(node=n) for n in status.nodes}
+    events, decisions, window = [], [], {}
+    files: dict[tuple[str, str], FileChange] = {}
+    for e in entries:
+        if e.node is None:
+            if e.step == CHANGE_STEP and "window" in e.data:
+                window = dict(e.data["window"])
+            dec = _decision(e)
+            if dec is not None:
+                decisions.append(dec)
+            continue
+        s = _apply_entry(states.get(e.node, NodeStatus(node=e.node)), e)
+        states[e.node] = s
+        events.append(
+            NodeEvent(
+                e.ts, e.node, e.step, e.phase.value, (e.path.value if e.path else "forward"),
+                s.state.value, str(e.data.get("message", "")),
+            )
+        )  # fmt: skip
+        if e.step == "backup" and e.phase.value == "done":
+            after = {f["path"]: f for f in (e.data.get("change") or {}).get("files", ())}
+            for b in e.data.get("files", ()):
+                a = after.get(b["path"], {})
+                files[(e.node, b["path"])] = FileChange(
+                    node=e.node,
+                    path=b["path"],
+                    existed=bool(b.get("existed")),
+                    before_sha256=str(b.get("sha256", "")),
+                    after_sha256=str(a.get("sha256", "")),
+                    mode=str(a.get("mode", b.get("mode", ""))),
+                )
+    return Report(
+        change=status.change,
+        outcome=status.outcome,
+        message=status.message,
+        started=entries[0].ts if entries else "",
+        ended=entries[-1].ts if entries else "",
+        info=dict(status.info),
+        nodes={n: s.state.value for n, s in status.nodes.items()},
+        events=tuple(events),
+        decisions=tuple(decisions),
+        files=tuple(files[k] for k in sorted(files)),
+        checks=tuple(evaluate(collections)),
+        evidence_source=evidence_source,
+        window=window,
+    )
+
+
+def _seconds(ts: str, t0: datetime) -> float:
+    return (datetime.fromisoformat(ts) - t0).total_seconds()
+
+
+def state_spans(report: Report) -> tuple[dict[str, list[tuple[float, float, str]]], float]:
+    """Per node, (start, end, state) spans in seconds since the change began, and the end."""
+    if not report.started:
+        return {n: [] for n in report.nodes}, 0.0
+    t0 = datetime.fromisoformat(report.started)
+    t_end = _seconds(report.ended, t0)
+    spans: dict[str, list[tuple[float, float, str]]] = {n: [] for n in report.nodes}
+    current: dict[str, tuple[float, str]] = {n: (0.0, "pending") for n in report.nodes}
+    for ev in report.events:
+        t = _seconds(ev.ts, t0)
+        start, state = current.get(ev.node, (0.0, "pending"))
+        if ev.state != state:
+            spans.setdefault(ev.node, []).append((start, t, state))
+            current[ev.node] = (t, ev.state)
+    for node, (start, state) in current.items():
+        spans.setdefault(node, []).append((start, max(t_end, start), state))
+    return spans, t_end
+
+
+def rate_points(report: Report) -> tuple[list[tuple[float, float]], float | None]:
+    """(seconds, rate) of every gate verdict with counts, and the threshold they were judged by."""
+    if not report.started:
+        return [], None
+    t0 = datetime.fromisoformat(report.started)
+    points = [(_seconds(d.ts, t0), d.rate) for d in report.decisions if d.rate is not None]
+    thresholds = [d.threshold for d in report.decisions if d.threshold is not None]
+    return [(t, r) for t, r in points if r is not None], (thresholds[-1] if thresholds else None)
+
+
+def render(report: Report, fmt: str, default_threshold: float = 0.05) -> str:
+    """The report as ``markdown``, ``html`` (self-contained, inline SVG) or ``json``."""
+    if fmt == "json":
+        return json.dumps(report.as_dict(), indent=2, sort_keys=True)
+    ctx: dict[str, Any] = {"r": report}
+    if fmt == "html":
+        spans, t_end = state_spans(report)
+        points, threshold = rate_points(report)
+        ctx["rate_svg"] = rejection_chart(
+            points, threshold if threshold is not None else default_threshold
+        )
+        ctx["timeline_svg"] = state_timeline(spans, t_end)
+        return render_template("report.html.j2", ctx, html=True)
+    return render_template("report.md.j2", ctx)
+
+
+def load_report(journal: Journal, evidence_file: FsPath | None = None) -> Report:
+    """Read a change's journal and its evidence (``--evidence FILE``, else ``evidence.json`` in
+    the change directory, else none) and build the report.
+
+    Raises:
+        InputError: the journal or the evidence file is unreadable (file named).
+    """
+    path = evidence_file or journal.dir / EVIDENCE_FILE
+    collections: tuple[Collection, ...] = ()
+    source = "not collected"
+    if evidence_file is not None or path.is_file():
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as e:
+            raise InputError(f"cannot read evidence: {e}", Location(file=str(path))) from e
+        except json.JSONDecodeError as e:
+            raise InputError(
+                f"invalid JSON: {e.msg}", Location(file=str(path), line=e.lineno)
+            ) from e
+        if not isinstance(raw, Mapping):
+            raise InputError("must be a JSON object with 'collections'", Location(file=str(path)))
+        collections = parse_collections(raw)
+        source = str(path)
+    return build_report(journal.entries(), collections, source)
