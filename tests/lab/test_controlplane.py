@@ -169,7 +169,7 @@ def test_controller_manager_runs_controllers(cp: ControlPlane) -> None:
     _wait(
         lambda: (
             policy.read_namespaced_pod_disruption_budget(
-                "kcm-check", "pdb"
+                "pdb", "kcm-check"
             ).status.observed_generation
             == 1
         ),
