@@ -19,13 +19,14 @@ from typing import Any
 
 import click
 
-from rollout.errors import InputError, Location, RolloutError
+from rollout.errors import InputError, Location, PreflightError, RolloutError
 from rollout.journal import ChangeStatus, Journal, new_change_id, replay, state_dir
 from rollout.orchestrator import NoGate, resume, rollback, run_change, summary
 from rollout.plan import Plan, load_plan
 from rollout.planning import DrainPolicy, parse_strategy
 from rollout.protocols import Gate
 from rollout.restoring import Context
+from rollout.windows import guard, parse_windows
 
 from .options import inventory_option, kube_options, output_option
 
@@ -141,6 +142,11 @@ _verify_timeout = click.option(
     is_flag=True,
     help="Delete pods instead of evicting them: bypasses PodDisruptionBudgets.",
 )
+@click.option(
+    "--force-window",
+    metavar="REASON",
+    help="Run outside the plan's change windows; the reason is journaled.",
+)
 @_lock_ns
 @_verify_timeout
 @output_option
@@ -152,6 +158,7 @@ def apply_cmd(
     dry_run: bool,
     yes: bool,
     disable_eviction: bool,
+    force_window: str | None,
     lock_namespace: str,
     verify_timeout: float,
     output: str,
@@ -168,6 +175,7 @@ def apply_cmd(
       rollout apply --plan plan.yaml -i inventory.ini --yes
     """
     from rollout.ansible.runner import AnsibleRunner
+    from rollout.kube.canaries import canaries_in_progress
     from rollout.kube.client import connect
     from rollout.kube.leases import LeaseLock
     from rollout.preparing import ClusterReader, prepare, read_inventory
@@ -176,10 +184,17 @@ def apply_cmd(
         raise InputError("no plan: pass --plan or set ROLLOUT_PLAN", Location(field="--plan"))
     plan = load_plan(plan_path)
     parse_strategy(plan.strategy, plan.location)  # bad input fails before any I/O
+    window_check = guard(
+        parse_windows(plan.windows, file=plan.path, line_of=plan.line_of), force_window
+    )
+    if not dry_run and not (window := window_check(datetime.now(UTC))).allowed:
+        raise PreflightError(window.reason)
     inv = read_inventory(_inventory(inventory))
     api = connect(kubeconfig, context)
     lock = LeaseLock(api, lock_namespace)
     lock.check()
+    for w in canaries_in_progress(api):
+        _echo(f"warning: {w}")
     with tempfile.TemporaryDirectory(prefix="rollout-preflight-") as tmp:
         facts_dir = Path(tmp) / "facts"
         raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(inv.path, list(inv.hosts), facts_dir)
@@ -220,6 +235,7 @@ def apply_cmd(
                 gate_for(plan, api),
                 canary,
                 info={"plan": str(Path(plan.path).resolve()), "inventory": str(inv.path.resolve())},
+                forward=window_check,
             )
         except RolloutError:
             if output == "json":

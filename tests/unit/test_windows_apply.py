@@ -3,7 +3,7 @@ held between batches once the window closes, forced with a journaled reason, rol
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -14,7 +14,7 @@ from rollout.models import NodeState
 from rollout.orchestrator import NoGate, rollback, run_change
 from rollout.planning import Strategy, make_batches
 from rollout.restoring import Context
-from rollout.windows import Decision, guard, parse_windows
+from rollout.windows import DAY_NAMES, Decision, guard, parse_windows
 from tests.unit.fakes_change import CONF, OLD, make_change
 from tests.unit.test_orchestrator import NODES, _setup
 
@@ -72,3 +72,27 @@ def test_window_closing_mid_rollout_holds_after_the_batch_and_rollback_still_wor
     after = rollback(ctx)  # outside the window: rollback never asks
     assert after.outcome == "rolled-back"
     assert all(cluster.nodes[n].files == {CONF: OLD} for n in NODES)
+
+
+def test_apply_cli_outside_window_exits_3_before_any_io(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from rollout.cli import cli
+
+    plan = tmp_path / "plan.yaml"
+    day = DAY_NAMES[(datetime.now(UTC).weekday() + 3) % 7]  # never open now
+    plan.write_text(
+        f"kind: RolloutPlan\nwindows:\n  - {{days: [{day}], start: '02:00', end: '02:01'}}\n"
+    )
+    state = tmp_path / "state"
+    result = CliRunner().invoke(
+        cli,
+        ["apply", "--plan", str(plan), "--yes"],  # no inventory, no cluster: refused first
+        env={"ROLLOUT_STATE_DIR": str(state), "ROLLOUT_INVENTORY": ""},
+    )
+    assert result.exit_code == 3, result.output
+    assert "outside every change window" in result.output
+    assert (
+        f"the next one opens {day.title()}" in result.output and "--force-window" in result.output
+    )
+    assert not state.exists()
