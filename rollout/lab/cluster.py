@@ -324,13 +324,6 @@ class Lab:
         return p.pid
 
     # ------------------------------------------------------------------ nodes
-    def _free_indexes(self, count: int) -> list[int]:
-        used = n.used_indexes()
-        free = [i for i in range(1, 255) if i not in used][:count]
-        if len(free) < count:
-            raise LabError("no free addresses left in the lab range 10.213.0.0/16")
-        return free
-
     def add_nodes(
         self,
         names: Sequence[str],
@@ -351,22 +344,21 @@ class Lab:
             raise LabError(f"node names already in this lab: {', '.join(dup)}")
         version = str(cp.version().get("gitVersion", ""))
         created: list[n.LabNode] = []
-        indexes = self._free_indexes(len(names))
         try:
-            for k, (name, idx) in enumerate(zip(names, indexes, strict=True)):
-                node = n.LabNode(
-                    name,
-                    idx,
-                    distributions[k % len(distributions)],
-                    self.name,
-                    shape or n.NodeShape(),
+            for k, name in enumerate(names):
+                node = n.create_network(
+                    name, distributions[k % len(distributions)], self.name, shape
                 )
                 node_dir = self.dir / "nodes" / name
-                n.remove_node_dir(node_dir)
-                node_dir.mkdir(parents=True)
-                n.write_node_files(
-                    node, node_dir, self._credentials(node), self.socket_path, version
-                )
+                try:
+                    n.remove_node_dir(node_dir)
+                    node_dir.mkdir(parents=True)
+                    n.write_node_files(
+                        node, node_dir, self._credentials(node), self.socket_path, version
+                    )
+                except BaseException:
+                    n.stop_node(node.netns)
+                    raise
                 procs = n.start_node(
                     node,
                     node_dir,
@@ -414,7 +406,7 @@ class Lab:
             rec = self.nodes.pop(name, None)
             if rec is None:
                 continue
-            n.stop_node(rec.node.netns, rec.node.veth_host)
+            n.stop_node(rec.node.netns)
             n.remove_node_dir(Path(rec.procs.dir))
             if delete_objects and self.cp is not None:
                 with contextlib.suppress(OSError):
@@ -576,8 +568,6 @@ class Lab:
         """Stop every node and process this lab started; delete its namespaces. Keeps the dir's
         logs but removes node files and the state file."""
         self.remove_nodes(list(self.nodes), delete_objects=False)
-        for netns, veth in self._state.get("orphans", []):
-            n.stop_node(netns, veth)
         if self.relay_pid and _cmd_has(self.relay_pid, "rollout.lab.relay"):
             _term([self.relay_pid])
         self.relay_pid = 0

@@ -29,6 +29,7 @@ the mount namespace vanishes with its last process.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -415,26 +416,49 @@ def _tcp_open(ip: str, port: int) -> bool:
         return False
 
 
-def create_network(node: LabNode) -> None:
-    """Network namespace + veth pair + /30 addresses for ``node``."""
-    _run("ip", "netns", "add", node.netns)
-    try:
-        _run("ip", "link", "add", node.veth_host, "type", "veth", "peer", "name", node.veth_node)
-        _run("ip", "link", "set", node.veth_node, "netns", node.netns)
-        _run("ip", "addr", "add", f"{node.host_ip}/30", "dev", node.veth_host)
-        _run("ip", "link", "set", node.veth_host, "up")
-        _run("ip", "-n", node.netns, "addr", "add", f"{node.ip}/30", "dev", node.veth_node)
-        _run("ip", "-n", node.netns, "link", "set", node.veth_node, "up")
-        _run("ip", "-n", node.netns, "link", "set", "lo", "up")
-    except LabError:
-        delete_network(node.netns, node.veth_host)
-        raise
+LOCK_FILE = Path("/tmp/rollout-lab-network.lock")
 
 
-def delete_network(netns: str, veth_host: str) -> None:
-    """Delete the namespace (its veth end goes with it, and so does the host end)."""
+def create_network(
+    name: str, distribution: str, lab: str, shape: NodeShape | None = None
+) -> LabNode:
+    """Pick a free index in the lab range and create the node's network namespace, veth pair and
+    /30 addresses. A lock file serialises this between labs running at the same time (tests and
+    a demo lab, say), so two labs never pick the same index."""
+    with open(LOCK_FILE, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        used = used_indexes()
+        free = [i for i in range(1, 255) if i not in used]
+        if not free:
+            raise LabError(f"no free addresses left in the lab range {NET_PREFIX}.0.0/16")
+        node = LabNode(name, free[0], distribution, lab, shape or NodeShape())
+        _run("ip", "netns", "add", node.netns)
+        try:
+            _run("ip", "link", "add", node.veth_host, "type", "veth", "peer", "name",
+                 node.veth_node)  # fmt: skip
+        except LabError:
+            _run("ip", "netns", "del", node.netns, check=False)
+            raise
+        try:
+            _run("ip", "link", "set", node.veth_node, "netns", node.netns)
+            _run("ip", "addr", "add", f"{node.host_ip}/30", "dev", node.veth_host)
+            _run("ip", "link", "set", node.veth_host, "up")
+            _run("ip", "-n", node.netns, "addr", "add", f"{node.ip}/30", "dev", node.veth_node)
+            _run("ip", "-n", node.netns, "link", "set", node.veth_node, "up")
+            _run("ip", "-n", node.netns, "link", "set", "lo", "up")
+        except LabError:
+            # the pair was created by us just above: safe to delete by name
+            _run("ip", "link", "del", node.veth_host, check=False)
+            _run("ip", "netns", "del", node.netns, check=False)
+            raise
+    return node
+
+
+def delete_network(netns: str) -> None:
+    """Delete the namespace. The node end of the veth pair lives in it, so the pair (and the host
+    end) goes with it; the host end is never deleted by name, since after the namespace is gone
+    another lab may already have created a veth with the same name."""
     _run("ip", "netns", "del", netns, check=False)
-    _run("ip", "link", "del", veth_host, check=False)
 
 
 def start_node(
@@ -450,7 +474,6 @@ def start_node(
 ) -> NodeProcs:
     """Create the node's namespaces and start holder, relay and sshd (not the kubelet)."""
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
-    create_network(node)
     try:
         (node_dir / "holder.ready").unlink(missing_ok=True)
         holder = _spawn(
@@ -502,7 +525,7 @@ def start_node(
             node_dir / "sshd.log",
         )
     except BaseException:
-        stop_node(node.netns, node.veth_host)
+        stop_node(node.netns)
         raise
     return NodeProcs(holder, sshd, relay, str(node_dir))
 
@@ -568,7 +591,7 @@ def netns_pids(netns: str) -> list[int]:
     return [int(p) for p in out.split() if p.isdigit()]
 
 
-def stop_node(netns: str, veth_host: str, timeout: float = 10.0) -> None:
+def stop_node(netns: str, timeout: float = 10.0) -> None:
     """Kill every process in the node's network namespace (only lab processes can be there:
     the namespace was created by the lab), then delete the namespace and the veth pair."""
     if Path(f"/run/netns/{netns}").exists():
@@ -581,7 +604,7 @@ def stop_node(netns: str, veth_host: str, timeout: float = 10.0) -> None:
                 time.sleep(0.05)
             if not netns_pids(netns):
                 break
-    delete_network(netns, veth_host)
+    delete_network(netns)
     reap()
 
 
