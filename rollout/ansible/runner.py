@@ -128,6 +128,7 @@ class PlaybookRunner(Protocol):
         change_id: str,
         payloads: Mapping[str, ApplyPayload],
         on_event: Callable[[TaskEvent], None] | None = None,
+        extravars: Mapping[str, Any] | None = None,
     ) -> ApplyResult: ...
 
     def restore(
@@ -136,6 +137,7 @@ class PlaybookRunner(Protocol):
         change_id: str,
         payloads: Mapping[str, RestorePayload],
         on_event: Callable[[TaskEvent], None] | None = None,
+        extravars: Mapping[str, Any] | None = None,
     ) -> PlaybookResult: ...
 
 
@@ -377,8 +379,12 @@ class AnsibleRunner:
         change_id: str,
         payloads: Mapping[str, ApplyPayload],
         on_event: Callable[[TaskEvent], None] | None = None,
+        extravars: Mapping[str, Any] | None = None,
     ) -> ApplyResult:
-        """Write each host's payload and run apply.yml on those hosts; read back the backups."""
+        """Write each host's payload and run apply.yml on those hosts; read back the backups.
+
+        ``extravars`` overrides role defaults (e.g. ``rollout_kubelet_healthz_retries``).
+        """
         base = self.change_dir(change_id)
         for host, payload in payloads.items():
             _write_json(base / "apply" / f"{host}.json", payload.as_json())
@@ -391,6 +397,7 @@ class AnsibleRunner:
                 "rollout_kubelet_payload_dir": str((base / "apply").resolve()),
                 "rollout_kubelet_backup_controller_dir": str((base / "backups").resolve()),
                 "rollout_kubelet_result_dir": str(results.resolve()),
+                **(extravars or {}),
             },
             on_event,
             report_dir=results,
@@ -409,6 +416,7 @@ class AnsibleRunner:
         change_id: str,
         payloads: Mapping[str, RestorePayload],
         on_event: Callable[[TaskEvent], None] | None = None,
+        extravars: Mapping[str, Any] | None = None,
     ) -> PlaybookResult:
         """Write each host's restore payload and run restore.yml on those hosts."""
         base = self.change_dir(change_id)
@@ -422,6 +430,7 @@ class AnsibleRunner:
             {
                 "rollout_kubelet_payload_dir": str((base / "restore").resolve()),
                 "rollout_kubelet_result_dir": str(results.resolve()),
+                **(extravars or {}),
             },
             on_event,
             report_dir=results,
