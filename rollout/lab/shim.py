@@ -44,10 +44,10 @@ class Unit:
     env: tuple[tuple[str, str], ...] = ()
 
 
-def load_units(path: Path = UNITS_FILE) -> dict[str, Unit]:
-    """Read the node's unit table; missing file means no units."""
+def load_units(path: Path | None = None) -> dict[str, Unit]:
+    """Read the node's unit table (default :data:`UNITS_FILE`); missing file means no units."""
     try:
-        raw = json.loads(path.read_text())
+        raw = json.loads((path or UNITS_FILE).read_text())
     except FileNotFoundError:
         return {}
     return {
