@@ -656,13 +656,14 @@ class ControlPlane:
         *,
         cert: tuple[Path, Path] | None = None,
         timeout: float = 10.0,
+        content_type: str = "application/json",
     ) -> tuple[int, Any]:
         """Plain HTTPS request to the API server as admin (or ``cert``). Returns
         ``(status, decoded JSON or text)``; HTTP errors are returned, not raised."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.apiserver_url + path, data=data, method=method)
         if data is not None:
-            req.add_header("Content-Type", "application/json")
+            req.add_header("Content-Type", content_type)
         try:
             with urllib.request.urlopen(req, timeout=timeout, context=self.ssl_context(cert)) as r:
                 status, raw = r.status, r.read()

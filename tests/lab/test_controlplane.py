@@ -208,3 +208,25 @@ def test_second_address_and_teardown_leaves_no_process(bin_dir: Path, tmp_path: 
     for pid in pids:
         assert not Path(f"/proc/{pid}").exists(), f"process {pid} survived stop()"
     plane.stop()  # idempotent
+
+
+@pytest.mark.lab
+@pytest.mark.timeout(120)
+def test_node_proxy_refuses_loopback_node_address(cp: ControlPlane) -> None:
+    """Why lab nodes need private netns addresses: the apiserver's node proxy only dials
+    global-unicast addresses (pkg/registry/core/node/strategy.go isProxyableHostname)."""
+    for name, ip in (("proxy-lo", "127.0.0.5"), ("proxy-priv", "10.250.99.2")):
+        status, _ = cp.request("POST", "/api/v1/nodes", {"metadata": {"name": name}})
+        assert status == 201
+        status, body = cp.request(
+            "PATCH",
+            f"/api/v1/nodes/{name}/status",
+            {"status": {"addresses": [{"type": "InternalIP", "address": ip}]}},
+            content_type="application/merge-patch+json",
+        )
+        assert status == 200, body
+    status, body = cp.request("GET", "/api/v1/nodes/proxy-lo/proxy/configz")
+    assert status == 400 and "address not allowed" in str(body)
+    # a private address is allowed (nothing listens there, so the dial itself fails instead)
+    status, body = cp.request("GET", "/api/v1/nodes/proxy-priv/proxy/configz", timeout=40)
+    assert "address not allowed" not in str(body)
