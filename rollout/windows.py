@@ -67,12 +67,16 @@ class Window:
     def crosses_midnight(self) -> bool:
         return self.end <= self.start
 
+    @property
+    def days_text(self) -> str:
+        """``mon,tue`` or ``daily``."""
+        if len(self.days) == 7:
+            return "daily"
+        return ",".join(DAY_NAMES[d] for d in sorted(self.days))
+
     def describe(self) -> str:
         """``weeknights (mon,tue 22:00-04:00 Europe/Berlin)``."""
-        days = ",".join(DAY_NAMES[d] for d in sorted(self.days))
-        if len(self.days) == 7:
-            days = "daily"
-        text = f"{days} {self.start:%H:%M}-{self.end:%H:%M} {self.tz}"
+        text = f"{self.days_text} {self.start:%H:%M}-{self.end:%H:%M} {self.tz}"
         return f"{self.name} ({text})" if self.name else text
 
     def interval(self, opening_day: date) -> tuple[datetime, datetime]:

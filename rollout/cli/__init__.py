@@ -24,6 +24,7 @@ _AREAS = (
     "rollout.cli.lab",
     "rollout.cli.change",
     "rollout.cli.gate",
+    "rollout.cli.docs",
 )
 
 

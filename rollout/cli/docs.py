@@ -1,0 +1,163 @@
+"""``rollout runbook`` and ``rollout report``: the documents before and after a change window.
+
+Thin: parse options, gather what is live (preflight, application canaries), call the pure builders
+in ``rollout.runbook`` / ``rollout.report``, write. Nothing is written when anything fails.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from rollout.errors import InputError, Location, PreflightError
+
+from .options import inventory_option, kube_options
+
+
+def _write(text: str, out: str | None) -> None:
+    """Print, or write ``out`` atomically (a temporary file renamed over it)."""
+    if not out:
+        click.echo(text, nl=not text.endswith("\n"))
+        return
+    target = Path(out)
+    fd, tmp = tempfile.mkstemp(dir=target.parent or Path("."), prefix=f".{target.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    click.echo(f"wrote {target}", err=True)
+
+
+_out = click.option(
+    "--out", type=click.Path(dir_okay=False), help="Write to FILE instead of standard output."
+)
+
+
+@click.command("runbook")
+@click.option(
+    "--plan",
+    "plan_path",
+    envvar="ROLLOUT_PLAN",
+    type=click.Path(dir_okay=False),
+    help="The plan file (default: $ROLLOUT_PLAN).",
+)
+@inventory_option
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["markdown", "html"]),
+    default="markdown",
+    show_default=True,
+    help="Markdown, or one self-contained HTML page.",
+)
+@_out
+@click.option("--offline", is_flag=True, help="Skip the cluster checks (the runbook says so).")
+@click.option(
+    "--gpu-resource",
+    default="nvidia.com/gpu",
+    show_default=True,
+    help="Device resource name shown in the inspection commands.",
+)
+@kube_options
+def runbook_cmd(
+    plan_path: str | None,
+    inventory: str | None,
+    output: str,
+    out: str | None,
+    offline: bool,
+    gpu_resource: str,
+    kubeconfig: str | None,
+    context: str | None,
+) -> None:
+    """Write the change's runbook from the real plan and inventory: nodes by batch, preflight,
+    inspection commands, go / no-go criteria, rollback by node pool, and the rules.
+
+    \b
+    Examples:
+      rollout runbook --plan plan.yaml -i inventory.ini --offline
+      rollout runbook -o html --out runbook.html
+    """
+    from rollout.plan import load_plan
+    from rollout.preparing import read_inventory
+    from rollout.runbook import Preflight, build_runbook, render
+
+    if not plan_path:
+        raise InputError("no plan: pass --plan or set ROLLOUT_PLAN", Location(field="--plan"))
+    if not inventory:
+        raise InputError("no inventory: pass -i or set ROLLOUT_INVENTORY", Location(field="-i"))
+    plan = load_plan(plan_path)
+    inv = read_inventory(Path(inventory))
+    now = datetime.now(UTC)
+    build_runbook(plan, inv, now, Preflight(ran=False))  # bad plan sections fail before any I/O
+    warnings: list[str] = []
+    preflight = Preflight(ran=False)
+    if not offline:
+        from rollout.ansible.runner import AnsibleRunner
+        from rollout.kube.canaries import canaries_in_progress
+        from rollout.kube.client import connect
+        from rollout.preparing import ClusterReader, prepare
+
+        api = connect(kubeconfig, context)
+        warnings = canaries_in_progress(api)
+        with tempfile.TemporaryDirectory(prefix="rollout-runbook-") as tmp:
+            facts_dir = Path(tmp) / "facts"
+            raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(
+                inv.path, list(inv.hosts), facts_dir
+            )
+            try:
+                prepared = prepare(plan, inv, ClusterReader(api), raw, facts_dir, False)
+                lines = [*prepared.report, *(f"warning: {w}" for w in prepared.warnings)]
+                lines += [
+                    f"{n}: evicts {', '.join(pods) or 'no pods'}"
+                    for n, pods in prepared.evictions.items()
+                ]
+                preflight = Preflight(ran=True, ok=True, lines=tuple(lines))
+            except PreflightError as e:
+                problems = [ln.strip() for ln in str(e).splitlines()[1:]] or [str(e)]
+                preflight = Preflight(ran=True, ok=False, lines=tuple(problems))
+    rb = build_runbook(plan, inv, now, preflight, warnings, gpu_resource)
+    _write(render(rb, output), out)
+
+
+@click.command("report")
+@click.option("--change", "change", help="The change id (default: the latest change).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["markdown", "html", "json"]),
+    default="markdown",
+    show_default=True,
+    help="Markdown, one self-contained HTML page with charts, or JSON.",
+)
+@_out
+@click.option(
+    "--evidence",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Collected node data (default: evidence.json in the change's directory, if any).",
+)
+def report_cmd(change: str | None, output: str, out: str | None, evidence: str | None) -> None:
+    """Write the change's evidence report from its journal: every node's states over time, the
+    gate's decisions with their inputs, files changed with hashes, and the evidence checks.
+
+    \b
+    Examples:
+      rollout report --change 20261130T214802Z-a1b2c3
+      rollout report -o html --out report.html
+      rollout report -o json | jq .evidence
+    """
+    from rollout.journal import Journal, state_dir
+    from rollout.report import load_report, render
+
+    journal = Journal.open(state_dir(), change)
+    report = load_report(journal, Path(evidence) if evidence else None)
+    _write(render(report, output), out)
+
+
+COMMANDS = [runbook_cmd, report_cmd]

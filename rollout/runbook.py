@@ -1,0 +1,182 @@
+"""The runbook of a change, generated from the real plan and inventory before the window.
+
+Why generated: a hand-written runbook drifts from what the tool will do. This one is built from
+the same plan file, inventory and strategy that ``apply`` uses (same batches, same canary group,
+same gate thresholds, same windows), plus the preflight results when a cluster is reachable, so
+what the approvers read is what will run. Building it is pure (:func:`build_runbook` over parsed
+inputs); the CLI gathers the live parts (preflight, canary warnings) and renders Markdown or one
+self-contained HTML page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from rollout.analysis import GateConfig, parse_gate_config
+from rollout.plan import Plan
+from rollout.planning import Batch, Strategy, make_batches, parse_strategy
+from rollout.templating import render_template
+from rollout.windows import Window, forward_allowed, parse_windows
+
+IGNORED_GROUPS = ("all", "ungrouped")
+
+RULES = (
+    "Change the device-allocation layer (this kubelet change) and a model-serving version in "
+    "separate windows: if both move at once, neither verdict means anything.",
+    'Never "fix" the queue by removing resource requests or loosening tenant nodeSelectors: '
+    "pods rejected with TopologyAffinityError are the signal; roll the nodes back instead.",
+    "Never edit workloads, PodDisruptionBudgets or tolerations to make the drain pass: a drain "
+    "blocked by a PDB is reported with the pod named; wait or roll back.",
+    "Rollback is always allowed, inside or outside the window, and while a gate is holding.",
+)
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """Preflight results for the runbook.
+
+    Attributes:
+        ran: False with ``--offline`` (cluster checks skipped).
+        ok: every check passed (meaningless when not ran).
+        lines: what preflight reported (API server version, ``resource.k8s.io``), warnings,
+            or every refusal.
+    """
+
+    ran: bool
+    ok: bool = False
+    lines: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Nodes of one inventory group, for the rollback procedure."""
+
+    name: str
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Runbook:
+    """Everything the runbook shows."""
+
+    plan_name: str
+    plan_file: str
+    inventory: str
+    generated: str
+    kubelet: Mapping[str, Any]
+    overrides: Mapping[str, Mapping[str, Any]]
+    distribution: str
+    method: str
+    strategy: Strategy
+    batches: tuple[Batch, ...]
+    canary: tuple[str, ...]
+    pools: tuple[Pool, ...]
+    gate: GateConfig
+    windows: tuple[Window, ...]
+    window_now: str
+    preflight: Preflight
+    warnings: tuple[str, ...]
+    gpu_resource: str
+    commands: tuple[tuple[str, str], ...] = field(default=())
+    rules: tuple[str, ...] = RULES
+
+
+def operator_commands(gpu_resource: str) -> tuple[tuple[str, str], ...]:
+    """(purpose, command) pairs an operator runs to inspect the cluster during the change."""
+    col = gpu_resource.replace(".", "\\.")
+    alloc = f"kubectl get nodes -o custom-columns=NAME:.metadata.name,GPU:.status.allocatable.{col}"
+    return (
+        (
+            "Is Dynamic Resource Allocation served?",
+            "kubectl api-resources --api-group=resource.k8s.io",
+        ),
+        (f"Allocatable {gpu_resource} per node (compare before and after each node)", alloc),
+        (
+            "Why is a pod not running? (look for TopologyAffinityError)",
+            "kubectl describe pod -n NS POD",
+        ),
+        ("Events, newest last", "kubectl get events -A --sort-by=.lastTimestamp"),
+        ("Pods rejected at admission", "kubectl get pods -A --field-selector=status.phase=Failed"),
+        ("DRA claims and their allocation", "kubectl get resourceclaims -A"),
+        ("DRA devices published per node", "kubectl get resourceslices"),
+        ("Cordoned nodes", "kubectl get nodes --field-selector=spec.unschedulable=true"),
+        ("The change's state, node by node", "rollout status --change CHANGE_ID"),
+    )
+
+
+def _pools(inventory: Any, nodes: Sequence[str]) -> tuple[Pool, ...]:
+    wanted = set(nodes)
+    out = []
+    for name, hosts in inventory.groups.items():
+        if name in IGNORED_GROUPS:
+            continue
+        members = tuple(inventory.node_of(h) for h in hosts if inventory.node_of(h) in wanted)
+        if members:
+            out.append(Pool(name, members))
+    covered = {n for p in out for n in p.nodes}
+    rest = tuple(n for n in nodes if n not in covered)
+    if rest:
+        out.append(Pool("ungrouped", rest))
+    return tuple(out)
+
+
+def build_runbook(
+    plan: Plan,
+    inventory: Any,
+    now: datetime,
+    preflight: Preflight,
+    warnings: Sequence[str] = (),
+    gpu_resource: str = "nvidia.com/gpu",
+) -> Runbook:
+    """The runbook (pure over parsed inputs).
+
+    Args:
+        plan: the parsed plan.
+        inventory: a ``rollout.preparing.Inventory`` (hosts, groups, ``node_of``).
+        now: generation time (timezone-aware); decides what the window section says.
+        preflight: preflight results, or ``Preflight(ran=False)`` offline.
+        warnings: application canaries in progress and other warnings.
+        gpu_resource: the device resource name shown in the inspection commands.
+
+    Raises:
+        InputError: the plan's strategy, gate or windows are malformed (file, field, line).
+    """
+    strategy = parse_strategy(plan.strategy, plan.location, len(inventory.hosts))
+    gate = parse_gate_config(plan.gate, file=plan.path, line_of=plan.line_of)
+    windows = parse_windows(plan.windows, file=plan.path, line_of=plan.line_of)
+    order = [inventory.node_of(h) for h in inventory.hosts]
+    canary = [inventory.node_of(h) for h in inventory.groups.get(strategy.canary_group, ())]
+    batches = tuple(make_batches(order, canary, strategy, canary_only=False))
+    decision = forward_allowed(windows, now, None)
+    return Runbook(
+        plan_name=plan.name,
+        plan_file=plan.path,
+        inventory=str(inventory.path),
+        generated=now.isoformat(timespec="seconds"),
+        kubelet=dict(plan.kubelet),
+        overrides={h: dict(o.kubelet) for h, o in plan.nodes.items() if o.kubelet},
+        distribution=plan.distribution or "from each node's facts",
+        method=plan.method or "the distribution's default",
+        strategy=strategy,
+        batches=batches,
+        canary=tuple(canary),
+        pools=_pools(inventory, [n for b in batches for n in b.nodes]),
+        gate=gate,
+        windows=windows,
+        window_now=decision.reason if windows else "no change windows configured: any time",
+        preflight=preflight,
+        warnings=tuple(warnings),
+        gpu_resource=gpu_resource,
+        commands=operator_commands(gpu_resource),
+    )
+
+
+def render(runbook: Runbook, fmt: str) -> str:
+    """The runbook as ``markdown`` or ``html`` (one self-contained page)."""
+    ctx = {"rb": runbook}
+    if fmt == "html":
+        return render_template("runbook.html.j2", ctx, html=True)
+    return render_template("runbook.md.j2", ctx)
