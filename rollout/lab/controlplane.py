@@ -37,6 +37,12 @@ Checked in the v1.36 source:
   ``https://<host_ip>:<port>``. From the host, traffic to a local address stays on the host (it is
   routed through ``lo``), so traffic is only ever on loopback or lab-netns addresses. etcd and the
   controller-manager / scheduler serving ports stay on 127.0.0.1.
+* Verified with a lab netns + veth pair (host end 10.251.77.1/30): apiserver bound to the host
+  end, ``ss`` shows one listener on that address only, and a ``system:node:<n>`` client inside
+  the netns registered its Node. With one /30 per node, give each netns a default route via its
+  host end (``ip -n NS route add default via <host end>``) so every node reaches the one
+  apiserver address; or put a dedicated lab address on the host's ``lo`` (``ip addr add
+  10.213.0.1/32 dev lo``) and use that as ``host_ip``, independent of which nodes exist.
 * The apiserver reaches kubelets at their ``InternalIP`` (``--kubelet-preferred-address-types``
   puts InternalIP first) and verifies their serving cert against the lab CA
   (``--kubelet-certificate-authority``): use :meth:`ControlPlane.kubelet_serving_cert`.
