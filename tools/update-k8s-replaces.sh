@@ -14,12 +14,13 @@ mkdir -p "$W"
 cd "$W"
 [ -f go.mod ] || go mod init rollout.invalid/tools/k8sbin
 GOMOD=$(go mod download -json "k8s.io/kubernetes@$K8S" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
-# drop old k8s.io replaces, then add one per staging module
+STAGING_MODS=$(sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\) => \./staging/.*#\1#p' "$GOMOD")
+# drop k8s.io replaces that are no longer staging modules; existing ones are updated in place
 for m in $(go mod edit -json | python3 -c 'import json,sys;[print(r["Old"]["Path"]) for r in (json.load(sys.stdin).get("Replace") or []) if r["Old"]["Path"].startswith("k8s.io/")]'); do
-  go mod edit -dropreplace="$m"
+  grep -qx "$m" <<<"$STAGING_MODS" || go mod edit -dropreplace="$m"
 done
 n=0
-for m in $(sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\) => \./staging/.*#\1#p' "$GOMOD"); do
+for m in $STAGING_MODS; do
   go mod edit -replace="$m=$m@$STAGING"
   n=$((n+1))
 done
@@ -29,3 +30,4 @@ go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$K8S" "k8s.io/kubernetes/cmd/
   "k8s.io/kubernetes/cmd/kube-scheduler@$K8S" "k8s.io/kubernetes/cmd/kubectl@$K8S"
 go mod tidy
 echo "$K8S" > K8S_VERSION
+echo "now set K8S_VERSION = \"$K8S\" in rollout/lab/controlplane.py (tests/lab/test_controlplane.py checks it)" >&2

@@ -9,3 +9,4 @@ go mod edit -go="$(sed -n 's/^go //p' "$GOMOD")"
 go get -tool "go.etcd.io/etcd/server/v3@$V"
 go mod tidy
 echo "$V" > ETCD_VERSION
+echo "now set ETCD_VERSION = \"$V\" in rollout/lab/controlplane.py (tests/lab/test_controlplane.py checks it)" >&2
