@@ -1,0 +1,295 @@
+"""Start-up as the kubelet does it: configuration, lint's start-up errors, manager checkpoints.
+
+The kubelet exits 1 (and systemd restarts it) when its configuration is invalid or when the CPU or
+Memory manager cannot restore its checkpoint; it then logs the error twice, once where it happens
+and once as ``"Failed to start ContainerManager"``. :class:`ManagerState` restores and keeps the
+checkpoint files (``cpu_manager_state``, ``memory_manager_state`` and the lab's device file) and
+the exclusive allocations they record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rollout.kubelet import checkpoints as ck
+from rollout.kubelet import cpuset
+from rollout.lab.kubelet import admission as adm
+from rollout.lab.kubelet import node as nodeapi
+from rollout.lab.kubelet.klog import log
+
+DEVICE_STATE_FILE = "rollout-lab-devices.json"
+
+
+class StartupError(Exception):
+    """The kubelet would exit 1 here; the message lines are already logged."""
+
+
+# ------------------------------------------------------------------------------- configuration
+def load_config(cfg: Mapping[str, Any], root: Path) -> tuple[dict[str, Any], str]:
+    """The effective configuration and the checkpoint directory (``--root-dir``), on the node."""
+    from rollout.errors import InputError
+    from rollout.kubelet import loading
+
+    try:
+        files = loading.load_node(str(cfg["distribution"]), root)
+        eff = loading.effective(files)
+    except InputError as e:
+        log(
+            "E",
+            "run.go:72",
+            "command failed",
+            err=f"failed to load kubelet config file, error: {e}",
+        )
+        raise StartupError(str(e)) from e
+    for note in eff.notes:
+        log("I", "server.go:651", note)
+    return eff.config, eff.root_dir
+
+
+def node_facts(topology: Mapping[str, Any]) -> Any:
+    from rollout.kubelet.facts import GPU, NodeFacts, NUMANode
+
+    numa = []
+    gpus = []
+    online: set[int] = set()
+    for n in topology.get("numaNodes") or ():
+        cpus = cpuset.parse(str(n.get("cpus", "")))
+        online |= cpus
+        numa.append(NUMANode(int(n["id"]), cpus, n.get("memoryBytes")))
+        for g in n.get("gpus") or ():
+            gid = g.get("pciAddress") or g.get("id") if isinstance(g, dict) else str(g)
+            gpus.append(GPU(str(gid), int(n["id"])))
+    return NodeFacts(
+        frozenset(online), tuple(numa), sockets=topology.get("sockets"), gpus=tuple(gpus)
+    )
+
+
+def check_startup(cfg: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+    from rollout.kubelet import validation
+
+    findings = validation.startup_errors(
+        config,
+        node_facts(cfg.get("topology") or {}),
+        kubelet_version=str(cfg.get("kubeletVersion") or "") or None,
+    )
+    for f in findings:
+        log("E", "run.go:72", "command failed", err=f"failed to run Kubelet: {f.message}")
+    if findings:
+        raise StartupError(findings[0].message)
+
+
+def gpu_ids(topology: Mapping[str, Any]) -> dict[str, Any]:
+    """node.json lists GPUs as ids or as {"id", "pciAddress"} objects: normalise to ids."""
+    topo = dict(topology)
+    nodes = []
+    for n in topology.get("numaNodes") or ():
+        n = dict(n)
+        n["gpus"] = [g.get("id") if isinstance(g, dict) else str(g) for g in n.get("gpus") or ()]
+        nodes.append(n)
+    topo["numaNodes"] = nodes
+    return topo
+
+
+class ManagerState:
+    """The CPU / Memory / device managers' state on disk and in memory."""
+
+    def __init__(
+        self, config: Mapping[str, Any], topology: Mapping[str, Any], state_dir: Path, root_dir: str
+    ) -> None:
+        self.state_dir = state_dir
+        self.node_root_dir = root_dir
+        self.policy = adm.Policy(
+            cpu=str(config.get("cpuManagerPolicy") or "none"),
+            topology=str(config.get("topologyManagerPolicy") or "none"),
+            scope=str(config.get("topologyManagerScope") or "container"),
+            memory=str(config.get("memoryManagerPolicy") or "None"),
+        )
+        reserved = (
+            nodeapi.reserved_cpus(config, topology) if self.policy.cpu == "static" else frozenset()
+        )
+        self.machine = adm.machine_from_topology(
+            topology, reserved, nodeapi.reserved_memory(config)
+        )
+        opts = config.get("cpuManagerPolicyOptions") or {}
+        self.strict = str(opts.get("strict-cpu-reservation", "false")).lower() == "true"
+        self.allocations: dict[str, adm.Allocation] = {}
+
+    def restore(self) -> None:
+        """Restore (or create) the checkpoints; raise StartupError where the kubelet exits."""
+        self._restore_cpu()
+        self._restore_memory()
+        self._restore_devices()
+
+    def _fail(self, where: str, prefix: str, err: str, detail: str) -> None:
+        log("E", where, detail, err=err)
+        log("E", "kubelet.go:1693", "Failed to start ContainerManager", err=f"{prefix}{err}")
+        raise StartupError(err)
+
+    def _restore_cpu(self) -> None:
+        path = self.state_dir / ck.CPU_STATE_FILE
+        node_path = f"{self.node_root_dir.rstrip('/')}/{ck.CPU_STATE_FILE}"
+        m = self.machine
+        if path.exists():
+            try:
+                state = ck.parse_cpu(path.read_text())
+            except (OSError, ck.CheckpointError) as e:
+                err = ck.CPU_RESTORE_ERROR.format(err=str(e), path=node_path)
+                self._fail(
+                    "cpu_manager.go:236",
+                    "start cpu manager error: ",
+                    err,
+                    "Could not initialize checkpoint manager, please drain node and "
+                    "remove policy state file",
+                )
+                return
+            err2 = ck.cpu_start_error(
+                node_path,
+                self.policy.cpu,
+                state,
+                all_cpus=m.all_cpus,
+                reserved=m.reserved_cpus,
+                strict=self.strict,
+            )
+            if err2 is not None:
+                if err2.startswith("could not restore"):
+                    self._fail(
+                        "cpu_manager.go:236",
+                        "start cpu manager error: ",
+                        err2,
+                        "Could not initialize checkpoint manager, please drain node and "
+                        "remove policy state file",
+                    )
+                self._fail(
+                    "policy_static.go:236",
+                    "start cpu manager error: ",
+                    err2,
+                    "Static policy invalid state, please drain node and remove policy state file",
+                )
+            for uid, ctrs in state.entries.items():
+                self.allocations[uid] = adm.Allocation(
+                    cpus={c: cpuset.parse(s) for c, s in ctrs.items()}
+                )
+        self._write_cpu()
+
+    def _restore_memory(self) -> None:
+        path = self.state_dir / ck.MEMORY_STATE_FILE
+        node_path = f"{self.node_root_dir.rstrip('/')}/{ck.MEMORY_STATE_FILE}"
+        if path.exists():
+            try:
+                state = ck.parse_memory(path.read_text())
+            except (OSError, ck.CheckpointError) as e:
+                err = ck.MEMORY_RESTORE_ERROR.format(err=str(e), path=node_path)
+                self._fail(
+                    "memory_manager.go:210",
+                    "start memory manager error: ",
+                    err,
+                    "Could not initialize checkpoint manager, please drain node and "
+                    "remove policy state file",
+                )
+                return
+            expected = self._expected_memory(state.entries)
+            err2 = ck.memory_start_error(node_path, self.policy.memory, state, expected)
+            if err2 is not None:
+                self._fail(
+                    "memory_manager.go:210",
+                    "start memory manager error: ",
+                    err2,
+                    "Could not initialize checkpoint manager, please drain node and "
+                    "remove policy state file",
+                )
+            for uid, ctrs in state.entries.items():
+                prev = self.allocations.get(uid, adm.Allocation())
+                mem: dict[str, dict[int, int]] = {}
+                for c, blocks in ctrs.items():
+                    for b in blocks:
+                        if b.type == "memory" and b.numa_affinity:
+                            mem.setdefault(c, {})[b.numa_affinity[0]] = b.size
+                self.allocations[uid] = adm.Allocation(prev.cpus, prev.gpus, mem)
+        self._write_memory()
+
+    def _expected_memory(self, entries: Mapping[str, Any]) -> dict[int, ck.NUMAState]:
+        base = ck.memory_machine_state(
+            {n.id: n.memory for n in self.machine.numa}, self.machine.reserved_memory
+        )
+        counts: dict[int, int] = {}
+        used: dict[int, int] = {}
+        for ctrs in entries.values():
+            for blocks in ctrs.values():
+                for b in blocks:
+                    for n in b.numa_affinity:
+                        counts[n] = counts.get(n, 0) + 1
+                    if b.numa_affinity:
+                        used[b.numa_affinity[0]] = used.get(b.numa_affinity[0], 0) + b.size
+        out = {}
+        for n, s in base.items():
+            t = s.memory_map["memory"]
+            table = ck.MemoryTable(
+                t.total,
+                t.system_reserved,
+                t.allocatable,
+                used.get(n, 0),
+                t.allocatable - used.get(n, 0),
+            )
+            out[n] = ck.NUMAState(counts.get(n, 0), {"memory": table}, s.cells)
+        return out
+
+    def _restore_devices(self) -> None:
+        path = self.state_dir / DEVICE_STATE_FILE
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return
+        for uid, ctrs in (data or {}).items():
+            prev = self.allocations.get(uid, adm.Allocation())
+            self.allocations[uid] = adm.Allocation(
+                prev.cpus, {c: tuple(g) for c, g in ctrs.items()}, prev.memory
+            )
+
+    def _atomic(self, path: Path, text: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+
+    def _write_cpu(self) -> None:
+        m = self.machine
+        entries = {
+            uid: {c: cpuset.format_cpus(s) for c, s in a.cpus.items()}
+            for uid, a in self.allocations.items()
+            if a.cpus
+        }
+        if self.policy.cpu == "static":
+            held = frozenset().union(*(a.all_cpus() for a in self.allocations.values()))
+            pool = m.all_cpus - held - (m.reserved_cpus if self.strict else frozenset())
+            cp = ck.cpu_checkpoint("static", pool, entries)
+        else:
+            cp = ck.cpu_checkpoint(self.policy.cpu, (), {})
+        self._atomic(self.state_dir / ck.CPU_STATE_FILE, ck.render_cpu(cp))
+
+    def _write_memory(self) -> None:
+        if self.policy.memory != "Static":
+            cp = ck.memory_checkpoint(self.policy.memory, {})
+        else:
+            entries = {
+                uid: {
+                    c: tuple(ck.MemoryBlock((n,), "memory", b) for n, b in sorted(per.items()))
+                    for c, per in a.memory.items()
+                }
+                for uid, a in self.allocations.items()
+                if a.memory
+            }
+            cp = ck.memory_checkpoint("Static", self._expected_memory(entries), entries)
+        self._atomic(self.state_dir / ck.MEMORY_STATE_FILE, ck.render_memory(cp))
+
+    def _write_devices(self) -> None:
+        data = {uid: dict(a.gpus) for uid, a in self.allocations.items() if a.gpus}
+        self._atomic(self.state_dir / DEVICE_STATE_FILE, json.dumps(data, sort_keys=True))
+
+    def persist(self) -> None:
+        self._write_cpu()
+        self._write_memory()
+        self._write_devices()
