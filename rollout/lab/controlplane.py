@@ -424,15 +424,20 @@ class ControlPlane:
         )
         cert, key = pki.issue("kube-scheduler", "system:kube-scheduler", client=True)
         self._kubeconfig_file("kube-scheduler", "system:kube-scheduler", cert, key)
+        # --service-account-key-file gets the public key: the apiserver finds no public key in a
+        # PKCS#8 private key block. An existing sa.key is kept (tokens stay valid across restarts).
         sa, sa_pub = pki.dir / "sa.key", pki.dir / "sa.pub"
-        if not (sa.exists() and sa_pub.exists()):
+        sa_key: Any = None
+        if sa.exists():
+            sa_key = serialization.load_pem_private_key(sa.read_bytes(), None)
+        if sa_key is None:
             sa_key = ec.generate_private_key(ec.SECP256R1())
             _write_key(sa, sa_key)
-            sa_pub.write_bytes(
-                sa_key.public_key().public_bytes(
-                    serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-                )
+        sa_pub.write_bytes(
+            sa_key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
             )
+        )
 
     def _spawn(self, name: str, args: list[str]) -> None:
         log = open(self.workdir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - kept open
