@@ -64,7 +64,9 @@ class LabKubelet:
 
     # ---------------------------------------------------------------- HTTP endpoints
     def configz(self) -> dict[str, Any]:
-        return {"kubeletconfig": self.config}
+        """As the kubelet serves it: the versioned config without its (empty) TypeMeta."""
+        cfg = {k: v for k, v in self.config.items() if k not in ("apiVersion", "kind")}
+        return {"kubeletconfig": cfg}
 
     def metrics_text(self) -> str:
         return self.metrics.render()
@@ -294,7 +296,11 @@ def main(argv: list[str] | None = None) -> int:
         kubelet.start_checks()
     except StartupError:
         return 1
-    from rollout.lab.kubelet.server import serve
+    from rollout.lab.kubelet.server import serve, serve_healthz
+
+    hport = int(kubelet.config.get("healthzPort", 10248) or 0)
+    if hport:
+        serve_healthz(str(kubelet.config.get("healthzBindAddress") or "127.0.0.1"), hport)
 
     serve(
         str(cfg["nodeIP"]),

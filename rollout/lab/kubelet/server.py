@@ -5,6 +5,9 @@ InternalIP on ``daemonEndpoints.kubeletEndpoint.Port`` with its kubelet client c
 verify the kubelet's serving certificate: so this server speaks TLS with the node's serving cert
 and requires a client certificate signed by the cluster CA (the kubelet's ``--client-ca-file``
 authentication; authorization is not delegated back to the API server in the lab).
+
+The kubelet also answers plain-HTTP ``/healthz`` on ``healthzBindAddress:healthzPort`` (default
+``127.0.0.1:10248``): that is what kubeadm and ``rollout``'s restart step poll on the node.
 """
 
 from __future__ import annotations
@@ -108,4 +111,29 @@ def serve(
     ctx.verify_mode = ssl.CERT_OPTIONAL
     server = _Server((host, port), ctx, endpoints)
     threading.Thread(target=server.serve_forever, name="kubelet-server", daemon=True).start()
+    return server
+
+
+class _HealthzHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 15
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def do_GET(self) -> None:
+        ok = self.path.split("?", 1)[0].rstrip("/") == "/healthz"
+        body = b"ok" if ok else b"404 page not found\n"
+        self.send_response(200 if ok else 404)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def serve_healthz(host: str, port: int) -> ThreadingHTTPServer:
+    """The kubelet's plain-HTTP healthz endpoint, in a daemon thread."""
+    server = ThreadingHTTPServer((host, port), _HealthzHandler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="kubelet-healthz", daemon=True).start()
     return server
