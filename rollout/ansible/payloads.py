@@ -35,6 +35,11 @@ class RenderedLike(Protocol):
     def owner(self) -> str: ...
 
 
+def _with_ca(ca_path: str | None, payload: dict[str, Any]) -> dict[str, Any]:
+    """Add ``healthz_ca_path`` only when set, so the playbook omits the option otherwise."""
+    return {**payload, "healthz_ca_path": ca_path} if ca_path else payload
+
+
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
@@ -98,16 +103,20 @@ class ApplyPayload:
     checkpoint_reset: tuple[str, ...] = ()
     healthz_url: str = DEFAULT_HEALTHZ_URL
     backup_dir: str | None = None
+    healthz_ca_path: str | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "change_id": self.change_id,
-            "files": [f.as_json() for f in self.files],
-            "checkpoint_reset": list(self.checkpoint_reset),
-            "service": self.service,
-            "healthz_url": self.healthz_url,
-            "backup_dir": self.backup_dir or f"{BACKUP_ROOT}/{self.change_id}",
-        }
+        return _with_ca(
+            self.healthz_ca_path,
+            {
+                "change_id": self.change_id,
+                "files": [f.as_json() for f in self.files],
+                "checkpoint_reset": list(self.checkpoint_reset),
+                "service": self.service,
+                "healthz_url": self.healthz_url,
+                "backup_dir": self.backup_dir or f"{BACKUP_ROOT}/{self.change_id}",
+            },
+        )
 
 
 @dataclass(frozen=True)
@@ -181,6 +190,7 @@ class RestorePayload:
     checkpoint_reset: tuple[str, ...] = ()
     healthz_url: str = DEFAULT_HEALTHZ_URL
     remove_dirs: tuple[str, ...] = field(default=())
+    healthz_ca_path: str | None = None
 
     @classmethod
     def from_backup(
@@ -190,6 +200,7 @@ class RestorePayload:
         service: str,
         checkpoint_reset: tuple[str, ...] = (),
         healthz_url: str = DEFAULT_HEALTHZ_URL,
+        healthz_ca_path: str | None = None,
     ) -> RestorePayload:
         """Put back what existed, remove what the change created (and the directories it made)."""
         dirs = {d for f in backup.files if not f.existed for d in f.missing_parents}
@@ -200,24 +211,30 @@ class RestorePayload:
             checkpoint_reset=checkpoint_reset,
             healthz_url=healthz_url,
             remove_dirs=tuple(sorted(dirs, key=lambda d: (-d.count("/"), d))),
+            healthz_ca_path=healthz_ca_path,
         )
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "change_id": self.change_id,
-            "restore": [
-                {
-                    "path": f.path,
-                    "content_b64": _b64(f.content) if f.existed and f.content is not None else None,
-                    "mode": f.mode,
-                    "owner": f.owner,
-                    "group": f.group,
-                    "sha256": f.sha256,
-                }
-                for f in self.files
-            ],
-            "remove_dirs": list(self.remove_dirs),
-            "checkpoint_reset": list(self.checkpoint_reset),
-            "service": self.service,
-            "healthz_url": self.healthz_url,
-        }
+        return _with_ca(
+            self.healthz_ca_path,
+            {
+                "change_id": self.change_id,
+                "restore": [
+                    {
+                        "path": f.path,
+                        "content_b64": _b64(f.content)
+                        if f.existed and f.content is not None
+                        else None,
+                        "mode": f.mode,
+                        "owner": f.owner,
+                        "group": f.group,
+                        "sha256": f.sha256,
+                    }
+                    for f in self.files
+                ],
+                "remove_dirs": list(self.remove_dirs),
+                "checkpoint_reset": list(self.checkpoint_reset),
+                "service": self.service,
+                "healthz_url": self.healthz_url,
+            },
+        )

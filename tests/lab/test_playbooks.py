@@ -1,0 +1,102 @@
+"""The playbooks against lab nodes over real SSH: facts, apply then restore byte for byte, and an
+unreachable node reported as such.
+
+Runtime (2-core machine, warm lab binaries): about 40-60 s for the module.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import testinfra
+
+from rollout.ansible.payloads import ApplyPayload, FileWrite, RestorePayload
+from rollout.ansible.runner import AnsibleRunner
+from rollout.lab.cluster import Lab
+
+pytestmark = [pytest.mark.lab, pytest.mark.timeout(300)]
+
+CA = "/etc/rollout-lab/pki/ca.crt"
+CONFIG = "/var/lib/kubelet/config.yaml"
+DROPIN = "/etc/kubernetes/kubelet.conf.d/90-rollout.conf"
+
+
+def _payload(node: Any, change: str, config_text: bytes) -> ApplyPayload:
+    return ApplyPayload(
+        change_id=change,
+        files=(
+            FileWrite(CONFIG, config_text + b"# touched by the playbook test\n"),
+            FileWrite(
+                DROPIN,
+                b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n",
+                mode="0600",
+            ),
+        ),
+        service=node.unit,
+        healthz_url=f"https://{node.ip}:10250/healthz",
+        healthz_ca_path=CA,
+    )
+
+
+def test_facts_then_apply_then_restore_is_byte_identical(
+    lab: Lab, lab_nodes: Any, tmp_path: Path
+) -> None:
+    nodes = lab_nodes(1, "kubeadm")
+    node = nodes[0]
+    host = testinfra.get_host(f"ansible://{node.name}?ansible_inventory={nodes.inventory}")
+    runner = AnsibleRunner(tmp_path / "controller")
+
+    facts = runner.gather_facts(nodes.inventory, nodes.names)[node.name]
+    assert facts["hostname"] == node.name and facts["distribution"] == "kubeadm"
+    assert [n["cpus"] for n in facts["numaNodes"]] == ["0-15,32-47", "16-31,48-63"]
+    assert len(facts["gpus"]) == 8 and facts["onlineCPUs"] == "0-63"
+    fetched = tmp_path / "controller" / "facts" / node.name / CONFIG.lstrip("/")
+    assert fetched.read_bytes() == (lab.node_root(node.name) / CONFIG.lstrip("/")).read_bytes()
+
+    before = host.file(CONFIG).sha256sum
+    assert not host.file(DROPIN).exists
+    applied = runner.apply(
+        nodes.inventory, "c1", {node.name: _payload(node, "c1", fetched.read_bytes())}
+    )
+    result = applied.playbook.hosts[node.name]
+    assert result.status == "ok", result
+    assert host.file(CONFIG).sha256sum != before
+    assert host.file(DROPIN).mode == 0o600
+    assert host.file("/var/lib/rollout/backups/c1/manifest.json").exists
+    backup = applied.backups[node.name]
+    assert backup is not None
+
+    restore = RestorePayload.from_backup(
+        backup,
+        service=node.unit,
+        healthz_url=f"https://{node.ip}:10250/healthz",
+        healthz_ca_path=CA,
+    )
+    restored = runner.restore(nodes.inventory, "c1", {node.name: restore}).hosts[node.name]
+
+    assert restored.status == "ok", restored
+    assert host.file(CONFIG).sha256sum == before
+    assert not host.file(DROPIN).exists
+
+
+def test_a_node_whose_sshd_is_down_is_reported_unreachable(
+    lab: Lab, lab_nodes: Any, tmp_path: Path
+) -> None:
+    nodes = lab_nodes(2, "kubeadm")
+    down, up = nodes[0], nodes[1]
+    runner = AnsibleRunner(tmp_path / "controller")
+    config = (lab.node_root(up.name) / CONFIG.lstrip("/")).read_bytes()
+    lab.stop_sshd(down.name)
+    try:
+        result = runner.apply(
+            nodes.inventory,
+            "c2",
+            {n.name: _payload(n, "c2", config) for n in (down, up)},
+        )
+    finally:
+        lab.start_sshd(down.name)
+    assert result.playbook.hosts[down.name].status == "unreachable"
+    assert result.playbook.hosts[up.name].status == "ok"
+    assert result.backups[down.name] is None and result.backups[up.name] is not None
