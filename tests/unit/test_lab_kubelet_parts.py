@@ -100,7 +100,7 @@ def test_metrics_text() -> None:
     m.admission(0.1, "SMTAlignmentError")
     text = m.render()
     assert "kubelet_topology_manager_admission_requests_total 3\n" in text
-    assert "kubelet_topology_manager_admission_errors_total 1\n" in text
+    assert "kubelet_topology_manager_admission_errors_total 2\n" in text
     assert 'kubelet_admission_rejections_total{reason="TopologyAffinityError"} 1\n' in text
     assert 'kubelet_admission_rejections_total{reason="Other"} 1\n' in text
     assert 'kubelet_topology_manager_admission_duration_ms_bucket{le="+Inf"} 3\n' in text

@@ -42,13 +42,14 @@ class Metrics:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def admission(self, duration_ms: float, rejected_reason: str | None) -> None:
-        """Count one Topology Manager admission (and its rejection, if any)."""
+        """Count one Topology Manager admission (and its rejection, if any: topology affinity or
+        a failed allocation, both counted in ``..._admission_errors_total`` as the kubelet does)."""
         with self._lock:
             self.requests += 1
             self.durations.append(duration_ms)
-            if rejected_reason == "TopologyAffinityError":
-                self.errors += 1
             if rejected_reason:
+                # the scopes count both unalignable hints and failed allocations as errors
+                self.errors += 1
                 label = rejected_reason
                 if label.startswith("OutOf") and label not in KNOWN_REASONS:
                     label = "OutOfExtendedResources"
