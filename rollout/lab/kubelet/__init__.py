@@ -20,22 +20,26 @@ Contract with the lab nodes (``rollout/lab/nodes.py``)
 
       {"nodeName", "nodeIP", "distribution", "kubeletPort": 10250,
        "apiserverSocket": "<host path of a unix socket relaying to the API server>",
-       "apiserverURL": "https://10.250.0.1:6443",      # used when apiserverSocket is absent
+       "apiserverURL": "https://127.0.0.1:6443",   # preferred over apiserverSocket when set
        "apiserverCA", "clientCert", "clientKey", "servingCert", "servingKey",
        "topology": {"cpuModel", "sockets", "threadsPerCore",
                     "numaNodes": [{"id": 0, "cpus": "0-15,32-47", "memoryBytes": N,
                                    "gpus": ["GPU-...", ...]}]},
        "capacity": {"cpu", "memory", "pods", "nvidia.com/gpu"},
        "labels": {...}, "kubeletVersion": "v1.36.x",
+       # GPUs may be listed as ids or as {"id": "GPU-0", "pciAddress": "..."} objects
        "nodeRoot": "/",            # optional: where the node's files are (tests use a temp dir)
        "podCIDR": "10.244.N.0/24"  # optional: pod IPs; derived from nodeIP otherwise}
 
 * The configuration is read from the node's own files (``rollout.kubelet.loading.load_node`` +
-  ``effective``) for ``distribution``; checkpoints live in the distribution's ``--root-dir``.
+  ``effective``) for ``distribution``; checkpoints live in the effective ``--root-dir`` (the
+  distribution's, unless its flags override it). ``apiserverURL`` (reached through the node's
+  in-namespace relay) wins over ``apiserverSocket`` when both are set.
 * Serves HTTPS on ``nodeIP:kubeletPort`` with the serving cert: ``/healthz``, ``/configz``,
-  ``/metrics``, ``/pods``. Clients must present a certificate signed by ``apiserverCA`` (the API
-  server's kubelet client cert does). ``/healthz`` also answers without a client cert, like the
-  kubelet's healthz port.
+  ``/metrics``, ``/pods``; and plain HTTP ``/healthz`` on ``healthzBindAddress:healthzPort``
+  (default ``127.0.0.1:10248``) inside the node. HTTPS clients must present a certificate
+  signed by ``apiserverCA`` (the API server's kubelet client cert is); ``/healthz`` also answers
+  without one.
 * Node: registers the Node, posts status every 10 s, renews its Lease in ``kube-node-lease``
   every 2 s (duration 10 s): when the process stops, the node controller marks it NotReady.
 * Pods bound to the node are admitted like the Topology Manager (``admission.py``); rejected pods
