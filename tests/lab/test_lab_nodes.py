@@ -109,6 +109,16 @@ def test_nodes_get_ready_and_kubelet_restarts_through_ansible(
     lab.wait_ready([nodes.names[0]], timeout=30)
 
 
+def test_every_distribution_gets_ready(lab: Lab, lab_nodes: Any) -> None:
+    nodes = lab_nodes(7, "kubeadm,k3s,rke2,eks-al2,eks-al2023,microk8s,kubespray")
+    units = {s["name"]: (s["ready"], s["kubelet"], s["unit"]) for s in lab.node_status()}
+    assert [units[n][:2] for n in nodes.names] == [("True", "active")] * 7
+    assert [units[n][2] for n in nodes.names] == [
+        "kubelet", "k3s", "rke2-server", "kubelet", "kubelet", "snap.microk8s.daemon-kubelite",
+        "kubelet",
+    ]  # fmt: skip
+
+
 def _deployment(name: str, replicas: int, hosts: list[str]) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
@@ -251,6 +261,17 @@ def test_lab_up_and_down_from_the_cli_leave_nothing_behind(tmp_path: Path, lab: 
         assert f"export ROLLOUT_INVENTORY={lab_dir / 'inventory.ini'}" in env.stdout
         assert "[canary]\nclitest-node1\n" in (lab_dir / "inventory.ini").read_text()
         assert _leftovers(lab_dir, state) != []  # sanity: the probe sees a running lab
+        # faults from another process than the one that ran `lab up`
+        for f in (["kubelet-stop", "clitest-node1"], ["apiserver-restart"]):
+            r = subprocess.run([*rollout, "lab", "fault", *f, *args],
+                               capture_output=True, text=True, timeout=120)  # fmt: skip
+            assert r.returncode == 0, r.stderr
+        st = subprocess.run([*rollout, "lab", "status", "-o", "json", *args],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+        report = json.loads(st.stdout)
+        assert report["apiserver"] is True
+        assert report["nodes"][0]["kubelet"] == "inactive"
+        state = json.loads((lab_dir / "lab.json").read_text())  # the new apiserver PID
     finally:
         down = subprocess.run([*rollout, "lab", "down", *args],
                               capture_output=True, text=True, timeout=120)  # fmt: skip
