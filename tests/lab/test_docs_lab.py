@@ -1,0 +1,108 @@
+"""In the lab: change windows on a real apply, and the runbook and report of a real change.
+
+A 2-node lab (1 canary). Apply outside the window is refused with the next opening and nothing is
+journaled; a forced canary apply journals its reason; rollback outside the window works; the
+runbook and the report of that change are checked against the journal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollout.journal import Journal, replay
+from rollout.lab.cluster import Lab, plan_text
+from rollout.windows import DAY_NAMES
+
+pytestmark = pytest.mark.lab
+
+
+def rollout(
+    args: list[str], env: dict[str, str], timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "rollout"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def closed_window_plan(lab: Lab, nodes: Any) -> str:
+    day = DAY_NAMES[(datetime.now(UTC).weekday() + 3) % 7]  # opens in three days: closed now
+    return plan_text([lab._rec(n).node for n in nodes.names], "docs") + (
+        f"windows:\n  - {{name: later, days: [{day}], start: '02:00', end: '03:00'}}\n"
+    )
+
+
+def test_windows_runbook_and_report_on_a_lab_change(
+    lab: Lab, lab_nodes: Callable[..., Any], tmp_path: Path
+) -> None:
+    nodes = lab_nodes(2)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(closed_window_plan(lab, nodes))
+    state = tmp_path / "state"
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(lab.kubeconfig),
+        "ROLLOUT_STATE_DIR": str(state),
+        "ROLLOUT_PLAN": str(plan),
+        "ROLLOUT_INVENTORY": str(nodes.inventory),
+    }
+    refused = rollout(["apply", "--canary", "--yes"], env)
+    assert refused.returncode == 3, refused.stderr
+    assert (
+        "outside every change window" in refused.stderr and "the next one opens" in refused.stderr
+    )
+    assert not state.exists()
+
+    forced = rollout(
+        ["apply", "--canary", "--yes", "-o", "json", "--force-window", "lab test 42"], env
+    )
+    assert forced.returncode == 0, forced.stderr
+    change = json.loads(forced.stdout)["change"]
+    journal = Journal.open(state, change)
+    begin = replay(journal.entries()).info
+    assert begin["window"]["forced"] is True and begin["window"]["forceReason"] == "lab test 42"
+
+    back = rollout(["rollback", "--change", change, "--yes"], env)  # still outside the window
+    assert back.returncode == 0, back.stderr
+
+    md = rollout(["report", "--change", change], env)
+    assert md.returncode == 0, md.stderr
+    status = replay(journal.entries())
+    for heading in (
+        "## Nodes",
+        "## Timeline",
+        "## Gate decisions",
+        "## Files changed",
+        "## Evidence checks",
+    ):
+        assert heading in md.stdout
+    assert "forced**: lab test 42" in md.stdout
+    data = json.loads(rollout(["report", "--change", change, "-o", "json"], env).stdout)
+    assert data["outcome"] == status.outcome == "rolled-back"
+    assert data["nodes"] == {n: s.state.value for n, s in status.nodes.items()}
+    assert len(data["timeline"]) == sum(1 for e in journal.entries() if e.node is not None)
+    canary = nodes.names[0]
+    backups = {b.path: b.sha256 for b in status.nodes[canary].backups}
+    reported = {f["path"]: f["before_sha256"] for f in data["files"] if f["node"] == canary}
+    assert reported == backups
+    html = rollout(["report", "--change", change, "-o", "html"], env).stdout
+    assert html.count("<svg") == 2
+
+    rb = rollout(["runbook", "-o", "markdown"], env, timeout=300)
+    assert rb.returncode == 0, rb.stderr
+    assert "Result: **passed**" in rb.stdout, rb.stdout
+    assert f"| 1 | yes | {canary} |" in rb.stdout
+    assert f"--node {canary} --yes" in rb.stdout
