@@ -1,4 +1,5 @@
 #!/usr/bin/python
+# ruff: noqa: E402, UP031  (Ansible module layout; runs on the node's own Python)
 """Back up the node files a change will touch, once per change, before anything is written.
 
 Why a module: the backup must be taken in one step, before the first write, and must never be

@@ -1,4 +1,5 @@
 #!/usr/bin/python
+# ruff: noqa: E402, UP031  (Ansible module layout; runs on the node's own Python)
 """Collect a node's kubelet and machine facts in one round trip.
 
 Why a module and not a string of ``command`` tasks: every task costs an SSH round trip, and the
@@ -20,7 +21,7 @@ description:
     files present on the node.
 options:
   markers:
-    description: Ordered list of C({name, paths}); the first distribution with any path present wins.
+    description: Ordered C({name, paths}) list; the first with any path present wins.
     type: list
     elements: dict
     required: true
@@ -185,7 +186,9 @@ def numa_facts(sysfs, procfs, online):
             if m:
                 memory = int(m.group(1)) * 1024
         cpus = _read(os.path.join(path, "cpulist"), "")
-        nodes.append({"id": node_id, "cpus": format_cpuset(parse_cpuset(cpus)), "memoryBytes": memory})
+        nodes.append(
+            {"id": node_id, "cpus": format_cpuset(parse_cpuset(cpus)), "memoryBytes": memory}
+        )
     if nodes:
         return sorted(nodes, key=lambda n: n["id"]), "sysfs"
     # No NUMA directory (kernel without CONFIG_NUMA, some VMs): one node holding everything.
