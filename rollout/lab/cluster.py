@@ -568,6 +568,10 @@ class Lab:
         """Stop every node and process this lab started; delete its namespaces. Keeps the dir's
         logs but removes node files and the state file."""
         self.remove_nodes(list(self.nodes), delete_objects=False)
+        # namespaces of nodes that never made it into the state file (a `lab up` killed while
+        # starting a node): their names say they are this lab's
+        for netns in n.lab_namespaces(self.name):
+            n.stop_node(netns)
         if self.relay_pid and _cmd_has(self.relay_pid, "rollout.lab.relay"):
             _term([self.relay_pid])
         self.relay_pid = 0

@@ -591,6 +591,14 @@ def netns_pids(netns: str) -> list[int]:
     return [int(p) for p in out.split() if p.isdigit()]
 
 
+def lab_namespaces(lab: str) -> list[str]:
+    """Network namespaces named after lab ``lab`` (``rollout-<lab>-<index>``)."""
+    out = _run("ip", "netns", "list", check=False).stdout
+    names = [line.split()[0] for line in out.splitlines() if line.strip()]
+    prefix = f"rollout-{lab}-"
+    return [x for x in names if x.startswith(prefix) and x[len(prefix) :].isdigit()]
+
+
 def stop_node(netns: str, timeout: float = 10.0) -> None:
     """Kill every process in the node's network namespace (only lab processes can be there:
     the namespace was created by the lab), then delete the namespace and the veth pair."""
