@@ -168,26 +168,6 @@ def _term(pids: Sequence[int], timeout: float = 10.0) -> None:
                 os.kill(p, signal.SIGKILL)
 
 
-def _service_account_key(path: Path) -> None:
-    """Write the ServiceAccount signing key as an ``EC PRIVATE KEY`` block before the control
-    plane starts: kube-apiserver's ``--service-account-key-file`` parser finds no public key in a
-    PKCS#8 ``PRIVATE KEY`` block ("data does not contain any valid RSA or ECDSA public keys")."""
-    if path.exists() and b"EC PRIVATE KEY" in path.read_bytes():
-        return
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    key = ec.generate_private_key(ec.SECP256R1()).private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.TraditionalOpenSSL,
-        serialization.NoEncryption(),
-    )
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(key)
-
-
 class Lab:
     """A local cluster: control plane + relay + nodes, described by ``<dir>/lab.json``."""
 
@@ -248,7 +228,6 @@ class Lab:
         cpdir = self.dir / "controlplane"
         ControlPlane.kill_stale(cpdir, self.bin_dir)
         self.cp = ControlPlane(cpdir, self.bin_dir)
-        _service_account_key(cpdir / "pki" / "sa.key")
         progress("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler")
         t0 = time.monotonic()
         try:
