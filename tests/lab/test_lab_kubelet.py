@@ -170,6 +170,16 @@ def test_single_numa_node_rejects_what_none_admits(
     uid = _get(lab, f"/api/v1/namespaces/{ns}/pods/big-loose")["metadata"]["uid"]
     state = ck.parse_cpu((lab.node_root(loose) / "var/lib/kubelet/cpu_manager_state").read_text())
     assert len(state.assigned()) == 40 and uid in state.entries
+    # 6 GPUs fit the node (8) but not one NUMA node (4 each); 2 GPUs do
+    gpus6 = {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "6"}
+    gpus2 = {**gpus6, "nvidia.com/gpu": "2"}
+    for name, req in (("gpu6", gpus6), ("gpu2", gpus2)):
+        code, body = lab.api.request(
+            "POST", f"/api/v1/namespaces/{ns}/pods", _pod(name, strict, req)
+        )
+        assert code == 201, body
+    _wait(lambda: _phase(lab, ns, "gpu6").get("reason") == "TopologyAffinityError", 30, "gpu6")
+    _wait(lambda: _phase(lab, ns, "gpu2").get("phase") == "Running", 30, "gpu2 admitted")
 
 
 @pytest.mark.lab
