@@ -231,7 +231,12 @@ def test_checkpoint_mismatch_keeps_kubelet_down_until_removed(lab: Lab, lab_node
     )
     _wait(lambda: want in unquote(log.read_text(errors="replace")), 15, "the kubelet's error")
     unit = nodes[0].unit
-    assert lab.node_exec(node, "systemctl", "is-active", unit).stdout.strip() == "activating"
+    # crash-looping: between two short-lived attempts the unit waits in "activating"
+    _wait(
+        lambda: lab.node_exec(node, "systemctl", "is-active", unit).stdout.strip() == "activating",
+        10,
+        "the unit to crash-loop",
+    )
     lab.wait_ready([node], timeout=30, want="Unknown")
     (root / "var/lib/kubelet/cpu_manager_state").unlink()
     lab.wait_ready([node], timeout=20)
