@@ -183,7 +183,7 @@ def restore_node(ctx: Context, status: NodeStatus) -> None:
         if ours:
             ctx.cluster.uncordon(node)
         ctx.record(node, step, Phase.DONE, Path.RESTORE, {"uncordoned": ours})
-        ctx.on_event(f"{node}: restored" + ("" if ours else " (left cordoned as it was)"))
+        ctx.on_event(f"{node}: restored" + ("" if ours else " (cordon state left as it was)"))
     except RolloutError as e:
         ctx.record(node, step, Phase.FAILED, Path.RESTORE, {"message": str(e)})
         raise NodeOperationError(f"restore of node {node} failed at {step.value}: {e}") from e

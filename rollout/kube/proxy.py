@@ -29,7 +29,8 @@ def get(api: Api, node: str, path: str, retry_s: float = 10.0) -> tuple[int, byt
         )
     except ApiException as e:
         return e.status, (e.body or "").encode() if isinstance(e.body, str) else (e.body or b"")
-    return int(resp[1]), bytes(resp[0].data)
+    raw = resp[0] if isinstance(resp, tuple) else resp  # the client returns the raw response
+    return int(raw.status), bytes(raw.data)
 
 
 def healthz(api: Api, node: str) -> bool:
