@@ -2,7 +2,9 @@
 
 A 2-node lab (1 canary). Apply outside the window is refused with the next opening and nothing is
 journaled; a forced canary apply journals its reason; rollback outside the window works; the
-runbook and the report of that change are checked against the journal.
+runbook and the report of that change are checked against the journal. Every command runs with
+ONLY the ServiceAccount kubeconfig bound to deploy/rbac.yaml (``restricted_kubeconfig``), so this
+test also proves the shipped role is enough.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 from rollout.journal import Journal, replay
 from rollout.lab.cluster import Lab, plan_text
 from rollout.windows import DAY_NAMES
+from tests.lab.test_rbac import restricted_kubeconfig as restricted_kubeconfig
 
 pytestmark = pytest.mark.lab
 
@@ -46,7 +49,7 @@ def closed_window_plan(lab: Lab, nodes: Any) -> str:
 
 
 def test_windows_runbook_and_report_on_a_lab_change(
-    lab: Lab, lab_nodes: Callable[..., Any], tmp_path: Path
+    lab: Lab, lab_nodes: Callable[..., Any], tmp_path: Path, restricted_kubeconfig: Path
 ) -> None:
     nodes = lab_nodes(2)
     plan = tmp_path / "plan.yaml"
@@ -54,7 +57,7 @@ def test_windows_runbook_and_report_on_a_lab_change(
     state = tmp_path / "state"
     env = {
         **os.environ,
-        "KUBECONFIG": str(lab.kubeconfig),
+        "KUBECONFIG": str(restricted_kubeconfig),
         "ROLLOUT_STATE_DIR": str(state),
         "ROLLOUT_PLAN": str(plan),
         "ROLLOUT_INVENTORY": str(nodes.inventory),
