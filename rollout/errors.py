@@ -2,19 +2,20 @@
 
 ::
 
-    RolloutError                      exit 1   anything the tool knows how to explain
-    ├── InputError                    exit 2   bad input: file, field and line named; nothing changed
-    │   ├── ParseError                         malformed YAML / JSON
-    │   ├── UnknownDistributionError
-    │   └── ConflictError                      our setting would be overridden or is refused by the kubelet
-    ├── PreflightError                exit 3   the cluster or the nodes refuse the change before it starts
-    ├── LockHeldError                 exit 4   another change holds the cluster Lease
-    ├── NodeOperationError            exit 5   a step on a node failed (the node was restored)
-    │   └── EvictionBlockedError               a PodDisruptionBudget kept refusing an eviction
-    ├── LabError                      exit 6   the local lab could not be built, started or stopped
-    └── ExternalError                 exit 7   an API server, SSH or Ansible call failed unexpectedly
+    RolloutError              exit 1  anything the tool knows how to explain
+      InputError              exit 2  bad input: file, field, line named; nothing changed
+        ParseError                    malformed YAML / JSON
+        UnknownDistributionError
+        ConflictError                 our setting would be overridden or refused by the kubelet
+      PreflightError          exit 3  the cluster or nodes refuse the change before it starts
+      LockHeldError           exit 4  another change holds the cluster Lease
+      NodeOperationError      exit 5  a step on a node failed (the node was restored)
+        EvictionBlockedError          a PodDisruptionBudget kept refusing an eviction
+      LabError                exit 6  the local lab could not be built, started or stopped
+      ExternalError           exit 7  an API server, SSH or Ansible call failed unexpectedly
 
-Errors keep their cause (``raise ... from e``); API bodies are truncated before they reach a message.
+Errors keep their cause (``raise ... from e``); API bodies are truncated before they reach a
+message.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Shared pytest configuration.
 
-Lab tests (``@pytest.mark.lab``) need the real control plane and SSH nodes. They are skipped only on a
-developer machine without the lab binaries; when ``CI`` is set they are never skipped: a missing lab
-there is a failure.
+Lab tests (``@pytest.mark.lab``) need the real control plane and SSH nodes. They are skipped
+only on a developer machine without the lab binaries; when ``CI`` is set they are never
+skipped: a missing lab there is a failure.
 """
 
 from __future__ import annotations
