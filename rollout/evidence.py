@@ -20,11 +20,14 @@ The collected data (``evidence.json`` next to the change's journal, or ``rollout
           "numa": {"0": "0-31,64-95", "1": "32-63,96-127"},
           "deviceNuma": {"GPU-3f2a...": 0},
           "cpuManagerState": {"policyName": "static", "entries": {"<pod uid>": {"c": "4-7"}}},
+          "podResources": true,    # pods' "devices"/"cpus" come from the pod-resources API
           "pods": [{"namespace": "ml", "name": "train-0", "uid": "...", "qos": "Guaranteed",
                     "running": true, "devices": {"nvidia.com/gpu": ["GPU-3f2a..."]},
                     "cpus": "4-7"}]}}}]}
 
 A pod's ``cpus`` may be omitted; then its exclusive CPUs come from ``cpuManagerState.entries``.
+Device uniqueness is judged only when ``podResources`` is true (else: not collected).
+:func:`build_collection` assembles one collection from what ``rollout evidence`` gathers.
 """
 
 from __future__ import annotations
@@ -149,7 +152,7 @@ def check_unique_devices(c: Collection) -> Check:
     name = "unique-device-ids"
     problems, checked, seen_any = [], 0, False
     for node, d in sorted(c.nodes.items()):
-        if "pods" not in d:
+        if not d.get("podResources"):
             continue
         seen_any = True
         owners: dict[tuple[str, str], list[str]] = {}
@@ -278,3 +281,64 @@ def overall(checks: Iterable[Check]) -> Status:
     if Status.NOT_COLLECTED in statuses or not statuses:
         return Status.NOT_COLLECTED
     return Status.PASS
+
+
+def build_collection(
+    label: str,
+    at: str,
+    facts: Mapping[str, Mapping[str, Any]],
+    allocatable: Mapping[str, Mapping[str, str]],
+    pods: Mapping[str, Sequence[Mapping[str, Any]]],
+    configz: Mapping[str, Mapping[str, Any]],
+    gpu_resource: str = "nvidia.com/gpu",
+) -> dict[str, Any]:
+    """One collection (JSON-ready) from gathered data, by Node name (pure).
+
+    Args:
+        label: before / after / after-recreate.
+        at: ISO time of the collection.
+        facts: the facts playbook's NodeFacts dicts (``numaNodes``, ``gpus``, ``checkpoints``).
+        allocatable: the Node's ``status.allocatable``.
+        pods: the node's pods: ``namespace``, ``name``, ``uid``, ``qos``, ``running`` (and
+            ``devices`` / ``cpus`` when pod-resources data was collected).
+        configz: the kubelet's effective configuration (``/configz``).
+        gpu_resource: the device resource whose allocatable is compared with the GPUs found.
+    """
+    nodes: dict[str, Any] = {}
+    for node in sorted(set(facts) | set(allocatable)):
+        f = facts.get(node, {})
+        d: dict[str, Any] = {"allocatable": dict(allocatable.get(node, {}))}
+        gpus = f.get("gpus")
+        if isinstance(gpus, list):
+            d["healthyDevices"] = {gpu_resource: len(gpus)}
+            d["deviceNuma"] = {
+                str(g.get("id")): int(g["numaNode"])
+                for g in gpus
+                if isinstance(g, Mapping) and g.get("numaNode") is not None
+            }
+        numa = f.get("numaNodes")
+        if isinstance(numa, list):
+            d["numa"] = {str(n.get("id")): str(n.get("cpus", "")) for n in numa}
+        state = (f.get("checkpoints") or {}).get("cpu_manager_state")
+        if isinstance(state, Mapping):
+            d["cpuManagerState"] = dict(state)
+        policy = (configz.get(node) or {}).get("topologyManagerPolicy")
+        if policy:
+            d["topologyManagerPolicy"] = str(policy)
+        if node in pods:
+            d["pods"] = [dict(p) for p in pods[node]]
+            d["podResources"] = any("devices" in p for p in pods[node])
+        nodes[node] = d
+    return {"label": label, "at": at, "nodes": nodes}
+
+
+def merge_collection(
+    document: Mapping[str, Any] | None, collection: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``evidence.json`` with ``collection`` added (replacing one with the same label)."""
+    kept = [
+        c
+        for c in (document or {}).get("collections") or ()
+        if isinstance(c, Mapping) and c.get("label") != collection.get("label")
+    ]
+    return {"collections": [*kept, dict(collection)]}

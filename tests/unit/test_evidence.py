@@ -9,10 +9,12 @@ import pytest
 from rollout.evidence import (
     Collection,
     Status,
+    build_collection,
     check_allocatable,
     check_numa_alignment,
     check_unique_devices,
     evaluate,
+    merge_collection,
     overall,
     parse_collections,
 )
@@ -36,6 +38,7 @@ def node(pods: list[dict[str, Any]], **kw: Any) -> dict[str, Any]:
         "numa": NUMA,
         "deviceNuma": DEV_NUMA,
         "pods": pods,
+        "podResources": True,
         **kw,
     }
 
@@ -184,3 +187,35 @@ def test_evaluate_names_missing_collections_and_overall_never_passes_on_missing(
     assert overall(checks[:6]) is Status.PASS
     bad = Collection("after-recreate", nodes={"n1": node([pod("a", cpus="3-4")])})
     assert overall(evaluate([*cols, bad])) is Status.FAIL
+
+
+def test_build_collection_from_gathered_data_feeds_the_checks() -> None:
+    facts = {
+        "n1": {
+            "numaNodes": [{"id": 0, "cpus": "0-3"}, {"id": 1, "cpus": "4-7"}],
+            "gpus": [{"id": "0000:3b:00.0", "numaNode": 0}, {"id": "0000:af:00.0", "numaNode": 1}],
+            "checkpoints": {"cpu_manager_state": STATE},
+        }
+    }
+    col = build_collection(
+        "after",
+        "2026-12-01T00:00:00Z",
+        facts,
+        {"n1": {"nvidia.com/gpu": "2", "cpu": "8"}},
+        {"n1": [pod("s")]},
+        {"n1": {"topologyManagerPolicy": "single-numa-node"}},
+    )
+    d = col["nodes"]["n1"]
+    assert d["healthyDevices"] == {"nvidia.com/gpu": 2}
+    assert d["deviceNuma"] == {"0000:3b:00.0": 0, "0000:af:00.0": 1}
+    assert d["podResources"] is False  # no device assignments gathered
+    (c,) = parse_collections({"collections": [col]})
+    assert check_allocatable(c).status is Status.PASS
+    assert check_unique_devices(c).status is Status.NOT_COLLECTED
+    numa = check_numa_alignment(c)  # CPUs 4-6 from cpu_manager_state, all on NUMA 1
+    assert (numa.status, numa.checked) == (Status.PASS, 1)
+    doc = merge_collection(
+        {"collections": [{"label": "after", "nodes": {}}, {"label": "before"}]}, col
+    )
+    assert [x["label"] for x in doc["collections"]] == ["before", "after"]
+    assert doc["collections"][1]["nodes"]
