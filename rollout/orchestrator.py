@@ -242,8 +242,10 @@ def run_change(
         )
         ctx.on_event(f"gate: {verdict.status.value}: {verdict.reason}")
         if verdict.status is VerdictStatus.FAILED:
-            errors = _restore_many(ctx, canary, replay(ctx.journal.entries()))
-            what = f"gate failed the canary: {verdict.reason}; canary restored"
+            # the gate names what to restore (its onFailure policy); by default the whole canary
+            targets = [n for n in canary if n in verdict.failed_nodes] or canary
+            errors = _restore_many(ctx, targets, replay(ctx.journal.entries()))
+            what = f"gate failed the canary: {verdict.reason}; restored {', '.join(targets)}"
             if errors:
                 what += "; restore failed: " + "; ".join(str(e) for e in errors.values())
             status = _end(ctx, "rolled-back", what, Phase.FAILED)
