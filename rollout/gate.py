@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -198,3 +199,42 @@ def rollback_targets(verdict: Verdict, cfg: GateConfig, nodes: Sequence[str]) ->
     if cfg.on_failure.value == "rollback-group" or not verdict.failed_nodes:
         return list(nodes)
     return [n for n in nodes if n in verdict.failed_nodes]
+
+
+class RollbackPolicyGate:
+    """The gate ``rollout apply`` runs after the canary batch: a :class:`SoakGate` plus policy.
+
+    The orchestrator restores the nodes named in a Failed verdict's ``failed_nodes`` (all of the
+    canary when it names none). This wrapper puts the plan's ``onFailure`` policy there (the
+    affected nodes, or the whole group) and journals the ``trigger`` record the moment the rollback
+    is decided, so the journal shows when the automatic rollback started and why.
+
+    Args:
+        gate: the soak gate.
+        record: the journal recorder (the same one the soak gate writes ``verdict`` records to).
+    """
+
+    def __init__(self, gate: SoakGate, record: Recorder | None = None) -> None:
+        self.gate = gate
+        self.record = record
+        self.verdict: Verdict | None = None
+
+    def evaluate(self, change_id: str, nodes: Sequence[str]) -> Verdict:
+        """Soak and decide; a Failed verdict comes back with its rollback targets."""
+        verdict = self.gate.evaluate(change_id, nodes)
+        if verdict.status is Outcome.FAILED:
+            targets = rollback_targets(verdict, self.gate.cfg, nodes)
+            if self.record is not None:
+                self.record(
+                    "trigger",
+                    {
+                        "change": change_id,
+                        "trigger": "gate",
+                        "nodes": targets,
+                        "policy": str(self.gate.cfg.on_failure),
+                        "reason": verdict.reason,
+                    },
+                )
+            verdict = replace(verdict, failed_nodes=tuple(targets))
+        self.verdict = verdict
+        return verdict

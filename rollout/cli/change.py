@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from rollout.cli.gate import GATE_HOLDS_EXIT, gate_config
 from rollout.errors import InputError, Location, PreflightError, RolloutError
 from rollout.journal import ChangeStatus, Journal, new_change_id, replay, state_dir
 from rollout.orchestrator import NoGate, resume, rollback, run_change, summary
@@ -44,10 +45,25 @@ class SystemClock:
         time.sleep(seconds)
 
 
-def gate_for(plan: Plan, api: Any) -> Gate:
-    """The gate run after the canary batch. The seam for the rejection-rate gate (issue 5):
-    return a ``rollout.protocols.Gate`` built from ``plan.gate``; until then, no gate."""
-    return NoGate()
+def gate_for(plan: Plan, api: Any, journal: Journal, output: str, inv: Any) -> Gate:
+    """The gate run after the canary batch: the rejection-rate gate when the plan has a ``gate:``
+    section (built as ``rollout watch`` builds it, journaling into this change), else none."""
+    from rollout.cli.gate import build_soak_gate
+    from rollout.gate import RollbackPolicyGate
+    from rollout.models import Phase
+
+    cfg = gate_config(plan)
+    if cfg is None:
+        return NoGate()
+
+    def record(kind: str, data: Any) -> None:
+        journal.append(kind, Phase.DONE, now=datetime.now(UTC), data=data)
+
+    control = [inv.node_of(h) for h in inv.groups.get(cfg.control_group or "", ())]
+    soak = build_soak_gate(
+        cfg, api, since=time.time(), record=record, control=control, output=output
+    )
+    return RollbackPolicyGate(soak, record)
 
 
 def _echo(msg: str) -> None:
@@ -184,6 +200,7 @@ def apply_cmd(
         raise InputError("no plan: pass --plan or set ROLLOUT_PLAN", Location(field="--plan"))
     plan = load_plan(plan_path)
     parse_strategy(plan.strategy, plan.location)  # bad input fails before any I/O
+    gate_config(plan)  # the gate: section too
     window_check = guard(
         parse_windows(plan.windows, file=plan.path, line_of=plan.line_of), force_window
     )
@@ -227,12 +244,13 @@ def apply_cmd(
         journal = Journal.create(state_dir(), change_id)
         _echo(f"change {change_id}: journal {journal.file}")
         ctx = _context(api, journal, inv.path, drain, verify_timeout)
+        gate = gate_for(plan, api, journal, output, inv)
         try:
             status = run_change(
                 ctx,
                 prepared.changes,
                 prepared.batches,
-                gate_for(plan, api),
+                gate,
                 canary,
                 info={"plan": str(Path(plan.path).resolve()), "inventory": str(inv.path.resolve())},
                 forward=window_check,
@@ -242,6 +260,9 @@ def apply_cmd(
                 _print_status(replay(journal.entries()), output)
             raise
     _print_status(status, output)
+    verdict = getattr(gate, "verdict", None)
+    if verdict is not None and verdict.holds:  # Inconclusive / Error: held, said what it waits for
+        sys.exit(GATE_HOLDS_EXIT)
 
 
 def _existing(change: str | None) -> Journal:

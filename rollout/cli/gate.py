@@ -22,6 +22,9 @@ from rollout.analysis import GateConfig, Outcome, parse_gate_config
 from rollout.cli.options import kube_options, output_option
 from rollout.errors import ExternalError, InputError, Location, NodeOperationError
 
+#: Exit code of ``rollout watch`` and ``rollout apply`` when the gate holds (Inconclusive or Error).
+GATE_HOLDS_EXIT = 8
+
 
 def cli_rollback(change_id: str, nodes: Sequence[str] | None, reason: str) -> None:
     """Trigger a rollback by running ``rollout rollback`` (same env: kubeconfig, inventory, state).
@@ -47,6 +50,73 @@ def _gate_config(plan_file: str | None) -> GateConfig:
 
     plan = load_plan(plan_file)
     return parse_gate_config(plan.gate or None, file=plan.path, line_of=plan.line_of)
+
+
+def gate_config(plan: Any) -> GateConfig | None:
+    """The plan's ``gate:`` section parsed, or None when the plan has none (no gate in apply).
+
+    Raises:
+        InputError: the section is invalid (file, field and line named).
+    """
+    if not plan.gate and "gate" not in plan.lines:
+        return None
+    return parse_gate_config(plan.gate or None, file=plan.path, line_of=plan.line_of)
+
+
+def build_soak_gate(
+    cfg: GateConfig,
+    api: Any,
+    *,
+    since: float,
+    record: Any,
+    control: Sequence[str] = (),
+    metrics: Any = None,
+    output: str = "text",
+) -> Any:
+    """The real gate, as ``rollout watch`` and ``rollout apply`` both run it.
+
+    Signals: the API (pod watch per node + kubelet Warning events; its ``wait`` is the gate's
+    ``sleep``, so a rejection wakes the gate at once), the kubelet's counters through the node
+    proxy, and Prometheus when configured. Probe pods when ``cfg.probes``; Events on each node;
+    every verdict to ``record`` (the change's journal).
+
+    Args:
+        cfg: the gate configuration.
+        api: the ``rollout.kube.client.connect`` result.
+        since: the change's start (pods created before it are baseline, not samples).
+        record: the journal recorder ``(kind, data)``.
+        control: control-group nodes (baseline ``control-group``).
+        metrics: a ``rollout.serve.GateMetrics`` or None.
+        output: ``text`` prints one progress line per evaluation on stderr.
+
+    Returns:
+        A ``rollout.gate.SoakGate``.
+    """
+    from rollout.gate import SoakGate
+    from rollout.kube.probing import NodeEvents, ProbePods
+    from rollout.kube.scraping import KubeletSignal, NodeProxyFetcher
+    from rollout.kube.watching import ApiSignal
+
+    api_signal = ApiSignal(api.api_client, since=since, window=cfg.window)
+    signals: list[Any] = [api_signal, KubeletSignal(NodeProxyFetcher(api.api_client), cfg.window)]
+    if cfg.prometheus is not None:
+        from rollout.prometheus import PrometheusSignal
+
+        signals.append(PrometheusSignal(cfg.prometheus))
+    return SoakGate(
+        cfg,
+        signals,
+        clock=time.time,
+        sleep=api_signal.wait,
+        control=control,
+        probes=ProbePods(api.api_client) if cfg.probes else None,
+        events=NodeEvents(api.api_client),
+        record=record,
+        metrics=metrics,
+        progress=(lambda m: click.echo(f"gate: {m}", err=True))
+        if output == "text"
+        else (lambda _m: None),
+    )
 
 
 def _change_nodes(change_id: str) -> tuple[list[str], float, Any]:
@@ -96,33 +166,21 @@ def watch(
 
     Soaks for gate.soak, evaluating every gate.interval over gate.window. Failed rolls back the
     affected nodes (or the group, by gate.onFailure); Inconclusive and Error hold and say what they
-    wait for (exit 1). Every verdict goes to the journal and as an Event on each node.
+    wait for (exit 8). Every verdict goes to the journal and as an Event on each node.
 
     \b
     Examples:
       rollout watch --change 20261130-1200-ab12cd
       rollout watch --change 20261130-1200-ab12cd --control lab-4 -o json
     """
-    from rollout.gate import SoakGate, rollback_targets
+    from rollout.gate import rollback_targets
     from rollout.kube.client import connect
-    from rollout.kube.probing import NodeEvents, ProbePods
-    from rollout.kube.scraping import KubeletSignal, NodeProxyFetcher
-    from rollout.kube.watching import ApiSignal
     from rollout.models import Phase
     from rollout.serve import AlertReceiver, GateMetrics, make_server, parse_listen, read_token
 
     cfg = _gate_config(plan_file)
     nodes, started, journal = _change_nodes(change_id)
     api = connect(kubeconfig, context)
-    api_signal = ApiSignal(api.api_client, since=started, window=cfg.window)
-    signals: list[Any] = [
-        api_signal,
-        KubeletSignal(NodeProxyFetcher(api.api_client), cfg.window),
-    ]
-    if cfg.prometheus is not None:
-        from rollout.prometheus import PrometheusSignal
-
-        signals.append(PrometheusSignal(cfg.prometheus))
 
     def record(kind: str, data: Any) -> None:
         journal.append(kind, Phase.DONE, now=datetime.now(UTC), data=data)
@@ -136,17 +194,8 @@ def watch(
             parse_listen(listen), read_token(token_file), AlertReceiver(cli_rollback, metrics)
         )
         threading.Thread(target=server.serve_forever, daemon=True).start()
-    gate = SoakGate(
-        cfg,
-        signals,
-        clock=time.time,
-        sleep=api_signal.wait,
-        control=control,
-        probes=ProbePods(api.api_client) if cfg.probes else None,
-        events=NodeEvents(api.api_client),
-        record=record,
-        metrics=metrics,
-        progress=(lambda m: click.echo(m, err=True)) if output == "text" else (lambda _m: None),
+    gate = build_soak_gate(
+        cfg, api, since=started, record=record, control=control, metrics=metrics, output=output
     )
     try:
         verdict = gate.evaluate(change_id, nodes)
@@ -168,7 +217,7 @@ def watch(
         cli_rollback(change_id, targets, f"gate Failed: {verdict.reason}")
         raise NodeOperationError(f"gate Failed; rolled back {', '.join(targets)}")
     if verdict.holds:
-        sys.exit(1)
+        sys.exit(GATE_HOLDS_EXIT)
 
 
 @click.command("serve")
