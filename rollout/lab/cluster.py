@@ -111,6 +111,17 @@ def plan_text(nodes: Sequence[n.LabNode], name: str) -> str:
         "strategy:",
         "  canaryGroup: canary",
         "  maxUnavailable: 1",
+        "# The rejection-rate gate, sized for a demo: a one-minute soak; a canary with too little",
+        "# traffic gets probe pods; more than 5% of admissions rejected rolls the canary back.",
+        "gate:",
+        "  soak: 60s",
+        "  window: 60s",
+        "  interval: 2s",
+        "  threshold: 5%",
+        "  minAdmissions: 3",
+        "  baseline: none",
+        "  probes: true",
+        "  onFailure: rollback-affected",
     ]
     if len(dists) > 1:
         out.append("nodes:")

@@ -1,0 +1,156 @@
+"""The gate wired into apply: the soak gate's Failed verdict, through the onFailure policy, decides
+which canary nodes the orchestrator restores, and the trigger is journaled before any restore; the
+lab's ready plan carries a valid demo gate."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollout.analysis import GateConfig, NodeCounts, OnFailure, Outcome, SignalState
+from rollout.errors import NodeOperationError
+from rollout.gate import RollbackPolicyGate, SoakGate
+from rollout.journal import Journal, replay
+from rollout.lab.cluster import plan_text
+from rollout.lab.nodes import LabNode
+from rollout.models import Phase
+from rollout.orchestrator import run_change
+from rollout.plan import load_plan
+from rollout.planning import DrainPolicy, Strategy, make_batches
+from rollout.restoring import Context
+from tests.unit.fakes_change import (
+    CONF,
+    NEW,
+    OLD,
+    FakeClock,
+    FakeCluster,
+    FakeRunner,
+    make_change,
+    make_node,
+)
+
+NODES = ["n1", "n2", "n3"]
+TAE = "TopologyAffinityError"
+
+
+class Signal:
+    """Counts as a function of the evaluation number (the soak's own clock is faked below)."""
+
+    name = "api"
+
+    def __init__(self, counts: Callable[[int], Mapping[str, NodeCounts]]) -> None:
+        self.counts = counts
+        self.calls = 0
+
+    def start(self, nodes: Any, control: Any = ()) -> None:
+        pass
+
+    def state(self, now: float, baseline_before: bool = False) -> SignalState:
+        self.calls += 1
+        return SignalState(self.name, self.counts(self.calls))
+
+    def stop(self) -> None:
+        pass
+
+
+def _apply(
+    tmp_path: Path, counts: Callable[[int], Mapping[str, NodeCounts]], policy: OnFailure
+) -> tuple[Context, FakeCluster, RollbackPolicyGate, Exception | None]:
+    cluster = FakeCluster({n: make_node(n) for n in NODES})
+    journal = Journal.create(tmp_path, "20260101T000000Z-gate")
+    ctx = Context(
+        cluster=cluster,
+        runner=FakeRunner(cluster),
+        clock=FakeClock(),
+        journal=journal,
+        drain=DrainPolicy(timeout_s=5, backoff_initial_s=0.5, backoff_cap_s=2),
+        verify_timeout_s=3,
+    )
+    t = [0.0]
+
+    def record(kind: str, data: Mapping[str, Any]) -> None:
+        journal.append(kind, Phase.DONE, now=ctx.clock.now(), data=data)
+
+    soak = SoakGate(
+        GateConfig(soak=10, interval=1, min_admissions=4, on_failure=policy, probes=False),
+        [Signal(counts)],
+        clock=lambda: t[0],
+        sleep=lambda s: t.__setitem__(0, t[0] + s),
+        record=record,
+    )
+    gate = RollbackPolicyGate(soak, record)
+    batches = make_batches(NODES, ["n1", "n2"], Strategy(max_unavailable=2), False)
+    err: Exception | None = None
+    try:
+        run_change(ctx, {n: make_change(n) for n in NODES}, batches, gate, False)
+    except NodeOperationError as e:
+        err = e
+    return ctx, cluster, gate, err
+
+
+def _rejecting_n1(i: int) -> dict[str, NodeCounts]:
+    return {"n1": NodeCounts(5, {TAE: 2} if i >= 3 else {}), "n2": NodeCounts(5)}
+
+
+@pytest.mark.parametrize(
+    ("policy", "restored"),
+    [(OnFailure.ROLLBACK_AFFECTED, ["n1"]), (OnFailure.ROLLBACK_GROUP, ["n1", "n2"])],
+)
+def test_failed_verdict_restores_by_policy_after_journaling_the_trigger(
+    tmp_path: Path, policy: OnFailure, restored: list[str]
+) -> None:
+    ctx, cluster, gate, err = _apply(tmp_path, _rejecting_n1, policy)
+    assert err is not None and "gate failed the canary" in str(err)
+    assert f"restored {', '.join(restored)}" in str(err)
+    assert gate.verdict is not None and gate.verdict.status is Outcome.FAILED
+    for n in ("n1", "n2"):
+        assert (cluster.nodes[n].files == {CONF: OLD}) is (n in restored), n
+    assert cluster.nodes["n2"].files[CONF] == (OLD if "n2" in restored else NEW)
+    assert cluster.nodes["n3"].config.get("cpuManagerPolicy") != "static"  # never touched
+    entries = ctx.journal.entries()
+    kinds = [e.step for e in entries]
+    trig = kinds.index("trigger")
+    assert kinds.index("verdict") < trig
+    trigger = entries[trig].data
+    assert trigger["nodes"] == restored and trigger["policy"] == str(policy)
+    assert "2 of 5 admissions rejected" in trigger["reason"]
+    # every restore step comes after the trigger record
+    first_restore = min(
+        i for i, e in enumerate(entries) if e.path is not None and e.path.value == "restore"
+    )
+    assert first_restore > trig
+    assert replay(entries).outcome == "rolled-back"
+
+
+def test_successful_verdict_goes_on_without_trigger(tmp_path: Path) -> None:
+    counts = {"n1": NodeCounts(5), "n2": NodeCounts(5)}
+    ctx, cluster, gate, err = _apply(tmp_path, lambda _i: counts, OnFailure.ROLLBACK_AFFECTED)
+    assert err is None and gate.verdict is not None and gate.verdict.passed
+    assert "trigger" not in [e.step for e in ctx.journal.entries()]
+    assert cluster.nodes["n3"].config["cpuManagerPolicy"] == "static"  # the next batch ran
+    assert replay(ctx.journal.entries()).outcome == "completed"
+
+
+def test_no_traffic_holds_and_says_what_it_waits_for(tmp_path: Path) -> None:
+    counts = {"n1": NodeCounts(), "n2": NodeCounts()}
+    ctx, cluster, gate, err = _apply(tmp_path, lambda _i: counts, OnFailure.ROLLBACK_AFFECTED)
+    assert err is None and gate.verdict is not None and gate.verdict.holds
+    st = replay(ctx.journal.entries())
+    assert st.outcome == "held" and "gate Inconclusive" in (st.message or "")
+    assert "at least 4 admissions" in gate.verdict.waiting_for
+    assert cluster.nodes["n1"].files[CONF] == NEW  # nothing rolled back
+    assert cluster.nodes["n3"].config.get("cpuManagerPolicy") != "static"  # nor went further
+
+
+def test_lab_plan_has_a_demo_gate(tmp_path: Path) -> None:
+    from rollout.analysis import parse_gate_config
+
+    p = tmp_path / "plan.yaml"
+    p.write_text(plan_text([LabNode("n1", 1, "kubeadm", "t")], "demo"))
+    plan = load_plan(p)
+    cfg = parse_gate_config(plan.gate, file=plan.path, line_of=plan.line_of)
+    assert (cfg.soak, cfg.window, cfg.threshold, cfg.probes) == (60.0, 60.0, 0.05, True)
+    assert cfg.min_admissions >= 1
