@@ -33,7 +33,7 @@ def cli_rollback(change_id: str, nodes: Sequence[str] | None, reason: str) -> No
         ExternalError: the rollback command failed (its last output lines are in the message).
     """
     cmd = [sys.executable, "-c", "from rollout.cli import main; main()", "rollback"]
-    cmd += ["--change", change_id]
+    cmd += ["--change", change_id, "--yes"]  # no TTY here: the trigger is the confirmation
     for n in nodes or ():
         cmd += ["--node", n]
     click.echo(f"rollback of {change_id} ({', '.join(nodes) if nodes else 'all nodes'}): {reason}")
