@@ -160,4 +160,96 @@ def report_cmd(change: str | None, output: str, out: str | None, evidence: str |
     _write(render(report, output), out)
 
 
-COMMANDS = [runbook_cmd, report_cmd]
+@click.command("evidence")
+@click.option(
+    "--change",
+    "change",
+    help="The change whose nodes to collect (default: every inventory host; needs --out).",
+)
+@click.option(
+    "--label",
+    type=click.Choice(["before", "after", "after-recreate"]),
+    required=True,
+    help="Which collection this is (one of each is expected).",
+)
+@inventory_option
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    help="The evidence file to add to (default: evidence.json in the change's directory).",
+)
+@click.option(
+    "--gpu-resource",
+    default="nvidia.com/gpu",
+    show_default=True,
+    help="Device resource whose allocatable is compared with the GPUs found on the node.",
+)
+@kube_options
+def evidence_cmd(
+    change: str | None,
+    label: str,
+    inventory: str | None,
+    out: str | None,
+    gpu_resource: str,
+    kubeconfig: str | None,
+    context: str | None,
+) -> None:
+    """Collect the evidence data of a change's nodes (read-only) into its evidence.json:
+    allocatable and GPUs found, NUMA layout, cpu_manager_state (through the facts playbook),
+    pods with their QoS, and the running Topology Manager policy (configz).
+
+    \b
+    Examples:
+      rollout evidence --label before -i inventory.ini --out evidence.json
+      rollout evidence --label after --change 20261130T214802Z-a1b2c3 --out evidence.json
+      rollout report --change 20261130T214802Z-a1b2c3 --evidence evidence.json
+    """
+    import json
+
+    from rollout.ansible.runner import AnsibleRunner
+    from rollout.evidence import build_collection, merge_collection
+    from rollout.journal import Journal, replay, state_dir
+    from rollout.kube import proxy
+    from rollout.kube.client import connect
+    from rollout.kube.collecting import evidence_pods
+    from rollout.kube.nodes import node_info
+    from rollout.preparing import hosts_for, read_inventory
+    from rollout.report import EVIDENCE_FILE
+
+    recorded: dict[str, object] = {}
+    nodes: list[str] = []
+    target = Path(out) if out else None
+    if change:
+        journal = Journal.open(state_dir(), change)
+        status = replay(journal.entries())
+        recorded, nodes = dict(status.info), list(status.nodes)
+        target = target or journal.dir / EVIDENCE_FILE
+    elif target is None:
+        raise InputError("without --change, pass --out FILE", Location(field="--out"))
+    inv_path = inventory or recorded.get("inventory")
+    if not inv_path:
+        raise InputError("no inventory: pass -i or set ROLLOUT_INVENTORY", Location(field="-i"))
+    inv = read_inventory(Path(str(inv_path)))
+    nodes = nodes or [inv.node_of(h) for h in inv.hosts]
+    hosts = hosts_for(inv, nodes)
+    with tempfile.TemporaryDirectory(prefix="rollout-evidence-") as tmp:
+        raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(inv.path, hosts, Path(tmp) / "facts")
+    facts = {inv.node_of(h): f for h, f in raw.items()}
+    api = connect(kubeconfig, context)
+    allocatable = {n: dict(node_info(api, n).allocatable) for n in nodes}
+    pods = {n: evidence_pods(api, n) for n in nodes}
+    configz = {}
+    for n in nodes:
+        body = proxy.configz(api, n)
+        configz[n] = body.get("kubeletconfig", body)
+    at = datetime.now(UTC).isoformat(timespec="seconds")
+    collection = build_collection(label, at, facts, allocatable, pods, configz, gpu_resource)
+    try:
+        document = json.loads(target.read_text(encoding="utf-8")) if target.is_file() else None
+    except ValueError as e:
+        raise InputError(f"not an evidence file: {e}", Location(file=str(target))) from e
+    merged = merge_collection(document, collection)
+    _write(json.dumps(merged, indent=2, sort_keys=True) + "\n", str(target))
+
+
+COMMANDS = [runbook_cmd, report_cmd, evidence_cmd]

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,8 +49,44 @@ def closed_window_plan(lab: Lab, nodes: Any) -> str:
     )
 
 
+def guaranteed_pod(kube: Any, namespace: str, node: str) -> str:
+    """A Guaranteed pod (2 exclusive CPUs, 1 GPU) on ``node``; returns its name once Running."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube)
+    req = {"cpu": "2", "memory": "64Mi", "nvidia.com/gpu": "1"}
+    core.create_namespaced_pod(
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "evidence"},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "containers": [
+                    {
+                        "name": "app",
+                        "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": req, "limits": req},
+                    }
+                ],
+            },
+        },
+    )
+    deadline = time.monotonic() + 60
+    while core.read_namespaced_pod("evidence", namespace).status.phase != "Running":
+        assert time.monotonic() < deadline, "evidence pod never ran"
+        time.sleep(0.5)
+    return "evidence"
+
+
 def test_windows_runbook_and_report_on_a_lab_change(
-    lab: Lab, lab_nodes: Callable[..., Any], tmp_path: Path, restricted_kubeconfig: Path
+    lab: Lab,
+    lab_nodes: Callable[..., Any],
+    tmp_path: Path,
+    restricted_kubeconfig: Path,
+    kube: Any,
+    namespace: str,
 ) -> None:
     nodes = lab_nodes(2)
     plan = tmp_path / "plan.yaml"
@@ -62,6 +99,9 @@ def test_windows_runbook_and_report_on_a_lab_change(
         "ROLLOUT_PLAN": str(plan),
         "ROLLOUT_INVENTORY": str(nodes.inventory),
     }
+    evidence = tmp_path / "evidence.json"
+    before = rollout(["evidence", "--label", "before", "--out", str(evidence)], env)
+    assert before.returncode == 0, before.stderr
     refused = rollout(["apply", "--canary", "--yes"], env)
     assert refused.returncode == 3, refused.stderr
     assert (
@@ -78,10 +118,20 @@ def test_windows_runbook_and_report_on_a_lab_change(
     begin = replay(journal.entries()).info
     assert begin["window"]["forced"] is True and begin["window"]["forceReason"] == "lab test 42"
 
+    canary = nodes.names[0]
+    pod = guaranteed_pod(kube, namespace, canary)
+    after = rollout(
+        ["evidence", "--label", "after", "--change", change, "--out", str(evidence)], env
+    )
+    assert after.returncode == 0, after.stderr
+    from kubernetes import client
+
+    client.CoreV1Api(kube).delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
+
     back = rollout(["rollback", "--change", change, "--yes"], env)  # still outside the window
     assert back.returncode == 0, back.stderr
 
-    md = rollout(["report", "--change", change], env)
+    md = rollout(["report", "--change", change, "--evidence", str(evidence)], env)
     assert md.returncode == 0, md.stderr
     status = replay(journal.entries())
     for heading in (
@@ -93,11 +143,22 @@ def test_windows_runbook_and_report_on_a_lab_change(
     ):
         assert heading in md.stdout
     assert "forced**: lab test 42" in md.stdout
-    data = json.loads(rollout(["report", "--change", change, "-o", "json"], env).stdout)
+    data = json.loads(
+        rollout(
+            ["report", "--change", change, "-o", "json", "--evidence", str(evidence)], env
+        ).stdout
+    )
+    checks = {(c["label"], c["name"]): c for c in data["evidence"]["checks"]}
+    for label in ("before", "after"):
+        alloc = checks[(label, "allocatable-matches-healthy")]
+        assert alloc["status"] == "pass" and alloc["checked"] == 2, alloc
+        assert checks[(label, "unique-device-ids")]["status"] == "not-collected"
+    numa = checks[("after", "numa-aligned")]
+    assert numa["status"] == "pass" and numa["checked"] == 1, numa  # the evidence pod
+    assert checks[("after-recreate", "numa-aligned")]["status"] == "not-collected"
     assert data["outcome"] == status.outcome == "rolled-back"
     assert data["nodes"] == {n: s.state.value for n, s in status.nodes.items()}
     assert len(data["timeline"]) == sum(1 for e in journal.entries() if e.node is not None)
-    canary = nodes.names[0]
     backups = {b.path: b.sha256 for b in status.nodes[canary].backups}
     reported = {f["path"]: f["before_sha256"] for f in data["files"] if f["node"] == canary}
     assert reported == backups
