@@ -1,0 +1,250 @@
+"""Failure paths in the lab: a PDB that never allows the eviction, a kubelet that refuses the new
+config, sshd stopped mid-batch, the API server restarted mid-drain, and SIGKILL after journal steps
+followed by ``rollout resume``. Every node must end applied or restored, byte for byte."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rollout.errors import NodeOperationError
+from rollout.journal import Journal, new_change_id, replay
+from rollout.lab.cluster import Lab
+from rollout.models import NodeState
+from rollout.orchestrator import apply_node
+from rollout.planning import DrainPolicy
+from rollout.restoring import Context
+from tests.lab import changekit as ck
+
+pytestmark = pytest.mark.lab
+
+
+def _one_pod_with_pdb(lab: Lab, ns: str, node: str, min_available: int) -> None:
+    """A ReplicaSet-less pod pinned to ``node`` and a PDB over it."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "guarded", "namespace": ns, "labels": {"app": "guarded"}},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "registry.invalid/pause:3.10"}],
+        },
+    }
+    code, out = lab.api.request("POST", f"/api/v1/namespaces/{ns}/pods", pod)
+    assert code == 201, out
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "never", "namespace": ns},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": "guarded"}}},
+    }
+    code, out = lab.api.request(
+        "POST", f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", pdb
+    )
+    assert code == 201, out
+
+    def settled() -> bool:
+        code, b = lab.api.request(
+            "GET", f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/never"
+        )
+        return code == 200 and b.get("status", {}).get("expectedPods") == 1
+
+    ck.wait_for(settled, 30, "PDB status")
+
+
+def _setup(
+    lab: Lab, lab_nodes: Any, tmp_path: Path, count: int = 2, canary: int = 1, **plan: Any
+) -> tuple[list[str], list[str], dict[str, str]]:
+    names = lab_nodes(count).names
+    inv = ck.inventory(lab, names, names[:canary], tmp_path / "inv.ini")
+    p = ck.plan(tmp_path / "plan.yaml", dict.fromkeys(names, "kubeadm"), **plan)
+    args = ["apply", "--plan", str(p), "-i", str(inv), "--canary", "--yes", "-o", "json"]
+    return names, args, ck.env(lab, tmp_path / "state")
+
+
+def test_pdb_that_never_allows_eviction_times_out_and_restores(
+    lab: Lab, lab_nodes: Any, namespace: str, tmp_path: Path
+) -> None:
+    names, args, env = _setup(lab, lab_nodes, tmp_path, drain_timeout="3s")
+    _one_pod_with_pdb(lab, namespace, names[0], min_available=1)
+    before = ck.snapshot(lab, names[0])
+    r = ck.cli(args, env)
+    assert r.returncode == 5, r.stderr
+    assert f"pod {namespace}/guarded (blocked by PodDisruptionBudget {namespace}/never" in r.stderr
+    assert "timed out after 3s" in r.stderr
+    assert "warning: node" in r.stderr and "would block eviction" in r.stderr  # named at preflight
+    assert ck.states(tmp_path / "state")[names[0]] == "restored"
+    assert not ck.unschedulable(lab, names[0])
+    assert ck.snapshot(lab, names[0]) == before  # drain failed before any file was written
+
+
+def test_kubelet_refusing_new_config_is_restored_automatically(
+    lab: Lab, lab_nodes: Any, tmp_path: Path
+) -> None:
+    """The change forgets to reset the CPU manager checkpoint (as a wrong render would): the lab
+    kubelet refuses to start, as the real one does; the node is restored and healthy again."""
+    from rollout.kube.client import connect
+    from rollout.kube.cluster import KubeCluster
+    from rollout.models import NodeChange
+    from rollout.shipping import PlaybookNodeRunner
+
+    names, _, _ = _setup(lab, lab_nodes, tmp_path)
+    node = names[0]
+    inv = ck.inventory(lab, names, names[:1], tmp_path / "inv2.ini")
+    before = ck.snapshot(lab, node)
+    root = lab.node_root(node)
+    cfg_path = "/var/lib/kubelet/config.yaml"
+    old = (root / cfg_path.lstrip("/")).read_bytes()
+    cfg = yaml.safe_load(old)
+    cfg.update({"cpuManagerPolicy": "static", "reservedSystemCPUs": "0,32"})
+    new = yaml.safe_dump(cfg, sort_keys=True).encode()
+    change = NodeChange(
+        node=node,
+        host=node,
+        files={cfg_path: new},
+        checkpoint_reset=(),  # the mistake
+        expected={"cpuManagerPolicy": "static"},
+        before={cfg_path: old},
+        mode={cfg_path: ("0644", "root", "root")},
+        before_meta={cfg_path: ("0644", "root", "root")},
+    )
+    api = connect(str(lab.kubeconfig))
+    journal = Journal.create(tmp_path / "state", new_change_id(ck_now()))
+    ctx = Context(
+        cluster=KubeCluster(api),
+        runner=PlaybookNodeRunner(tmp_path / "ansible", inv),
+        clock=_Clock(),
+        journal=journal,
+        drain=DrainPolicy(timeout_s=20),
+        verify_timeout_s=30,
+    )
+    with pytest.raises(NodeOperationError) as e:
+        apply_node(ctx, change)
+    assert "apply failed" in str(e.value) and "node restored" in str(e.value)
+    s = replay(journal.entries()).nodes[node]
+    assert s.state is NodeState.RESTORED
+    assert ck.snapshot(lab, node) == before
+    assert ck.configz(lab, node).get("cpuManagerPolicy") == "none"
+    assert not ck.unschedulable(lab, node)
+
+
+def ck_now() -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)
+
+
+class _Clock:
+    def now(self) -> Any:
+        return ck_now()
+
+    def monotonic(self) -> float:
+        import time
+
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        import time
+
+        time.sleep(seconds)
+
+
+def test_sshd_stopped_mid_batch_then_resume_restores(
+    lab: Lab, lab_nodes: Any, tmp_path: Path
+) -> None:
+    names, args, env = _setup(lab, lab_nodes, tmp_path, count=2, canary=2, max_unavailable=2)
+    state = tmp_path / "state"
+    before = {n: ck.snapshot(lab, n) for n in names}
+    proc = ck.start_cli(args, env)
+    try:
+        ck.wait_for(lambda: ck.journal_has(state, names[1], "cordon", "done"), 120, "batch started")
+        lab.stop_sshd(names[1])
+        _, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 5, err
+    assert "unreachable" in err
+    st = ck.states(state)
+    assert st[names[0]] == "applied"  # the other node of the batch finished
+    assert st[names[1]] in ("failed", "restored")
+    lab.start_sshd(names[1])
+    change = ck.latest_journal(state).change_id  # type: ignore[union-attr]
+    r = ck.cli(["resume", "--change", change, "-o", "json"], env)
+    assert r.returncode == 0, r.stderr
+    st = {n["node"]: n["state"] for n in json.loads(r.stdout)["nodes"]}
+    assert st == {names[0]: "applied", names[1]: "restored"}
+    assert ck.snapshot(lab, names[1]) == before[names[1]]
+    assert not ck.unschedulable(lab, names[1])
+    r = ck.cli(["rollback", "--change", change, "--yes"], env)
+    assert r.returncode == 0, r.stderr
+    assert ck.snapshot(lab, names[0]) == before[names[0]]
+
+
+def test_apiserver_restarted_mid_drain(
+    lab: Lab, lab_nodes: Any, namespace: str, tmp_path: Path
+) -> None:
+    names, args, env = _setup(lab, lab_nodes, tmp_path, drain_timeout="60s")
+    state = tmp_path / "state"
+    _one_pod_with_pdb(lab, namespace, names[0], min_available=1)  # holds the drain open
+    proc = ck.start_cli(args, env)
+    try:
+        ck.wait_for(lambda: ck.journal_has(state, names[0], "drain", "begin"), 120, "drain started")
+        lab.restart_apiserver(downtime=2.0)
+        code, _ = lab.api.request(
+            "DELETE", f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/never"
+        )
+        assert code == 200
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert {n["node"]: n["state"] for n in json.loads(out)["nodes"]}[names[0]] == "applied"
+    assert not ck.unschedulable(lab, names[0])
+    assert ck.cli(["rollback", "--change", json.loads(out)["change"], "--yes"], env).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("step", "phase"),
+    [("cordon", "done"), ("backup", "done"), ("apply", "begin"), ("verify", "done")],
+)
+def test_sigkill_after_journal_step_then_resume(
+    lab: Lab, lab_nodes: Any, tmp_path: Path, step: str, phase: str
+) -> None:
+    names, args, env = _setup(lab, lab_nodes, tmp_path)
+    state = tmp_path / "state"
+    node = names[0]
+    before = ck.snapshot(lab, node)
+    proc = ck.start_cli(args, env)
+    try:
+        ck.wait_for(
+            lambda: ck.journal_has(state, node, step, phase), 180, f"{step} {phase}", every=0.01
+        )
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    change = ck.latest_journal(state).change_id  # type: ignore[union-attr]
+    r = ck.cli(["resume", "--change", change, "-o", "json"], env)
+    assert r.returncode == 0, r.stderr
+    st = {n["node"]: n["state"] for n in json.loads(r.stdout)["nodes"]}
+    assert st[node] in ("applied", "restored"), st
+    assert st[names[1]] == "pending"
+    assert not ck.unschedulable(lab, node)
+    cfg = ck.configz(lab, node)
+    if st[node] == "applied":
+        assert cfg.get("cpuManagerPolicy") == "static"
+        assert ck.cli(["rollback", "--change", change, "--yes"], env).returncode == 0
+    else:
+        assert cfg.get("cpuManagerPolicy") == "none"
+    assert ck.snapshot(lab, node) == before
