@@ -261,7 +261,8 @@ def apply_cmd(
             raise
     _print_status(status, output)
     verdict = getattr(gate, "verdict", None)
-    if verdict is not None and verdict.holds:  # Inconclusive / Error: held, said what it waits for
+    if verdict is not None and verdict.holds:  # Inconclusive / Error: held, say what it waits for
+        _echo(f"gate {verdict.status}: holding: waiting for {verdict.waiting_for}")
         sys.exit(GATE_HOLDS_EXIT)
 
 
