@@ -65,6 +65,7 @@ class AdmissionTracker:
         self._samples: dict[tuple[str, bool], AdmissionSample] = {}
         self._before: dict[tuple[str, bool], AdmissionSample] = {}
         self._owners: dict[str, str] = {}
+        self._owner_names: dict[tuple[str, str], str] = {}  # (namespace, controller name) -> owner
 
     def observe_pod(self, pod: Mapping[str, Any], now: float) -> AdmissionSample | None:
         """Record a pod object (as JSON); returns the sample if it is new."""
@@ -83,6 +84,10 @@ class AdmissionTracker:
             rejected = None
         else:
             return None  # not decided yet (Pending)
+        if owner:
+            ref = owner.split("/", 2)
+            with self._lock:
+                self._owner_names[(ref[1], ref[2])] = owner
         created = _ts(meta.get("creationTimestamp"))
         sample = AdmissionSample(node, uid, now, rejected, owner, status.get("message", ""))
         if created is not None and created < self.since:
@@ -113,9 +118,26 @@ class AdmissionTracker:
         )
         if when is not None and when < self.since:
             return None
+        owner = self._owner_by_name(str(obj.get("namespace") or ""), str(obj.get("name") or ""))
         return self._add(
-            AdmissionSample(host, obj["uid"], now, reason, None, event.get("message", ""))
+            AdmissionSample(host, obj["uid"], now, reason, owner, event.get("message", ""))
         )
+
+    def _owner_by_name(self, namespace: str, pod_name: str) -> str | None:
+        """The owner of a pod known only from an Event, from its controller's naming.
+
+        The kubelet posts the rejection Event before it updates the pod's status, so in a storm
+        the newest pod is often known only by its Event for a few milliseconds. Controllers name
+        their pods ``<controller name>-<suffix>`` (ReplicaSet, Job: a random suffix; StatefulSet:
+        the ordinal); when a pod of that controller was already seen on the node, the Event's
+        pod is attributed to it, so the storm still counts once. Unknown: None (counted by UID
+        until its status names the owner).
+        """
+        base, sep, _ = pod_name.rpartition("-")
+        if not sep:
+            return None
+        with self._lock:
+            return self._owner_names.get((namespace, base))
 
     def _add(self, s: AdmissionSample) -> AdmissionSample | None:
         key = (s.pod_uid, s.rejected)

@@ -169,3 +169,26 @@ def test_tracker_pods_from_before_the_change_are_baseline() -> None:
     assert t.observe_pod(pod("old", "Running", created="2026-11-30T11:59:00Z"), 5) is None
     assert t.samples() == [] and [s.pod_uid for s in t.before()] == ["old"]
     assert t.before()[0].time == SINCE - 60
+
+
+def test_tracker_event_before_its_pod_in_a_storm_keeps_the_owner() -> None:
+    from rollout.kube.watching import AdmissionTracker
+    from rollout.samples import count_window
+
+    t = AdmissionTracker(SINCE)
+    first = pod("a", "Failed", TAE, rs="web-7f9c")
+    first["metadata"]["name"] = "web-7f9c-x1x2x"  # type: ignore[index]
+    assert t.observe_pod(first, 2) is not None
+    ev = {
+        "type": "Warning",
+        "reason": TAE,
+        "source": {"component": "kubelet", "host": "n1"},
+        "involvedObject": {"kind": "Pod", "uid": "b", "namespace": "ns", "name": "web-7f9c-q8w7e"},
+        "lastTimestamp": "2026-11-30T12:00:20Z",
+    }
+    got = t.observe_event(ev, ["n1"], 3)  # its status is not there yet
+    assert got is not None and got.owner == "ReplicaSet/ns/web-7f9c"
+    other = {**ev, "involvedObject": {**ev["involvedObject"], "uid": "c", "name": "db-0"}}  # type: ignore[dict-item]
+    assert t.observe_event(other, ["n1"], 4).owner is None  # type: ignore[union-attr]
+    c = count_window(t.samples(), ["n1"], now=10, window=60)["n1"]
+    assert (c.admissions, c.rejected, c.owners) == (2, 2, ("ReplicaSet/ns/web-7f9c",))
