@@ -170,6 +170,7 @@ def test_sshd_stopped_mid_batch_then_resume_restores(
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.communicate(timeout=10)
     assert proc.returncode == 5, err
     assert "unreachable" in err
     st = ck.states(state)
@@ -206,6 +207,7 @@ def test_apiserver_restarted_mid_drain(
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.communicate(timeout=10)
     assert proc.returncode == 0, err
     assert {n["node"]: n["state"] for n in json.loads(out)["nodes"]}[names[0]] == "applied"
     assert not ck.unschedulable(lab, names[0])
@@ -229,10 +231,11 @@ def test_sigkill_after_journal_step_then_resume(
             lambda: ck.journal_has(state, node, step, phase), 180, f"{step} {phase}", every=0.01
         )
         os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+        proc.communicate(timeout=10)  # reaps it and closes the pipes
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.communicate(timeout=10)
     assert proc.returncode == -signal.SIGKILL
     change = ck.latest_journal(state).change_id  # type: ignore[union-attr]
     r = ck.cli(["resume", "--change", change, "-o", "json"], env)
