@@ -3,13 +3,13 @@
 The kubelet exits 1 (and systemd restarts it) when its configuration is invalid or when the CPU or
 Memory manager cannot restore its checkpoint; it then logs the error twice, once where it happens
 and once as ``"Failed to start ContainerManager"``. :class:`ManagerState` restores and keeps the
-checkpoint files (``cpu_manager_state``, ``memory_manager_state`` and the lab's device file) and
-the exclusive allocations they record.
+checkpoint files (``cpu_manager_state``, ``memory_manager_state`` and the device manager's
+``device-plugins/kubelet_internal_checkpoint``, all in the kubelet's format) and the exclusive
+allocations they record.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,11 +17,12 @@ from typing import Any
 
 from rollout.kubelet import checkpoints as ck
 from rollout.kubelet import cpuset
+from rollout.kubelet import device_checkpoint as dck
 from rollout.lab.kubelet import admission as adm
 from rollout.lab.kubelet import node as nodeapi
 from rollout.lab.kubelet.klog import log
 
-DEVICE_STATE_FILE = "rollout-lab-devices.json"
+DEVICE_STATE_FILE = dck.DEVICE_CHECKPOINT_FILE
 
 
 class StartupError(Exception):
@@ -238,16 +239,31 @@ class ManagerState:
         return out
 
     def _restore_devices(self) -> None:
+        """Re-read the device manager's checkpoint. The kubelet logs and ignores one it cannot
+        read (it starts with no assignments), so a bad file is not a start-up error here either."""
         path = self.state_dir / DEVICE_STATE_FILE
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
+            cp = dck.parse_device(path.read_text())
+        except FileNotFoundError:
             return
-        for uid, ctrs in (data or {}).items():
-            prev = self.allocations.get(uid, adm.Allocation())
-            self.allocations[uid] = adm.Allocation(
-                prev.cpus, {c: tuple(g) for c, g in ctrs.items()}, prev.memory
+        except (OSError, ck.CheckpointError) as e:
+            log(
+                "E",
+                "manager.go:351",
+                "Continue after failing to read checkpoint file. Device allocation info may NOT "
+                "be up-to-date",
+                err=str(e),
             )
+            return
+        per_pod: dict[str, dict[str, tuple[str, ...]]] = {}
+        for entry in cp.entries or ():
+            if entry.resource == adm.GPU:
+                per_pod.setdefault(entry.pod_uid, {})[entry.container] = tuple(
+                    sorted(entry.devices())
+                )
+        for uid, ctrs in per_pod.items():
+            prev = self.allocations.get(uid, adm.Allocation())
+            self.allocations[uid] = adm.Allocation(prev.cpus, ctrs, prev.memory)
 
     def _atomic(self, path: Path, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -286,8 +302,18 @@ class ManagerState:
         self._atomic(self.state_dir / ck.MEMORY_STATE_FILE, ck.render_memory(cp))
 
     def _write_devices(self) -> None:
-        data = {uid: dict(a.gpus) for uid, a in self.allocations.items() if a.gpus}
-        self._atomic(self.state_dir / DEVICE_STATE_FILE, json.dumps(data, sort_keys=True))
+        m = self.machine
+        entries = []
+        for uid, a in sorted(self.allocations.items()):
+            for container, gpus in sorted(a.gpus.items()):
+                by_numa: dict[int, list[str]] = {}
+                for g in gpus:
+                    by_numa.setdefault(m.numa_of_gpu(g), []).append(g)
+                ids = {n: tuple(ids) for n, ids in by_numa.items()}
+                entries.append(dck.PodDevices(uid, container, adm.GPU, ids, b""))
+        registered = {adm.GPU: [g for n in m.numa for g in n.gpus]}
+        cp = dck.device_checkpoint(entries, registered)
+        self._atomic(self.state_dir / DEVICE_STATE_FILE, dck.render_device(cp))
 
     def persist(self) -> None:
         self._write_cpu()
