@@ -118,6 +118,7 @@ class SoakGate:
         before = self.cfg.baseline is Baseline.BEFORE
         control = self.control if self.cfg.baseline is Baseline.CONTROL_GROUP else ()
         probes_launched: list[str] = []
+        last_line = ""
         for s in self.signals:
             s.start(nodes, control)
         try:
@@ -125,7 +126,12 @@ class SoakGate:
                 now = self.clock()
                 verdict = evaluate(self.cfg, [s.state(now, before) for s in self.signals], now)
                 self.history.append(verdict)
-                self.progress(f"{verdict.status}: {verdict.reason}")
+                line = f"{verdict.status}: {verdict.reason}"
+                if line != last_line:
+                    # Say what changed, not the same verdict every interval; the soak's end
+                    # and the final verdict are reported by the caller.
+                    self.progress(f"{line} (soak: {max(deadline - now, 0.0):.0f}s left)")
+                    last_line = line
                 if verdict.status is Outcome.FAILED or now >= deadline:
                     break
                 if (

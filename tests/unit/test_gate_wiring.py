@@ -154,3 +154,36 @@ def test_lab_plan_has_a_demo_gate(tmp_path: Path) -> None:
     cfg = parse_gate_config(plan.gate, file=plan.path, line_of=plan.line_of)
     assert (cfg.soak, cfg.window, cfg.threshold, cfg.probes) == (60.0, 60.0, 0.05, True)
     assert cfg.min_admissions >= 1
+
+
+def test_soak_progress_reports_changes_not_every_interval() -> None:
+    """A quiet soak prints one line per verdict change, not one per interval."""
+    from rollout.analysis import Baseline, GateConfig, SignalState
+    from rollout.gate import SoakGate
+
+    class Quiet:
+        name = "api"
+
+        def start(self, nodes: object, control: object) -> None:
+            pass
+
+        def stop(self) -> None:
+            pass
+
+        def state(self, now: float, before: bool) -> SignalState:
+            return SignalState(name="api", counts={})
+
+    t = [0.0]
+    lines: list[str] = []
+    cfg = GateConfig(soak=30.0, window=30.0, interval=1.0, probes=False, baseline=Baseline.NONE)
+    gate = SoakGate(
+        cfg,
+        [Quiet()],
+        clock=lambda: t[0],
+        sleep=lambda d: t.__setitem__(0, t[0] + d),
+        progress=lines.append,
+    )
+    verdict = gate.evaluate("c1", ["n1"])
+    assert len(gate.history) > 20
+    assert len(lines) == 1, lines
+    assert verdict.holds  # no data never passes
