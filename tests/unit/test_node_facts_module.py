@@ -85,6 +85,7 @@ def test_two_socket_smt_gpu_server(tmp_path: Path) -> None:
     _pci(tmp_path, "0000:06:00.0", "0x8086", "0x1234", "0x030000", "0")  # not NVIDIA
     _write(tmp_path, "var/lib/kubelet/config.yaml", "kind: KubeletConfiguration")
     _write(tmp_path, "var/lib/kubelet/cpu_manager_state", '{"policyName":"static"}')
+    _write(tmp_path, "var/lib/kubelet/device-plugins/kubelet_internal_checkpoint", '{"Data":{}}')
     _write(tmp_path, "etc/kubernetes/kubelet.conf.d/90-rollout.conf", "{}")
 
     facts = _run(tmp_path)
@@ -102,6 +103,10 @@ def test_two_socket_smt_gpu_server(tmp_path: Path) -> None:
     assert facts["distribution"] == "kubeadm"
     assert facts["checkpoints"]["cpu_manager_state"] == {"policyName": "static"}
     assert facts["checkpoints"]["memory_manager_state"] is None
+    assert facts["checkpoints"]["kubelet_internal_checkpoint"] == {"Data": {}}
+    assert facts["checkpointPaths"]["kubelet_internal_checkpoint"] == (
+        "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+    )
     assert facts["kubeletFiles"] == [
         "/var/lib/kubelet/config.yaml",
         "/etc/kubernetes/kubelet.conf.d/90-rollout.conf",

@@ -88,7 +88,11 @@ def test_facts_over_a_local_connection_are_node_facts_lint_accepts(
     assert set().union(*(n.cpus for n in parsed.numa_nodes)) == parsed.online_cpus
     assert facts["threadsPerCore"] >= 1 and facts["sockets"] >= 1
     assert isinstance(facts["gpus"], list)
-    assert set(facts["checkpoints"]) == {"cpu_manager_state", "memory_manager_state"}
+    assert set(facts["checkpoints"]) == {
+        "cpu_manager_state",
+        "memory_manager_state",
+        "kubelet_internal_checkpoint",
+    }
     assert (tmp_path / "facts" / "localhost.json").is_file()
 
 

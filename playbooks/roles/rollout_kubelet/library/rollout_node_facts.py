@@ -31,7 +31,8 @@ options:
     elements: str
     required: true
   checkpoint_dirs:
-    description: Kubelet root directories to look for cpu_manager_state and memory_manager_state in.
+    description: Kubelet root directories to look for cpu_manager_state, memory_manager_state and
+      device-plugins/kubelet_internal_checkpoint in.
     type: list
     elements: str
     required: true
@@ -223,12 +224,21 @@ def gpu_facts(sysfs, vendors, classes):
     return gpus
 
 
+# name in the facts -> path under the kubelet's root dir. The device manager's checkpoint says
+# which device IDs each pod holds, per NUMA node (the evidence report's uniqueness check).
+CHECKPOINT_FILES = {
+    "cpu_manager_state": "cpu_manager_state",
+    "memory_manager_state": "memory_manager_state",
+    "kubelet_internal_checkpoint": "device-plugins/kubelet_internal_checkpoint",
+}
+
+
 def checkpoint_facts(dirs, root):
-    out = {"cpu_manager_state": None, "memory_manager_state": None}
+    out = dict.fromkeys(CHECKPOINT_FILES)
     paths = {}
-    for name in out:
+    for name, rel in CHECKPOINT_FILES.items():
         for d in dirs:
-            path = os.path.join(d, name)
+            path = os.path.join(d, rel)
             text = _read(os.path.join(root, path.lstrip("/")))
             if text is None:
                 continue
