@@ -20,14 +20,20 @@ The collected data (``evidence.json`` next to the change's journal, or ``rollout
           "numa": {"0": "0-31,64-95", "1": "32-63,96-127"},
           "deviceNuma": {"GPU-3f2a...": 0},
           "cpuManagerState": {"policyName": "static", "entries": {"<pod uid>": {"c": "4-7"}}},
-          "podResources": true,    # pods' "devices"/"cpus" come from the pod-resources API
+          "podResources": true,    # pods' "devices" are the kubelet's assignments
+          "deviceSource": "kubelet_internal_checkpoint",
           "pods": [{"namespace": "ml", "name": "train-0", "uid": "...", "qos": "Guaranteed",
                     "running": true, "devices": {"nvidia.com/gpu": ["GPU-3f2a..."]},
                     "cpus": "4-7"}]}}}]}
 
 A pod's ``cpus`` may be omitted; then its exclusive CPUs come from ``cpuManagerState.entries``.
-Device uniqueness is judged only when ``podResources`` is true (else: not collected).
-:func:`build_collection` assembles one collection from what ``rollout evidence`` gathers.
+Device uniqueness is judged only when ``podResources`` is true (else: not collected): the pods'
+``devices`` are the kubelet's own assignments. :func:`build_collection` takes them from the
+device manager's checkpoint (``device-plugins/kubelet_internal_checkpoint``, read by the facts
+playbook; ``deviceSource: "kubelet_internal_checkpoint"``), whose ``DeviceIDs`` are keyed by the
+NUMA node the device plugin reported: that NUMA node wins over the facts' PCI view, because the
+plugin's device IDs (GPU UUIDs) are not PCI addresses. A checkpoint whose checksum does not match
+is not used (``deviceProblem`` says why), so uniqueness is then not collected, never passed.
 """
 
 from __future__ import annotations
@@ -37,7 +43,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from rollout.kubelet.checkpoints import CheckpointError
 from rollout.kubelet.cpuset import parse as parse_cpuset
+from rollout.kubelet.device_checkpoint import from_document
 
 LABELS = ("before", "after", "after-recreate")
 
@@ -166,7 +174,18 @@ def check_unique_devices(c: Collection) -> Check:
             if len(set(pods)) > 1:
                 problems.append(f"{node}: {res} {dev} assigned to {', '.join(sorted(set(pods)))}")
     if not seen_any:
-        return Check(name, c.label, Status.NOT_COLLECTED, "pod-resources data not collected")
+        why = [
+            f"{n}: {d['deviceProblem']}"
+            for n, d in sorted(c.nodes.items())
+            if d.get("deviceProblem")
+        ]
+        return Check(
+            name,
+            c.label,
+            Status.NOT_COLLECTED,
+            "device assignments (kubelet_internal_checkpoint) not collected",
+            tuple(why),
+        )
     if problems:
         return Check(
             name,
@@ -328,8 +347,37 @@ def build_collection(
         if node in pods:
             d["pods"] = [dict(p) for p in pods[node]]
             d["podResources"] = any("devices" in p for p in pods[node])
+            raw_cp = (f.get("checkpoints") or {}).get("kubelet_internal_checkpoint")
+            if raw_cp is not None:
+                _add_device_checkpoint(d, raw_cp)
         nodes[node] = d
     return {"label": label, "at": at, "nodes": nodes}
+
+
+def _add_device_checkpoint(d: dict[str, Any], raw: Any) -> None:
+    """Give each pod of ``d`` the devices the kubelet's checkpoint assigns to its UID, and learn
+    each device's NUMA node from the checkpoint's keys (a corrupt file is noted, not used)."""
+    try:
+        cp = from_document(raw)
+        if cp.checksum != cp.computed_checksum():
+            raise CheckpointError("checkpoint is corrupted")
+    except CheckpointError as e:
+        d["deviceProblem"] = f"kubelet_internal_checkpoint: {e}"
+        return
+    by_uid: dict[str, dict[str, list[str]]] = {}
+    numa = dict(d.get("deviceNuma") or {})
+    for entry in cp.entries or ():
+        held = by_uid.setdefault(entry.pod_uid, {}).setdefault(entry.resource, [])
+        for n, ids in sorted((entry.device_ids or {}).items()):
+            for dev in ids or ():
+                numa[dev] = n
+                if dev not in held:
+                    held.append(dev)
+    for p in d.get("pods") or ():
+        p["devices"] = {r: sorted(ids) for r, ids in sorted(by_uid.get(p.get("uid"), {}).items())}
+    d["deviceNuma"] = numa
+    d["podResources"] = True
+    d["deviceSource"] = "kubelet_internal_checkpoint"
 
 
 def merge_collection(

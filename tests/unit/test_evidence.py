@@ -219,3 +219,109 @@ def test_build_collection_from_gathered_data_feeds_the_checks() -> None:
     )
     assert [x["label"] for x in doc["collections"]] == ["before", "after"]
     assert doc["collections"][1]["nodes"]
+
+
+# ------------------------------------------ device assignments from kubelet_internal_checkpoint
+def _checkpoint(entries: list[tuple[str, dict[int, tuple[str, ...]]]]) -> dict[str, Any]:
+    """A device manager checkpoint as the facts playbook returns it (parsed JSON)."""
+    import json
+
+    from rollout.kubelet.device_checkpoint import PodDevices, device_checkpoint, render_device
+
+    cp = device_checkpoint(
+        [PodDevices(uid, "main", "nvidia.com/gpu", ids, b"") for uid, ids in entries],
+        {"nvidia.com/gpu": ["GPU-0", "GPU-1", "GPU-4", "GPU-5"]},
+    )
+    doc: dict[str, Any] = json.loads(render_device(cp))
+    return doc
+
+
+FACTS_NUMA = [{"id": 0, "cpus": "0-3"}, {"id": 1, "cpus": "4-7"}]
+CKPT_CASES = [
+    # case, checkpoint entries, pods (uid-<name>, cpus), unique status, numa status, problem
+    (
+        "each device once, GPUs beside the CPUs",
+        [("uid-a", {0: ("GPU-0",)}), ("uid-b", {1: ("GPU-4", "GPU-5")})],
+        [pod("a", cpus="1-2"), pod("b", cpus="5")],
+        Status.PASS,
+        Status.PASS,
+        "",
+    ),
+    (
+        "one GPU held by two running pods",
+        [("uid-a", {0: ("GPU-0",)}), ("uid-b", {0: ("GPU-0",)})],
+        [pod("a", cpus="1"), pod("b", cpus="2")],
+        Status.FAIL,
+        Status.PASS,
+        "n1: nvidia.com/gpu GPU-0 assigned to ml/a, ml/b",
+    ),
+    (
+        "a terminated pod's entry does not count",
+        [("uid-a", {0: ("GPU-0",)}), ("uid-b", {0: ("GPU-0",)})],
+        [pod("a", cpus="1"), pod("b", cpus="2", running=False)],
+        Status.PASS,
+        Status.PASS,
+        "",
+    ),
+    (
+        "GPU on the NUMA node the checkpoint names, not the CPUs'",
+        [("uid-a", {1: ("GPU-4",)})],
+        [pod("a", cpus="1-2")],
+        Status.PASS,
+        Status.FAIL,
+        "ml/a spans NUMA 0: cpu 1, cpu 2; NUMA 1: nvidia.com/gpu GPU-4",
+    ),
+    (
+        "GPUs of one pod split across NUMA nodes",
+        [("uid-a", {0: ("GPU-0",), 1: ("GPU-4",)})],
+        [pod("a", cpus="1")],
+        Status.PASS,
+        Status.FAIL,
+        "NUMA 1: nvidia.com/gpu GPU-4",
+    ),
+    (
+        "no assignments at all is a pass, not missing data",
+        [],
+        [pod("a", cpus="1")],
+        Status.PASS,
+        Status.PASS,
+        "",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "entries", "pods", "unique", "numa", "problem"),
+    CKPT_CASES,
+    ids=[c[0] for c in CKPT_CASES],
+)
+def test_checks_over_the_device_manager_checkpoint(
+    case: str,
+    entries: list[tuple[str, dict[int, tuple[str, ...]]]],
+    pods: list[dict[str, Any]],
+    unique: Status,
+    numa: Status,
+    problem: str,
+) -> None:
+    facts = {"n1": {"numaNodes": FACTS_NUMA, "checkpoints": {}}}
+    facts["n1"]["checkpoints"]["kubelet_internal_checkpoint"] = _checkpoint(entries)
+    col = build_collection(
+        "after", "t", facts, {}, {"n1": pods}, {"n1": {"topologyManagerPolicy": "single-numa-node"}}
+    )
+    assert col["nodes"]["n1"]["deviceSource"] == "kubelet_internal_checkpoint"
+    (c,) = parse_collections({"collections": [col]})
+    u, n = check_unique_devices(c), check_numa_alignment(c)
+    assert (u.status, n.status) == (unique, numa)
+    if problem:
+        assert problem in " ".join(u.problems + n.problems)
+
+
+def test_a_corrupt_checkpoint_is_named_and_never_passes() -> None:
+    doc = _checkpoint([("uid-a", {0: ("GPU-0",)})])
+    doc["Checksum"] += 1
+    facts = {"n1": {"numaNodes": FACTS_NUMA, "checkpoints": {"kubelet_internal_checkpoint": doc}}}
+    col = build_collection("after", "t", facts, {}, {"n1": [pod("a", cpus="1")]}, {})
+    (c,) = parse_collections({"collections": [col]})
+    u = check_unique_devices(c)
+    assert u.status is Status.NOT_COLLECTED
+    assert u.problems == ("n1: kubelet_internal_checkpoint: checkpoint is corrupted",)
