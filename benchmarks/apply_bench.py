@@ -1,0 +1,182 @@
+"""A canary applied by ``rollout`` versus the way users do it today, side by side in one lab.
+
+Usage::
+
+    ROLLOUT_LAB_BIN=... .venv/bin/python benchmarks/apply_bench.py [--nodes 10] [--max-unavailable 2]
+
+1. ``rollout apply --canary --yes`` on all N nodes (canary group = all, ``maxUnavailable`` as given);
+   wall time, and from the journal the waits it cannot avoid: per batch, the slowest node's drain +
+   apply playbook (write, restart, healthz) + verify (Ready, configz, devices).
+2. ``rollout rollback`` (not timed) to put the nodes back.
+3. The script users run today, per node in sequence: ``kubectl drain --ignore-daemonsets
+   --delete-emptydir-data``, ``ansible-playbook apply.yml`` with the same payload, ``kubectl
+   uncordon``; wall time.
+
+Prints one JSON object: both wall times, their ratio, and the time ``rollout`` adds per node beyond
+the unavoidable waits (preflight with facts gathering included, and without it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from rollout.ansible.payloads import ApplyPayload, FileWrite  # noqa: E402
+from rollout.journal import Journal, replay  # noqa: E402
+from rollout.lab.cluster import Lab  # noqa: E402
+from rollout.lab.controlplane import find_bin_dir  # noqa: E402
+from rollout.restoring import change_from_record  # noqa: E402
+from tests.lab import changekit as ck  # noqa: E402
+
+BIN = Path(sys.executable).parent
+
+
+def _t(ts: str) -> float:
+    return datetime.fromisoformat(ts).timestamp()
+
+
+def unavoidable(journal: Journal) -> tuple[float, float]:
+    """(sum over batches of the slowest node's drain+apply+verify, preflight-to-first-step gap)."""
+    entries = journal.entries()
+    spans: dict[tuple[str, str], dict[str, float]] = {}
+    for e in entries:
+        if e.node and e.step in ("drain", "apply", "verify"):
+            spans.setdefault((e.node, e.step), {})[e.phase.value] = _t(e.ts)
+    per_node: dict[str, float] = {}
+    for (node, _step), s in spans.items():
+        if "begin" in s and "done" in s:
+            per_node[node] = per_node.get(node, 0.0) + s["done"] - s["begin"]
+    begin = next(e for e in entries if e.step == "change")
+    batches = begin.data.get("batches", [])
+    waits = sum(max(per_node.get(n, 0.0) for n in b) for b in batches)
+    return waits, _t(begin.ts)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=10)
+    ap.add_argument("--max-unavailable", type=int, default=2)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="apply-bench-"))
+    lab = Lab(f"bench{os.getpid() % 1000}", work / "lab")
+    lab.start_control_plane()
+    try:
+        names = [f"b{i}" for i in range(1, args.nodes + 1)]
+        lab.add_nodes(names, ["kubeadm"])
+        inv = ck.inventory(lab, names, names, work / "inv.ini")
+        plan = ck.plan(work / "plan.yaml", dict.fromkeys(names, "kubeadm"), args.max_unavailable)
+        env = ck.env(lab, work / "state")
+        started = time.time()
+        r = ck.cli(
+            ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"],
+            env,
+            1800,
+        )
+        tool_wall = time.time() - started
+        assert r.returncode == 0, r.stderr
+        change = json.loads(r.stdout)["change"]
+        journal = Journal.open(work / "state", change)
+        waits, change_begin = unavoidable(journal)
+        preflight = change_begin - started
+        status = replay(journal.entries())
+        changes = {n: change_from_record(journal, n, status.nodes[n].record) for n in names}
+        r = ck.cli(["rollback", "--change", change, "--yes"], env, 1800)
+        assert r.returncode == 0, r.stderr
+
+        kubectl = str(find_bin_dir() / "kubectl")
+        script_dir = work / "script"
+        (script_dir / "payload").mkdir(parents=True)
+        for n, c in changes.items():  # the same files rollout wrote, as the script's payloads
+            payload = ApplyPayload(
+                change_id="script",
+                files=tuple(FileWrite(p, b, *c.mode[p]) for p, b in sorted(c.files.items())),
+                service=c.service,
+                checkpoint_reset=c.checkpoint_reset,
+                healthz_url=c.healthz_url,
+            )
+            (script_dir / "payload" / f"{n}.json").write_text(json.dumps(payload.as_json()))
+        from rollout.ansible.runner import ENV
+
+        senv = {
+            **env,
+            **ENV,
+            "ANSIBLE_ROLES_PATH": str(REPO / "playbooks" / "roles"),
+            "PATH": f"{BIN}:{env['PATH']}",
+        }
+        started = time.time()
+        for n in names:
+            subprocess.run(
+                [
+                    kubectl,
+                    "drain",
+                    n,
+                    "--ignore-daemonsets",
+                    "--delete-emptydir-data",
+                    "--timeout=120s",
+                ],
+                env=senv,
+                check=True,
+                capture_output=True,
+            )
+            pb = subprocess.run(
+                [
+                    str(BIN / "ansible-playbook"),
+                    "-i",
+                    str(inv),
+                    str(REPO / "playbooks" / "apply.yml"),
+                    "-l",
+                    n,
+                    "-e",
+                    "rollout_hosts=all",
+                    "-e",
+                    f"rollout_kubelet_payload_dir={script_dir / 'payload'}",
+                    "-e",
+                    f"rollout_kubelet_backup_controller_dir={script_dir / 'backups'}",
+                    "-e",
+                    f"rollout_kubelet_result_dir={script_dir / 'results'}",
+                ],
+                env=senv,
+                check=False,
+                capture_output=True,
+                text=True,
+                cwd=REPO / "playbooks",
+            )
+            if pb.returncode != 0:
+                raise SystemExit(
+                    f"ansible-playbook failed on {n}:\n{pb.stdout[-3000:]}\n{pb.stderr[-2000:]}"
+                )
+            subprocess.run([kubectl, "uncordon", n], env=senv, check=True, capture_output=True)
+        script_wall = time.time() - started
+        added = tool_wall - waits
+        print(
+            json.dumps(
+                {
+                    "nodes": args.nodes,
+                    "maxUnavailable": args.max_unavailable,
+                    "rolloutWallS": round(tool_wall, 1),
+                    "scriptWallS": round(script_wall, 1),
+                    "scriptOverRollout": round(script_wall / tool_wall, 2),
+                    "unavoidableWaitsS": round(waits, 1),
+                    "preflightS": round(preflight, 1),
+                    "addedPerNodeS": round(added / args.nodes, 2),
+                    "addedPerNodeWithoutPreflightS": round((added - preflight) / args.nodes, 2),
+                },
+                indent=2,
+            )
+        )
+    finally:
+        lab.down()
+
+
+if __name__ == "__main__":
+    main()
