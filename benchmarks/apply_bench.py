@@ -2,11 +2,11 @@
 
 Usage::
 
-    ROLLOUT_LAB_BIN=... .venv/bin/python benchmarks/apply_bench.py [--nodes 10] [--max-unavailable 2]
+    .venv/bin/python benchmarks/apply_bench.py [--nodes 10] [--max-unavailable 2]
 
-1. ``rollout apply --canary --yes`` on all N nodes (canary group = all, ``maxUnavailable`` as given);
-   wall time, and from the journal the waits it cannot avoid: per batch, the slowest node's drain +
-   apply playbook (write, restart, healthz) + verify (Ready, configz, devices).
+1. ``rollout apply --canary --yes`` on all N nodes (canary group = all, ``maxUnavailable`` as
+   given); wall time, and from the journal the waits it cannot avoid: per batch, the slowest
+   node's drain + apply playbook (write, restart, healthz) + verify (Ready, configz, devices).
 2. ``rollout rollback`` (not timed) to put the nodes back.
 3. The script users run today, per node in sequence: ``kubectl drain --ignore-daemonsets
    --delete-emptydir-data``, ``ansible-playbook apply.yml`` with the same payload, ``kubectl
