@@ -25,6 +25,7 @@ from rollout.journal import ChangeStatus, Journal, new_change_id, replay, state_
 from rollout.orchestrator import NoGate, resume, rollback, run_change, summary
 from rollout.plan import Plan, load_plan
 from rollout.planning import DrainPolicy, parse_strategy
+from rollout.progress import Progress
 from rollout.protocols import Gate
 from rollout.restoring import Context
 from rollout.windows import guard, parse_windows
@@ -98,20 +99,49 @@ def _locked(lock: Any, change_id: str) -> Iterator[None]:
 
 
 def _context(
-    api: Any, journal: Journal, inventory: Path, drain: DrainPolicy, verify_timeout: float
+    api: Any,
+    journal: Journal,
+    inventory: Path,
+    drain: DrainPolicy,
+    verify_timeout: float,
+    progress: Progress | None = None,
 ) -> Context:
+    """The orchestrator's context; with ``progress``, every journal entry and event feeds it."""
     from rollout.kube.cluster import KubeCluster
+    from rollout.progress import ObservedJournal
     from rollout.shipping import PlaybookNodeRunner
 
+    on_event = progress.event if progress is not None else _echo
     return Context(
         cluster=KubeCluster(api),
-        runner=PlaybookNodeRunner(journal.dir / "ansible", inventory, _echo),
+        runner=PlaybookNodeRunner(journal.dir / "ansible", inventory, on_event),
         clock=SystemClock(),
-        journal=journal,
+        journal=journal if progress is None else ObservedJournal(journal, progress.entry),
         drain=drain,
         verify_timeout_s=verify_timeout,
-        on_event=_echo,
+        on_event=on_event,
     )
+
+
+_progress_option = click.option(
+    "--progress",
+    "progress_mode",
+    type=click.Choice(["auto", "table", "plain", "off"]),
+    default="auto",
+    show_default=True,
+    help="Per-node progress on stderr: a table redrawn in place (auto on a terminal), plain "
+    "lines (auto elsewhere, e.g. CI logs), or only the event messages (off).",
+)
+
+
+def _progress(mode: str) -> Progress:
+    import os
+    import shutil
+
+    from rollout.progress import for_stream
+
+    width = shutil.get_terminal_size((100, 24)).columns
+    return for_stream(sys.stderr, mode, os.environ, width)
 
 
 def _confirm(yes: bool, what: str) -> None:
@@ -165,6 +195,7 @@ _verify_timeout = click.option(
 )
 @_lock_ns
 @_verify_timeout
+@_progress_option
 @output_option
 @kube_options
 def apply_cmd(
@@ -177,6 +208,7 @@ def apply_cmd(
     force_window: str | None,
     lock_namespace: str,
     verify_timeout: float,
+    progress_mode: str,
     output: str,
     kubeconfig: str | None,
     context: str | None,
@@ -189,6 +221,7 @@ def apply_cmd(
       rollout apply --canary --dry-run
       rollout apply --canary --yes -o json
       rollout apply --plan plan.yaml -i inventory.ini --yes
+      rollout apply --yes --progress plain 2> apply.log
     """
     from rollout.ansible.runner import AnsibleRunner
     from rollout.kube.canaries import canaries_in_progress
@@ -243,7 +276,9 @@ def apply_cmd(
     with _locked(lock, change_id):
         journal = Journal.create(state_dir(), change_id)
         _echo(f"change {change_id}: journal {journal.file}")
-        ctx = _context(api, journal, inv.path, drain, verify_timeout)
+        progress = _progress(progress_mode)
+        progress.nodes(tuple(nodes))
+        ctx = _context(api, journal, inv.path, drain, verify_timeout, progress)
         gate = gate_for(plan, api, journal, output, inv)
         try:
             status = run_change(
@@ -287,6 +322,7 @@ def _settle_command(
     kubeconfig: str | None,
     context: str | None,
     work: Callable[[Context], ChangeStatus],
+    progress_mode: str = "auto",
 ) -> None:
     from rollout.kube.client import connect
     from rollout.kube.leases import LeaseLock
@@ -300,7 +336,9 @@ def _settle_command(
         drain = parse_strategy(plan.strategy, plan.location).drain
     api = connect(kubeconfig, context)
     with _locked(LeaseLock(api, lock_namespace), journal.change_id):
-        ctx = _context(api, journal, inv, drain, verify_timeout)
+        progress = _progress(progress_mode)
+        progress.nodes(tuple(replay(journal.entries()).nodes))
+        ctx = _context(api, journal, inv, drain, verify_timeout, progress)
         try:
             status = work(ctx)
         except RolloutError:
@@ -320,6 +358,7 @@ _change_required = click.option("--change", "change", required=True, help="The c
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (required without a TTY).")
 @_lock_ns
 @_verify_timeout
+@_progress_option
 @output_option
 @kube_options
 def rollback_cmd(
@@ -329,6 +368,7 @@ def rollback_cmd(
     yes: bool,
     lock_namespace: str,
     verify_timeout: float,
+    progress_mode: str,
     output: str,
     kubeconfig: str | None,
     context: str | None,
@@ -351,6 +391,7 @@ def rollback_cmd(
         kubeconfig,
         context,
         lambda ctx: rollback(ctx, list(nodes) or None),
+        progress_mode,
     )
 
 
@@ -359,6 +400,7 @@ def rollback_cmd(
 @inventory_option
 @_lock_ns
 @_verify_timeout
+@_progress_option
 @output_option
 @kube_options
 def resume_cmd(
@@ -366,6 +408,7 @@ def resume_cmd(
     inventory: str | None,
     lock_namespace: str,
     verify_timeout: float,
+    progress_mode: str,
     output: str,
     kubeconfig: str | None,
     context: str | None,
@@ -373,11 +416,20 @@ def resume_cmd(
     """Settle an interrupted change: each node in flight is finished or restored.
 
     \b
-    Example:
+    Examples:
       rollout resume --change 20261130T214802Z-a1b2c3
+      rollout resume --change 20261130T214802Z-a1b2c3 --yes -o json --progress plain
     """
     _settle_command(
-        change, inventory, lock_namespace, verify_timeout, output, kubeconfig, context, resume
+        change,
+        inventory,
+        lock_namespace,
+        verify_timeout,
+        output,
+        kubeconfig,
+        context,
+        resume,
+        progress_mode,
     )
 
 
