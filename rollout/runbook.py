@@ -10,9 +10,12 @@ self-contained HTML page.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
+from datetime import time as dtime
+from enum import Enum
 from typing import Any
 
 from rollout.analysis import GateConfig, parse_gate_config
@@ -174,8 +177,36 @@ def build_runbook(
     )
 
 
+def _plain(value: Any) -> Any:
+    """JSON-ready data from dataclasses, enums, sets, times (field names as in the code)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset)):
+        return sorted(_plain(v) for v in value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (datetime, dtime)):
+        return value.isoformat()
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def as_json(runbook: Runbook) -> str:
+    """The runbook as one JSON document: every section's data, for tools."""
+    doc = _plain(runbook)
+    doc["commands"] = [{"what": w, "command": c} for w, c in runbook.commands]
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
 def render(runbook: Runbook, fmt: str) -> str:
-    """The runbook as ``markdown`` or ``html`` (one self-contained page)."""
+    """The runbook as ``markdown``, ``html`` (one self-contained page) or ``json``."""
+    if fmt == "json":
+        return as_json(runbook)
     ctx = {"rb": runbook}
     if fmt == "html":
         return render_template("runbook.html.j2", ctx, html=True)

@@ -15,7 +15,7 @@ import click
 
 from rollout.errors import InputError, Location, PreflightError
 
-from .options import inventory_option, kube_options
+from .options import inventory_option, kube_options, output_option
 
 
 def _write(text: str, out: str | None) -> None:
@@ -52,10 +52,10 @@ _out = click.option(
 @click.option(
     "-o",
     "--output",
-    type=click.Choice(["markdown", "html"]),
+    type=click.Choice(["markdown", "html", "json"]),
     default="markdown",
     show_default=True,
-    help="Markdown, or one self-contained HTML page.",
+    help="Markdown, one self-contained HTML page, or JSON (every section's data).",
 )
 @_out
 @click.option("--offline", is_flag=True, help="Skip the cluster checks (the runbook says so).")
@@ -83,6 +83,7 @@ def runbook_cmd(
     Examples:
       rollout runbook --plan plan.yaml -i inventory.ini --offline
       rollout runbook -o html --out runbook.html
+      rollout runbook --offline -o json | jq '.batches'
     """
     from rollout.plan import load_plan
     from rollout.preparing import read_inventory
@@ -184,6 +185,7 @@ def report_cmd(change: str | None, output: str, out: str | None, evidence: str |
     show_default=True,
     help="Device resource whose allocatable is compared with the GPUs found on the node.",
 )
+@output_option
 @kube_options
 def evidence_cmd(
     change: str | None,
@@ -191,18 +193,20 @@ def evidence_cmd(
     inventory: str | None,
     out: str | None,
     gpu_resource: str,
+    output: str,
     kubeconfig: str | None,
     context: str | None,
 ) -> None:
     """Collect the evidence data of a change's nodes (read-only) into its evidence.json:
-    allocatable and GPUs found, NUMA layout, cpu_manager_state (through the facts playbook),
-    pods with their QoS, and the running Topology Manager policy (configz).
+    allocatable and GPUs found, NUMA layout, cpu_manager_state and the device manager's
+    kubelet_internal_checkpoint (through the facts playbook), pods with their QoS, and the running
+    Topology Manager policy (configz). -o json prints the new collection and the checks over it.
 
     \b
     Examples:
       rollout evidence --label before -i inventory.ini --out evidence.json
       rollout evidence --label after --change 20261130T214802Z-a1b2c3 --out evidence.json
-      rollout report --change 20261130T214802Z-a1b2c3 --evidence evidence.json
+      rollout evidence --label after --change 20261130T214802Z-a1b2c3 -o json | jq .checks
     """
     import json
 
@@ -250,6 +254,13 @@ def evidence_cmd(
         raise InputError(f"not an evidence file: {e}", Location(file=str(target))) from e
     merged = merge_collection(document, collection)
     _write(json.dumps(merged, indent=2, sort_keys=True) + "\n", str(target))
+    if output == "json":
+        from rollout.evidence import CHECKS, parse_collections
+
+        (parsed,) = parse_collections({"collections": [collection]})
+        checks = [fn(parsed).as_dict() for _, fn in CHECKS]
+        doc = {"file": str(target), "collection": collection, "checks": checks}
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
 
 
 COMMANDS = [runbook_cmd, report_cmd, evidence_cmd]

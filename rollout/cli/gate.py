@@ -26,14 +26,17 @@ from rollout.errors import ExternalError, InputError, Location, NodeOperationErr
 GATE_HOLDS_EXIT = 8
 
 
-def cli_rollback(change_id: str, nodes: Sequence[str] | None, reason: str) -> None:
-    """Trigger a rollback by running ``rollout rollback`` (same env: kubeconfig, inventory, state).
+def cli_rollback(
+    change_id: str, nodes: Sequence[str] | None, reason: str, kube_args: Sequence[str] = ()
+) -> None:
+    """Trigger a rollback by running ``rollout rollback`` (same env: kubeconfig, inventory, state;
+    ``kube_args``: ``--kubeconfig`` / ``--context`` given to ``serve``).
 
     Raises:
         ExternalError: the rollback command failed (its last output lines are in the message).
     """
     cmd = [sys.executable, "-c", "from rollout.cli import main; main()", "rollback"]
-    cmd += ["--change", change_id, "--yes"]  # no TTY here: the trigger is the confirmation
+    cmd += ["--change", change_id, "--yes", *kube_args]  # no TTY: the trigger is the confirmation
     for n in nodes or ():
         cmd += ["--node", n]
     click.echo(f"rollback of {change_id} ({', '.join(nodes) if nodes else 'all nodes'}): {reason}")
@@ -228,23 +231,43 @@ def watch(
     type=click.Path(dir_okay=False),
     help="File holding the bearer token webhook callers must send.",
 )
-def serve(listen: str, token_file: str) -> None:
+@output_option
+@kube_options
+def serve(
+    listen: str, token_file: str, output: str, kubeconfig: str | None, context: str | None
+) -> None:
     """Accept Alertmanager webhooks that roll back the change they name; serve /metrics.
 
     POST /webhook (Alertmanager webhook_config) or /api/v2/alerts with
     "Authorization: Bearer <token>"; the alert's label change_id names the change, label node
     (optional) the node. Without the token: 401, nothing happens. The same alert twice rolls back
-    once.
+    once. The rollback runs with this command's --kubeconfig / --context. With -o json the
+    start-up line is one JSON object on stdout ({"listen", "port", "endpoints"}).
+
+    \b
+    Examples:
+      rollout serve --listen 127.0.0.1:9099 --token-file /etc/rollout/webhook-token
+      rollout serve --listen 127.0.0.1:0 --token-file token -o json --context prod-east
     """
+    import functools
+
     from rollout.serve import AlertReceiver, make_server, parse_listen, read_token
 
-    server = make_server(parse_listen(listen), read_token(token_file), AlertReceiver(cli_rollback))
+    kube_args = [*(("--kubeconfig", kubeconfig) if kubeconfig else ())]
+    kube_args += [*(("--context", context) if context else ())]
+    trigger = functools.partial(cli_rollback, kube_args=kube_args)
+    server = make_server(parse_listen(listen), read_token(token_file), AlertReceiver(trigger))
     port = server.server_address[1]
-    click.echo(
-        f"rollout serve: listening on {listen.rpartition(':')[0]}:{port} "
-        "(POST /webhook, GET /metrics)",
-        err=True,
-    )
+    host = listen.rpartition(":")[0]
+    if output == "json":
+        endpoints = ["POST /webhook", "POST /api/v2/alerts", "GET /metrics"]
+        doc = {"listen": f"{host}:{port}", "port": port, "endpoints": endpoints}
+        click.echo(json.dumps(doc), nl=True)
+        sys.stdout.flush()
+    else:
+        click.echo(
+            f"rollout serve: listening on {host}:{port} (POST /webhook, GET /metrics)", err=True
+        )
     try:
         server.serve_forever()
     except KeyboardInterrupt:
