@@ -132,6 +132,9 @@ def env(name: str, workdir: Path | None) -> None:
         ("ROLLOUT_PLAN", lab_.plan),
     ):
         click.echo(f"export {var}={shlex.quote(str(val))}")
+    if lab_.bin_dir is not None and (lab_.bin_dir / "kubectl").exists():
+        # The lab's own kubectl (same version as its API server) first on PATH.
+        click.echo(f'export PATH={shlex.quote(str(lab_.bin_dir))}:"$PATH"')
 
 
 FAULTS = (

@@ -260,6 +260,13 @@ def test_lab_up_and_down_from_the_cli_leave_nothing_behind(tmp_path: Path, lab: 
         env = subprocess.run([*rollout, "lab", "env", *args], capture_output=True, text=True)
         assert f"export ROLLOUT_INVENTORY={lab_dir / 'inventory.ini'}" in env.stdout
         assert "[canary]\nclitest-node1\n" in (lab_dir / "inventory.ini").read_text()
+        path_line = [ln for ln in env.stdout.splitlines() if ln.startswith("export PATH=")]
+        assert len(path_line) == 1
+        kubectl = subprocess.run(
+            ["bash", "-c", env.stdout + "\nkubectl get nodes -o name"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert kubectl.stdout.split() == ["node/clitest-node1"], kubectl.stderr
         assert _leftovers(lab_dir, state) != []  # sanity: the probe sees a running lab
         # faults from another process than the one that ran `lab up`
         for f in (["kubelet-stop", "clitest-node1"], ["apiserver-restart"]):
