@@ -70,23 +70,50 @@ def lab() -> None:
 )
 @name_option
 @workdir_option
-def up(count: int, dists: tuple[str, ...], name: str, workdir: Path | None) -> None:
-    """Build or reuse the binaries, start the control plane and nodes, wait until Ready."""
+@output_option
+def up(count: int, dists: tuple[str, ...], name: str, workdir: Path | None, output: str) -> None:
+    """Build or reuse the binaries, start the control plane and nodes, wait until Ready.
+
+    \b
+    Examples:
+      rollout lab up --nodes 4 --distribution kubeadm,k3s
+      rollout lab up --nodes 2 --name ci -o json | jq -r .kubeconfig
+    """
     t0 = time.monotonic()
     lab_ = Lab(name, workdir)
     lab_.up(count, _distributions(dists), progress=_progress)
-    _progress(f"lab {name} up in {time.monotonic() - t0:.1f}s; {lab_.dir}")
+    seconds = time.monotonic() - t0
+    _progress(f"lab {name} up in {seconds:.1f}s; {lab_.dir}")
+    if output == "json":
+        doc = {"name": name, "dir": str(lab_.dir), "seconds": round(seconds, 1)}
+        doc.update({k: str(v) for k, v in _paths(lab_).items()})
+        click.echo(json.dumps(doc, indent=2))
+        return
     click.echo(f"inventory: {lab_.inventory}\nkubeconfig: {lab_.kubeconfig}\nplan: {lab_.plan}")
     click.echo(f'next: eval "$(rollout lab env --name {name})"')
+
+
+def _paths(lab_: Lab) -> dict[str, Path]:
+    return {"kubeconfig": lab_.kubeconfig, "inventory": lab_.inventory, "plan": lab_.plan}
 
 
 @lab.command("down")
 @name_option
 @workdir_option
-def down(name: str, workdir: Path | None) -> None:
-    """Stop every process, mount and namespace of the lab."""
+@output_option
+def down(name: str, workdir: Path | None, output: str) -> None:
+    """Stop every process, mount and namespace of the lab.
+
+    \b
+    Examples:
+      rollout lab down
+      rollout lab down --name ci -o json
+    """
     lab_ = Lab.attach(name, workdir)
     lab_.down()
+    if output == "json":
+        click.echo(json.dumps({"name": name, "down": True}))
+        return
     click.echo(f"lab {name} is down")
 
 
@@ -95,7 +122,13 @@ def down(name: str, workdir: Path | None) -> None:
 @workdir_option
 @output_option
 def status(name: str, workdir: Path | None, output: str) -> None:
-    """Nodes, Ready, sshd and kubelet unit state."""
+    """Nodes, Ready, sshd and kubelet unit state.
+
+    \b
+    Examples:
+      rollout lab status
+      rollout lab status -o json | jq '.nodes[] | select(.ready != "True")'
+    """
     lab_ = Lab.attach(name, workdir)
     rows = lab_.node_status()
     api_ok = False
@@ -123,9 +156,27 @@ def status(name: str, workdir: Path | None, output: str) -> None:
 @lab.command("env")
 @name_option
 @workdir_option
-def env(name: str, workdir: Path | None) -> None:
-    """Shell lines that point kubectl and rollout at the lab: eval "$(rollout lab env)"."""
+@output_option
+def env(name: str, workdir: Path | None, output: str) -> None:
+    """Shell lines that point kubectl and rollout at the lab: eval "$(rollout lab env)".
+
+    \b
+    Examples:
+      eval "$(rollout lab env)"
+      rollout lab env -o json | jq -r .KUBECONFIG
+    """
     lab_ = Lab.attach(name, workdir)
+    if output == "json":
+        paths = _paths(lab_)
+        doc = {
+            "KUBECONFIG": str(paths["kubeconfig"]),
+            "ROLLOUT_INVENTORY": str(paths["inventory"]),
+            "ROLLOUT_PLAN": str(paths["plan"]),
+        }
+        if lab_.bin_dir is not None and (lab_.bin_dir / "kubectl").exists():
+            doc["PATH_PREPEND"] = str(lab_.bin_dir)
+        click.echo(json.dumps(doc, indent=2))
+        return
     for var, val in (
         ("KUBECONFIG", lab_.kubeconfig),
         ("ROLLOUT_INVENTORY", lab_.inventory),
@@ -151,8 +202,15 @@ FAULTS = (
 @click.argument("node", required=False)
 @name_option
 @workdir_option
-def fault(fault: str, node: str | None, name: str, workdir: Path | None) -> None:
-    """Inject a fault: stop/start a node's sshd or kubelet, or restart the API server."""
+@output_option
+def fault(fault: str, node: str | None, name: str, workdir: Path | None, output: str) -> None:
+    """Inject a fault: stop/start a node's sshd or kubelet, or restart the API server.
+
+    \b
+    Examples:
+      rollout lab fault kubelet-stop default-node2
+      rollout lab fault apiserver-restart -o json
+    """
     lab_ = Lab.attach(name, workdir)
     if fault == "apiserver-restart":
         lab_.restart_apiserver()
@@ -165,6 +223,9 @@ def fault(fault: str, node: str | None, name: str, workdir: Path | None) -> None
             "kubelet-stop": lab_.stop_kubelet,
             "kubelet-start": lab_.start_kubelet,
         }[fault](node)
+    if output == "json":
+        click.echo(json.dumps({"fault": fault, "node": node, "done": True}))
+        return
     click.echo(f"{fault}{' ' + node if node else ''}: done")
 
 
