@@ -239,8 +239,14 @@ class ManagerState:
         return out
 
     def _restore_devices(self) -> None:
-        """Re-read the device manager's checkpoint. The kubelet logs and ignores one it cannot
-        read (it starts with no assignments), so a bad file is not a start-up error here either."""
+        """Re-read the device manager's checkpoint, then write it back as the kubelet does once
+        the device plugin registers (so the file exists on every started node)."""
+        self._read_devices()
+        self._write_devices()
+
+    def _read_devices(self) -> None:
+        """The kubelet logs and ignores a device checkpoint it cannot read (it starts with no
+        assignments), so a bad file is not a start-up error here either."""
         path = self.state_dir / DEVICE_STATE_FILE
         try:
             cp = dck.parse_device(path.read_text())
