@@ -4,7 +4,7 @@ Why: the people who approve a kubelet change ask for proof afterwards, and the t
 this tool comes from names it: node allocatable matches the healthy device count; each device is
 assigned to one pod only; the exclusive CPUs and GPUs of every Guaranteed pod sit on one NUMA node
 under ``single-numa-node``; and all of that still holds after the pods are recreated. Collection
-(the kubelet's pod-resources data and ``cpu_manager_state`` through Ansible, allocatable through the
+(the kubelet's device checkpoint and ``cpu_manager_state`` through Ansible, allocatable through the
 API) is I/O and lives elsewhere; these functions only judge what was collected, so every rule is a
 table test. Missing data is never a pass: the check says ``not collected``.
 
@@ -319,7 +319,7 @@ def build_collection(
         facts: the facts playbook's NodeFacts dicts (``numaNodes``, ``gpus``, ``checkpoints``).
         allocatable: the Node's ``status.allocatable``.
         pods: the node's pods: ``namespace``, ``name``, ``uid``, ``qos``, ``running`` (and
-            ``devices`` / ``cpus`` when pod-resources data was collected).
+            ``devices`` / ``cpus`` when known; the facts' device checkpoint fills ``devices``).
         configz: the kubelet's effective configuration (``/configz``).
         gpu_resource: the device resource whose allocatable is compared with the GPUs found.
     """
