@@ -114,22 +114,29 @@ def test_windows_runbook_and_report_on_a_lab_change(
     )
     assert forced.returncode == 0, forced.stderr
     change = json.loads(forced.stdout)["change"]
+    canary = nodes.names[0]
+    # no terminal here: progress is plain lines on stderr, one per journaled node step
+    for step in ("cordon begin", "apply done", "verify done", "uncordon done"):
+        assert f" {canary} forward {step}\n" in forced.stderr, forced.stderr
     journal = Journal.open(state, change)
     begin = replay(journal.entries()).info
     assert begin["window"]["forced"] is True and begin["window"]["forceReason"] == "lab test 42"
 
-    canary = nodes.names[0]
     pod = guaranteed_pod(kube, namespace, canary)
     after = rollout(
-        ["evidence", "--label", "after", "--change", change, "--out", str(evidence)], env
+        ["evidence", "--label", "after", "--change", change, "--out", str(evidence), "-o", "json"],
+        env,
     )
     assert after.returncode == 0, after.stderr
+    printed = {c["name"]: c["status"] for c in json.loads(after.stdout)["checks"]}
+    assert printed["unique-device-ids"] == "pass", after.stdout
     from kubernetes import client
 
     client.CoreV1Api(kube).delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
 
     back = rollout(["rollback", "--change", change, "--yes"], env)  # still outside the window
     assert back.returncode == 0, back.stderr
+    assert f" {canary} restore restore done\n" in back.stderr, back.stderr
 
     md = rollout(["report", "--change", change, "--evidence", str(evidence)], env)
     assert md.returncode == 0, md.stderr
