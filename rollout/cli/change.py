@@ -46,7 +46,14 @@ class SystemClock:
         time.sleep(seconds)
 
 
-def gate_for(plan: Plan, api: Any, journal: Journal, output: str, inv: Any) -> Gate:
+def gate_for(
+    plan: Plan,
+    api: Any,
+    journal: Journal,
+    output: str,
+    inv: Any,
+    progress: Callable[[str], None] | None = None,
+) -> Gate:
     """The gate run after the canary batch: the rejection-rate gate when the plan has a ``gate:``
     section (built as ``rollout watch`` builds it, journaling into this change), else none."""
     from rollout.cli.gate import build_soak_gate
@@ -62,7 +69,13 @@ def gate_for(plan: Plan, api: Any, journal: Journal, output: str, inv: Any) -> G
 
     control = [inv.node_of(h) for h in inv.groups.get(cfg.control_group or "", ())]
     soak = build_soak_gate(
-        cfg, api, since=time.time(), record=record, control=control, output=output
+        cfg,
+        api,
+        since=time.time(),
+        record=record,
+        control=control,
+        output=output,
+        progress=progress,
     )
     return RollbackPolicyGate(soak, record)
 
@@ -279,7 +292,7 @@ def apply_cmd(
         progress = _progress(progress_mode)
         progress.nodes(tuple(nodes))
         ctx = _context(api, journal, inv.path, drain, verify_timeout, progress)
-        gate = gate_for(plan, api, journal, output, inv)
+        gate = gate_for(plan, api, journal, output, inv, progress.event)
         try:
             status = run_change(
                 ctx,

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -66,6 +66,14 @@ def gate_config(plan: Any) -> GateConfig | None:
     return parse_gate_config(plan.gate or None, file=plan.path, line_of=plan.line_of)
 
 
+def _gate_progress(output: str, to: Callable[[str], None] | None) -> Callable[[str], None]:
+    if output != "text":
+        return lambda _m: None
+    if to is not None:
+        return lambda m: to(f"gate: {m}")
+    return lambda m: click.echo(f"gate: {m}", err=True)
+
+
 def build_soak_gate(
     cfg: GateConfig,
     api: Any,
@@ -75,6 +83,7 @@ def build_soak_gate(
     control: Sequence[str] = (),
     metrics: Any = None,
     output: str = "text",
+    progress: Callable[[str], None] | None = None,
 ) -> Any:
     """The real gate, as ``rollout watch`` and ``rollout apply`` both run it.
 
@@ -91,6 +100,7 @@ def build_soak_gate(
         control: control-group nodes (baseline ``control-group``).
         metrics: a ``rollout.serve.GateMetrics`` or None.
         output: ``text`` prints one progress line per evaluation on stderr.
+        progress: where those lines go instead (``apply``'s live progress), when given.
 
     Returns:
         A ``rollout.gate.SoakGate``.
@@ -116,9 +126,7 @@ def build_soak_gate(
         events=NodeEvents(api.api_client),
         record=record,
         metrics=metrics,
-        progress=(lambda m: click.echo(f"gate: {m}", err=True))
-        if output == "text"
-        else (lambda _m: None),
+        progress=_gate_progress(output, progress),
     )
 
 
