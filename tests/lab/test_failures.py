@@ -216,7 +216,14 @@ def test_apiserver_restarted_mid_drain(
 
 @pytest.mark.parametrize(
     ("step", "phase"),
-    [("cordon", "done"), ("backup", "done"), ("apply", "begin"), ("verify", "done")],
+    [
+        ("cordon", "done"),
+        ("drain", "begin"),
+        ("backup", "done"),
+        ("apply", "begin"),
+        ("verify", "done"),
+        ("uncordon", "begin"),
+    ],
 )
 def test_sigkill_after_journal_step_then_resume(
     lab: Lab, lab_nodes: Any, tmp_path: Path, step: str, phase: str
