@@ -32,6 +32,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -199,6 +200,11 @@ def used_indexes() -> set[int]:
         name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
         if name.startswith("rl") and name.endswith("h") and name[2:-1].isdigit():
             used.add(int(name[2:-1]))
+    # Also any host-side address already in the lab range, whatever the link is called (a lab
+    # from an older build, or a veth being torn down): an index is free only when both say so.
+    addrs = _run("ip", "-o", "-4", "addr", "show", check=False).stdout
+    for m in re.finditer(rf"inet {re.escape(NET_PREFIX)}\.(\d+)\.\d+/", addrs):
+        used.add(int(m.group(1)))
     return used
 
 
