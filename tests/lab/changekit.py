@@ -109,7 +109,9 @@ def latest_journal(state: Path) -> Journal | None:
         return None
 
 
-def wait_for(pred: Callable[[], Any], timeout: float, what: str, every: float = 0.05) -> Any:
+def wait_for(
+    pred: Callable[[], Any], timeout: float = 30.0, what: str = "a condition", every: float = 0.05
+) -> Any:
     """Poll until ``pred`` is truthy."""
     deadline = time.monotonic() + timeout
     while True:

@@ -23,6 +23,7 @@ from rollout.lab.controlplane import (
     find_bin_dir,
     missing_binaries,
 )
+from tests.lab.changekit import wait_for as _wait
 
 REPO = Path(__file__).resolve().parents[2]
 IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false")
@@ -67,17 +68,6 @@ def _core(kubeconfig: Path) -> Any:
     from kubernetes import client
 
     return client.CoreV1Api(_client(kubeconfig))
-
-
-def _wait(pred: Any, timeout: float = 30.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.3)
 
 
 @pytest.mark.lab

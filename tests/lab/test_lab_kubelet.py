@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,20 +19,10 @@ import yaml
 from rollout.kubelet import checkpoints as ck
 from rollout.lab.cluster import Lab
 from rollout.lab.kubelet.klog import unquote
+from tests.lab.changekit import wait_for as _wait
 
 CPU40 = {"cpu": "40", "memory": "1Gi"}
 REJECTED = "Pod was rejected: Resources cannot be allocated with Topology locality"
-
-
-def _wait(pred: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.25)
 
 
 def _get(lab: Lab, path: str) -> Any:

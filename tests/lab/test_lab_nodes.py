@@ -10,8 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,20 +17,10 @@ import pytest
 import testinfra
 
 from rollout.lab.cluster import Lab
+from tests.lab.changekit import wait_for as _wait
 from tests.lab.conftest import Nodes
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(240)]
-
-
-def _wait(pred: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.3)
 
 
 def _host(nodes: Nodes, name: str) -> Any:
