@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rollout.errors import LabError
+from rollout.kubelet.cpuset import format_cpus
 from rollout.lab.seeds import DISTRIBUTIONS, LAYOUTS, SeedContext, seed_files
 
 NET_PREFIX = "10.213"
@@ -88,7 +89,7 @@ class NodeShape:
             "numaNodes": [
                 {
                     "id": n,
-                    "cpus": cpulist(self.numa_cpus(n)),
+                    "cpus": format_cpus(self.numa_cpus(n)),
                     "memoryBytes": per_numa_mem,
                     "gpus": [
                         f"GPU-{n * self.gpus_per_numa + g}" for g in range(self.gpus_per_numa)
@@ -102,20 +103,6 @@ class NodeShape:
 
 def _gpu_pci(numa: int, g: int) -> str:
     return f"0000:{0x18 + numa * 0x80 + g * 0x10:02x}:00.0"
-
-
-def cpulist(cpus: list[int]) -> str:
-    """Linux list format (``0-15,32-47``)."""
-    out: list[str] = []
-    s = sorted(cpus)
-    i = 0
-    while i < len(s):
-        j = i
-        while j + 1 < len(s) and s[j + 1] == s[j] + 1:
-            j += 1
-        out.append(str(s[i]) if i == j else f"{s[i]}-{s[j]}")
-        i = j + 1
-    return ",".join(out)
 
 
 @dataclass(frozen=True)
@@ -225,7 +212,7 @@ def sysfs_tree(shape: NodeShape, root: Path) -> None:
     for n in range(shape.sockets):
         nd = node_dir / f"node{n}"
         nd.mkdir(exist_ok=True)
-        (nd / "cpulist").write_text(cpulist(shape.numa_cpus(n)) + "\n")
+        (nd / "cpulist").write_text(format_cpus(shape.numa_cpus(n)) + "\n")
         (nd / "meminfo").write_text(
             f"Node {n} MemTotal:       {kib} kB\nNode {n} MemFree:        {kib * 9 // 10} kB\n"
         )
