@@ -223,6 +223,32 @@ WantedBy=multi-user.target
 """
 
 
+# The fields both EKS AMIs' bootstrap writes the same way (AL2 bootstrap.sh, AL2023 nodeadm).
+_EKS_COMMON: dict[str, object] = {
+    "kind": "KubeletConfiguration",
+    "apiVersion": "kubelet.config.k8s.io/v1beta1",
+    "address": "0.0.0.0",
+    "authentication": {
+        "anonymous": {"enabled": False},
+        "webhook": {"cacheTTL": "2m0s", "enabled": True},
+        "x509": {"clientCAFile": "/etc/kubernetes/pki/ca.crt"},
+    },
+    "authorization": {
+        "mode": "Webhook",
+        "webhook": {"cacheAuthorizedTTL": "5m0s", "cacheUnauthorizedTTL": "30s"},
+    },
+    "clusterDomain": "cluster.local",
+    "hairpinMode": "hairpin-veth",
+    "readOnlyPort": 0,
+    "cgroupDriver": "systemd",
+    "cgroupRoot": "/",
+    "featureGates": {"RotateKubeletServerCertificate": True},
+    "protectKernelDefaults": True,
+    "serializeImagePulls": False,
+    "serverTLSBootstrap": True,
+}
+
+
 def seed_files(distribution: str, ctx: SeedContext) -> dict[str, str]:
     """``{absolute node path: content}`` for a fresh node of ``distribution``.
 
@@ -312,27 +338,7 @@ def seed_files(distribution: str, ctx: SeedContext) -> dict[str, str]:
         }
     elif distribution == "eks-al2":
         cfg = {
-            "kind": "KubeletConfiguration",
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "address": "0.0.0.0",
-            "authentication": {
-                "anonymous": {"enabled": False},
-                "webhook": {"cacheTTL": "2m0s", "enabled": True},
-                "x509": {"clientCAFile": "/etc/kubernetes/pki/ca.crt"},
-            },
-            "authorization": {
-                "mode": "Webhook",
-                "webhook": {"cacheAuthorizedTTL": "5m0s", "cacheUnauthorizedTTL": "30s"},
-            },
-            "clusterDomain": "cluster.local",
-            "hairpinMode": "hairpin-veth",
-            "readOnlyPort": 0,
-            "cgroupDriver": "systemd",
-            "cgroupRoot": "/",
-            "featureGates": {"RotateKubeletServerCertificate": True},
-            "protectKernelDefaults": True,
-            "serializeImagePulls": False,
-            "serverTLSBootstrap": True,
+            **_EKS_COMMON,
             "tlsCipherSuites": ["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"],
             "clusterDNS": ["10.100.0.10"],
             "maxPods": 58,
@@ -363,27 +369,7 @@ def seed_files(distribution: str, ctx: SeedContext) -> dict[str, str]:
         }
     elif distribution == "eks-al2023":
         cfg = {
-            "kind": "KubeletConfiguration",
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "address": "0.0.0.0",
-            "authentication": {
-                "anonymous": {"enabled": False},
-                "webhook": {"cacheTTL": "2m0s", "enabled": True},
-                "x509": {"clientCAFile": "/etc/kubernetes/pki/ca.crt"},
-            },
-            "authorization": {
-                "mode": "Webhook",
-                "webhook": {"cacheAuthorizedTTL": "5m0s", "cacheUnauthorizedTTL": "30s"},
-            },
-            "clusterDomain": "cluster.local",
-            "hairpinMode": "hairpin-veth",
-            "readOnlyPort": 0,
-            "cgroupDriver": "systemd",
-            "cgroupRoot": "/",
-            "featureGates": {"RotateKubeletServerCertificate": True},
-            "protectKernelDefaults": True,
-            "serializeImagePulls": False,
-            "serverTLSBootstrap": True,
+            **_EKS_COMMON,
             "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
             "kubeReserved": {"cpu": "70m", "ephemeral-storage": "1Gi", "memory": "9902Mi"},
             "systemReservedCgroup": "/system",
