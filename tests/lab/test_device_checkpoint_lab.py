@@ -15,7 +15,8 @@ import pytest
 
 from rollout.kubelet.device_checkpoint import DEVICE_CHECKPOINT_FILE, parse_device
 from rollout.lab.cluster import Lab
-from tests.lab.test_lab_kubelet import _configure, _get, _phase, _pod, _wait, _wait_policy
+from tests.lab.changekit import wait_for
+from tests.lab.test_lab_kubelet import _configure, _get, _phase, _pod, _wait_policy
 
 pytestmark = pytest.mark.lab
 
@@ -51,7 +52,7 @@ def test_device_checkpoint_survives_a_kubelet_restart(
             "POST", f"/api/v1/namespaces/{ns}/pods", _pod(name, node, GPU1)
         )
         assert code == 201, body
-        _wait(lambda: _phase(lab, ns, name).get("phase") == "Running", 30, f"{name} running")
+        wait_for(lambda: _phase(lab, ns, name).get("phase") == "Running", 30, f"{name} running")
         return str(_get(lab, f"/api/v1/namespaces/{ns}/pods/{name}")["metadata"]["uid"])
 
     first = run("gpu-a")
