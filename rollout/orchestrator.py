@@ -1,8 +1,10 @@
 """The apply / rollback / resume loop: cordon, drain, write, restart, verify, uncordon, journaled.
 
 Why this shape: each node step is journaled before and after it runs, so any interruption leaves a
-record that says exactly what to finish or undo; any failure on a node restores that node at once
-(``restoring.py``) and stops the rollout before another node is touched; the canary batch ends at a
+record that says exactly what to finish or undo; the nodes of a batch share one apply playbook run
+(Ansible's start-up paid once per batch) while every other step, and every outcome, stays per
+node; any failure on a node restores that node (``restoring.py``) and stops the rollout before
+another batch is touched; the canary batch ends at a
 :class:`~rollout.protocols.Gate` (the rejection-rate gate plugs in there). The loop sees the world
 only through the Protocols in ``rollout.protocols``, so its decisions are unit-tested with fakes and
 proven end to end in the lab.
@@ -11,13 +13,11 @@ proven end to end in the lab.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
 from rollout.draining import drain
 from rollout.errors import (
-    ExternalError,
     InputError,
     NodeOperationError,
     PreflightError,
@@ -36,7 +36,16 @@ from rollout.models import (
 )
 from rollout.planning import Batch, device_resources
 from rollout.protocols import Gate
-from rollout.restoring import Context, change_from_record, change_record, restore_node
+from rollout.restoring import (
+    Context,
+    change_from_record,
+    change_record,
+    in_parallel,
+    restore_node,
+    restore_nodes,
+    run_many,
+    wrap,
+)
 from rollout.verifying import WATCHED, config_subset, verify
 from rollout.windows import Decision
 
@@ -62,92 +71,151 @@ def summary(status: ChangeStatus) -> str:
     return "\n".join(lines)
 
 
-def _wrap(e: Exception) -> RolloutError:
-    return e if isinstance(e, RolloutError) else ExternalError(f"{type(e).__name__}: {e}")
+def _prepare(ctx: Context, change: NodeChange) -> dict[str, str]:
+    """The forward steps before any file is written: preflight, cordon, drain, backup.
+
+    Returns:
+        The node's device allocatable before the change (what verify compares with).
+    """
+    node = change.node
+    rec = ctx.record
+    rec(node, Step.PREFLIGHT, Phase.BEGIN, Path.FORWARD)
+    info = ctx.cluster.node(node)
+    keys = tuple(dict.fromkeys((*WATCHED, *change.expected)))
+    prior = config_subset(ctx.cluster.configz(node), keys)
+    devices = device_resources(info.allocatable)
+    rec(node, Step.PREFLIGHT, Phase.DONE, Path.FORWARD, {"configz": prior, "allocatable": devices})
+
+    rec(node, Step.CORDON, Phase.BEGIN, Path.FORWARD, {"priorCordoned": info.unschedulable})
+    ours = not info.unschedulable
+    if ours:
+        ctx.cluster.cordon(node)
+    rec(node, Step.CORDON, Phase.DONE, Path.FORWARD, {"cordonedByUs": ours})
+    ctx.on_event(f"{node}: cordoned" if ours else f"{node}: already cordoned; will stay so")
+
+    rec(node, Step.DRAIN, Phase.BEGIN, Path.FORWARD)
+    report = drain(ctx.cluster, node, ctx.drain, ctx.clock, ctx.on_event)
+    rec(node, Step.DRAIN, Phase.DONE, Path.FORWARD, {"evicted": list(report.evicted)})
+    ctx.on_event(f"{node}: drained ({len(report.evicted)} pod(s) evicted)")
+
+    rec(node, Step.BACKUP, Phase.BEGIN, Path.FORWARD, {"paths": list(change.touched)})
+    backups = []
+    for path in change.touched:
+        content = change.before.get(path)
+        mode, owner, group = change.before_meta.get(path, ("0644", "root", "root"))
+        if content is None:
+            backups.append(FileBackup(path, existed=False))
+        else:
+            digest = ctx.journal.save_backup(node, content)
+            backups.append(FileBackup(path, True, digest, mode, owner, group))
+    blobs = {p: ctx.journal.save_backup(node, c) for p, c in change.files.items()}
+    rec(
+        node,
+        Step.BACKUP,
+        Phase.DONE,
+        Path.FORWARD,
+        {"files": [vars(b) for b in backups], "change": change_record(change, blobs)},
+    )
+    return devices
+
+
+def _fail_and_restore(
+    ctx: Context, failures: Mapping[str, RolloutError]
+) -> dict[str, NodeOperationError]:
+    """Journal each node's failed forward step, then restore those nodes together.
+
+    Returns:
+        One error per node saying which step failed and whether its restore held.
+    """
+    steps: dict[str, Step] = {}
+    status = replay(ctx.journal.entries())
+    for node, err in failures.items():
+        current = status.nodes.get(node, NodeStatus(node))
+        step = current.step or Step.PREFLIGHT
+        if current.phase is not Phase.FAILED:
+            ctx.record(node, step, Phase.FAILED, Path.FORWARD, {"message": str(err)})
+        steps[node] = step
+        ctx.on_event(f"{node}: {step.value} failed: {err}; restoring the node")
+    status = replay(ctx.journal.entries())
+    restore_errors = restore_nodes(ctx, [status.nodes[n] for n in failures])
+    out: dict[str, NodeOperationError] = {}
+    for node, err in failures.items():
+        what = f"node {node}: {steps[node].value} failed: {err}"
+        if node in restore_errors:
+            out[node] = NodeOperationError(f"{what}; and then {restore_errors[node]}")
+        else:
+            out[node] = NodeOperationError(f"{what}; node restored")
+    return out
+
+
+def apply_batch(ctx: Context, changes: Sequence[NodeChange]) -> dict[str, NodeOperationError]:
+    """The forward path on the nodes of one batch; every node that fails is restored.
+
+    Per node and in parallel: preflight, cordon, drain, backup (a node failing here is restored at
+    once: its files were never touched). Then one apply playbook run for every node that got
+    there, each node's ``apply`` journaled ``begin`` before the run and ``done`` / ``failed`` from
+    its own outcome (an unreachable node fails alone). Then per node and in parallel: verify,
+    uncordon. The nodes that failed apply or verify are restored together.
+
+    Returns:
+        The failed nodes, each with a NodeOperationError saying which step failed and whether
+        the restore held (empty: every node applied and verified).
+    """
+    by_node = {c.node: c for c in changes}
+    order = list(by_node)
+
+    def prepare(node: str) -> dict[str, str]:
+        try:
+            return _prepare(ctx, by_node[node])
+        except Exception as e:  # any failure, even an unexpected one, must restore the node
+            raise _fail_and_restore(ctx, {node: wrap(e)})[node] from e
+
+    devices, errors = in_parallel(order, prepare)
+    ready = [n for n in order if n in devices]
+    late: dict[str, RolloutError] = {}
+    if ready:
+        for node in ready:
+            ctx.record(node, Step.APPLY, Phase.BEGIN, Path.FORWARD)
+            c = by_node[node]
+            ctx.on_event(f"{node}: writing {len(c.files)} file(s) and restarting {c.service}")
+        results = run_many(
+            ready,
+            lambda: ctx.runner.apply_many([by_node[n] for n in ready], ctx.journal.change_id),
+        )
+        for node in ready:
+            r = results[node]
+            if r.ok:
+                ctx.record(node, Step.APPLY, Phase.DONE, Path.FORWARD, {"changed": r.changed})
+            else:
+                late[node] = NodeOperationError(f"apply playbook failed on {node}: {r.message}")
+        applied = [n for n in ready if n not in late]
+        _, verify_errors = in_parallel(
+            applied, lambda n: _verify_and_uncordon(ctx, by_node[n], devices[n])
+        )
+        late.update(verify_errors)
+    if late:
+        errors.update(_fail_and_restore(ctx, {n: late[n] for n in order if n in late}))
+    return {n: _as_node_error(errors[n]) for n in order if n in errors}
+
+
+def _as_node_error(e: RolloutError) -> NodeOperationError:
+    return e if isinstance(e, NodeOperationError) else NodeOperationError(str(e))
 
 
 def apply_node(ctx: Context, change: NodeChange) -> None:
-    """The forward path on one node; on any failure, restore the node and raise.
+    """The forward path on one node (a batch of one); on any failure, restore the node and raise.
 
     Raises:
         NodeOperationError: a step failed; the message says which, and whether the restore held.
     """
+    failures = apply_batch(ctx, [change])
+    if change.node in failures:
+        raise failures[change.node]
+
+
+def _verify_and_uncordon(ctx: Context, change: NodeChange, devices: Mapping[str, str]) -> None:
+    """Verify, and uncordon if we cordoned: the tail of the forward path."""
     node = change.node
-    rec = ctx.record
-    step = Step.PREFLIGHT
-    try:
-        rec(node, step, Phase.BEGIN, Path.FORWARD)
-        info = ctx.cluster.node(node)
-        keys = tuple(dict.fromkeys((*WATCHED, *change.expected)))
-        prior = config_subset(ctx.cluster.configz(node), keys)
-        devices = device_resources(info.allocatable)
-        rec(node, step, Phase.DONE, Path.FORWARD, {"configz": prior, "allocatable": devices})
-
-        step = Step.CORDON
-        rec(node, step, Phase.BEGIN, Path.FORWARD, {"priorCordoned": info.unschedulable})
-        ours = not info.unschedulable
-        if ours:
-            ctx.cluster.cordon(node)
-        rec(node, step, Phase.DONE, Path.FORWARD, {"cordonedByUs": ours})
-        ctx.on_event(f"{node}: cordoned" if ours else f"{node}: already cordoned; will stay so")
-
-        step = Step.DRAIN
-        rec(node, step, Phase.BEGIN, Path.FORWARD)
-        report = drain(ctx.cluster, node, ctx.drain, ctx.clock, ctx.on_event)
-        rec(node, step, Phase.DONE, Path.FORWARD, {"evicted": list(report.evicted)})
-        ctx.on_event(f"{node}: drained ({len(report.evicted)} pod(s) evicted)")
-
-        step = Step.BACKUP
-        rec(node, step, Phase.BEGIN, Path.FORWARD, {"paths": list(change.touched)})
-        backups = []
-        for path in change.touched:
-            content = change.before.get(path)
-            mode, owner, group = change.before_meta.get(path, ("0644", "root", "root"))
-            if content is None:
-                backups.append(FileBackup(path, existed=False))
-            else:
-                digest = ctx.journal.save_backup(node, content)
-                backups.append(FileBackup(path, True, digest, mode, owner, group))
-        blobs = {p: ctx.journal.save_backup(node, c) for p, c in change.files.items()}
-        rec(
-            node,
-            step,
-            Phase.DONE,
-            Path.FORWARD,
-            {"files": [vars(b) for b in backups], "change": change_record(change, blobs)},
-        )
-
-        step = Step.APPLY
-        _apply_and_verify(ctx, change, devices)
-    except Exception as e:  # any failure, even an unexpected one, must restore the node
-        err = _wrap(e)
-        current = replay(ctx.journal.entries()).nodes.get(node, NodeStatus(node))
-        if current.phase is not Phase.FAILED:
-            step = current.step or step
-            rec(node, step, Phase.FAILED, Path.FORWARD, {"message": str(err)})
-        ctx.on_event(f"{node}: {step.value} failed: {err}; restoring the node")
-        status = replay(ctx.journal.entries()).nodes[node]
-        try:
-            restore_node(ctx, status)
-        except NodeOperationError as re:
-            raise NodeOperationError(
-                f"node {node}: {step.value} failed: {err}; and then {re}"
-            ) from re
-        raise NodeOperationError(f"node {node}: {step.value} failed: {err}; node restored") from e
-
-
-def _apply_and_verify(
-    ctx: Context, change: NodeChange, devices: Mapping[str, str], run_apply: bool = True
-) -> None:
-    """Apply (optionally), verify, and uncordon if we cordoned: the tail shared with resume."""
-    node = change.node
-    if run_apply:
-        ctx.record(node, Step.APPLY, Phase.BEGIN, Path.FORWARD)
-        ctx.on_event(f"{node}: writing {len(change.files)} file(s) and restarting {change.service}")
-        result = ctx.runner.apply(change, ctx.journal.change_id, str(ctx.journal.backups / node))
-        if not result.ok:
-            raise NodeOperationError(f"apply playbook failed on {node}: {result.message}")
-        ctx.record(node, Step.APPLY, Phase.DONE, Path.FORWARD, {"changed": result.changed})
     ctx.record(node, Step.VERIFY, Phase.BEGIN, Path.FORWARD, {"expected": dict(change.expected)})
     verify(ctx.cluster, node, change.expected, devices, ctx.clock, ctx.verify_timeout_s)
     ctx.record(node, Step.VERIFY, Phase.DONE, Path.FORWARD)
@@ -160,18 +228,21 @@ def _apply_and_verify(
     ctx.on_event(f"{node}: applied and verified" + ("" if ours else "; left cordoned as it was"))
 
 
-def _parallel(nodes: Sequence[str], work: Callable[[str], None]) -> dict[str, RolloutError]:
-    """Run ``work`` on each node at once; return the failures by node."""
-    failures: dict[str, RolloutError] = {}
-    if not nodes:
-        return failures
-    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
-        futures = {n: pool.submit(work, n) for n in nodes}
-        for n, f in futures.items():
-            e = f.exception()
-            if e is not None:
-                failures[n] = _wrap(e) if isinstance(e, Exception) else ExternalError(str(e))
-    return failures
+def _apply_and_verify(
+    ctx: Context, change: NodeChange, devices: Mapping[str, str], run_apply: bool = True
+) -> None:
+    """Apply (optionally), verify, and uncordon if we cordoned: the tail resume finishes."""
+    node = change.node
+    if run_apply:
+        ctx.record(node, Step.APPLY, Phase.BEGIN, Path.FORWARD)
+        ctx.on_event(f"{node}: writing {len(change.files)} file(s) and restarting {change.service}")
+        result = run_many([node], lambda: ctx.runner.apply_many([change], ctx.journal.change_id))[
+            node
+        ]
+        if not result.ok:
+            raise NodeOperationError(f"apply playbook failed on {node}: {result.message}")
+        ctx.record(node, Step.APPLY, Phase.DONE, Path.FORWARD, {"changed": result.changed})
+    _verify_and_uncordon(ctx, change, devices)
 
 
 def _end(ctx: Context, outcome: str, message: str, phase: Phase = Phase.DONE) -> ChangeStatus:
@@ -225,7 +296,7 @@ def run_change(
         if forward is not None and i > 0 and not (window := forward(ctx.clock.now())).allowed:
             return _end(ctx, "held", f"change window closed; holding: {window.reason}")
         ctx.on_event(f"batch {i + 1}/{len(batches)}: {', '.join(batch.nodes)}")
-        failures = _parallel(batch.nodes, lambda n: apply_node(ctx, changes[n]))
+        failures = apply_batch(ctx, [changes[n] for n in batch.nodes])
         if failures:
             what = "; ".join(str(e) for e in failures.values())
             status = _end(ctx, "stopped", what, Phase.FAILED)
@@ -260,7 +331,7 @@ def run_change(
 def _restore_many(
     ctx: Context, nodes: Sequence[str], status: ChangeStatus
 ) -> dict[str, RolloutError]:
-    return _parallel(nodes, lambda n: restore_node(ctx, status.nodes[n]))
+    return restore_nodes(ctx, [status.nodes[n] for n in nodes])
 
 
 def rollback(ctx: Context, nodes: Sequence[str] | None = None) -> ChangeStatus:
@@ -310,7 +381,7 @@ def settle_node(ctx: Context, s: NodeStatus) -> None:
             _apply_and_verify(ctx, change, s.prior_allocatable, run_apply=rerun)
             return
         except Exception as e:
-            err = _wrap(e)
+            err = wrap(e)
             current = replay(ctx.journal.entries()).nodes[s.node]
             step = current.step or Step.VERIFY
             ctx.record(s.node, step, Phase.FAILED, Path.FORWARD, {"message": str(err)})
@@ -332,7 +403,7 @@ def resume(ctx: Context) -> ChangeStatus:
         if s.state not in (NodeState.PENDING, NodeState.APPLIED, NodeState.RESTORED)
     ]
     ctx.on_event(f"resuming {status.change}: {', '.join(s.node for s in todo) or 'nothing to do'}")
-    errors = _parallel([s.node for s in todo], lambda n: settle_node(ctx, status.nodes[n]))
+    _, errors = in_parallel([s.node for s in todo], lambda n: settle_node(ctx, status.nodes[n]))
     if errors:
         what = "; ".join(str(e) for e in errors.values())
         final = _end(ctx, "resume-failed", what, Phase.FAILED)

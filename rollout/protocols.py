@@ -114,7 +114,12 @@ class RunResult:
 
 
 class NodeRunner(Protocol):
-    """Changes files on nodes (the apply and restore playbooks)."""
+    """Changes files on nodes (the apply and restore playbooks).
+
+    The ``*_many`` methods serve a whole batch with one playbook run (Ansible's start-up is paid
+    once per batch, not once per node); their results are per node, so one node failing or being
+    unreachable fails only that node.
+    """
 
     def apply(self, change: NodeChange, change_id: str, backup_dir: str) -> RunResult:
         """Back up, write the files, reset checkpoints, restart the kubelet, wait for healthz."""
@@ -127,6 +132,16 @@ class NodeRunner(Protocol):
         files: Sequence[RestoreFile],
     ) -> RunResult:
         """Put the files back byte for byte, reset checkpoints, restart, wait for healthz."""
+        ...
+
+    def apply_many(self, changes: Sequence[NodeChange], change_id: str) -> Mapping[str, RunResult]:
+        """``apply`` on every node of ``changes`` at once; the result of each, by node name."""
+        ...
+
+    def restore_many(
+        self, items: Sequence[tuple[NodeChange, Sequence[RestoreFile]]], change_id: str
+    ) -> Mapping[str, RunResult]:
+        """``restore`` on every node of ``items`` at once; the result of each, by node name."""
         ...
 
 

@@ -4,22 +4,24 @@ Why one path: whether a canary failed verify, an operator asked for a rollback, 
 killed mid-step, the node must end exactly as it was: the journaled files back byte for byte, the
 checkpoint files handled as on apply, the kubelet restarted and proven healthy with the *previous*
 settings, and uncordoned only if this change cordoned it. Every step is journaled on the
-``restore`` path, so a restore interrupted in turn is itself resumable.
+``restore`` path, so a restore interrupted in turn is itself resumable. Nodes restored together
+(a failed batch, a rollback) share one restore playbook run; every other step stays per node.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from rollout.draining import drain
-from rollout.errors import InputError, NodeOperationError, RolloutError
+from rollout.errors import ExternalError, InputError, NodeOperationError, RolloutError
 from rollout.journal import Journal, NodeStatus
 from rollout.models import FileBackup, NodeChange, Path, Phase, Step
 from rollout.planning import DrainPolicy
-from rollout.protocols import Clock, Cluster, NodeRunner, RestoreFile
+from rollout.protocols import Clock, Cluster, NodeRunner, RestoreFile, RunResult
 from rollout.verifying import verify
 
 
@@ -122,52 +124,169 @@ def needs_uncordon(status: NodeStatus) -> bool:
     )
 
 
-def restore_node(ctx: Context, status: NodeStatus) -> None:
-    """Run the restore path for one node.
+T = TypeVar("T")
 
-    When the apply step never began (``files_touched`` False) the files are as they were, so only
-    the cordon is undone. Otherwise: cordon (recording whether we did), drain, restore files,
-    verify against the previous settings, uncordon only if this change cordoned the node.
+
+def wrap(e: Exception) -> RolloutError:
+    """A rollout error as is; anything else as an ExternalError naming its type."""
+    return e if isinstance(e, RolloutError) else ExternalError(f"{type(e).__name__}: {e}")
+
+
+def in_parallel(
+    nodes: Sequence[str], work: Callable[[str], T]
+) -> tuple[dict[str, T], dict[str, RolloutError]]:
+    """Run ``work`` on each node at once (inline for one node): results and failures by node.
+
+    A ``BaseException`` that is not an ``Exception`` (SIGINT, a test's stand-in for SIGKILL) is
+    re-raised once every node's work has ended: it stops the process, it does not fail a node.
+    """
+    results: dict[str, T] = {}
+    failures: dict[str, RolloutError] = {}
+    if len(nodes) == 1:
+        try:
+            results[nodes[0]] = work(nodes[0])
+        except Exception as e:
+            failures[nodes[0]] = wrap(e)
+        return results, failures
+    if not nodes:
+        return results, failures
+    fatal: BaseException | None = None
+    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+        futures = {n: pool.submit(work, n) for n in nodes}
+        for n, f in futures.items():
+            exc = f.exception()
+            if exc is None:
+                results[n] = f.result()
+            elif isinstance(exc, Exception):
+                failures[n] = wrap(exc)
+            else:
+                fatal = fatal or exc
+    if fatal is not None:
+        raise fatal
+    return results, failures
+
+
+def run_many(
+    nodes: Sequence[str], run: Callable[[], Mapping[str, RunResult]]
+) -> dict[str, RunResult]:
+    """One shared playbook run's result for each node; a run that could not start at all (or
+    that named no result for a node) fails those nodes with the reason."""
+    try:
+        got = dict(run())
+    except Exception as e:
+        err = wrap(e)
+        return {n: RunResult(False, str(err)) for n in nodes}
+    return {
+        n: got.get(n) or RunResult(False, "the playbook reported nothing for it") for n in nodes
+    }
+
+
+def restore_node(ctx: Context, status: NodeStatus) -> None:
+    """Run the restore path for one node (see :func:`restore_nodes`).
 
     Raises:
         NodeOperationError: a restore step failed (journaled as ``failed``; state ``failed``).
     """
-    node = status.node
-    step = Step.UNCORDON
-    try:
-        ours = needs_uncordon(status)
+    failures = restore_nodes(ctx, [status])
+    if status.node in failures:
+        raise failures[status.node]
+
+
+def restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, RolloutError]:
+    """Run the restore path for several nodes; their files go back in one playbook run.
+
+    When the apply step never began (``files_touched`` False) the files are as they were, so only
+    the cordon is undone. Otherwise, per node: cordon (recording whether we did), drain; then
+    one restore run for every node that got that far; then per node: verify against the previous
+    settings, uncordon only if this change cordoned the node. A node that fails a step stops
+    there; the others go on.
+
+    Returns:
+        The nodes whose restore failed, each with a NodeOperationError naming the step (journaled
+        as ``failed``; state ``failed``).
+    """
+    by_node = {s.node: s for s in statuses}
+    failed: dict[str, RolloutError] = {}
+    ours: dict[str, bool] = {s.node: needs_uncordon(s) for s in statuses}
+    changes: dict[str, NodeChange] = {}
+    files: dict[str, list[RestoreFile]] = {}
+
+    def fail(node: str, step: Step, e: RolloutError) -> None:
+        ctx.record(node, step, Phase.FAILED, Path.RESTORE, {"message": str(e)})
+        failed[node] = NodeOperationError(f"restore of node {node} failed at {step.value}: {e}")
+
+    step_of: dict[str, Step] = {}
+
+    def guarded(step: Step, work: Callable[[str], None]) -> Callable[[str], None]:
+        def run(node: str) -> None:
+            try:
+                work(node)
+            except Exception as e:  # even an unexpected error is journaled against the node
+                fail(node, step_of.get(node, step), wrap(e))
+
+        return run
+
+    def prepare(node: str) -> None:
+        status = by_node[node]
+        if not status.files_touched:
+            return
+        if not status.record:
+            step_of[node] = Step.UNCORDON
+            raise InputError(f"journal has no change record for node {node}")
+        changes[node] = change_from_record(ctx.journal, node, status.record)
+        step_of[node] = Step.CORDON
+        info = ctx.cluster.node(node)
+        ctx.record(
+            node, Step.CORDON, Phase.BEGIN, Path.RESTORE, {"priorCordoned": info.unschedulable}
+        )
+        if not info.unschedulable:
+            ctx.cluster.cordon(node)
+            ours[node] = True
+        ctx.record(node, Step.CORDON, Phase.DONE, Path.RESTORE, {"cordonedByUs": ours[node]})
+        step_of[node] = Step.DRAIN
+        ctx.record(node, Step.DRAIN, Phase.BEGIN, Path.RESTORE)
+        report = drain(ctx.cluster, node, ctx.drain, ctx.clock, ctx.on_event)
+        ctx.record(node, Step.DRAIN, Phase.DONE, Path.RESTORE, {"evicted": list(report.evicted)})
+        step_of[node] = Step.RESTORE
+        files[node] = restore_files(ctx.journal, node, status.backups)
+        ctx.record(
+            node,
+            Step.RESTORE,
+            Phase.BEGIN,
+            Path.RESTORE,
+            {"files": [{"path": f.path, "remove": f.content is None} for f in files[node]]},
+        )
+        ctx.on_event(f"{node}: restoring {len(files[node])} file(s)")
+
+    in_parallel(list(by_node), guarded(Step.CORDON, prepare))
+
+    todo = [n for n in by_node if n in files and n not in failed]
+    if todo:
+        results = run_many(
+            todo,
+            lambda: ctx.runner.restore_many(
+                [(changes[n], files[n]) for n in todo], ctx.journal.change_id
+            ),
+        )
+        for n in todo:
+            if not results[n].ok:
+                fail(
+                    n,
+                    Step.RESTORE,
+                    NodeOperationError(f"restore playbook failed on {n}: {results[n].message}"),
+                )
+
+    def finish(node: str) -> None:
+        status = by_node[node]
         if status.files_touched:
-            if not status.record:
-                raise InputError(f"journal has no change record for node {node}")
-            change = change_from_record(ctx.journal, node, status.record)
-            step = Step.CORDON
-            info = ctx.cluster.node(node)
-            ctx.record(node, step, Phase.BEGIN, Path.RESTORE, {"priorCordoned": info.unschedulable})
-            if not info.unschedulable:
-                ctx.cluster.cordon(node)
-                ours = True
-            ctx.record(node, step, Phase.DONE, Path.RESTORE, {"cordonedByUs": ours})
-            step = Step.DRAIN
-            ctx.record(node, step, Phase.BEGIN, Path.RESTORE)
-            report = drain(ctx.cluster, node, ctx.drain, ctx.clock, ctx.on_event)
-            ctx.record(node, step, Phase.DONE, Path.RESTORE, {"evicted": list(report.evicted)})
-            step = Step.RESTORE
-            files = restore_files(ctx.journal, node, status.backups)
+            ctx.record(node, Step.RESTORE, Phase.DONE, Path.RESTORE)
+            step_of[node] = Step.RESTORE_VERIFY
             ctx.record(
                 node,
-                step,
+                Step.RESTORE_VERIFY,
                 Phase.BEGIN,
                 Path.RESTORE,
-                {"files": [{"path": f.path, "remove": f.content is None} for f in files]},
-            )
-            ctx.on_event(f"{node}: restoring {len(files)} file(s)")
-            result = ctx.runner.restore(change, ctx.journal.change_id, files)
-            if not result.ok:
-                raise NodeOperationError(f"restore playbook failed on {node}: {result.message}")
-            ctx.record(node, step, Phase.DONE, Path.RESTORE)
-            step = Step.RESTORE_VERIFY
-            ctx.record(
-                node, step, Phase.BEGIN, Path.RESTORE, {"expected": dict(status.prior_config)}
+                {"expected": dict(status.prior_config)},
             )
             verify(
                 ctx.cluster,
@@ -177,13 +296,14 @@ def restore_node(ctx: Context, status: NodeStatus) -> None:
                 ctx.clock,
                 ctx.verify_timeout_s,
             )
-            ctx.record(node, step, Phase.DONE, Path.RESTORE)
-        step = Step.UNCORDON
-        ctx.record(node, step, Phase.BEGIN, Path.RESTORE, {"weCordoned": ours})
-        if ours:
+            ctx.record(node, Step.RESTORE_VERIFY, Phase.DONE, Path.RESTORE)
+        step_of[node] = Step.UNCORDON
+        mine = ours[node]
+        ctx.record(node, Step.UNCORDON, Phase.BEGIN, Path.RESTORE, {"weCordoned": mine})
+        if mine:
             ctx.cluster.uncordon(node)
-        ctx.record(node, step, Phase.DONE, Path.RESTORE, {"uncordoned": ours})
-        ctx.on_event(f"{node}: restored" + ("" if ours else " (cordon state left as it was)"))
-    except RolloutError as e:
-        ctx.record(node, step, Phase.FAILED, Path.RESTORE, {"message": str(e)})
-        raise NodeOperationError(f"restore of node {node} failed at {step.value}: {e}") from e
+        ctx.record(node, Step.UNCORDON, Phase.DONE, Path.RESTORE, {"uncordoned": mine})
+        ctx.on_event(f"{node}: restored" + ("" if mine else " (cordon state left as it was)"))
+
+    in_parallel([n for n in by_node if n not in failed], guarded(Step.UNCORDON, finish))
+    return {n: failed[n] for n in by_node if n in failed}

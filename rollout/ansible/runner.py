@@ -13,7 +13,8 @@ Directories on the controller, under ``private_data_dir_root``::
     changes/<change>/restore/<host>.json                  restore payloads (written here)
     changes/<change>/backups/<host>/manifest.json         the node's backup, bytes included
     changes/<change>/results/<action>/<host>.json         what each playbook reported per host
-    runner/                                               ansible-runner's private data dir
+    runner/, runner-1/, ...                               ansible-runner's private data dirs, one
+                                                          per run in flight (runs may overlap)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -270,6 +272,19 @@ class AnsibleRunner:
             "PATH": _path_with_ansible(),
             **(envvars or {}),
         }
+        self._busy: set[int] = set()
+        self._slots = threading.Lock()
+
+    def _take_slot(self) -> int:
+        """The lowest private data dir no run in flight uses (ansible-runner's files in it are
+        per run, so two overlapping runs, e.g. a restore during another batch's apply, must not
+        share one)."""
+        with self._slots:
+            slot = 0
+            while slot in self._busy:
+                slot += 1
+            self._busy.add(slot)
+            return slot
 
     def change_dir(self, change_id: str) -> Path:
         return self.root / "changes" / change_id
@@ -301,12 +316,13 @@ class AnsibleRunner:
                     on_event(e)
             return True
 
-        pdd = self.root / "runner"
-        pdd.mkdir(parents=True, exist_ok=True, mode=0o700)
         extra = {"rollout_hosts": "all", **extravars}
         forks = max(1, len(hosts)) if hosts else 50
         started = time.monotonic()
+        slot = self._take_slot()
         try:
+            pdd = self.root / ("runner" if slot == 0 else f"runner-{slot}")
+            pdd.mkdir(parents=True, exist_ok=True, mode=0o700)
             r = ansible_runner.run(
                 private_data_dir=str(pdd),
                 project_dir=str(self.playbook_dir),
@@ -322,6 +338,9 @@ class AnsibleRunner:
             )
         except Exception as e:  # ansible-runner raises plain exceptions for config errors
             raise ExternalError(f"ansible-runner could not run {playbook}: {e}") from e
+        finally:
+            with self._slots:
+                self._busy.discard(slot)
         elapsed = time.monotonic() - started
         reports: dict[str, Mapping[str, Any]] = {}
         if report_dir is not None:

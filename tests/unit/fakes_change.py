@@ -99,6 +99,7 @@ class FakeRunner:
         self.fail_restore = set(fail_restore)
         self.applied: list[str] = []
         self.restored: list[str] = []
+        self.runs: list[tuple[str, tuple[str, ...]]] = []
 
     def apply(self, change: NodeChange, change_id: str, backup_dir: str) -> RunResult:
         self.applied.append(change.node)
@@ -127,6 +128,18 @@ class FakeRunner:
         n.config = _config_of(n.files)
         n.healthy = True
         return RunResult(True, changed=True)
+
+    def apply_many(self, changes: Sequence[NodeChange], change_id: str) -> dict[str, RunResult]:
+        """One shared run; each outcome its own (via ``apply``, so tests can patch it)."""
+        self.runs.append(("apply", tuple(c.node for c in changes)))
+        return {c.node: self.apply(c, change_id, "") for c in changes}
+
+    def restore_many(
+        self, items: Sequence[tuple[NodeChange, Sequence[RestoreFile]]], change_id: str
+    ) -> dict[str, RunResult]:
+        """One shared run: each node's outcome its own."""
+        self.runs.append(("restore", tuple(c.node for c, _ in items)))
+        return {c.node: self.restore(c, change_id, files) for c, files in items}
 
 
 def _config_of(files: Mapping[str, bytes]) -> dict[str, Any]:

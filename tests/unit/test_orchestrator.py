@@ -225,3 +225,53 @@ def test_resume_after_kill_at_each_step_settles_every_node(tmp_path: Path, at: s
     # resume is idempotent: a second run has nothing left to do
     again = resume(ctx)
     assert again.nodes["n1"].state is n1.state
+
+
+def test_batch_shares_one_apply_run_and_outcomes_stay_per_node(tmp_path: Path) -> None:
+    ctx, cluster, runner = _setup(tmp_path, refuse=("n2",))
+    with pytest.raises(NodeOperationError) as e:
+        _run(ctx)
+    assert runner.runs == [("apply", ("n1", "n2")), ("restore", ("n2",))]
+    assert "node n2: apply failed" in str(e.value) and "n1" not in runner.restored
+    st = replay(ctx.journal.entries())
+    assert (st.nodes["n1"].state, st.nodes["n2"].state) == (NodeState.APPLIED, NodeState.RESTORED)
+    assert cluster.nodes["n1"].files[CONF] == NEW and cluster.nodes["n2"].files == {CONF: OLD}
+    # every node's apply is journaled begin before the shared run and done/failed after it
+    steps = [(x.node, x.phase.value) for x in ctx.journal.entries() if x.step == "apply"]
+    assert steps == [("n1", "begin"), ("n2", "begin"), ("n1", "done"), ("n2", "failed")]
+
+
+def test_node_failing_before_apply_is_left_out_of_the_shared_run(tmp_path: Path) -> None:
+    ctx, cluster, runner = _setup(tmp_path, blocked=("default/n1-p0",))
+    with pytest.raises(NodeOperationError, match="node n1: drain failed"):
+        _run(ctx)
+    assert runner.runs == [("apply", ("n2",))]  # n1's files were never touched: no restore run
+    assert cluster.nodes["n2"].config["cpuManagerPolicy"] == "static"
+    assert not cluster.nodes["n1"].info.unschedulable
+
+
+def test_playbook_that_cannot_start_fails_every_node_of_the_run(tmp_path: Path) -> None:
+    ctx, cluster, runner = _setup(tmp_path)
+
+    def broken(changes: object, change_id: str) -> object:
+        raise RuntimeError("ansible-playbook not found")
+
+    runner.apply_many = broken  # type: ignore[method-assign]
+    with pytest.raises(NodeOperationError) as e:
+        _run(ctx)
+    for n in ("n1", "n2"):
+        assert (
+            f"node {n}: apply failed: apply playbook failed on {n}: RuntimeError: ansible"
+            in str(e.value)
+        )
+    st = replay(ctx.journal.entries())
+    assert {st.nodes[n].state for n in ("n1", "n2")} == {NodeState.RESTORED}
+    assert all(not cluster.nodes[n].info.unschedulable for n in ("n1", "n2"))
+
+
+def test_rollback_restores_nodes_in_one_run(tmp_path: Path) -> None:
+    ctx, cluster, runner = _setup(tmp_path)
+    _run(ctx)
+    rollback(ctx)
+    assert runner.runs[-1] == ("restore", ("n1", "n2"))
+    assert all(cluster.nodes[n].files == {CONF: OLD} for n in ("n1", "n2"))
