@@ -12,8 +12,9 @@ Usage::
    --delete-emptydir-data``, ``ansible-playbook apply.yml`` with the same payload, ``kubectl
    uncordon``; wall time.
 
-Prints one JSON object: both wall times, their ratio, and the time ``rollout`` adds per node beyond
-the unavoidable waits (preflight with facts gathering included, and without it).
+Prints one JSON object: both wall times, their ratio, the time ``rollout`` adds per node beyond
+the unavoidable waits (preflight with facts gathering included, and without it), how many
+playbook runs the apply made, and per batch the slowest drain / apply / verify and the wall.
 """
 
 from __future__ import annotations
@@ -62,6 +63,41 @@ def unavoidable(journal: Journal) -> tuple[float, float]:
     return waits, _t(begin.ts)
 
 
+def per_batch(journal: Journal) -> list[dict[str, float]]:
+    """Per batch: the slowest node's drain, apply, verify, and the batch's wall (first node step
+    begun to last uncordon done), from the journal's timestamps."""
+    entries = journal.entries()
+    begin = next(e for e in entries if e.step == "change")
+    out = []
+    for batch in begin.data.get("batches", []):
+        spans: dict[str, float] = {}
+        ts = [_t(e.ts) for e in entries if e.node in batch and e.path and e.path.value == "forward"]
+        for step in ("drain", "apply", "verify"):
+            longest = 0.0
+            for n in batch:
+                b = [
+                    _t(e.ts)
+                    for e in entries
+                    if (e.node, e.step) == (n, step) and e.phase.value == "begin"
+                ]
+                d = [
+                    _t(e.ts)
+                    for e in entries
+                    if (e.node, e.step) == (n, step) and e.phase.value == "done"
+                ]
+                if b and d:
+                    longest = max(longest, d[-1] - b[0])
+            spans[step] = round(longest, 1)
+        spans["wall"] = round(max(ts) - min(ts), 1) if ts else 0.0
+        out.append(spans)
+    return out
+
+
+def playbook_runs(journal: Journal) -> int:
+    """How many ansible-runner runs the change made (one artifacts dir each)."""
+    return sum(1 for d in (journal.dir / "ansible").glob("**/artifacts/*") if d.is_dir())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=10)
@@ -88,6 +124,8 @@ def main() -> None:
         journal = Journal.open(work / "state", change)
         waits, change_begin = unavoidable(journal)
         preflight = change_begin - started
+        batches = per_batch(journal)
+        runs = playbook_runs(journal)
         status = replay(journal.entries())
         changes = {n: change_from_record(journal, n, status.nodes[n].record) for n in names}
         r = ck.cli(["rollback", "--change", change, "--yes"], env, 1800)
@@ -170,6 +208,8 @@ def main() -> None:
                     "preflightS": round(preflight, 1),
                     "addedPerNodeS": round(added / args.nodes, 2),
                     "addedPerNodeWithoutPreflightS": round((added - preflight) / args.nodes, 2),
+                    "applyPlaybookRuns": runs,
+                    "batches": batches,
                 },
                 indent=2,
             )
