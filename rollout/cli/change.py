@@ -30,7 +30,7 @@ from rollout.protocols import Gate
 from rollout.restoring import Context
 from rollout.windows import guard, parse_windows
 
-from .options import inventory_option, kube_options, output_option
+from .options import inventory_option, kube_options, output_option, plan_option
 
 
 class SystemClock:
@@ -185,13 +185,7 @@ _verify_timeout = click.option(
 
 
 @click.command("apply")
-@click.option(
-    "--plan",
-    "plan_path",
-    envvar="ROLLOUT_PLAN",
-    type=click.Path(dir_okay=False),
-    help="The plan file (default: $ROLLOUT_PLAN).",
-)
+@plan_option
 @inventory_option
 @click.option("--canary", is_flag=True, help="Change only the canary group, then hold.")
 @click.option("--dry-run", is_flag=True, help="Print the whole plan and change nothing.")

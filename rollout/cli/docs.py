@@ -15,7 +15,7 @@ import click
 
 from rollout.errors import InputError, Location, PreflightError
 
-from .options import inventory_option, kube_options, output_option
+from .options import inventory_option, kube_options, output_option, plan_option
 
 
 def _write(text: str, out: str | None) -> None:
@@ -41,13 +41,7 @@ _out = click.option(
 
 
 @click.command("runbook")
-@click.option(
-    "--plan",
-    "plan_path",
-    envvar="ROLLOUT_PLAN",
-    type=click.Path(dir_okay=False),
-    help="The plan file (default: $ROLLOUT_PLAN).",
-)
+@plan_option
 @inventory_option
 @click.option(
     "-o",

@@ -18,6 +18,14 @@ output_option = click.option(
     help="Output format.",
 )
 
+plan_option = click.option(
+    "--plan",
+    "plan_path",
+    envvar="ROLLOUT_PLAN",
+    type=click.Path(dir_okay=False),
+    help="The plan file (default: $ROLLOUT_PLAN).",
+)
+
 inventory_option = click.option(
     "-i",
     "--inventory",
