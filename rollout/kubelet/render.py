@@ -20,7 +20,7 @@ from typing import Any, Literal
 import jinja2
 
 from rollout.errors import ConflictError, InputError, Location
-from rollout.kubelet import cpuset, yamledit
+from rollout.kubelet import checkpoints, cpuset, yamledit
 from rollout.kubelet.distributions import Distribution
 from rollout.kubelet.flags import FIELD_FLAGS, format_flag_value
 from rollout.kubelet.intent import Intent
@@ -127,28 +127,9 @@ def _dropin_content(dist: Distribution, fields: Mapping[str, Any], plan_name: st
 
 
 def _checkpoint_reset(before: EffectiveConfig, after: EffectiveConfig) -> tuple[str, ...]:
-    b, a = before.config, after.config
-    out = []
-    cpu_keys = ("cpuManagerPolicy", "cpuManagerPolicyOptions", "reservedSystemCPUs")
-    changed = any(b.get(k) != a.get(k) for k in cpu_keys)
-    if "static" in (b.get("cpuManagerPolicy"), a.get("cpuManagerPolicy")):
-        for section in ("kubeReserved", "systemReserved"):
-            changed |= (b.get(section) or {}).get("cpu") != (a.get(section) or {}).get("cpu")
-    if changed:
-        out.append(f"{after.root_dir}/cpu_manager_state")
-    mem_changed = b.get("memoryManagerPolicy") != a.get("memoryManagerPolicy")
-    if "Static" in (b.get("memoryManagerPolicy"), a.get("memoryManagerPolicy")):
-        mem_changed |= b.get("reservedMemory") != a.get("reservedMemory")
-        for section in ("kubeReserved", "systemReserved"):
-            mem_changed |= (b.get(section) or {}).get("memory") != (a.get(section) or {}).get(
-                "memory"
-            )
-        mem_changed |= (b.get("evictionHard") or {}).get("memory.available") != (
-            a.get("evictionHard") or {}
-        ).get("memory.available")
-    if mem_changed:
-        out.append(f"{after.root_dir}/memory_manager_state")
-    return tuple(out)
+    """The checkpoint files (node paths under the kubelet's root dir) this change must remove."""
+    names = checkpoints.reset_needed(before.config, after.config)
+    return tuple(f"{after.root_dir}/{name}" for name in names)
 
 
 def _where(before: EffectiveConfig, field: str) -> Location:
