@@ -88,6 +88,17 @@ def inventory_text(nodes: Sequence[n.LabNode], key: Path, header: str = "") -> s
     return "\n".join(lines)
 
 
+# The change the lab's plans make: static CPU manager reserving one core's two threads (CPUs 0
+# and 32 on the default node shape), Topology Manager single-numa-node at pod scope.
+LAB_INTENT = (
+    "kubelet:",
+    "  cpuManagerPolicy: static",
+    '  reservedSystemCPUs: "0,32"',
+    "  topologyManagerPolicy: single-numa-node",
+    "  topologyManagerScope: pod",
+)
+
+
 def plan_text(nodes: Sequence[n.LabNode], name: str) -> str:
     """A ready canary plan for the lab's nodes."""
     dists = sorted({x.distribution for x in nodes})
@@ -103,11 +114,7 @@ def plan_text(nodes: Sequence[n.LabNode], name: str) -> str:
     if len(dists) == 1:
         out.append(f"distribution: {dists[0]}")
     out += [
-        "kubelet:",
-        "  cpuManagerPolicy: static",
-        '  reservedSystemCPUs: "0,32"',
-        "  topologyManagerPolicy: single-numa-node",
-        "  topologyManagerScope: pod",
+        *LAB_INTENT,
         "strategy:",
         "  canaryGroup: canary",
         "  maxUnavailable: 1",

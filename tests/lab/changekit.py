@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.journal import Journal, replay
-from rollout.lab.cluster import Lab
+from rollout.lab.cluster import LAB_INTENT, Lab
 
 ROLLOUT = str(Path(sys.executable).parent / "rollout")
 # the node files a change may touch, per distribution (checkpoints and pods excluded)
@@ -58,11 +58,7 @@ def plan(
         "kind: RolloutPlan",
         "metadata:",
         "  name: lab-test",
-        "kubelet:",
-        "  cpuManagerPolicy: static",
-        '  reservedSystemCPUs: "0,32"',
-        "  topologyManagerPolicy: single-numa-node",
-        "  topologyManagerScope: pod",
+        *LAB_INTENT,
         "strategy:",
         "  canaryGroup: canary",
         f"  maxUnavailable: {max_unavailable}",
