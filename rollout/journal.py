@@ -33,8 +33,6 @@ from rollout.models import FileBackup, NodeState, Path, Phase, Step
 CHANGE_STEP = "change"
 """The step name of change-level entries (node is None): begin, then done/failed with an outcome."""
 
-_FORWARD_ORDER = {s: i for i, s in enumerate(Step)}
-
 
 def state_dir(env: Mapping[str, str] | None = None) -> FsPath:
     """The state directory: ``$ROLLOUT_STATE_DIR``, else ``~/.local/state/rollout``."""
@@ -405,8 +403,3 @@ def _apply_entry(s: NodeStatus, e: Entry) -> NodeStatus:
     if step is Step.UNCORDON and e.phase is Phase.DONE:
         return replace(s, state=NodeState.RESTORED, files_touched=False)
     return replace(s, state=NodeState.RESTORING)
-
-
-def forward_index(step: Step) -> int:
-    """Position of a step in :class:`Step` order (for 'was the step before X' questions)."""
-    return _FORWARD_ORDER[step]

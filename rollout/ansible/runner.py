@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from rollout.ansible.payloads import ApplyPayload, Backup, RestorePayload
 from rollout.errors import ExternalError, InputError, Location
@@ -105,9 +105,6 @@ class PlaybookResult:
     def ok(self) -> bool:
         return all(h.status == "ok" for h in self.hosts.values())
 
-    def with_status(self, *statuses: HostStatus) -> list[str]:
-        return sorted(h for h, r in self.hosts.items() if r.status in statuses)
-
 
 @dataclass(frozen=True)
 class ApplyResult:
@@ -115,32 +112,6 @@ class ApplyResult:
 
     playbook: PlaybookResult
     backups: Mapping[str, Backup | None] = field(default_factory=dict)
-
-
-class PlaybookRunner(Protocol):
-    """The boundary the orchestrator depends on; :class:`AnsibleRunner` is the real one."""
-
-    def gather_facts(
-        self, inventory: Path, hosts: Sequence[str] | None = None
-    ) -> dict[str, dict[str, Any]]: ...
-
-    def apply(
-        self,
-        inventory: Path,
-        change_id: str,
-        payloads: Mapping[str, ApplyPayload],
-        on_event: Callable[[TaskEvent], None] | None = None,
-        extravars: Mapping[str, Any] | None = None,
-    ) -> ApplyResult: ...
-
-    def restore(
-        self,
-        inventory: Path,
-        change_id: str,
-        payloads: Mapping[str, RestorePayload],
-        on_event: Callable[[TaskEvent], None] | None = None,
-        extravars: Mapping[str, Any] | None = None,
-    ) -> PlaybookResult: ...
 
 
 _KINDS: dict[str, Literal["start", "ok", "failed", "unreachable", "skipped"]] = {

@@ -12,7 +12,7 @@ kubeconfig the tool already has (RBAC: ``nodes/proxy`` get). Counters are turned
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -147,17 +147,6 @@ class KubeletCounters:
             else:
                 keep.append(r)
         self.readings = list(newest_old.values()) + keep
-
-
-def scrape_once(fetcher: MetricsFetcher, nodes: Iterable[str], now: float) -> list[CounterReading]:
-    """Scrape each node once (for a baseline taken before a change); errors propagate."""
-    out = []
-    for n in nodes:
-        try:
-            out.append(parse_metrics(n, fetcher.fetch(n), now))
-        except ValueError as e:
-            raise ExternalError(str(e)) from e
-    return out
 
 
 class KubeletSignal:

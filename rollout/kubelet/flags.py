@@ -123,9 +123,6 @@ FLAG_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
 # field -> flag, for rendering MicroK8s args and naming flags in messages
 FIELD_FLAGS: dict[str, str] = {field: flag for flag, (field, _) in FLAG_FIELDS.items()}
 
-# Flags that are not configuration fields but change where the kubelet reads from.
-PATH_FLAGS = ("config", "config-dir", "root-dir")
-
 
 def format_flag_value(field: str, value: Any) -> str:
     """Print a configuration value in the syntax of its kubelet flag (inverse of the parsers)."""

@@ -211,10 +211,6 @@ def load_file(
 # ---------------------------------------------------------------- node files
 
 
-def _flag_paths(dist: Distribution, root: Path | None) -> list[str]:
-    return [ff.path for ff in dist.flag_files]
-
-
 def load_node(distribution: str | Distribution, node_root: Path | str) -> NodeFiles:
     """Read every file the distribution's kubelet reads, from ``node_root`` + node path.
 

@@ -370,11 +370,3 @@ def check_memory_manager(
                 f"equal to the value {go_quote(str(want))} determined by Node Allocatable feature",
             )
             return
-
-
-def check_all(ctx: Ctx) -> None:
-    """Every start-up rule, in the kubelet's order."""
-    reserved = check_server(ctx)
-    check_topology_manager(ctx)
-    check_cpu_manager(ctx, reserved)
-    check_memory_manager(ctx, reserved)

@@ -25,7 +25,7 @@ from typing import Any
 from rollout.errors import LabError
 from rollout.lab import nodes as n
 from rollout.lab.controlplane import ControlPlane, ControlPlaneError, find_bin_dir, missing_binaries
-from rollout.lab.seeds import DISTRIBUTIONS, LAYOUTS
+from rollout.lab.seeds import DISTRIBUTIONS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 Progress = Callable[[str], None]
@@ -660,8 +660,3 @@ class Lab:
             node = n.LabNode(**rec["node"])
             lab.nodes[node.name] = NodeRecord(node, n.NodeProcs(**rec["procs"]))
         return lab
-
-
-def all_units() -> dict[str, str]:
-    """Distribution -> kubelet unit name (for docs and status)."""
-    return {d: LAYOUTS[d].unit for d in DISTRIBUTIONS}
