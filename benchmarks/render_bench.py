@@ -23,8 +23,8 @@ from rollout.kubelet.loading import node_from_files
 from rollout.kubelet.render import render
 
 FIXTURE = (
-    Path(__file__).resolve().parents[1].parent
-    / "shared/fixtures/kubelet/kubeadm-var-lib-kubelet-config.yaml"
+    Path(__file__).resolve().parents[1]
+    / "tests/fixtures/kubelet/kubeadm-var-lib-kubelet-config.yaml"
 )
 
 

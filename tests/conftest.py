@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
 IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false")
 
 

@@ -6,7 +6,7 @@ environment files, and the service unit with its drop-ins. The contents are writ
 text, in each writer's format: sigs.k8s.io/yaml sorted keys for kubeadm/k3s/RKE2, jq-style JSON for
 EKS AL2, Go ``MarshalIndent`` JSON without trailing newline for nodeadm, Jinja-style YAML for
 kubespray, one flag per line for MicroK8s); facts such as paths, unit names and flag variables
-follow the real distributions (see ``/work/shared/fixtures/kubelet/README.md`` for provenance).
+follow the real distributions (provenance: ``tests/fixtures/kubelet/README.md``).
 
 Nothing here does I/O: :func:`seed_files` returns ``{node path: content}`` and the lab writes it.
 """

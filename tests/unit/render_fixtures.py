@@ -1,4 +1,4 @@
-"""Node roots built from the shared real-node fixtures (``../shared/fixtures/kubelet``).
+"""Node roots built from the shared real-node fixtures (``tests/fixtures/kubelet``).
 
 The fixtures carry ``# [fixture]`` provenance lines that are not part of the real files; they are
 stripped here, as the fixtures README says.
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rollout.kubelet.loading import NodeFiles, node_from_files
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "kubelet"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kubelet"
 
 K3S_D = "/var/lib/rancher/k3s/agent/etc/kubelet.conf.d"
 RKE2_D = "/var/lib/rancher/rke2/agent/etc/kubelet.conf.d"

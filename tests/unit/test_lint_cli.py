@@ -1,4 +1,4 @@
-"""``rollout lint`` end to end with CliRunner, and the real node files in shared/fixtures."""
+"""``rollout lint`` end to end with CliRunner, and the real node files in tests/fixtures."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from rollout.cli import cli
 from rollout.errors import InputError
 from rollout.kubelet.facts import load_node_facts
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "kubelet"
-needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared fixtures not present")
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kubelet"
 
 INTENT = (
     "apiVersion: kubelet.config.k8s.io/v1beta1\n"
@@ -131,7 +130,6 @@ def test_malformed_facts(tmp_path: Path) -> None:
         load_node_facts(facts)
 
 
-@needs_fixtures
 @pytest.mark.parametrize(
     "name",
     [
@@ -149,7 +147,6 @@ def test_stock_configs_lint_clean(name: str, tmp_path: Path) -> None:
     assert (code, json.loads(out)) == (0, [])
 
 
-@needs_fixtures
 def test_eks_al2_with_reserved_cpus_hits_the_cgroup_rule(tmp_path: Path) -> None:
     path = real_file("eks-al2-kubelet-config.json", tmp_path)
     data = json.loads(path.read_text())
@@ -168,7 +165,6 @@ def test_eks_al2_with_reserved_cpus_hits_the_cgroup_rule(tmp_path: Path) -> None
     assert '"reservedSystemCPUs"' in lines[finding["line"] - 1]
 
 
-@needs_fixtures
 def test_node_set_via_distribution(tmp_path: Path) -> None:
     """k3s node: the distribution's defaults plus our drop-in, merged like the kubelet."""
     dropins = tmp_path / "var/lib/rancher/k3s/agent/etc/kubelet.conf.d"
