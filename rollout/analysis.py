@@ -25,12 +25,12 @@ Across nodes and signals the worst wins: Failed > Error > Inconclusive > Success
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from rollout.durations import parse_go_duration
 from rollout.errors import InputError, Location
 from rollout.samples import NodeCounts, group_counts
 
@@ -121,7 +121,6 @@ class GateConfig:
         }
 
 
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 _KEYS = {
     "window",
     "soak",
@@ -179,11 +178,10 @@ def parse_gate_config(
         if isinstance(v, int | float):
             seconds = float(v)
         else:
-            m = _DURATION.match(str(v).strip())
-            if not m or not any(m.groups()):
-                raise bad(key, f"must be a duration like 60s or 2m, not {v!r}")
-            h, mi, s = (float(g) if g else 0.0 for g in m.groups())
-            seconds = h * 3600 + mi * 60 + s
+            try:
+                seconds = parse_go_duration(str(v).strip())
+            except ValueError:
+                raise bad(key, f"must be a duration like 60s, 1m30s or 500ms, not {v!r}") from None
         if seconds <= 0:
             raise bad(key, f"must be positive, not {v!r}")
         return seconds

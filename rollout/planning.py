@@ -9,19 +9,17 @@ the facts (nodes, pods, PDBs, ResourceSlices) and hands them in.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollout.durations import parse_go_duration
 from rollout.errors import InputError, Location
 from rollout.models import NodeFacts, NodeInfo, PdbRef, PodRef
 
 STRATEGY_KEYS = ("canaryGroup", "maxUnavailable", "drain", "batches")
 DRAIN_KEYS = ("timeout", "backoffCap", "disableEviction", "gracePeriod")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
 @dataclass(frozen=True)
@@ -61,7 +59,7 @@ class Strategy:
 
 
 def parse_duration(value: Any, where: Location) -> float:
-    """Seconds from ``30``, ``"30s"``, ``"2m"``, ``"500ms"``, ``"1h"``.
+    """Seconds from a number or a Go duration (``"30s"``, ``"1m30s"``, ``"500ms"``, ``"2h"``).
 
     Raises:
         InputError: not a duration (location named).
@@ -71,10 +69,12 @@ def parse_duration(value: Any, where: Location) -> float:
     if isinstance(value, int | float):
         seconds = float(value)
     else:
-        m = _DURATION.match(str(value))
-        if not m:
-            raise InputError(f"not a duration: {value!r} (use e.g. 30s, 2m)", where)
-        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+        try:
+            seconds = parse_go_duration(str(value).strip())
+        except ValueError:
+            raise InputError(
+                f"not a duration: {value!r} (Go's grammar: e.g. 30s, 1m30s, 500ms, 2h)", where
+            ) from None
     if seconds <= 0:
         raise InputError(f"must be positive, got {value!r}", where)
     return seconds

@@ -8,16 +8,15 @@ concern CPU, memory and topology settings. Messages are the kubelet's format str
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Mapping
 from typing import Any
 
+from rollout.durations import is_go_duration
 from rollout.kubelet import cpuset, quantity
 from rollout.kubelet.fields import FIELDS, accepts, json_kind
 from rollout.kubelet.options import GATES, SPECIAL_GATES
 from rollout.kubelet.rules_base import Ctx, Stage, go_quote
 
-_DURATION = re.compile(r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+|[-+]?0")
 _API_VERSION = "kubelet.config.k8s.io/v1beta1"
 _TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 
@@ -52,7 +51,7 @@ def check_decode(ctx: Ctx) -> None:
                 if elem in ("string", "bool") and not accepts(elem, v):
                     ctx.bad_fields.add(name)
                     ctx.error(Stage.DECODE, f"{name}.{k}", _unmarshal(json_kind(v), name, elem))
-        if go_type == "v1.Duration" and isinstance(value, str) and not _DURATION.fullmatch(value):
+        if go_type == "v1.Duration" and isinstance(value, str) and not is_go_duration(value):
             ctx.bad_fields.add(name)
             ctx.error(Stage.DECODE, name, f"time: invalid duration {go_quote(value)}")
 
