@@ -20,7 +20,16 @@ message.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
+
+
+def suggest(word: str, choices: Iterable[Any]) -> str:
+    """`` (did you mean "x"?)`` when a close match exists, else the empty string."""
+    match = difflib.get_close_matches(word, [str(c) for c in choices], n=1)
+    return f' (did you mean "{match[0]}"?)' if match else ""
 
 
 class RolloutError(Exception):

@@ -8,13 +8,12 @@ kept raw so their owners parse them, and ``Plan.line_of`` lets them name the lin
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollout.errors import InputError, Location
+from rollout.errors import InputError, Location, suggest
 from rollout.kubelet.distributions import DISTRIBUTIONS
 from rollout.kubelet.loading import parse_document
 
@@ -33,12 +32,6 @@ TOP_LEVEL = (
     "windows",
 )
 NODE_KEYS = ("kubelet", "distribution", "method")
-
-
-def suggest(word: str, choices: Iterable[Any]) -> str:
-    """`` (did you mean "x"?)`` when a close match exists, else the empty string."""
-    match = difflib.get_close_matches(word, [str(c) for c in choices], n=1)
-    return f' (did you mean "{match[0]}"?)' if match else ""
 
 
 @dataclass(frozen=True)

@@ -154,7 +154,7 @@ def _parse_days(value: Any, where: Location) -> frozenset[int]:
         for p in parts:
             p = _LONG.get(p, p)
             if p not in DAY_NAMES:
-                from rollout.plan import suggest
+                from rollout.errors import suggest
 
                 raise InputError(f"unknown day {p!r}{suggest(p, DAY_NAMES)}; use mon..sun", where)
             idx.append(DAY_NAMES.index(p))
@@ -208,7 +208,7 @@ def parse_windows(
             raise InputError("must be a mapping with start, end (and days, timeZone)", loc(base))
         for key in item:
             if key not in WINDOW_KEYS:
-                from rollout.plan import suggest
+                from rollout.errors import suggest
 
                 raise InputError(
                     f"unknown field{suggest(str(key), WINDOW_KEYS)}", loc(f"{base}.{key}")

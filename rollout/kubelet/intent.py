@@ -15,8 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.errors import InputError, Location
-from rollout.plan import suggest
+from rollout.errors import InputError, Location, suggest
 
 DEFAULT_INTENT: dict[str, Any] = {
     "cpuManagerPolicy": "static",

@@ -19,15 +19,14 @@ from typing import Any, Literal
 
 import jinja2
 
-from rollout.errors import ConflictError, InputError, Location
+from rollout import assets
+from rollout.errors import ConflictError, InputError, Location, suggest
 from rollout.kubelet import checkpoints, cpuset, yamledit
 from rollout.kubelet.distributions import Distribution
 from rollout.kubelet.flags import FIELD_FLAGS, format_flag_value
 from rollout.kubelet.intent import Intent
 from rollout.kubelet.loading import EffectiveConfig, NodeFiles, effective
-from rollout.plan import suggest
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "kubelet"
 _CGROUPS = ("kubeReservedCgroup", "systemReservedCgroup")
 
 
@@ -94,7 +93,7 @@ class Rendered:
 @cache
 def _template(name: str) -> jinja2.Template:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        loader=jinja2.FileSystemLoader(str(assets.kubelet_templates())),
         keep_trailing_newline=True,
         undefined=jinja2.StrictUndefined,
         autoescape=False,
