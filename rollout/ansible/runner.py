@@ -29,10 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from rollout import assets
 from rollout.ansible.payloads import ApplyPayload, Backup, RestorePayload
 from rollout.errors import ExternalError, InputError, Location
-
-PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 
 
 def _path_with_ansible() -> str:
@@ -225,18 +224,19 @@ class AnsibleRunner:
     Args:
         private_data_dir_root: controller directory for payloads, facts, backups, results and
             ansible-runner's artifacts (see the module docstring).
-        playbook_dir: where the playbooks live (the repository's ``playbooks/``).
+        playbook_dir: where the playbooks live (default: the ones rollout ships,
+            ``rollout.assets.playbooks()``).
         envvars: extra environment for Ansible (e.g. ``ANSIBLE_PYTHON_INTERPRETER``).
     """
 
     def __init__(
         self,
         private_data_dir_root: Path,
-        playbook_dir: Path = PLAYBOOKS,
+        playbook_dir: Path | None = None,
         envvars: Mapping[str, str] | None = None,
     ) -> None:
         self.root = Path(private_data_dir_root)
-        self.playbook_dir = Path(playbook_dir)
+        self.playbook_dir = Path(playbook_dir) if playbook_dir else assets.playbooks()
         self.envvars = {
             **ENV,
             "ANSIBLE_ROLES_PATH": str(self.playbook_dir / "roles"),

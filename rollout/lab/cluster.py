@@ -22,12 +22,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from rollout import assets
 from rollout.errors import LabError
 from rollout.lab import nodes as n
 from rollout.lab.controlplane import ControlPlane, ControlPlaneError, find_bin_dir, missing_binaries
 from rollout.lab.seeds import DISTRIBUTIONS
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 Progress = Callable[[str], None]
 
 
@@ -43,9 +43,9 @@ def build_binaries(progress: Progress) -> Path:
     if not missing_binaries(d):
         return d
     progress(f"building control-plane binaries into {d} (first time only; takes a while)")
-    script = REPO_ROOT / "tools" / "build-lab-binaries.sh"
+    script = assets.lab_tools() / "build-lab-binaries.sh"
     proc = subprocess.Popen(
-        [str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     last = ""
     assert proc.stdout is not None
@@ -283,7 +283,7 @@ class Lab:
         self.shim.write_text(
             f"#!{sys.executable}\n"
             '"""systemctl for a rollout lab node (see rollout/lab/shim.py)."""\n'
-            f"import sys\nsys.path.insert(0, {str(REPO_ROOT)!r})\n"
+            f"import sys\nsys.path.insert(0, {str(assets.import_root())!r})\n"
             "from rollout.lab.shim import main\nmain()\n"
         )
         self.shim.chmod(0o755)
@@ -310,7 +310,7 @@ class Lab:
                 stdout=f,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                cwd=REPO_ROOT,
+                cwd=self.dir,
             )
         n._children[p.pid] = p
         deadline = time.monotonic() + 10

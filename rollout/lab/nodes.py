@@ -42,6 +42,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from rollout import assets
 from rollout.errors import LabError
 from rollout.kubelet.cpuset import format_cpus
 from rollout.lab.seeds import DISTRIBUTIONS, LAYOUTS, SeedContext, seed_files
@@ -49,7 +50,6 @@ from rollout.lab.seeds import DISTRIBUTIONS, LAYOUTS, SeedContext, seed_files
 NET_PREFIX = "10.213"
 KUBELET_PORT = 10250
 OVERLAYS = ("/etc", "/var", "/usr/lib/systemd")
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -303,7 +303,8 @@ def write_node_files(
     files["/etc/rollout-lab/pki/kubelet-serving.key"] = creds.serving_key_pem
     files["/etc/hostname"] = node.name + "\n"
     files["/etc/hosts"] = f"127.0.0.1\tlocalhost\n{node.ip}\t{node.name}\n"
-    pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+    paths = (str(assets.import_root()), os.environ.get("PYTHONPATH"))
+    pythonpath = os.pathsep.join(p for p in paths if p)
     units = {
         node.unit: {
             "execStart": [
