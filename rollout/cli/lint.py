@@ -9,6 +9,7 @@ the error tree. Lint never writes anything.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -22,10 +23,17 @@ from rollout.kubelet.options import parse_version
 from rollout.kubelet.validation import validate
 
 
+def _named(findings: list[Finding], file: str) -> list[Finding]:
+    """Every finding names its file: one about a field no file sets (``reservedMemory``
+    missing under ``memoryManagerPolicy: Static``) is about ``file``, with no line."""
+    return [f if f.file else replace(f, file=file, line=None) for f in findings]
+
+
 def _lint_file(path: Path, version: str | None, facts: NodeFacts | None) -> list[Finding]:
     data, lines = load_file(path, str(path))
     eff = effective_from_config(data, file=str(path), lines=lines)
-    return validate(eff.config, origins=eff.origins, kubelet_version=version, node_facts=facts)
+    found = validate(eff.config, origins=eff.origins, kubelet_version=version, node_facts=facts)
+    return _named(found, str(path))
 
 
 @click.command("lint")
@@ -75,10 +83,14 @@ def lint(
             findings.extend(_lint_file(path, kubelet_version, facts))
     else:
         assert distribution is not None and node_root is not None
-        eff = effective(load_node(distribution, node_root))
+        node = load_node(distribution, node_root)
+        eff = effective(node)
         findings = validate(
             eff.config, origins=eff.origins, kubelet_version=kubelet_version, node_facts=facts
         )
+        d = node.distribution
+        main = d.config_file or (d.flag_files[0].path if d.flag_files else None)
+        findings = _named(findings, main or str(node_root))
     errors = sum(1 for f in findings if f.severity is Severity.ERROR)
     if output == "json":
         click.echo(json.dumps([f.as_dict() for f in findings], indent=2))

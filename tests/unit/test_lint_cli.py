@@ -178,3 +178,40 @@ def test_node_set_via_distribution(tmp_path: Path) -> None:
     assert finding["field"] == "cpuManagerPolicy"
     assert finding["message"].startswith("[cpumanager] the static policy requires")
     assert finding["file"].endswith("90-rollout.conf")
+
+
+def test_every_finding_names_its_file_even_without_a_line(tmp_path: Path) -> None:
+    """``memoryManagerPolicy: Static`` without ``reservedMemory``: the finding is about a field
+    no file sets, so it has no line; with two files it must still say which one."""
+    good = tmp_path / "a.yaml"
+    good.write_text(INTENT)
+    bad = tmp_path / "b.yaml"
+    bad.write_text(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\n"
+        "kind: KubeletConfiguration\n"
+        "memoryManagerPolicy: Static\n"
+    )
+    code, out = run(str(good), str(bad), "-o", "json")
+    findings = json.loads(out)
+    assert code == 1
+    assert findings, "the Static memory manager without reservedMemory must be refused"
+    assert {f["file"] for f in findings} == {str(bad)}
+    assert any(f["line"] is None for f in findings)
+    code, text = run(str(good), str(bad))
+    lines = [ln for ln in text.splitlines() if ": error: " in ln]
+    assert lines
+    assert all(ln.startswith(f"{bad}: ") for ln in lines), text
+
+
+def test_node_root_findings_name_the_nodes_config_file(tmp_path: Path) -> None:
+    (tmp_path / "var/lib/kubelet").mkdir(parents=True)
+    (tmp_path / "var/lib/kubelet/config.yaml").write_text(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\n"
+        "kind: KubeletConfiguration\n"
+        "memoryManagerPolicy: Static\n"
+    )
+    code, out = run("--distribution", "kubeadm", "--node-root", str(tmp_path), "-o", "json")
+    findings = json.loads(out)
+    assert code == 1
+    assert findings
+    assert all(f["file"] for f in findings), findings
