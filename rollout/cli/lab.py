@@ -100,21 +100,29 @@ def _paths(lab_: Lab) -> dict[str, Path]:
 @lab.command("down")
 @name_option
 @workdir_option
+@click.option(
+    "--keep",
+    is_flag=True,
+    help="Keep the lab's state (etcd data, certificates, keys, logs): the next `lab up` of "
+    "the same name reuses it and says so.",
+)
 @output_option
-def down(name: str, workdir: Path | None, output: str) -> None:
-    """Stop every process, mount and namespace of the lab.
+def down(name: str, workdir: Path | None, keep: bool, output: str) -> None:
+    """Stop every process, mount and namespace of the lab and remove its state (etcd data
+    included), so the next `lab up` of the same name starts empty.
 
     \b
     Examples:
       rollout lab down
+      rollout lab down --keep           # the next `lab up` reuses etcd's data
       rollout lab down --name ci -o json
     """
     lab_ = Lab.attach(name, workdir)
-    lab_.down()
+    lab_.down(keep=keep)
     if output == "json":
-        click.echo(json.dumps({"name": name, "down": True}))
+        click.echo(json.dumps({"name": name, "down": True, "kept": keep, "dir": str(lab_.dir)}))
         return
-    click.echo(f"lab {name} is down")
+    click.echo(f"lab {name} is down" + (f"; its state is kept in {lab_.dir}" if keep else ""))
 
 
 @lab.command("status")

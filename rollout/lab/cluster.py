@@ -13,6 +13,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +30,19 @@ from rollout.lab.controlplane import ControlPlane, ControlPlaneError, find_bin_d
 from rollout.lab.seeds import DISTRIBUTIONS
 
 Progress = Callable[[str], None]
+#: in a lab directory `lab up` created (so `lab down` may delete all of it)
+OWNED_MARK = ".rollout-lab"
+#: what a lab writes into a directory it did not create (removed by `lab down` without --keep)
+LAB_ENTRIES = (
+    "controlplane",
+    "nodes",
+    "ssh",
+    "bin",
+    "inventory.ini",
+    "plan.yaml",
+    "relay.log",
+    "relay.ready",
+)
 
 
 def default_lab_dir(name: str) -> Path:
@@ -242,8 +256,17 @@ class Lab:
                 f" --name {self.name}` first"
             )
         self.bin_dir = build_binaries(progress)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        if not self.dir.exists() or not any(self.dir.iterdir()):
+            # ours from the start: `lab down` may delete the whole directory
+            self.dir.mkdir(parents=True, exist_ok=True)
+            (self.dir / OWNED_MARK).write_text(f"created by `rollout lab up --name {self.name}`\n")
         cpdir = self.dir / "controlplane"
+        if (cpdir / "etcd").is_dir():
+            progress(
+                f"reusing kept state in {self.dir} (etcd data, certificates and keys from "
+                f"`rollout lab down --keep`): objects from the last run are still there; "
+                f"`rollout lab down --name {self.name}` without --keep removes them"
+            )
         ControlPlane.kill_stale(cpdir, self.bin_dir)
         self.cp = ControlPlane(cpdir, self.bin_dir)
         progress("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler")
@@ -558,12 +581,14 @@ class Lab:
             )
             self.plan.write_text(plan_text(made, self.name))
         except BaseException:
-            self.down()
+            self.down(keep=True)  # its logs say why it failed
             raise
 
-    def down(self) -> None:
-        """Stop every node and process this lab started; delete its namespaces. Keeps the dir's
-        logs but removes node files and the state file."""
+    def down(self, keep: bool = False) -> None:
+        """Stop every node and process this lab started; delete its namespaces, then remove the
+        lab's state (etcd data, certificates, keys, node files, logs) so the next ``up`` of the
+        same name starts empty. ``keep`` keeps all of it but the state file (the next ``up``
+        reuses it and says so)."""
         self.remove_nodes(list(self.nodes), delete_objects=False)
         # namespaces of nodes that never made it into the state file (a `lab up` killed while
         # starting a node): their names say they are this lab's
@@ -584,6 +609,23 @@ class Lab:
         self.cp = None
         self.socket_path.unlink(missing_ok=True)
         self.state_file.unlink(missing_ok=True)
+        if not keep:
+            self._remove_state()
+
+    def _remove_state(self) -> None:
+        """Delete the lab directory when `up` created it; in a directory the user handed over
+        that already held other files, delete only what the lab writes there."""
+        if not self.dir.is_dir():
+            return
+        if (self.dir / OWNED_MARK).exists():
+            shutil.rmtree(self.dir)
+            return
+        for entry in LAB_ENTRIES:
+            p = self.dir / entry
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ state
     _attached = False
