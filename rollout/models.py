@@ -97,7 +97,6 @@ class NodeFacts:
         numa: NUMA layout, one CPU list string per NUMA node, in node order.
         gpu_model: ``vendor:device`` of the GPUs ("" when none).
         files: current kubelet files: path -> bytes (None: absent).
-        file_meta: path -> (mode, owner, group) of existing files.
     """
 
     host: str
@@ -107,7 +106,6 @@ class NodeFacts:
     numa: tuple[str, ...] = ()
     gpu_model: str = ""
     files: Mapping[str, bytes | None] = field(default_factory=dict)
-    file_meta: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,6 @@ from rollout.journal import Entry, Journal
 from rollout.models import Path as StepPath
 from rollout.models import Phase
 
-MODES = ("auto", "table", "plain", "off")
-
 
 @dataclass(frozen=True)
 class Row:

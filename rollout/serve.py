@@ -27,7 +27,7 @@ import hashlib
 import hmac
 import json
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -264,28 +264,3 @@ def make_server(
             self._json(code, {"alerts": [o.__dict__ for o in outcomes]})
 
     return ThreadingHTTPServer(listen, Handler)
-
-
-def orchestrator_trigger(make: Callable[[], RollbackTrigger] | None = None) -> RollbackTrigger:
-    """The trigger that calls the orchestrator's rollback, imported only when first used."""
-
-    def trigger(change_id: str, nodes: Sequence[str] | None, reason: str) -> None:
-        fn = make() if make else _orchestrator_rollback()
-        fn(change_id, nodes, reason)
-
-    return trigger
-
-
-def _orchestrator_rollback() -> RollbackTrigger:
-    from rollout.errors import ExternalError
-
-    try:
-        from rollout import orchestrator
-    except ImportError as e:
-        raise ExternalError("the orchestrator (rollout.orchestrator) is not installed") from e
-    fn = getattr(orchestrator, "trigger_rollback", None)
-    if fn is None:
-        raise ExternalError(
-            "rollout.orchestrator has no trigger_rollback(change_id, nodes, reason)"
-        )
-    return fn  # type: ignore[no-any-return]

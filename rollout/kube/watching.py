@@ -188,7 +188,6 @@ class _Watch(threading.Thread):
         self.stop_event = stop
         self.rv: str | None = None
         self.relists = 0
-        self.resumes = 0
 
     def _list(self) -> None:
         resp = self.list_fn(
@@ -235,7 +234,6 @@ class _Watch(threading.Thread):
                         self.handle(raw)
                     self.on_ok()
                     backoff = 0.2
-                self.resumes += 1
             except ApiException as e:
                 if e.status == 410:
                     self.rv = None  # compacted: list again (the tracker drops what it has seen)

@@ -78,10 +78,6 @@ class Intent:
     plan_file: str | None = None
     plan_lines: Mapping[str, int] = field(default_factory=dict)
 
-    @property
-    def owned(self) -> frozenset[str]:
-        return frozenset(self.fields)
-
     def location(self, name: str) -> Location:
         if self.source.get(name) == "plan" and self.plan_file:
             return Location(

@@ -606,17 +606,6 @@ class ControlPlane:
         self._spawn("kube-apiserver", self._apiserver_args())
         self.wait_apiserver_ready(time.monotonic() + self.start_timeout)
 
-    def stop_apiserver(self) -> None:
-        """Fault injection: stop kube-apiserver and leave it down (see :meth:`start_apiserver`)."""
-        self._stop_one("kube-apiserver")
-
-    def start_apiserver(self) -> None:
-        """Start a stopped kube-apiserver again and wait until it is ready."""
-        if "kube-apiserver" in self._procs:
-            return
-        self._spawn("kube-apiserver", self._apiserver_args())
-        self.wait_apiserver_ready(time.monotonic() + self.start_timeout)
-
     def stop(self) -> None:
         """Stop the processes this object started (newest first). Safe to call twice."""
         for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):

@@ -1,6 +1,7 @@
 """The house rules CI enforces: ruff (lint + format), mypy --strict on rollout/, and the
 import-linter contracts (only rollout.kube imports kubernetes; only rollout.ansible imports
-ansible_runner). ansible-lint and yamllint run in test_playbooks_lint.py."""
+ansible_runner) and vulture (no dead code; vulture_whitelist.py says why each listed name is
+used). ansible-lint and yamllint run in test_playbooks_lint.py."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ BIN = Path(sys.executable).parent
         ["ruff", "format", "--check", "."],
         ["mypy"],
         ["lint-imports"],
+        ["vulture"],
     ],
-    ids=["ruff", "ruff-format", "mypy-strict", "import-linter"],
+    ids=["ruff", "ruff-format", "mypy-strict", "import-linter", "vulture"],
 )
 def test_house_tool_is_clean(cmd: list[str]) -> None:
     r = subprocess.run(

@@ -1,0 +1,35 @@
+"""Names vulture reports as unused that are used where it cannot see, each with the reason.
+
+``vulture`` (config in pyproject.toml, run by tests/unit/test_house.py) scans rollout/, tests/
+and benchmarks/. It does not see Jinja templates, ``dataclasses.asdict`` / ``__dict__``
+serialisation, or attributes the standard library reads. Anything it reports that is not one of
+these is dead code: delete it rather than list it here.
+"""
+
+# ruff: noqa: F821, B018
+# fmt: off
+
+# -- read by the standard library (socketserver / http.server), never by our code
+daemon_threads  # ThreadingMixIn: handler threads do not block interpreter exit (lab kubelet)
+request_queue_size  # TCPServer.listen backlog (lab kubelet server)
+_.get_request  # TCPServer hook: the lab kubelet wraps accepted sockets in TLS
+protocol_version  # BaseHTTPRequestHandler: HTTP/1.1 keep-alive (lab kubelet)
+_.close_connection  # BaseHTTPRequestHandler: end the keep-alive loop
+_.retries  # kubernetes.client.Configuration: urllib3 retries off, rollout retries itself
+
+# -- fields serialised whole (asdict / __dict__ / JSON / Jinja templates), read by whoever
+#    reads the output: the lab's state file, the runbook templates, the alert receiver's reply
+sshd_pid  # rollout.lab.nodes.NodeProcs -> lab.json (asdict); `lab down` of another process
+ran  # rollout.runbook: rendered by rollout/data/templates/runbook.*.j2
+generated  # rollout.runbook: rendered by runbook.*.j2
+pools  # rollout.runbook: rendered by runbook.*.j2
+window_now  # rollout.runbook: rendered by runbook.*.j2
+fingerprint  # rollout.serve.AlertOutcome -> the receiver's JSON reply (o.__dict__)
+
+# -- record fields set where the record is built and kept for readers of the data (the CLI's
+#    -o json, journal entries, docs tables); listed so the record stays complete
+elapsed_s  # rollout.ansible.runner.PlaybookResult: how long ansible-playbook ran
+artifacts  # rollout.ansible.runner.PlaybookResult: ansible-runner's artifact dir, for debugging
+upgrades  # rollout.kubelet.distributions.Distribution: the docs' "survives upgrades" column
+smt_siblings  # rollout.kubelet.facts.NodeFacts: parsed from the node facts file (CPU topology)
+manager  # rollout.kubelet.options.PolicyOption: which kubelet manager owns the option
