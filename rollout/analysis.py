@@ -85,7 +85,7 @@ class PrometheusSource:
 
 @dataclass(frozen=True)
 class GateConfig:
-    """The plan's ``gate:`` section (schema in README, "The rejection-rate gate")."""
+    """The plan's ``gate:`` section (schema in docs/gate.md)."""
 
     window: float = 60.0
     soak: float = 60.0

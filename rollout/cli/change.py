@@ -1,7 +1,7 @@
 """``rollout apply``, ``rollback``, ``status`` and ``resume``: thin commands over the orchestrator.
 
 Parse options, build the adapters (API client, Lease lock, playbook runner, journal), call the core,
-print. Errors become exit codes in ``rollout.cli`` (see README, "Exit codes").
+print. Errors become exit codes in ``rollout.cli`` (see docs/exit-codes.md).
 """
 
 from __future__ import annotations

@@ -65,7 +65,8 @@ class Distribution:
         our_dropin: the drop-in file we own (sorts after the distribution's own), or None.
         our_unit_dropin: for kubeadm's ``dropin`` method: the systemd drop-in that adds
             ``--config-dir``.
-        upgrades: what survives the distribution's upgrade/re-provisioning, in words (README table).
+        upgrades: what survives the distribution's upgrade/re-provisioning, in words (the
+            table in docs/distributions.md).
     """
 
     name: str

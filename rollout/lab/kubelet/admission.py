@@ -26,7 +26,7 @@ What follows the kubelet (``pkg/kubelet/cm/topologymanager``, ``cpumanager/polic
   against the state but hand their CPUs back, as the kubelet reuses them); ``pod`` decides once
   for the pod's effective request (max of the app containers' sum and the largest init container).
 
-Simplifications (documented in the README): CPUs within a NUMA node are taken lowest id first (no
+Simplifications (documented in docs/lab.md): CPUs within a NUMA node are taken lowest id first (no
 core/socket packing), memory is a single ``memory`` resource (no hugepages), and the
 ``prefer-closest-numa-nodes`` / ``max-allowable-numa-nodes`` options are not modelled.
 """
