@@ -6,7 +6,7 @@ users and contributors know them. A wheel or sdist build copies those trees into
 them with ``importlib.resources`` and never reads a checkout. An editable install or a plain
 checkout has no ``_assets``; there the same relative paths resolve against the directory the
 ``rollout`` package is imported from, i.e. the repository root. Every module reads these roots
-from here, never through ``Path(__file__).parents[...]``.
+from here, never by walking up from their own source file.
 """
 
 from __future__ import annotations
