@@ -8,10 +8,12 @@ wheel), ``lint``, then ``lab up`` (its build script and Go modules come from the
 and ``lab down``, which removes the lab's state; ``lab down --keep`` keeps it and the next
 ``lab up`` says so.
 
-Speed: the dependencies are downloaded once into a wheelhouse keyed by the project's
-run-time requirements (``~/.cache/rollout-lab/wheelhouse-<hash>``); later runs install from it with
-``--no-index``. Warm, the test takes about 90 s (wheel build ~10 s, venv + install ~30 s, two
-lab ups and a canary apply and rollback on 2 nodes).
+Speed: the dependencies are downloaded once into a wheelhouse keyed by the project's run-time
+requirements (``~/.cache/rollout-lab/wheelhouse-<hash>``, ~60 s cold); later runs install from it
+with ``--no-index`` and no bytecode compile. Measured on the 2-core machine shared with five other
+engineers' labs (load average 12-17): sdist + wheel + venv + install 12-71 s; the whole file
+282-460 s, most of it the Ansible apply and restore runs on the canary (100-140 s each under that
+load); the lab's one-minute gate soak is left out of the plan (the gate has its own lab tests).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from rollout.lab.controlplane import find_bin_dir, missing_binaries
 from tests.lab.conftest import IN_CI
@@ -94,7 +97,10 @@ def test_installed_wheel_renders_lints_and_runs_a_lab_canary_with_rollback(
     env["PATH"] = f"{installed}{os.pathsep}{env.get('PATH', '')}"
 
     def rollout(*args: str) -> subprocess.CompletedProcess[str]:
-        return run([str(installed / "rollout"), *args], cwd=elsewhere, env=env)
+        t0 = time.monotonic()
+        p = run([str(installed / "rollout"), *args], cwd=elsewhere, env=env)
+        print(f"rollout {' '.join(args[:3])}: {time.monotonic() - t0:.1f}s")
+        return p
 
     # the package and its assets come from the venv, not from this checkout
     where = ok(
@@ -148,6 +154,12 @@ def test_installed_wheel_renders_lints_and_runs_a_lab_canary_with_rollback(
         lab_env = json.loads(ok(rollout("lab", "env", *lab, "-o", "json")).stdout)
         env.update({k: str(v) for k, v in lab_env.items() if k != "PATH_PREPEND"})
         env["ROLLOUT_STATE_DIR"] = str(tmp_path / "state")
+        # the lab's plan without its one-minute gate soak (the gate has its own lab tests): this
+        # test is about what the wheel carries, and the soak would be most of its time
+        plan = yaml.safe_load(Path(env["ROLLOUT_PLAN"]).read_text())
+        plan.pop("gate", None)
+        env["ROLLOUT_PLAN"] = str(tmp_path / "plan.yaml")
+        Path(env["ROLLOUT_PLAN"]).write_text(yaml.safe_dump(plan))
         applied = ok(rollout("apply", "--canary", "--yes", "-o", "json"))
         change = json.loads(applied.stdout)["change"]
         assert " forward apply done\n" in applied.stderr, applied.stderr
