@@ -27,7 +27,7 @@ def tracked_text_files() -> list[Path]:
     files = []
     for name in filter(None, out.split("\0")):
         p = REPO / name
-        # what runs or configures something; prose (Markdown, provenance notes) may name the shared dir
+        # what runs or configures something; prose (Markdown, provenance) may name the shared dir
         if p.is_file() and p.suffix not in {".md", ".txt", ".png", ".svg", ".sum"}:
             files.append(p)
     return files
