@@ -264,7 +264,7 @@ of etcd's gofail: a crash at an exact, named point instead of a race with a poll
 
 
 def failpoint(entry: Entry, env: Mapping[str, str] | None = None) -> None:
-    """SIGKILL this process if ``$ROLLOUT_FAILPOINT`` names ``entry`` (see :data:`FAILPOINT_ENV`)."""
+    """SIGKILL this process if ``$ROLLOUT_FAILPOINT`` names ``entry`` (:data:`FAILPOINT_ENV`)."""
     spec = (os.environ if env is None else env).get(FAILPOINT_ENV)
     if not spec or not failpoint_matches(spec, entry):
         return
@@ -276,7 +276,7 @@ def failpoint(entry: Entry, env: Mapping[str, str] | None = None) -> None:
 def failpoint_matches(spec: str, entry: Entry) -> bool:
     """Whether ``step:phase[:node]`` names ``entry`` (pure; ``*`` or an empty part matches all)."""
     parts = spec.split(":")
-    want = (parts + ["*", "*", "*"])[:3]
+    want = [*parts, "*", "*", "*"][:3]
     have = (entry.step, entry.phase.value, entry.node or "")
     return all(w in ("", "*", h) for w, h in zip(want, have, strict=True))
 

@@ -20,7 +20,8 @@ from typing import Any
 import click
 
 from rollout.cli.gate import GATE_HOLDS_EXIT, gate_config
-from rollout.errors import InputError, Location, PreflightError, RolloutError
+from rollout.errors import InputError, Location, NodeOperationError, PreflightError, RolloutError
+from rollout.interrupt import Interrupt
 from rollout.journal import ChangeStatus, Journal, new_change_id, replay, state_dir
 from rollout.orchestrator import NoGate, resume, rollback, run_change, summary
 from rollout.plan import Plan, load_plan
@@ -53,9 +54,12 @@ def gate_for(
     output: str,
     inv: Any,
     progress: Callable[[str], None] | None = None,
+    interrupt: Interrupt | None = None,
 ) -> Gate:
     """The gate run after the canary batch: the rejection-rate gate when the plan has a ``gate:``
-    section (built as ``rollout watch`` builds it, journaling into this change), else none."""
+    section (built as ``rollout watch`` builds it, journaling into this change), else none.
+
+    With ``interrupt``, the soak ends the moment it is set (a rollback handed to this owner)."""
     from rollout.cli.gate import build_soak_gate
     from rollout.gate import RollbackPolicyGate
     from rollout.models import Phase
@@ -77,6 +81,18 @@ def gate_for(
         output=output,
         progress=progress,
     )
+    if interrupt is not None:
+        wait = soak.sleep
+        for signal in soak.signals:
+            if hasattr(signal, "wake"):
+                interrupt.add_waker(signal.wake)
+
+        def sleep(seconds: float) -> None:
+            interrupt.check()
+            wait(seconds)
+            interrupt.check()
+
+        soak.sleep = sleep
     return RollbackPolicyGate(soak, record)
 
 
@@ -286,7 +302,8 @@ def apply_cmd(
         progress = _progress(progress_mode)
         progress.nodes(tuple(nodes))
         ctx = _context(api, journal, inv.path, drain, verify_timeout, progress)
-        gate = gate_for(plan, api, journal, output, inv, progress.event)
+        ctx.interrupt = lock.interrupt
+        gate = gate_for(plan, api, journal, output, inv, progress.event, lock.interrupt)
         try:
             status = run_change(
                 ctx,
@@ -298,8 +315,11 @@ def apply_cmd(
                 forward=window_check,
             )
         except RolloutError:
+            final = replay(journal.entries())
+            if final.outcome in ("rolled-back", "rollback-failed"):
+                lock.report(final.outcome, final.message)
             if output == "json":
-                _print_status(replay(journal.entries()), output)
+                _print_status(final, output)
             raise
     _print_status(status, output)
     verdict = getattr(gate, "verdict", None)
@@ -363,6 +383,18 @@ _change_required = click.option("--change", "change", required=True, help="The c
 @click.option("--node", "nodes", multiple=True, help="Only these nodes (repeatable).")
 @inventory_option
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (required without a TTY).")
+@click.option(
+    "--no-wait",
+    is_flag=True,
+    help="When a running process owns the change, return once the request is handed to it.",
+)
+@click.option(
+    "--wait-timeout",
+    type=float,
+    default=1800.0,
+    show_default=True,
+    help="Seconds to wait for the owner to report the rollback it was handed.",
+)
 @_lock_ns
 @_verify_timeout
 @_progress_option
@@ -373,6 +405,8 @@ def rollback_cmd(
     nodes: tuple[str, ...],
     inventory: str | None,
     yes: bool,
+    no_wait: bool,
+    wait_timeout: float,
     lock_namespace: str,
     verify_timeout: float,
     progress_mode: str,
@@ -383,12 +417,55 @@ def rollback_cmd(
     """Put the change's nodes back byte for byte: cordon, drain, restore the journaled files,
     restart, verify against the previous config, uncordon only what this change cordoned.
 
+    While the process that runs the change is alive (it holds the rollout-lock Lease), the
+    rollback is handed to it: it stops forward work at once, rolls back, and reports here; this
+    command waits for that (exit 0 when the rollback completed). When no live process owns the
+    change, this command takes the Lease and rolls back itself.
+
     \b
     Examples:
       rollout rollback --change 20261130T214802Z-a1b2c3 --yes
       rollout rollback --change 20261130T214802Z-a1b2c3 --node gpu-7 --yes -o json
+      rollout rollback --change 20261130T214802Z-a1b2c3 --yes --no-wait
     """
+    from rollout.kube.client import connect
+    from rollout.kube.leases import hand_over, holder_identity, wait_outcome
+
     _confirm(yes, f"roll back change {change}")
+    api = connect(kubeconfig, context)
+    handed = hand_over(api, lock_namespace, change, list(nodes) or None, holder_identity())
+    if handed is not None:
+        _echo(
+            f"change {change} is owned by {handed.owner}: rollback handed to it "
+            f"(request {handed.request.id})"
+        )
+        result: dict[str, Any] = {
+            "change": change,
+            "handedTo": handed.owner,
+            "request": handed.request.id,
+            "nodes": list(handed.request.nodes) if handed.request.nodes else None,
+        }
+        if no_wait:
+            result["outcome"] = "handed-over"
+            click.echo(json.dumps(result, indent=2) if output == "json" else "handed over")
+            return
+        outcome = wait_outcome(api, lock_namespace, handed, wait_timeout, _echo)
+        if outcome is not None:
+            result.update(outcome=outcome.get("outcome"), message=outcome.get("message"))
+            if output == "json":
+                click.echo(json.dumps(result, indent=2))
+            else:
+                click.echo(f"change {change}: {outcome.get('outcome')} by {handed.owner}")
+                click.echo(f"  {outcome.get('message')}")
+            if outcome.get("outcome") != "rolled-back":
+                raise NodeOperationError(
+                    f"the owner {handed.owner} reported {outcome.get('outcome')}: "
+                    f"{outcome.get('message')}"
+                )
+            return
+        _echo(
+            f"{handed.owner} released the change without acting on the request; rolling back here"
+        )
     _settle_command(
         change,
         inventory,

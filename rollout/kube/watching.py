@@ -294,6 +294,10 @@ class ApiSignal:
         self._changed.wait(timeout)
         self._changed.clear()
 
+    def wake(self) -> None:
+        """End the current :meth:`wait` at once (an interrupted soak)."""
+        self._changed.set()
+
     def _error(self, msg: str) -> None:
         with self._lock:
             self._errors += 1
