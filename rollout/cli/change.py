@@ -395,6 +395,11 @@ _change_required = click.option("--change", "change", required=True, help="The c
     show_default=True,
     help="Seconds to wait for the owner to report the rollback it was handed.",
 )
+@click.option(
+    "--requested-by",
+    metavar="TEXT",
+    help="Who asks, as the change's owner reports it (default: user@host pid N).",
+)
 @_lock_ns
 @_verify_timeout
 @_progress_option
@@ -407,6 +412,7 @@ def rollback_cmd(
     yes: bool,
     no_wait: bool,
     wait_timeout: float,
+    requested_by: str | None,
     lock_namespace: str,
     verify_timeout: float,
     progress_mode: str,
@@ -433,7 +439,8 @@ def rollback_cmd(
 
     _confirm(yes, f"roll back change {change}")
     api = connect(kubeconfig, context)
-    handed = hand_over(api, lock_namespace, change, list(nodes) or None, holder_identity())
+    by = requested_by or holder_identity()
+    handed = hand_over(api, lock_namespace, change, list(nodes) or None, by)
     if handed is not None:
         _echo(
             f"change {change} is owned by {handed.owner}: rollback handed to it "

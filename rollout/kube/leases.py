@@ -291,7 +291,7 @@ class LeaseLock:
             now = datetime.now(UTC)
             lease = read_lease(self.api, self.namespace)
             if lease is not None:
-                self._check_free(lease, now)
+                self._check_free(lease, now, change_id)
             body = self._body(change_id, now, lease)
             try:
                 written = _write(self.api, self.namespace, body, create=lease is None)
@@ -312,15 +312,16 @@ class LeaseLock:
             f"Lease {self.namespace}/{NAME} changed under us three times; try again"
         )
 
-    def _check_free(self, lease: dict[str, Any], now: datetime) -> None:
+    def _check_free(self, lease: dict[str, Any], now: datetime, change_id: str = "") -> None:
         holder = live_holder(lease, now)
         if holder is None or holder == self.identity:
             return
         theirs = _annotations(lease).get(CHANGE_ANNOTATION)
         renewed = _renewed(lease)
         age = f", renewed {int((now - renewed).total_seconds())}s ago" if renewed else ""
+        who = "process" if change_id and theirs == change_id else "change"
         raise LockHeldError(
-            f"another process owns the cluster lock (Lease {self.namespace}/{NAME}): "
+            f"another {who} holds the cluster lock (Lease {self.namespace}/{NAME}): "
             f"holder {holder}, change {theirs or 'unknown'}{age}; to roll that change back, "
             f"`rollout rollback --change {theirs or 'ID'}` hands the request to its owner"
         )
