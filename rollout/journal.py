@@ -380,6 +380,7 @@ class ChangeStatus:
             "change": self.change,
             "outcome": self.outcome,
             "message": self.message,
+            "promotion": self.info.get("promotion"),
             "nodes": [s.to_dict() for s in self.nodes.values()],
         }
 

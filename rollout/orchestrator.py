@@ -304,8 +304,36 @@ def run_change(
         },
     )
     canary = [n for b in batches if b.canary for n in b.nodes]
+    last = max((i for i, b in enumerate(batches) if b.canary), default=None)
+    gate_at = {last: canary} if last is not None else {}
     try:
-        return _batches(ctx, changes, batches, gate, canary_only, canary, forward)
+        return _batches(ctx, changes, batches, gate, canary_only, gate_at, forward)
+    except StopRequested as e:
+        return _stopped(ctx, e.reason)
+
+
+def continue_change(
+    ctx: Context,
+    changes: Mapping[str, NodeChange],
+    batches: Sequence[Batch],
+    gate: Gate | None,
+    info: Mapping[str, Any],
+    forward: Callable[[datetime], Decision] | None = None,
+) -> ChangeStatus:
+    """Run more batches in an existing change (``promote``, and ``resume`` of later batches).
+
+    A change-level ``begin`` with ``info`` (the whole change's nodes and batches, and what
+    started this part) is journaled first, so ``status`` shows it; then the batches, with the
+    ``gate`` after each one when there is one. Same rules as :func:`run_change`: a node failure
+    restores it and stops, a handed-over rollback or a lost Lease stops forward work.
+
+    Raises:
+        NodeOperationError: as :func:`run_change`.
+    """
+    ctx.journal.append(CHANGE_STEP, Phase.BEGIN, now=ctx.clock.now(), data=dict(info))
+    gate_at = {i: tuple(b.nodes) for i, b in enumerate(batches)} if gate is not None else {}
+    try:
+        return _batches(ctx, changes, batches, gate or NoGate(), False, gate_at, forward)
     except StopRequested as e:
         return _stopped(ctx, e.reason)
 
@@ -316,10 +344,12 @@ def _batches(
     batches: Sequence[Batch],
     gate: Gate,
     canary_only: bool,
-    canary: Sequence[str],
+    gate_at: Mapping[int, Sequence[str]],
     forward: Callable[[datetime], Decision] | None,
 ) -> ChangeStatus:
-    """The batch loop of :func:`run_change`; raises StopRequested once forward work must stop."""
+    """The batch loop: the gate runs after batch ``i`` over ``gate_at[i]``; with
+    ``canary_only`` the change holds after the last gate. Raises StopRequested once forward work
+    must stop."""
     for i, batch in enumerate(batches):
         ctx.interrupt.check()
         if forward is not None and i > 0 and not (window := forward(ctx.clock.now())).allowed:
@@ -331,9 +361,9 @@ def _batches(
             what = "; ".join(str(e) for e in failures.values())
             status = _end(ctx, "stopped", what, Phase.FAILED)
             raise NodeOperationError(f"rollout stopped: {what}\nnode states:\n{summary(status)}")
-        last_canary = batch.canary and (i + 1 == len(batches) or not batches[i + 1].canary)
-        if not last_canary:
+        if i not in gate_at:
             continue
+        canary = list(gate_at[i])
         verdict = gate.evaluate(ctx.journal.change_id, canary)
         ctx.journal.append(
             "gate",
@@ -346,7 +376,8 @@ def _batches(
             # the gate names what to restore (its onFailure policy); by default the whole canary
             targets = [n for n in canary if n in verdict.failed_nodes] or canary
             errors = _restore_many(ctx, targets, replay(ctx.journal.entries()))
-            what = f"gate failed the canary: {verdict.reason}; restored {', '.join(targets)}"
+            which = "the canary" if batch.canary else f"batch {i + 1}"
+            what = f"gate failed {which}: {verdict.reason}; restored {', '.join(targets)}"
             if errors:
                 what += "; restore failed: " + "; ".join(str(e) for e in errors.values())
             if ctx.interrupt.reason() is not None:  # a request came meanwhile: settle it too
@@ -356,7 +387,7 @@ def _batches(
         ctx.interrupt.check()
         if verdict.status is not VerdictStatus.SUCCESSFUL:
             return _end(ctx, "held", f"gate {verdict.status.value}: {verdict.reason}; holding")
-        if canary_only:
+        if canary_only and i == max(gate_at):
             return _end(ctx, "held", f"canary applied; holding (gate: {verdict.reason})")
     ctx.interrupt.check()
     return _end(ctx, "completed", f"{len(changes)} node(s) applied")

@@ -10,7 +10,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -107,6 +107,10 @@ def _print_status(status: ChangeStatus, output: str) -> None:
     click.echo(f"change {status.change}: {status.outcome}")
     if status.message:
         click.echo(f"  {status.message}")
+    promotion = status.info.get("promotion")
+    if promotion:
+        forced = f"; forced: {promotion['forced']}" if promotion.get("forced") else ""
+        click.echo(f"  promoted by {promotion.get('by')} at {promotion.get('at')}{forced}")
     click.echo(summary(status))
 
 
@@ -246,11 +250,10 @@ def apply_cmd(
       rollout apply --plan plan.yaml -i inventory.ini --yes
       rollout apply --yes --progress plain 2> apply.log
     """
-    from rollout.ansible.runner import AnsibleRunner
     from rollout.kube.canaries import canaries_in_progress
     from rollout.kube.client import connect
     from rollout.kube.leases import LeaseLock
-    from rollout.preparing import ClusterReader, prepare, read_inventory
+    from rollout.preparing import read_inventory
 
     if not plan_path:
         raise InputError("no plan: pass --plan or set ROLLOUT_PLAN", Location(field="--plan"))
@@ -268,10 +271,7 @@ def apply_cmd(
     lock.check()
     for w in canaries_in_progress(api):
         _echo(f"warning: {w}")
-    with tempfile.TemporaryDirectory(prefix="rollout-preflight-") as tmp:
-        facts_dir = Path(tmp) / "facts"
-        raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(inv.path, list(inv.hosts), facts_dir)
-        prepared = prepare(plan, inv, ClusterReader(api), raw, facts_dir, canary)
+    prepared = _preflight(plan, inv, api, canary)
     for line in prepared.report:
         _echo(line)
     for w in prepared.warnings:
@@ -311,7 +311,11 @@ def apply_cmd(
                 prepared.batches,
                 gate,
                 canary,
-                info={"plan": str(Path(plan.path).resolve()), "inventory": str(inv.path.resolve())},
+                info={
+                    "plan": str(Path(plan.path).resolve()),
+                    "inventory": str(inv.path.resolve()),
+                    "intentSha256": intent_digest(plan),
+                },
                 forward=window_check,
             )
         except RolloutError:
@@ -326,6 +330,33 @@ def apply_cmd(
     if verdict is not None and verdict.holds:  # Inconclusive / Error: held, say what it waits for
         _echo(f"gate {verdict.status}: holding: waiting for {verdict.waiting_for}")
         sys.exit(GATE_HOLDS_EXIT)
+
+
+def intent_digest(plan: Plan) -> str:
+    """sha256 of the plan's kubelet intent and per-node overrides: what ``promote`` checks is
+    unchanged since the canary."""
+    import hashlib
+    from dataclasses import asdict
+
+    intent = {
+        "kubelet": plan.kubelet,
+        "distribution": plan.distribution,
+        "method": plan.method,
+        "nodes": {h: asdict(o) for h, o in plan.nodes.items()},
+    }
+    blob = json.dumps(intent, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _preflight(plan: Plan, inv: Any, api: Any, canary: bool) -> Any:
+    """Gather the nodes' facts and run every preflight check (``rollout.preparing.prepare``)."""
+    from rollout.ansible.runner import AnsibleRunner
+    from rollout.preparing import ClusterReader, prepare
+
+    with tempfile.TemporaryDirectory(prefix="rollout-preflight-") as tmp:
+        facts_dir = Path(tmp) / "facts"
+        raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(inv.path, list(inv.hosts), facts_dir)
+        return prepare(plan, inv, ClusterReader(api), raw, facts_dir, canary)
 
 
 def _existing(change: str | None) -> Journal:
@@ -539,4 +570,174 @@ def status_cmd(change: str | None, output: str) -> None:
     _print_status(replay(journal.entries(), journal.change_id), output)
 
 
-COMMANDS = [apply_cmd, rollback_cmd, status_cmd, resume_cmd]
+def last_gate(journal: Journal) -> Mapping[str, Any] | None:
+    """The last ``gate`` entry's data (``status``, ``reason``, ``nodes``), or None."""
+    gates = [e for e in journal.entries() if e.step == "gate"]
+    return gates[-1].data if gates else None
+
+
+def promote_refusal(status: ChangeStatus, gate: Mapping[str, Any] | None) -> str | None:
+    """Why a change may not be promoted without ``--force`` (pure), or None when it may."""
+    from rollout.models import NodeState
+
+    if status.outcome == "running":
+        return (
+            f"change {status.change} is running or was interrupted (no end recorded); "
+            f"`rollout resume --change {status.change}` settles it first"
+        )
+    canary = [n for b in status.info.get("batches", ()) for n in b]
+    not_applied = [n for n in canary if status.nodes[n].state is not NodeState.APPLIED]
+    if not_applied:
+        states = ", ".join(f"{n}: {status.nodes[n].state.value}" for n in not_applied)
+        return f"the canary is not applied ({states})"
+    if gate is None or gate.get("status") != "Successful":
+        what = f"{gate.get('status')}: {gate.get('reason')}" if gate else "no gate verdict"
+        return f"the canary's last gate verdict is not Successful ({what})"
+    return None
+
+
+@click.command("promote")
+@_change_required
+@click.option("--plan", "plan_path", help="The plan (default: the one the change recorded).")
+@inventory_option
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation (required without a TTY).")
+@click.option("--dry-run", is_flag=True, help="Print the remaining batches and change nothing.")
+@click.option(
+    "--force",
+    "force",
+    metavar="REASON",
+    help="Promote although the canary is not applied or its gate did not pass; journaled.",
+)
+@click.option(
+    "--force-window",
+    metavar="REASON",
+    help="Run outside the plan's change windows; the reason is journaled.",
+)
+@_lock_ns
+@_verify_timeout
+@_progress_option
+@output_option
+@kube_options
+def promote_cmd(
+    change: str,
+    plan_path: str | None,
+    inventory: str | None,
+    yes: bool,
+    dry_run: bool,
+    force: str | None,
+    force_window: str | None,
+    lock_namespace: str,
+    verify_timeout: float,
+    progress_mode: str,
+    output: str,
+    kubeconfig: str | None,
+    context: str | None,
+) -> None:
+    """Continue a held canary with the rest of the fleet: the same change (id, journal,
+    backups), the plan's remaining batches, the gate after each batch when the plan has one,
+    change windows respected. Refused (exit 3) unless every canary node is applied and the
+    canary's last gate verdict is Successful; --force REASON promotes anyway (journaled).
+    `rollout rollback --change ID` then restores every node of the change, canary and fleet.
+
+    \b
+    Examples:
+      rollout promote --change 20261130T214802Z-a1b2c3 --dry-run
+      rollout promote --change 20261130T214802Z-a1b2c3 --yes -o json
+      rollout promote --change 20261130T214802Z-a1b2c3 --yes --force "gate had no traffic"
+    """
+    from rollout.kube.client import connect
+    from rollout.kube.leases import LeaseLock, holder_identity
+    from rollout.models import NodeState
+    from rollout.orchestrator import continue_change
+    from rollout.planning import Batch
+    from rollout.preparing import read_inventory
+
+    journal = _existing(change)
+    status = replay(journal.entries(), journal.change_id)
+    refusal = promote_refusal(status, last_gate(journal))
+    if refusal and status.outcome == "running":
+        raise PreflightError(refusal)
+    if refusal and not force:
+        raise PreflightError(
+            f"not promoting change {change}: {refusal}; --force REASON to override"
+        )
+    plan = load_plan(str(_info_path(journal, "plan", plan_path)))
+    recorded = status.info.get("intentSha256")
+    if recorded and recorded != intent_digest(plan):
+        raise PreflightError(
+            f"the plan {plan.path} renders another intent than change {change} applied to its "
+            "canary (kubelet settings or node overrides changed); start a new change instead"
+        )
+    window_check = guard(
+        parse_windows(plan.windows, file=plan.path, line_of=plan.line_of), force_window
+    )
+    if not dry_run and not (window := window_check(datetime.now(UTC))).allowed:
+        raise PreflightError(window.reason)
+    inv = read_inventory(_info_path(journal, "inventory", inventory))
+    api = connect(kubeconfig, context)
+    lock = LeaseLock(api, lock_namespace)
+    lock.check()
+    prepared = _preflight(plan, inv, api, False)
+    for w in prepared.warnings:
+        _echo(f"warning: {w}")
+    done = {n for n, s in status.nodes.items() if s.state is not NodeState.PENDING}
+    remaining = [
+        Batch(tuple(n for n in b.nodes if n not in done), False)
+        for b in prepared.batches
+        if any(n not in done for n in b.nodes)
+    ]
+    nodes = [n for b in remaining for n in b.nodes]
+    if dry_run or not nodes:
+        if output == "json":
+            doc = {"change": change, "batches": [list(b.nodes) for b in remaining]}
+            click.echo(json.dumps({**doc, "refusal": refusal, "dryRun": dry_run}, indent=2))
+        else:
+            for i, b in enumerate(remaining, 1):
+                click.echo(f"batch {i}: {', '.join(b.nodes)}")
+            if not nodes:
+                click.echo(f"change {change}: nothing left to promote")
+        return
+    _confirm(yes, f"promote change {change} to {len(nodes)} more node(s) ({', '.join(nodes)})")
+    all_nodes = list(dict.fromkeys([*status.nodes, *nodes]))
+    batches = [list(b.nodes) for b in remaining]
+    promotion = {
+        "by": holder_identity(),
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "batches": batches,
+        "forced": force if refusal else None,
+        "refusal": refusal,
+    }
+    info = {
+        **status.info,
+        "nodes": all_nodes,
+        "batches": [*status.info.get("batches", ()), *batches],
+        "canaryOnly": False,
+        "promotion": promotion,
+    }
+    with _locked(lock, journal.change_id):
+        progress = _progress(progress_mode)
+        progress.nodes(tuple(all_nodes))
+        ctx = _context(api, journal, inv.path, prepared.strategy.drain, verify_timeout, progress)
+        ctx.interrupt = lock.interrupt
+        has_gate = gate_config(plan) is not None
+        gate = gate_for(plan, api, journal, output, inv, progress.event, lock.interrupt)
+        try:
+            final = continue_change(
+                ctx,
+                prepared.changes,
+                remaining,
+                gate if has_gate else None,
+                info,
+                forward=window_check,
+            )
+        except RolloutError:
+            final = replay(journal.entries())
+            if final.outcome in ("rolled-back", "rollback-failed"):
+                lock.report(final.outcome, final.message)
+            if output == "json":
+                _print_status(final, output)
+            raise
+    _print_status(final, output)
+
+
+COMMANDS = [apply_cmd, rollback_cmd, status_cmd, resume_cmd, promote_cmd]
