@@ -299,6 +299,7 @@ def run_change(
             **(info or {}),
             "nodes": nodes,
             "batches": [list(b.nodes) for b in batches],
+            "canary": [n for b in batches if b.canary for n in b.nodes],
             "canaryOnly": canary_only,
             **({"window": window.as_dict()} if window else {}),
         },
@@ -319,21 +320,26 @@ def continue_change(
     gate: Gate | None,
     info: Mapping[str, Any],
     forward: Callable[[datetime], Decision] | None = None,
+    gate_at: Mapping[int, Sequence[str]] | None = None,
+    canary_only: bool = False,
 ) -> ChangeStatus:
     """Run more batches in an existing change (``promote``, and ``resume`` of later batches).
 
     A change-level ``begin`` with ``info`` (the whole change's nodes and batches, and what
     started this part) is journaled first, so ``status`` shows it; then the batches, with the
-    ``gate`` after each one when there is one. Same rules as :func:`run_change`: a node failure
-    restores it and stops, a handed-over rollback or a lost Lease stops forward work.
+    ``gate`` after each one when there is one (or after the batches ``gate_at`` names, over the
+    nodes it names; with ``canary_only`` the change holds after the last of them). Same rules as
+    :func:`run_change`: a node failure restores it and stops, a handed-over rollback or a lost
+    Lease stops forward work.
 
     Raises:
         NodeOperationError: as :func:`run_change`.
     """
     ctx.journal.append(CHANGE_STEP, Phase.BEGIN, now=ctx.clock.now(), data=dict(info))
-    gate_at = {i: tuple(b.nodes) for i, b in enumerate(batches)} if gate is not None else {}
+    if gate_at is None:
+        gate_at = {i: tuple(b.nodes) for i, b in enumerate(batches)} if gate is not None else {}
     try:
-        return _batches(ctx, changes, batches, gate or NoGate(), False, gate_at, forward)
+        return _batches(ctx, changes, batches, gate or NoGate(), canary_only, gate_at, forward)
     except StopRequested as e:
         return _stopped(ctx, e.reason)
 

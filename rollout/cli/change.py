@@ -379,7 +379,7 @@ def _settle_command(
     output: str,
     kubeconfig: str | None,
     context: str | None,
-    work: Callable[[Context], ChangeStatus],
+    work: Callable[[Context, Any], ChangeStatus],
     progress_mode: str = "auto",
 ) -> None:
     from rollout.kube.client import connect
@@ -393,15 +393,20 @@ def _settle_command(
         plan = load_plan(str(plan_file))
         drain = parse_strategy(plan.strategy, plan.location).drain
     api = connect(kubeconfig, context)
-    with _locked(LeaseLock(api, lock_namespace), journal.change_id):
+    lock = LeaseLock(api, lock_namespace)
+    with _locked(lock, journal.change_id):
         progress = _progress(progress_mode)
         progress.nodes(tuple(replay(journal.entries()).nodes))
         ctx = _context(api, journal, inv, drain, verify_timeout, progress)
+        ctx.interrupt = lock.interrupt
         try:
-            status = work(ctx)
+            status = work(ctx, lock)
         except RolloutError:
+            final = replay(journal.entries())
+            if final.outcome in ("rolled-back", "rollback-failed"):
+                lock.report(final.outcome, final.message)
             if output == "json":
-                _print_status(replay(journal.entries()), output)
+                _print_status(final, output)
             raise
     _print_status(status, output)
 
@@ -512,7 +517,7 @@ def rollback_cmd(
         output,
         kubeconfig,
         context,
-        lambda ctx: rollback(ctx, list(nodes) or None),
+        lambda ctx, _lock: rollback(ctx, list(nodes) or None),
         progress_mode,
     )
 
@@ -535,13 +540,24 @@ def resume_cmd(
     kubeconfig: str | None,
     context: str | None,
 ) -> None:
-    """Settle an interrupted change: each node in flight is finished or restored.
+    """Finish an interrupted change: each node in flight is finished or restored, then the
+    batches the interrupted apply or promote had not started yet are run (with the gate where
+    that command would have run it), unless a node had failed (the change had stopped).
 
     \b
     Examples:
       rollout resume --change 20261130T214802Z-a1b2c3
       rollout resume --change 20261130T214802Z-a1b2c3 --yes -o json --progress plain
     """
+    journal = _existing(change)
+    before = replay(journal.entries(), journal.change_id)
+
+    def work(ctx: Context, lock: Any) -> ChangeStatus:
+        settled = resume(ctx)
+        if before.outcome != "running":
+            return settled  # it had ended (held, completed, stopped): nothing more to start
+        return _resume_later_batches(ctx, lock, before, settled, inventory, output)
+
     _settle_command(
         change,
         inventory,
@@ -550,8 +566,62 @@ def resume_cmd(
         output,
         kubeconfig,
         context,
-        resume,
+        work,
         progress_mode,
+    )
+
+
+def _resume_later_batches(
+    ctx: Context,
+    lock: Any,
+    before: ChangeStatus,
+    settled: ChangeStatus,
+    inventory: str | None,
+    output: str,
+) -> ChangeStatus:
+    """The batches an interrupted apply / promote had not started: rendered again from the plan
+    (its intent checked unchanged), the gate where that command would have run it."""
+    from rollout.models import NodeState
+    from rollout.orchestrator import continue_change
+    from rollout.planning import Batch
+    from rollout.preparing import read_inventory
+
+    info = before.info
+    if any(s.state in (NodeState.RESTORED, NodeState.FAILED) for s in settled.nodes.values()):
+        return settled  # a node failed forward: the interrupted command would have stopped
+    pending = [
+        [n for n in b if settled.nodes[n].state is NodeState.PENDING]
+        for b in info.get("batches", ())
+    ]
+    todo = [b for b in pending if b]
+    if not todo:
+        return settled
+    plan = load_plan(str(_info_path(ctx.journal, "plan", None)))
+    if info.get("intentSha256") and info["intentSha256"] != intent_digest(plan):
+        raise PreflightError(
+            f"the plan {plan.path} renders another intent than change {before.change} "
+            "started with; its settled nodes stay as they are, the rest is not started"
+        )
+    inv = read_inventory(_info_path(ctx.journal, "inventory", inventory))
+    prepared = _preflight(plan, inv, lock.api, False)
+    canary = set(info.get("canary", ()))
+    batches = [Batch(tuple(b), bool(canary & set(b))) for b in todo]
+    has_gate = gate_config(plan) is not None
+    if info.get("promotion"):  # promote gates after each batch when the plan has a gate
+        gate_at = {i: b.nodes for i, b in enumerate(batches)} if has_gate else {}
+    else:  # apply gates once, after its last canary batch, over the whole canary
+        last = max((i for i, b in enumerate(batches) if b.canary), default=None)
+        gate_at = {last: tuple(canary)} if last is not None else {}
+    gate = gate_for(plan, lock.api, ctx.journal, output, inv, ctx.on_event, lock.interrupt)
+    ctx.on_event(f"resuming the batches not started: {', '.join(n for b in todo for n in b)}")
+    return continue_change(
+        ctx,
+        prepared.changes,
+        batches,
+        gate,
+        {**info, "resumed": True},
+        gate_at=gate_at,
+        canary_only=bool(info.get("canaryOnly")),
     )
 
 
