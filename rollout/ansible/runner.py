@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -67,6 +67,34 @@ class TaskEvent:
     task: str
     changed: bool = False
     message: str | None = None
+
+
+PLAYBOOK_TIMEOUT_S = 900.0
+"""Wall-clock limit of one playbook run (``$ROLLOUT_PLAYBOOK_TIMEOUT_S`` overrides it): a run
+past it is killed and every host it had not finished counts as failed, so the orchestrator
+restores those nodes instead of leaving them cordoned behind a hung task."""
+
+
+def playbook_timeout(env: Mapping[str, str] | None = None) -> float:
+    """``$ROLLOUT_PLAYBOOK_TIMEOUT_S`` (seconds, > 0), else :data:`PLAYBOOK_TIMEOUT_S`."""
+    raw = (os.environ if env is None else env).get("ROLLOUT_PLAYBOOK_TIMEOUT_S", "")
+    try:
+        value = float(raw)
+    except ValueError:
+        return PLAYBOOK_TIMEOUT_S
+    return value if value > 0 else PLAYBOOK_TIMEOUT_S
+
+
+def timed_out(results: Mapping[str, HostResult], limit_s: float) -> dict[str, HostResult]:
+    """The outcomes of a run killed at its timeout (pure): a host that had not failed yet did
+    not finish, so it failed too, with the timeout named."""
+    msg = f"the playbook ran past its timeout of {limit_s:.0f}s and was stopped"
+    return {
+        h: r
+        if r.status in ("failed", "unreachable")
+        else replace(r, status="failed", failed_task=r.failed_task or "(timeout)", message=msg)
+        for h, r in results.items()
+    }
 
 
 @dataclass(frozen=True)
@@ -290,6 +318,7 @@ class AnsibleRunner:
         extra = {"rollout_hosts": "all", **extravars}
         forks = max(1, len(hosts)) if hosts else 50
         started = time.monotonic()
+        limit = playbook_timeout()
         slot = self._take_slot()
         try:
             pdd = self.root / ("runner" if slot == 0 else f"runner-{slot}")
@@ -306,6 +335,7 @@ class AnsibleRunner:
                 quiet=True,
                 event_handler=handler,
                 rotate_artifacts=20,
+                timeout=int(max(1, limit)),
             )
         except Exception as e:  # ansible-runner raises plain exceptions for config errors
             raise ExternalError(f"ansible-runner could not run {playbook}: {e}") from e
@@ -320,6 +350,8 @@ class AnsibleRunner:
                 if isinstance(data, Mapping):
                     reports[host] = data
         results = summarize(events, hosts or (), reports)
+        if str(r.status) == "timeout":
+            results = timed_out(results, limit)
         artifact_dir = str(getattr(r.config, "artifact_dir", "") or "") or None
         if not events and r.rc != 0:
             raise ExternalError(
