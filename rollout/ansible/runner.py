@@ -97,6 +97,34 @@ def timed_out(results: Mapping[str, HostResult], limit_s: float) -> dict[str, Ho
     }
 
 
+def _kill_leftovers(private_data_dir: Path) -> list[int]:
+    """SIGKILL what is left of a timed-out run: ansible-runner's own kill can miss the
+    ``ansible-playbook`` process, which would go on changing nodes after we restored them.
+    Only processes whose command line names this run's private data dir are touched.
+
+    Returns:
+        The pids killed.
+    """
+    import signal
+
+    marker = os.fsencode(str(private_data_dir) + os.sep)
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker in cmdline:
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+            except OSError:
+                continue
+    return killed
+
+
 @dataclass(frozen=True)
 class HostResult:
     """What one playbook run did to one host.
@@ -352,6 +380,7 @@ class AnsibleRunner:
         results = summarize(events, hosts or (), reports)
         if str(r.status) == "timeout":
             results = timed_out(results, limit)
+            _kill_leftovers(pdd)
         artifact_dir = str(getattr(r.config, "artifact_dir", "") or "") or None
         if not events and r.rc != 0:
             raise ExternalError(

@@ -44,7 +44,8 @@ NAMES = [n for n, _ in COMMANDS]
 def test_every_command_of_the_issue_is_there() -> None:
     expected = {
         "render", "lint", "lab up", "lab down", "lab status", "lab env", "lab fault", "apply",
-        "rollback", "status", "resume", "watch", "serve", "runbook", "report", "evidence", "promote",
+        "rollback", "status", "resume", "watch", "serve", "runbook", "report", "evidence",
+        "promote",
     }  # fmt: skip
     assert expected <= set(NAMES)
 

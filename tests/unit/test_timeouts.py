@@ -5,6 +5,7 @@ The playbook test runs real ansible-runner / ansible-playbook over a local conne
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,9 @@ pytestmark = pytest.mark.timeout(120)
 HANGS = """- hosts: all
   gather_facts: false
   tasks:
-    - name: a task that hangs
-      ansible.builtin.command: sleep 600
+    - name: a task that hangs (pause runs inside ansible-playbook, nothing outlives the test)
+      ansible.builtin.pause:
+        seconds: 600
 """
 
 
@@ -47,6 +49,9 @@ def test_a_hung_playbook_is_stopped_and_its_host_fails(
     assert result.elapsed_s < 60
     host = result.hosts["localhost"]
     assert host.status == "failed" and "ran past its timeout of 4s" in (host.message or "")
+    # nothing of the run is left running (it would go on changing the node)
+    left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
+    assert left.stdout.strip() == "", left.stdout
 
 
 def test_timed_out_keeps_real_failures_and_fails_the_rest() -> None:
