@@ -98,3 +98,17 @@ def test_promote_is_refused_unless_the_canary_is_applied_and_passed(tmp_path: Pa
     running.append("change", Phase.BEGIN, now=FakeClock().now(), data=data)
     why = promote_refusal(replay(running.entries()), None)
     assert why is not None and "rollout resume" in why
+
+
+def test_report_shows_the_promotion(tmp_path: Path) -> None:
+    from rollout.report import build_report, render
+
+    ctx = _held(tmp_path)
+    changes = {n: make_change(n) for n in NODES}
+    info = {**_info(ctx), "promotion": {"by": "me", "at": "t", "batches": [["n3"], ["n4"]]}}
+    continue_change(ctx, changes, REST, None, info)
+    report = build_report(ctx.journal.entries(), (), "not collected")
+    md = render(report, "markdown")
+    assert "| Promotion | by me at t: n3; n4 |\n| Evidence |" in md
+    assert report.as_dict()["promotion"]["batches"] == [["n3"], ["n4"]]
+    assert "<th>Promotion</th><td>by me at t: n3; n4</td>" in render(report, "html")
