@@ -468,7 +468,9 @@ class LeaseLock:
         """Stop renewing and delete the Lease if it is still ours (compare-and-swap)."""
         self._stop.set()
         if self._thread:
-            self._thread.join(timeout=REQUEST_TIMEOUT_S + 5)
+            # it may sit in a watch until its next renewal; it renews only by compare-and-swap
+            # (never re-creates), so deleting the Lease meanwhile is safe: it then sees it gone
+            self._thread.join(timeout=1.0)
         if self.change_id is None:
             return
         try:
