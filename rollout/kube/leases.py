@@ -362,8 +362,13 @@ class LeaseLock:
                             self._lose("the Lease was deleted by someone else")
                         elif kind in ("ADDED", "MODIFIED"):
                             self._seen(obj)
-                        elif kind == "ERROR":
-                            break  # e.g. 410 Gone: the renewal below reads it afresh
+                        elif kind == "ERROR":  # e.g. 410 Gone: read it afresh, watch from there
+                            fresh = read_lease(self.api, self.namespace)
+                            if fresh is None:
+                                self._lose("the Lease was deleted by someone else")
+                            else:
+                                self._seen(fresh)
+                            break
                         if self.lost or self._stop.is_set() or time.monotonic() >= next_renew:
                             break
                 except Exception:  # the API server is away: renewal decides when it is lost
