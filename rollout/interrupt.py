@@ -12,8 +12,9 @@ milliseconds, not at the next poll.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from rollout.errors import RolloutError
@@ -29,12 +30,14 @@ class StopReason:
         nodes: the nodes to roll back (None: every node of the change).
         lost: True when the Lease was lost (no rollback: finish or restore in flight, then exit).
         request_id: the hand-over request's id (None for a lost Lease).
+        at: wall-clock time (epoch seconds) the owner saw it (set by :meth:`Interrupt.request`).
     """
 
     by: str
     nodes: tuple[str, ...] | None = None
     lost: bool = False
     request_id: str | None = None
+    at: float = 0.0
 
 
 class StopRequested(RolloutError):
@@ -72,7 +75,10 @@ class Interrupt:
                     nodes=nodes,
                     lost=old.lost or reason.lost,
                     request_id=old.request_id or reason.request_id,
+                    at=old.at,
                 )
+            elif not reason.at:
+                reason = replace(reason, at=time.time())
             self._reason = reason
             wakers = list(self._wakers)
         self._event.set()

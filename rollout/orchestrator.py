@@ -415,6 +415,17 @@ def _stopped(ctx: Context, reason: StopReason) -> ChangeStatus:
         final = _end(ctx, "stopped", what, Phase.FAILED)
         raise LeaseLostError(f"{what}\nnode states:\n{summary(final)}")
     ctx.on_event(f"rollback requested by {reason.by}: stopping forward work")
+    ctx.journal.append(
+        "request",
+        Phase.DONE,
+        now=ctx.clock.now(),
+        data={
+            "by": reason.by,
+            "nodes": list(reason.nodes) if reason.nodes else None,
+            "request": reason.request_id,
+            "seenAt": reason.at,
+        },
+    )
     done: set[str] = set()
     errors: dict[str, RolloutError] = {}
     while True:

@@ -476,6 +476,7 @@ def rollback_cmd(
     _confirm(yes, f"roll back change {change}")
     api = connect(kubeconfig, context)
     by = requested_by or holder_identity()
+    requested_at = time.time()
     handed = hand_over(api, lock_namespace, change, list(nodes) or None, by)
     if handed is not None:
         _echo(
@@ -487,6 +488,7 @@ def rollback_cmd(
             "handedTo": handed.owner,
             "request": handed.request.id,
             "nodes": list(handed.request.nodes) if handed.request.nodes else None,
+            "requestedAt": requested_at,
         }
         if no_wait:
             result["outcome"] = "handed-over"

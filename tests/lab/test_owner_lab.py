@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +107,6 @@ def test_rollback_during_the_soak_is_handed_to_the_owner(
     state = tmp_path / "state"
     change = Journal.open(state).change_id
     assert f"pid {apply.pid}" in _lease(lab, ns)["spec"]["holderIdentity"]
-    t0 = time.time()
     r = ck.cli(["rollback", "--change", change, "--yes", "-o", "json", "--lock-namespace", ns], env)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
@@ -118,19 +118,20 @@ def test_rollback_during_the_soak_is_handed_to_the_owner(
     assert _restores(state, change) == {names[0]: 1}  # one rollback
     assert ck.snapshot(lab, names[0]) == before[names[0]]
     assert not ck.unschedulable(lab, names[0])
-    # hand-over latency: the request's write (just before t0 + the CLI's start) to the owner's
-    # first restore entry; the CLI's own start-up is included, so this is an upper bound
+    # hand-over latency: the request's write (the requester's clock, same host) to the owner's
+    # stop flag (journaled by the owner), and on to its first restore step
+    (req,) = [e for e in Journal.open(state, change).entries() if e.step == "request"]
+    seen = req.data["seenAt"] - out["requestedAt"]
     first_restore = min(
-        e.ts for e in Journal.open(state, change).entries() if e.path and e.path.value == "restore"
+        datetime.fromisoformat(e.ts).timestamp()
+        for e in Journal.open(state, change).entries()
+        if e.path and e.path.value == "restore"
     )
-    from datetime import datetime
-
-    latency = datetime.fromisoformat(first_restore).timestamp() - t0
     print(
-        f"rollback requested -> owner restoring: {latency:.3f}s (incl. CLI start-up); "
-        f"test {time.monotonic() - started:.1f}s"
+        f"request written -> owner stops: {seen * 1000:.0f} ms; -> first restore step: "
+        f"{first_restore - out['requestedAt']:.2f} s; test {time.monotonic() - started:.1f}s"
     )
-    assert latency < 10
+    assert 0 <= seen < 1.0
 
 
 @pytest.mark.timeout(300)
