@@ -9,6 +9,7 @@
         ConflictError                 our setting would be overridden or refused by the kubelet
       PreflightError          exit 3  the cluster or nodes refuse the change before it starts
       LockHeldError           exit 4  another change holds the cluster Lease
+        LeaseLostError                the owner lost the Lease mid-change (and stopped)
       NodeOperationError      exit 5  a step on a node failed (the node was restored)
         EvictionBlockedError          a PodDisruptionBudget kept refusing an eviction
       LabError                exit 6  the local lab could not be built, started or stopped
@@ -95,6 +96,10 @@ class LockHeldError(RolloutError):
     """Another change holds the cluster lock."""
 
     exit_code = 4
+
+
+class LeaseLostError(LockHeldError):
+    """The owner lost its Lease mid-change: it started nothing new, restored the nodes in flight."""
 
 
 class NodeOperationError(RolloutError):

@@ -162,12 +162,14 @@ class Journal:
             data=dict(data or {}),
         )
         line = (entry.to_json() + "\n").encode()
-        fd = os.open(self.file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = os.open(self.file, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
         try:
+            _repair_torn_tail(fd, self.file)
             os.write(fd, line)
             os.fsync(fd)
         finally:
             os.close(fd)
+        failpoint(entry)
         return entry
 
     def entries(self) -> list[Entry]:
@@ -231,6 +233,52 @@ def read_entries(file: FsPath) -> list[Entry]:
                 break  # torn final write
             raise InputError(f"not a journal entry: {e}", Location(file=str(file), line=i)) from e
     return out
+
+
+def _repair_torn_tail(fd: int, file: FsPath) -> None:
+    """Before appending: a last line without its newline is a write the process died in.
+
+    If it parses as an entry (only the newline was lost) the newline is added; otherwise the torn
+    bytes are cut off (the step they began was never confirmed: ``append`` returns only after the
+    fsync). Without this, the next entry would be glued to the torn bytes and every later read
+    would fail on a corrupt middle line.
+    """
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    data = os.pread(fd, size, 0)
+    cut = data.rfind(b"\n") + 1
+    try:
+        Entry.from_json(json.loads(data[cut:]))
+    except (ValueError, KeyError, TypeError):
+        os.ftruncate(fd, cut)
+    else:
+        os.write(fd, b"\n")
+    os.fsync(fd)
+
+
+FAILPOINT_ENV = "ROLLOUT_FAILPOINT"
+"""``step:phase[:node]`` (``*`` matches anything): the process kills itself with SIGKILL right
+after writing the first journal entry that matches. For crash-consistency tests only, in the spirit
+of etcd's gofail: a crash at an exact, named point instead of a race with a poller."""
+
+
+def failpoint(entry: Entry, env: Mapping[str, str] | None = None) -> None:
+    """SIGKILL this process if ``$ROLLOUT_FAILPOINT`` names ``entry`` (:data:`FAILPOINT_ENV`)."""
+    spec = (os.environ if env is None else env).get(FAILPOINT_ENV)
+    if not spec or not failpoint_matches(spec, entry):
+        return
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def failpoint_matches(spec: str, entry: Entry) -> bool:
+    """Whether ``step:phase[:node]`` names ``entry`` (pure; ``*`` or an empty part matches all)."""
+    parts = spec.split(":")
+    want = [*parts, "*", "*", "*"][:3]
+    have = (entry.step, entry.phase.value, entry.node or "")
+    return all(w in ("", "*", h) for w, h in zip(want, have, strict=True))
 
 
 def latest_change(root: FsPath) -> str | None:
@@ -332,6 +380,7 @@ class ChangeStatus:
             "change": self.change,
             "outcome": self.outcome,
             "message": self.message,
+            "promotion": self.info.get("promotion"),
             "nodes": [s.to_dict() for s in self.nodes.values()],
         }
 

@@ -19,10 +19,12 @@ from typing import Any
 from rollout.draining import drain
 from rollout.errors import (
     InputError,
+    LeaseLostError,
     NodeOperationError,
     PreflightError,
     RolloutError,
 )
+from rollout.interrupt import StopReason, StopRequested
 from rollout.journal import CHANGE_STEP, ChangeStatus, NodeStatus, replay
 from rollout.models import (
     FileBackup,
@@ -86,6 +88,7 @@ def _prepare(ctx: Context, change: NodeChange) -> dict[str, str]:
     devices = device_resources(info.allocatable)
     rec(node, Step.PREFLIGHT, Phase.DONE, Path.FORWARD, {"configz": prior, "allocatable": devices})
 
+    ctx.interrupt.check()
     rec(node, Step.CORDON, Phase.BEGIN, Path.FORWARD, {"priorCordoned": info.unschedulable})
     ours = not info.unschedulable
     if ours:
@@ -93,11 +96,13 @@ def _prepare(ctx: Context, change: NodeChange) -> dict[str, str]:
     rec(node, Step.CORDON, Phase.DONE, Path.FORWARD, {"cordonedByUs": ours})
     ctx.on_event(f"{node}: cordoned" if ours else f"{node}: already cordoned; will stay so")
 
+    ctx.interrupt.check()
     rec(node, Step.DRAIN, Phase.BEGIN, Path.FORWARD)
-    report = drain(ctx.cluster, node, ctx.drain, ctx.clock, ctx.on_event)
+    report = drain(ctx.cluster, node, ctx.drain, ctx.forward_clock, ctx.on_event)
     rec(node, Step.DRAIN, Phase.DONE, Path.FORWARD, {"evicted": list(report.evicted)})
     ctx.on_event(f"{node}: drained ({len(report.evicted)} pod(s) evicted)")
 
+    ctx.interrupt.check()
     rec(node, Step.BACKUP, Phase.BEGIN, Path.FORWARD, {"paths": list(change.touched)})
     backups = []
     for path in change.touched:
@@ -166,6 +171,10 @@ def apply_batch(ctx: Context, changes: Sequence[NodeChange]) -> dict[str, NodeOp
 
     def prepare(node: str) -> dict[str, str]:
         try:
+            ctx.interrupt.check()  # no new node once forward work must stop
+        except StopRequested as e:
+            raise NodeOperationError(f"node {node}: not started: {e}") from e
+        try:
             return _prepare(ctx, by_node[node])
         except Exception as e:  # any failure, even an unexpected one, must restore the node
             raise _fail_and_restore(ctx, {node: wrap(e)})[node] from e
@@ -173,6 +182,9 @@ def apply_batch(ctx: Context, changes: Sequence[NodeChange]) -> dict[str, NodeOp
     devices, errors = in_parallel(order, prepare)
     ready = [n for n in order if n in devices]
     late: dict[str, RolloutError] = {}
+    if ready and (reason := ctx.interrupt.reason()) is not None:
+        late.update({n: StopRequested(reason) for n in ready})  # files untouched: restore
+        ready = []
     if ready:
         for node in ready:
             ctx.record(node, Step.APPLY, Phase.BEGIN, Path.FORWARD)
@@ -217,7 +229,7 @@ def _verify_and_uncordon(ctx: Context, change: NodeChange, devices: Mapping[str,
     """Verify, and uncordon if we cordoned: the tail of the forward path."""
     node = change.node
     ctx.record(node, Step.VERIFY, Phase.BEGIN, Path.FORWARD, {"expected": dict(change.expected)})
-    verify(ctx.cluster, node, change.expected, devices, ctx.clock, ctx.verify_timeout_s)
+    verify(ctx.cluster, node, change.expected, devices, ctx.forward_clock, ctx.verify_timeout_s)
     ctx.record(node, Step.VERIFY, Phase.DONE, Path.FORWARD)
     status = replay(ctx.journal.entries()).nodes[node]
     ours = status.we_cordoned
@@ -287,23 +299,77 @@ def run_change(
             **(info or {}),
             "nodes": nodes,
             "batches": [list(b.nodes) for b in batches],
+            "canary": [n for b in batches if b.canary for n in b.nodes],
             "canaryOnly": canary_only,
             **({"window": window.as_dict()} if window else {}),
         },
     )
     canary = [n for b in batches if b.canary for n in b.nodes]
+    last = max((i for i, b in enumerate(batches) if b.canary), default=None)
+    gate_at = {last: canary} if last is not None else {}
+    try:
+        return _batches(ctx, changes, batches, gate, canary_only, gate_at, forward)
+    except StopRequested as e:
+        return _stopped(ctx, e.reason)
+
+
+def continue_change(
+    ctx: Context,
+    changes: Mapping[str, NodeChange],
+    batches: Sequence[Batch],
+    gate: Gate | None,
+    info: Mapping[str, Any],
+    forward: Callable[[datetime], Decision] | None = None,
+    gate_at: Mapping[int, Sequence[str]] | None = None,
+    canary_only: bool = False,
+) -> ChangeStatus:
+    """Run more batches in an existing change (``promote``, and ``resume`` of later batches).
+
+    A change-level ``begin`` with ``info`` (the whole change's nodes and batches, and what
+    started this part) is journaled first, so ``status`` shows it; then the batches, with the
+    ``gate`` after each one when there is one (or after the batches ``gate_at`` names, over the
+    nodes it names; with ``canary_only`` the change holds after the last of them). Same rules as
+    :func:`run_change`: a node failure restores it and stops, a handed-over rollback or a lost
+    Lease stops forward work.
+
+    Raises:
+        NodeOperationError: as :func:`run_change`.
+    """
+    ctx.journal.append(CHANGE_STEP, Phase.BEGIN, now=ctx.clock.now(), data=dict(info))
+    if gate_at is None:
+        gate_at = {i: tuple(b.nodes) for i, b in enumerate(batches)} if gate is not None else {}
+    try:
+        return _batches(ctx, changes, batches, gate or NoGate(), canary_only, gate_at, forward)
+    except StopRequested as e:
+        return _stopped(ctx, e.reason)
+
+
+def _batches(
+    ctx: Context,
+    changes: Mapping[str, NodeChange],
+    batches: Sequence[Batch],
+    gate: Gate,
+    canary_only: bool,
+    gate_at: Mapping[int, Sequence[str]],
+    forward: Callable[[datetime], Decision] | None,
+) -> ChangeStatus:
+    """The batch loop: the gate runs after batch ``i`` over ``gate_at[i]``; with
+    ``canary_only`` the change holds after the last gate. Raises StopRequested once forward work
+    must stop."""
     for i, batch in enumerate(batches):
+        ctx.interrupt.check()
         if forward is not None and i > 0 and not (window := forward(ctx.clock.now())).allowed:
             return _end(ctx, "held", f"change window closed; holding: {window.reason}")
         ctx.on_event(f"batch {i + 1}/{len(batches)}: {', '.join(batch.nodes)}")
         failures = apply_batch(ctx, [changes[n] for n in batch.nodes])
+        ctx.interrupt.check()  # the batch's failures are the interrupt's doing: settle below
         if failures:
             what = "; ".join(str(e) for e in failures.values())
             status = _end(ctx, "stopped", what, Phase.FAILED)
             raise NodeOperationError(f"rollout stopped: {what}\nnode states:\n{summary(status)}")
-        last_canary = batch.canary and (i + 1 == len(batches) or not batches[i + 1].canary)
-        if not last_canary:
+        if i not in gate_at:
             continue
+        canary = list(gate_at[i])
         verdict = gate.evaluate(ctx.journal.change_id, canary)
         ctx.journal.append(
             "gate",
@@ -316,16 +382,77 @@ def run_change(
             # the gate names what to restore (its onFailure policy); by default the whole canary
             targets = [n for n in canary if n in verdict.failed_nodes] or canary
             errors = _restore_many(ctx, targets, replay(ctx.journal.entries()))
-            what = f"gate failed the canary: {verdict.reason}; restored {', '.join(targets)}"
+            which = "the canary" if batch.canary else f"batch {i + 1}"
+            what = f"gate failed {which}: {verdict.reason}; restored {', '.join(targets)}"
             if errors:
                 what += "; restore failed: " + "; ".join(str(e) for e in errors.values())
+            if ctx.interrupt.reason() is not None:  # a request came meanwhile: settle it too
+                raise StopRequested(ctx.interrupt.reason())  # type: ignore[arg-type]
             status = _end(ctx, "rolled-back", what, Phase.FAILED)
             raise NodeOperationError(f"{what}\nnode states:\n{summary(status)}")
+        ctx.interrupt.check()
         if verdict.status is not VerdictStatus.SUCCESSFUL:
             return _end(ctx, "held", f"gate {verdict.status.value}: {verdict.reason}; holding")
-        if canary_only:
+        if canary_only and i == max(gate_at):
             return _end(ctx, "held", f"canary applied; holding (gate: {verdict.reason})")
+    ctx.interrupt.check()
     return _end(ctx, "completed", f"{len(changes)} node(s) applied")
+
+
+def _stopped(ctx: Context, reason: StopReason) -> ChangeStatus:
+    """Forward work stopped (the nodes in flight are already restored): roll back on a request,
+    or end on a lost Lease.
+
+    A request's node set may grow while the rollback runs (more requests joined it): every node
+    named is restored once, nodes already restored are not touched again.
+
+    Raises:
+        NodeOperationError: the rollback ran (``rolled back on request of ...``), or failed.
+        LeaseLostError: the Lease was lost; nothing new was started.
+    """
+    if reason.lost:
+        what = f"lost the cluster lock: {reason.by}; started nothing new, nodes in flight restored"
+        final = _end(ctx, "stopped", what, Phase.FAILED)
+        raise LeaseLostError(f"{what}\nnode states:\n{summary(final)}")
+    ctx.on_event(f"rollback requested by {reason.by}: stopping forward work")
+    ctx.journal.append(
+        "request",
+        Phase.DONE,
+        now=ctx.clock.now(),
+        data={
+            "by": reason.by,
+            "nodes": list(reason.nodes) if reason.nodes else None,
+            "request": reason.request_id,
+            "seenAt": reason.at,
+        },
+    )
+    done: set[str] = set()
+    errors: dict[str, RolloutError] = {}
+    while True:
+        current = ctx.interrupt.reason() or reason
+        if current.lost:
+            break  # restore nothing more; the rollback so far is journaled
+        status = replay(ctx.journal.entries())
+        wanted = current.nodes or tuple(status.nodes)
+        targets = [
+            n
+            for n in wanted
+            if n in status.nodes
+            and n not in done
+            and status.nodes[n].state not in (NodeState.PENDING, NodeState.RESTORED)
+        ]
+        done.update(wanted)
+        if not targets:
+            break
+        ctx.on_event(f"rolling back: {', '.join(targets)}")
+        errors.update(_restore_many(ctx, targets, status))
+    what = f"rolled back on request of {reason.by}"
+    if errors:
+        what += "; restore failed: " + "; ".join(str(e) for e in errors.values())
+        final = _end(ctx, "rollback-failed", what, Phase.FAILED)
+    else:
+        final = _end(ctx, "rolled-back", what, Phase.FAILED)
+    raise NodeOperationError(f"{what}\nnode states:\n{summary(final)}")
 
 
 def _restore_many(

@@ -104,6 +104,7 @@ class Report:
             "started": self.started,
             "ended": self.ended,
             "window": dict(self.window),
+            "promotion": self.info.get("promotion"),
             "nodes": dict(self.nodes),
             "timeline": [vars(e) for e in self.events],
             "gateDecisions": [{**vars(d), "nodes": list(d.nodes)} for d in self.decisions],

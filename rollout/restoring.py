@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from rollout.draining import drain
 from rollout.errors import ExternalError, InputError, NodeOperationError, RolloutError
+from rollout.interrupt import Interrupt, InterruptibleClock
 from rollout.journal import Journal, NodeStatus
 from rollout.models import FileBackup, NodeChange, Path, Phase, Step
 from rollout.planning import DrainPolicy
@@ -36,7 +37,13 @@ class Context:
     drain: DrainPolicy = field(default_factory=DrainPolicy)
     verify_timeout_s: float = 120.0
     on_event: Callable[[str], None] = lambda _m: None
+    interrupt: Interrupt = field(default_factory=Interrupt)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def forward_clock(self) -> InterruptibleClock:
+        """The clock the forward path waits with: an interrupt cuts its waits short."""
+        return InterruptibleClock(self.clock, self.interrupt)
 
     def record(
         self,

@@ -49,12 +49,15 @@ ROLLOUT_METRICS = (
 
 
 class RollbackTrigger(Protocol):
-    """Starts the rollback of a change (the orchestrator's rollback, or a fake in tests).
+    """Starts the rollback of a change (``rollout rollback``, or a fake in tests).
 
-    ``nodes`` None means every node the change touched.
+    ``nodes`` None means every node the change touched; ``reason`` is who asks, as the change's
+    owner reports it (``alert <fingerprint> (<alertname>)``). Returns the action to answer with:
+    ``handed-over`` (the change's live owner was handed the rollback) or ``rolled-back`` (None
+    means ``rolled-back``).
     """
 
-    def __call__(self, change_id: str, nodes: Sequence[str] | None, reason: str) -> None: ...
+    def __call__(self, change_id: str, nodes: Sequence[str] | None, reason: str) -> str | None: ...
 
 
 class GateMetrics:
@@ -121,7 +124,7 @@ class AlertOutcome:
 
     fingerprint: str
     change_id: str | None
-    action: str  # rolled-back | duplicate | already-rolled-back | ignored | resolved | failed
+    action: str  # rolled-back | handed-over | duplicate | already-rolled-back | ignored | ...
     detail: str = ""
 
 
@@ -169,21 +172,25 @@ class AlertReceiver:
         node = labels.get("node")
         nodes = [node] if isinstance(node, str) and node else None
         name = labels.get("alertname", "alert")
+        # Decided under the lock, run outside it: a rollback takes minutes, and a second
+        # delivery meanwhile must be answered (duplicate) at once, not queued behind it.
         with self._lock:
             if fp in self._seen:
                 return AlertOutcome(fp, change, "duplicate", "this alert already triggered")
             if change in self._rolled_back:
                 self._seen.add(fp)
                 return AlertOutcome(fp, change, "already-rolled-back", "")
-            try:
-                self._trigger(change, nodes, f"alert {name} ({fp}) fired")
-            except RolloutError as e:
-                # Not remembered: Alertmanager's next delivery retries.
-                return AlertOutcome(fp, change, "failed", str(e))
             self._seen.add(fp)
             self._rolled_back.add(change)
-            self._metrics.rollbacks.labels(trigger="webhook").inc()
-        return AlertOutcome(fp, change, "rolled-back", f"alert {name}")
+        try:
+            action = self._trigger(change, nodes, f"alert {fp} ({name})") or "rolled-back"
+        except RolloutError as e:
+            with self._lock:  # not remembered: Alertmanager's next delivery retries
+                self._seen.discard(fp)
+                self._rolled_back.discard(change)
+            return AlertOutcome(fp, change, "failed", str(e))
+        self._metrics.rollbacks.labels(trigger="webhook").inc()
+        return AlertOutcome(fp, change, action, f"alert {name}")
 
 
 def read_token(path: str | Path) -> str:

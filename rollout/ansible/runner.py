@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -66,6 +66,62 @@ class TaskEvent:
     task: str
     changed: bool = False
     message: str | None = None
+
+
+PLAYBOOK_TIMEOUT_S = 900.0
+"""Wall-clock limit of one playbook run (``$ROLLOUT_PLAYBOOK_TIMEOUT_S`` overrides it): a run
+past it is killed and every host it had not finished counts as failed, so the orchestrator
+restores those nodes instead of leaving them cordoned behind a hung task."""
+
+
+def playbook_timeout(env: Mapping[str, str] | None = None) -> float:
+    """``$ROLLOUT_PLAYBOOK_TIMEOUT_S`` (seconds, > 0), else :data:`PLAYBOOK_TIMEOUT_S`."""
+    raw = (os.environ if env is None else env).get("ROLLOUT_PLAYBOOK_TIMEOUT_S", "")
+    try:
+        value = float(raw)
+    except ValueError:
+        return PLAYBOOK_TIMEOUT_S
+    return value if value > 0 else PLAYBOOK_TIMEOUT_S
+
+
+def timed_out(results: Mapping[str, HostResult], limit_s: float) -> dict[str, HostResult]:
+    """The outcomes of a run killed at its timeout (pure): a host that had not failed yet did
+    not finish, so it failed too, with the timeout named."""
+    msg = f"the playbook ran past its timeout of {limit_s:.0f}s and was stopped"
+    return {
+        h: r
+        if r.status in ("failed", "unreachable")
+        else replace(r, status="failed", failed_task=r.failed_task or "(timeout)", message=msg)
+        for h, r in results.items()
+    }
+
+
+def _kill_leftovers(private_data_dir: Path) -> list[int]:
+    """SIGKILL what is left of a timed-out run: ansible-runner's own kill can miss the
+    ``ansible-playbook`` process, which would go on changing nodes after we restored them.
+    Only processes whose command line names this run's private data dir are touched.
+
+    Returns:
+        The pids killed.
+    """
+    import signal
+
+    marker = os.fsencode(str(private_data_dir) + os.sep)
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker in cmdline:
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+            except OSError:
+                continue
+    return killed
 
 
 @dataclass(frozen=True)
@@ -290,6 +346,7 @@ class AnsibleRunner:
         extra = {"rollout_hosts": "all", **extravars}
         forks = max(1, len(hosts)) if hosts else 50
         started = time.monotonic()
+        limit = playbook_timeout()
         slot = self._take_slot()
         try:
             pdd = self.root / ("runner" if slot == 0 else f"runner-{slot}")
@@ -306,6 +363,7 @@ class AnsibleRunner:
                 quiet=True,
                 event_handler=handler,
                 rotate_artifacts=20,
+                timeout=int(max(1, limit)),
             )
         except Exception as e:  # ansible-runner raises plain exceptions for config errors
             raise ExternalError(f"ansible-runner could not run {playbook}: {e}") from e
@@ -320,6 +378,9 @@ class AnsibleRunner:
                 if isinstance(data, Mapping):
                     reports[host] = data
         results = summarize(events, hosts or (), reports)
+        if str(r.status) == "timeout":
+            results = timed_out(results, limit)
+            _kill_leftovers(pdd)
         artifact_dir = str(getattr(r.config, "artifact_dir", "") or "") or None
         if not events and r.rc != 0:
             raise ExternalError(

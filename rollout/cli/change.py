@@ -10,7 +10,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -20,7 +20,8 @@ from typing import Any
 import click
 
 from rollout.cli.gate import GATE_HOLDS_EXIT, gate_config
-from rollout.errors import InputError, Location, PreflightError, RolloutError
+from rollout.errors import InputError, Location, NodeOperationError, PreflightError, RolloutError
+from rollout.interrupt import Interrupt
 from rollout.journal import ChangeStatus, Journal, new_change_id, replay, state_dir
 from rollout.orchestrator import NoGate, resume, rollback, run_change, summary
 from rollout.plan import Plan, load_plan
@@ -53,9 +54,12 @@ def gate_for(
     output: str,
     inv: Any,
     progress: Callable[[str], None] | None = None,
+    interrupt: Interrupt | None = None,
 ) -> Gate:
     """The gate run after the canary batch: the rejection-rate gate when the plan has a ``gate:``
-    section (built as ``rollout watch`` builds it, journaling into this change), else none."""
+    section (built as ``rollout watch`` builds it, journaling into this change), else none.
+
+    With ``interrupt``, the soak ends the moment it is set (a rollback handed to this owner)."""
     from rollout.cli.gate import build_soak_gate
     from rollout.gate import RollbackPolicyGate
     from rollout.models import Phase
@@ -77,6 +81,18 @@ def gate_for(
         output=output,
         progress=progress,
     )
+    if interrupt is not None:
+        wait = soak.sleep
+        for signal in soak.signals:
+            if hasattr(signal, "wake"):
+                interrupt.add_waker(signal.wake)
+
+        def sleep(seconds: float) -> None:
+            interrupt.check()
+            wait(seconds)
+            interrupt.check()
+
+        soak.sleep = sleep
     return RollbackPolicyGate(soak, record)
 
 
@@ -91,6 +107,10 @@ def _print_status(status: ChangeStatus, output: str) -> None:
     click.echo(f"change {status.change}: {status.outcome}")
     if status.message:
         click.echo(f"  {status.message}")
+    promotion = status.info.get("promotion")
+    if promotion:
+        forced = f"; forced: {promotion['forced']}" if promotion.get("forced") else ""
+        click.echo(f"  promoted by {promotion.get('by')} at {promotion.get('at')}{forced}")
     click.echo(summary(status))
 
 
@@ -230,11 +250,10 @@ def apply_cmd(
       rollout apply --plan plan.yaml -i inventory.ini --yes
       rollout apply --yes --progress plain 2> apply.log
     """
-    from rollout.ansible.runner import AnsibleRunner
     from rollout.kube.canaries import canaries_in_progress
     from rollout.kube.client import connect
     from rollout.kube.leases import LeaseLock
-    from rollout.preparing import ClusterReader, prepare, read_inventory
+    from rollout.preparing import read_inventory
 
     if not plan_path:
         raise InputError("no plan: pass --plan or set ROLLOUT_PLAN", Location(field="--plan"))
@@ -252,10 +271,7 @@ def apply_cmd(
     lock.check()
     for w in canaries_in_progress(api):
         _echo(f"warning: {w}")
-    with tempfile.TemporaryDirectory(prefix="rollout-preflight-") as tmp:
-        facts_dir = Path(tmp) / "facts"
-        raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(inv.path, list(inv.hosts), facts_dir)
-        prepared = prepare(plan, inv, ClusterReader(api), raw, facts_dir, canary)
+    prepared = _preflight(plan, inv, api, canary)
     for line in prepared.report:
         _echo(line)
     for w in prepared.warnings:
@@ -286,7 +302,8 @@ def apply_cmd(
         progress = _progress(progress_mode)
         progress.nodes(tuple(nodes))
         ctx = _context(api, journal, inv.path, drain, verify_timeout, progress)
-        gate = gate_for(plan, api, journal, output, inv, progress.event)
+        ctx.interrupt = lock.interrupt
+        gate = gate_for(plan, api, journal, output, inv, progress.event, lock.interrupt)
         try:
             status = run_change(
                 ctx,
@@ -294,18 +311,52 @@ def apply_cmd(
                 prepared.batches,
                 gate,
                 canary,
-                info={"plan": str(Path(plan.path).resolve()), "inventory": str(inv.path.resolve())},
+                info={
+                    "plan": str(Path(plan.path).resolve()),
+                    "inventory": str(inv.path.resolve()),
+                    "intentSha256": intent_digest(plan),
+                },
                 forward=window_check,
             )
         except RolloutError:
+            final = replay(journal.entries())
+            if final.outcome in ("rolled-back", "rollback-failed"):
+                lock.report(final.outcome, final.message)
             if output == "json":
-                _print_status(replay(journal.entries()), output)
+                _print_status(final, output)
             raise
     _print_status(status, output)
     verdict = getattr(gate, "verdict", None)
     if verdict is not None and verdict.holds:  # Inconclusive / Error: held, say what it waits for
         _echo(f"gate {verdict.status}: holding: waiting for {verdict.waiting_for}")
         sys.exit(GATE_HOLDS_EXIT)
+
+
+def intent_digest(plan: Plan) -> str:
+    """sha256 of the plan's kubelet intent and per-node overrides: what ``promote`` checks is
+    unchanged since the canary."""
+    import hashlib
+    from dataclasses import asdict
+
+    intent = {
+        "kubelet": plan.kubelet,
+        "distribution": plan.distribution,
+        "method": plan.method,
+        "nodes": {h: asdict(o) for h, o in plan.nodes.items()},
+    }
+    blob = json.dumps(intent, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _preflight(plan: Plan, inv: Any, api: Any, canary: bool) -> Any:
+    """Gather the nodes' facts and run every preflight check (``rollout.preparing.prepare``)."""
+    from rollout.ansible.runner import AnsibleRunner
+    from rollout.preparing import ClusterReader, prepare
+
+    with tempfile.TemporaryDirectory(prefix="rollout-preflight-") as tmp:
+        facts_dir = Path(tmp) / "facts"
+        raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(inv.path, list(inv.hosts), facts_dir)
+        return prepare(plan, inv, ClusterReader(api), raw, facts_dir, canary)
 
 
 def _existing(change: str | None) -> Journal:
@@ -328,7 +379,7 @@ def _settle_command(
     output: str,
     kubeconfig: str | None,
     context: str | None,
-    work: Callable[[Context], ChangeStatus],
+    work: Callable[[Context, Any], ChangeStatus],
     progress_mode: str = "auto",
 ) -> None:
     from rollout.kube.client import connect
@@ -342,15 +393,20 @@ def _settle_command(
         plan = load_plan(str(plan_file))
         drain = parse_strategy(plan.strategy, plan.location).drain
     api = connect(kubeconfig, context)
-    with _locked(LeaseLock(api, lock_namespace), journal.change_id):
+    lock = LeaseLock(api, lock_namespace)
+    with _locked(lock, journal.change_id):
         progress = _progress(progress_mode)
         progress.nodes(tuple(replay(journal.entries()).nodes))
         ctx = _context(api, journal, inv, drain, verify_timeout, progress)
+        ctx.interrupt = lock.interrupt
         try:
-            status = work(ctx)
+            status = work(ctx, lock)
         except RolloutError:
+            final = replay(journal.entries())
+            if final.outcome in ("rolled-back", "rollback-failed"):
+                lock.report(final.outcome, final.message)
             if output == "json":
-                _print_status(replay(journal.entries()), output)
+                _print_status(final, output)
             raise
     _print_status(status, output)
 
@@ -363,6 +419,23 @@ _change_required = click.option("--change", "change", required=True, help="The c
 @click.option("--node", "nodes", multiple=True, help="Only these nodes (repeatable).")
 @inventory_option
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (required without a TTY).")
+@click.option(
+    "--no-wait",
+    is_flag=True,
+    help="When a running process owns the change, return once the request is handed to it.",
+)
+@click.option(
+    "--wait-timeout",
+    type=float,
+    default=1800.0,
+    show_default=True,
+    help="Seconds to wait for the owner to report the rollback it was handed.",
+)
+@click.option(
+    "--requested-by",
+    metavar="TEXT",
+    help="Who asks, as the change's owner reports it (default: user@host pid N).",
+)
 @_lock_ns
 @_verify_timeout
 @_progress_option
@@ -373,6 +446,9 @@ def rollback_cmd(
     nodes: tuple[str, ...],
     inventory: str | None,
     yes: bool,
+    no_wait: bool,
+    wait_timeout: float,
+    requested_by: str | None,
     lock_namespace: str,
     verify_timeout: float,
     progress_mode: str,
@@ -383,12 +459,58 @@ def rollback_cmd(
     """Put the change's nodes back byte for byte: cordon, drain, restore the journaled files,
     restart, verify against the previous config, uncordon only what this change cordoned.
 
+    While the process that runs the change is alive (it holds the rollout-lock Lease), the
+    rollback is handed to it: it stops forward work at once, rolls back, and reports here; this
+    command waits for that (exit 0 when the rollback completed). When no live process owns the
+    change, this command takes the Lease and rolls back itself.
+
     \b
     Examples:
       rollout rollback --change 20261130T214802Z-a1b2c3 --yes
       rollout rollback --change 20261130T214802Z-a1b2c3 --node gpu-7 --yes -o json
+      rollout rollback --change 20261130T214802Z-a1b2c3 --yes --no-wait
     """
+    from rollout.kube.client import connect
+    from rollout.kube.leases import hand_over, holder_identity, wait_outcome
+
     _confirm(yes, f"roll back change {change}")
+    api = connect(kubeconfig, context)
+    by = requested_by or holder_identity()
+    requested_at = time.time()
+    handed = hand_over(api, lock_namespace, change, list(nodes) or None, by)
+    if handed is not None:
+        _echo(
+            f"change {change} is owned by {handed.owner}: rollback handed to it "
+            f"(request {handed.request.id})"
+        )
+        result: dict[str, Any] = {
+            "change": change,
+            "handedTo": handed.owner,
+            "request": handed.request.id,
+            "nodes": list(handed.request.nodes) if handed.request.nodes else None,
+            "requestedAt": requested_at,
+        }
+        if no_wait:
+            result["outcome"] = "handed-over"
+            click.echo(json.dumps(result, indent=2) if output == "json" else "handed over")
+            return
+        outcome = wait_outcome(api, lock_namespace, handed, wait_timeout, _echo)
+        if outcome is not None:
+            result.update(outcome=outcome.get("outcome"), message=outcome.get("message"))
+            if output == "json":
+                click.echo(json.dumps(result, indent=2))
+            else:
+                click.echo(f"change {change}: {outcome.get('outcome')} by {handed.owner}")
+                click.echo(f"  {outcome.get('message')}")
+            if outcome.get("outcome") != "rolled-back":
+                raise NodeOperationError(
+                    f"the owner {handed.owner} reported {outcome.get('outcome')}: "
+                    f"{outcome.get('message')}"
+                )
+            return
+        _echo(
+            f"{handed.owner} released the change without acting on the request; rolling back here"
+        )
     _settle_command(
         change,
         inventory,
@@ -397,7 +519,7 @@ def rollback_cmd(
         output,
         kubeconfig,
         context,
-        lambda ctx: rollback(ctx, list(nodes) or None),
+        lambda ctx, _lock: rollback(ctx, list(nodes) or None),
         progress_mode,
     )
 
@@ -420,13 +542,24 @@ def resume_cmd(
     kubeconfig: str | None,
     context: str | None,
 ) -> None:
-    """Settle an interrupted change: each node in flight is finished or restored.
+    """Finish an interrupted change: each node in flight is finished or restored, then the
+    batches the interrupted apply or promote had not started yet are run (with the gate where
+    that command would have run it), unless a node had failed (the change had stopped).
 
     \b
     Examples:
       rollout resume --change 20261130T214802Z-a1b2c3
       rollout resume --change 20261130T214802Z-a1b2c3 --yes -o json --progress plain
     """
+    journal = _existing(change)
+    before = replay(journal.entries(), journal.change_id)
+
+    def work(ctx: Context, lock: Any) -> ChangeStatus:
+        settled = resume(ctx)
+        if before.outcome != "running":
+            return settled  # it had ended (held, completed, stopped): nothing more to start
+        return _resume_later_batches(ctx, lock, before, settled, inventory, output)
+
     _settle_command(
         change,
         inventory,
@@ -435,8 +568,62 @@ def resume_cmd(
         output,
         kubeconfig,
         context,
-        resume,
+        work,
         progress_mode,
+    )
+
+
+def _resume_later_batches(
+    ctx: Context,
+    lock: Any,
+    before: ChangeStatus,
+    settled: ChangeStatus,
+    inventory: str | None,
+    output: str,
+) -> ChangeStatus:
+    """The batches an interrupted apply / promote had not started: rendered again from the plan
+    (its intent checked unchanged), the gate where that command would have run it."""
+    from rollout.models import NodeState
+    from rollout.orchestrator import continue_change
+    from rollout.planning import Batch
+    from rollout.preparing import read_inventory
+
+    info = before.info
+    if any(s.state in (NodeState.RESTORED, NodeState.FAILED) for s in settled.nodes.values()):
+        return settled  # a node failed forward: the interrupted command would have stopped
+    pending = [
+        [n for n in b if settled.nodes[n].state is NodeState.PENDING]
+        for b in info.get("batches", ())
+    ]
+    todo = [b for b in pending if b]
+    if not todo:
+        return settled
+    plan = load_plan(str(_info_path(ctx.journal, "plan", None)))
+    if info.get("intentSha256") and info["intentSha256"] != intent_digest(plan):
+        raise PreflightError(
+            f"the plan {plan.path} renders another intent than change {before.change} "
+            "started with; its settled nodes stay as they are, the rest is not started"
+        )
+    inv = read_inventory(_info_path(ctx.journal, "inventory", inventory))
+    prepared = _preflight(plan, inv, lock.api, False)
+    canary = set(info.get("canary", ()))
+    batches = [Batch(tuple(b), bool(canary & set(b))) for b in todo]
+    has_gate = gate_config(plan) is not None
+    if info.get("promotion"):  # promote gates after each batch when the plan has a gate
+        gate_at = {i: b.nodes for i, b in enumerate(batches)} if has_gate else {}
+    else:  # apply gates once, after its last canary batch, over the whole canary
+        last = max((i for i, b in enumerate(batches) if b.canary), default=None)
+        gate_at = {last: tuple(canary)} if last is not None else {}
+    gate = gate_for(plan, lock.api, ctx.journal, output, inv, ctx.on_event, lock.interrupt)
+    ctx.on_event(f"resuming the batches not started: {', '.join(n for b in todo for n in b)}")
+    return continue_change(
+        ctx,
+        prepared.changes,
+        batches,
+        gate,
+        {**info, "resumed": True},
+        gate_at=gate_at,
+        canary_only=bool(info.get("canaryOnly")),
     )
 
 
@@ -455,4 +642,174 @@ def status_cmd(change: str | None, output: str) -> None:
     _print_status(replay(journal.entries(), journal.change_id), output)
 
 
-COMMANDS = [apply_cmd, rollback_cmd, status_cmd, resume_cmd]
+def last_gate(journal: Journal) -> Mapping[str, Any] | None:
+    """The last ``gate`` entry's data (``status``, ``reason``, ``nodes``), or None."""
+    gates = [e for e in journal.entries() if e.step == "gate"]
+    return gates[-1].data if gates else None
+
+
+def promote_refusal(status: ChangeStatus, gate: Mapping[str, Any] | None) -> str | None:
+    """Why a change may not be promoted without ``--force`` (pure), or None when it may."""
+    from rollout.models import NodeState
+
+    if status.outcome == "running":
+        return (
+            f"change {status.change} is running or was interrupted (no end recorded); "
+            f"`rollout resume --change {status.change}` settles it first"
+        )
+    canary = [n for b in status.info.get("batches", ()) for n in b]
+    not_applied = [n for n in canary if status.nodes[n].state is not NodeState.APPLIED]
+    if not_applied:
+        states = ", ".join(f"{n}: {status.nodes[n].state.value}" for n in not_applied)
+        return f"the canary is not applied ({states})"
+    if gate is None or gate.get("status") != "Successful":
+        what = f"{gate.get('status')}: {gate.get('reason')}" if gate else "no gate verdict"
+        return f"the canary's last gate verdict is not Successful ({what})"
+    return None
+
+
+@click.command("promote")
+@_change_required
+@click.option("--plan", "plan_path", help="The plan (default: the one the change recorded).")
+@inventory_option
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation (required without a TTY).")
+@click.option("--dry-run", is_flag=True, help="Print the remaining batches and change nothing.")
+@click.option(
+    "--force",
+    "force",
+    metavar="REASON",
+    help="Promote although the canary is not applied or its gate did not pass; journaled.",
+)
+@click.option(
+    "--force-window",
+    metavar="REASON",
+    help="Run outside the plan's change windows; the reason is journaled.",
+)
+@_lock_ns
+@_verify_timeout
+@_progress_option
+@output_option
+@kube_options
+def promote_cmd(
+    change: str,
+    plan_path: str | None,
+    inventory: str | None,
+    yes: bool,
+    dry_run: bool,
+    force: str | None,
+    force_window: str | None,
+    lock_namespace: str,
+    verify_timeout: float,
+    progress_mode: str,
+    output: str,
+    kubeconfig: str | None,
+    context: str | None,
+) -> None:
+    """Continue a held canary with the rest of the fleet: the same change (id, journal,
+    backups), the plan's remaining batches, the gate after each batch when the plan has one,
+    change windows respected. Refused (exit 3) unless every canary node is applied and the
+    canary's last gate verdict is Successful; --force REASON promotes anyway (journaled).
+    `rollout rollback --change ID` then restores every node of the change, canary and fleet.
+
+    \b
+    Examples:
+      rollout promote --change 20261130T214802Z-a1b2c3 --dry-run
+      rollout promote --change 20261130T214802Z-a1b2c3 --yes -o json
+      rollout promote --change 20261130T214802Z-a1b2c3 --yes --force "gate had no traffic"
+    """
+    from rollout.kube.client import connect
+    from rollout.kube.leases import LeaseLock, holder_identity
+    from rollout.models import NodeState
+    from rollout.orchestrator import continue_change
+    from rollout.planning import Batch
+    from rollout.preparing import read_inventory
+
+    journal = _existing(change)
+    status = replay(journal.entries(), journal.change_id)
+    refusal = promote_refusal(status, last_gate(journal))
+    if refusal and status.outcome == "running":
+        raise PreflightError(refusal)
+    if refusal and not force:
+        raise PreflightError(
+            f"not promoting change {change}: {refusal}; --force REASON to override"
+        )
+    plan = load_plan(str(_info_path(journal, "plan", plan_path)))
+    recorded = status.info.get("intentSha256")
+    if recorded and recorded != intent_digest(plan):
+        raise PreflightError(
+            f"the plan {plan.path} renders another intent than change {change} applied to its "
+            "canary (kubelet settings or node overrides changed); start a new change instead"
+        )
+    window_check = guard(
+        parse_windows(plan.windows, file=plan.path, line_of=plan.line_of), force_window
+    )
+    if not dry_run and not (window := window_check(datetime.now(UTC))).allowed:
+        raise PreflightError(window.reason)
+    inv = read_inventory(_info_path(journal, "inventory", inventory))
+    api = connect(kubeconfig, context)
+    lock = LeaseLock(api, lock_namespace)
+    lock.check()
+    prepared = _preflight(plan, inv, api, False)
+    for w in prepared.warnings:
+        _echo(f"warning: {w}")
+    done = {n for n, s in status.nodes.items() if s.state is not NodeState.PENDING}
+    remaining = [
+        Batch(tuple(n for n in b.nodes if n not in done), False)
+        for b in prepared.batches
+        if any(n not in done for n in b.nodes)
+    ]
+    nodes = [n for b in remaining for n in b.nodes]
+    if dry_run or not nodes:
+        if output == "json":
+            doc = {"change": change, "batches": [list(b.nodes) for b in remaining]}
+            click.echo(json.dumps({**doc, "refusal": refusal, "dryRun": dry_run}, indent=2))
+        else:
+            for i, b in enumerate(remaining, 1):
+                click.echo(f"batch {i}: {', '.join(b.nodes)}")
+            if not nodes:
+                click.echo(f"change {change}: nothing left to promote")
+        return
+    _confirm(yes, f"promote change {change} to {len(nodes)} more node(s) ({', '.join(nodes)})")
+    all_nodes = list(dict.fromkeys([*status.nodes, *nodes]))
+    batches = [list(b.nodes) for b in remaining]
+    promotion = {
+        "by": holder_identity(),
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "batches": batches,
+        "forced": force if refusal else None,
+        "refusal": refusal,
+    }
+    info = {
+        **status.info,
+        "nodes": all_nodes,
+        "batches": [*status.info.get("batches", ()), *batches],
+        "canaryOnly": False,
+        "promotion": promotion,
+    }
+    with _locked(lock, journal.change_id):
+        progress = _progress(progress_mode)
+        progress.nodes(tuple(all_nodes))
+        ctx = _context(api, journal, inv.path, prepared.strategy.drain, verify_timeout, progress)
+        ctx.interrupt = lock.interrupt
+        has_gate = gate_config(plan) is not None
+        gate = gate_for(plan, api, journal, output, inv, progress.event, lock.interrupt)
+        try:
+            final = continue_change(
+                ctx,
+                prepared.changes,
+                remaining,
+                gate if has_gate else None,
+                info,
+                forward=window_check,
+            )
+        except RolloutError:
+            final = replay(journal.entries())
+            if final.outcome in ("rolled-back", "rollback-failed"):
+                lock.report(final.outcome, final.message)
+            if output == "json":
+                _print_status(final, output)
+            raise
+    _print_status(final, output)
+
+
+COMMANDS = [apply_cmd, rollback_cmd, status_cmd, resume_cmd, promote_cmd]

@@ -7,6 +7,7 @@ there is exactly one rollback path whoever pulls the trigger.
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -26,24 +27,54 @@ from rollout.errors import ExternalError, InputError, Location, NodeOperationErr
 GATE_HOLDS_EXIT = 8
 
 
+ROLLBACK_TIMEOUT_S = 1800.0
+"""How long ``watch`` / ``serve`` let the ``rollout rollback`` they start run."""
+
+
 def cli_rollback(
-    change_id: str, nodes: Sequence[str] | None, reason: str, kube_args: Sequence[str] = ()
-) -> None:
+    change_id: str,
+    nodes: Sequence[str] | None,
+    reason: str,
+    kube_args: Sequence[str] = (),
+    wait: bool = True,
+) -> str:
     """Trigger a rollback by running ``rollout rollback`` (same env: kubeconfig, inventory, state;
-    ``kube_args``: ``--kubeconfig`` / ``--context`` given to ``serve``).
+    ``kube_args``: ``--kubeconfig`` / ``--context`` / ``--lock-namespace``). ``reason`` is who
+    asks, as the change's owner reports it. While a live process owns the change, the command
+    hands the rollback to it; with ``wait`` False it returns once handed over.
+
+    Returns:
+        ``handed-over`` (the owner was handed the request and did not report yet) or
+        ``rolled-back``.
 
     Raises:
-        ExternalError: the rollback command failed (its last output lines are in the message).
+        ExternalError: the rollback command failed or ran past :data:`ROLLBACK_TIMEOUT_S` (its
+            last output lines are in the message).
     """
     cmd = [sys.executable, "-c", "from rollout.cli import main; main()", "rollback"]
     cmd += ["--change", change_id, "--yes", *kube_args]  # no TTY: the trigger is the confirmation
+    cmd += ["--requested-by", reason, "-o", "json", "--progress", "off"]
+    if not wait:
+        cmd.append("--no-wait")
     for n in nodes or ():
         cmd += ["--node", n]
     click.echo(f"rollback of {change_id} ({', '.join(nodes) if nodes else 'all nodes'}): {reason}")
-    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    try:
+        r = subprocess.run(
+            cmd, capture_output=True, text=True, check=False, timeout=ROLLBACK_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired as e:
+        raise ExternalError(
+            f"rollout rollback --change {change_id} ran past {ROLLBACK_TIMEOUT_S:.0f}s"
+        ) from e
     if r.returncode != 0:
         tail = " ".join((r.stderr or r.stdout).strip().splitlines()[-3:])
         raise ExternalError(f"rollout rollback --change {change_id} exited {r.returncode}: {tail}")
+    try:
+        outcome = str(json.loads(r.stdout).get("outcome") or "rolled-back")
+    except (ValueError, AttributeError):
+        outcome = "rolled-back"
+    return "handed-over" if outcome == "handed-over" else "rolled-back"
 
 
 def _gate_config(plan_file: str | None) -> GateConfig:
@@ -160,6 +191,12 @@ def _change_nodes(change_id: str) -> tuple[list[str], float, Any]:
 @click.option("--no-rollback", is_flag=True, help="Report a Failed verdict, do not roll back.")
 @click.option("--listen", help="Also serve /metrics and the webhook on HOST:PORT.")
 @click.option("--token-file", type=click.Path(dir_okay=False), help="Bearer token for --listen.")
+@click.option(
+    "--lock-namespace",
+    default="kube-system",
+    show_default=True,
+    help="Namespace of the rollout-lock Lease (the change's owner is found there).",
+)
 @kube_options
 @output_option
 def watch(
@@ -169,6 +206,7 @@ def watch(
     no_rollback: bool,
     listen: str | None,
     token_file: str | None,
+    lock_namespace: str,
     kubeconfig: str | None,
     context: str | None,
     output: str,
@@ -192,6 +230,8 @@ def watch(
     cfg = _gate_config(plan_file)
     nodes, started, journal = _change_nodes(change_id)
     api = connect(kubeconfig, context)
+    kube_args = _kube_args(kubeconfig, context, lock_namespace)
+    trigger = functools.partial(cli_rollback, kube_args=kube_args, wait=False)
 
     def record(kind: str, data: Any) -> None:
         journal.append(kind, Phase.DONE, now=datetime.now(UTC), data=data)
@@ -202,7 +242,7 @@ def watch(
         if not token_file:
             raise InputError("--listen needs --token-file", Location(field="--token-file"))
         server = make_server(
-            parse_listen(listen), read_token(token_file), AlertReceiver(cli_rollback, metrics)
+            parse_listen(listen), read_token(token_file), AlertReceiver(trigger, metrics)
         )
         threading.Thread(target=server.serve_forever, daemon=True).start()
     gate = build_soak_gate(
@@ -225,7 +265,7 @@ def watch(
             raise NodeOperationError(f"gate Failed; not rolled back (--no-rollback): {targets}")
         record("trigger", {"trigger": "gate", "nodes": targets, "reason": verdict.reason})
         metrics.rollbacks.labels(trigger="gate").inc()
-        cli_rollback(change_id, targets, f"gate Failed: {verdict.reason}")
+        cli_rollback(change_id, targets, "rollout watch: gate Failed", kube_args)
         raise NodeOperationError(f"gate Failed; rolled back {', '.join(targets)}")
     if verdict.holds:
         sys.exit(GATE_HOLDS_EXIT)
@@ -239,31 +279,41 @@ def watch(
     type=click.Path(dir_okay=False),
     help="File holding the bearer token webhook callers must send.",
 )
+@click.option(
+    "--lock-namespace",
+    default="kube-system",
+    show_default=True,
+    help="Namespace of the rollout-lock Lease (the change's owner is found there).",
+)
 @output_option
 @kube_options
 def serve(
-    listen: str, token_file: str, output: str, kubeconfig: str | None, context: str | None
+    listen: str,
+    token_file: str,
+    lock_namespace: str,
+    output: str,
+    kubeconfig: str | None,
+    context: str | None,
 ) -> None:
     """Accept Alertmanager webhooks that roll back the change they name; serve /metrics.
 
     POST /webhook (Alertmanager webhook_config) or /api/v2/alerts with
     "Authorization: Bearer <token>"; the alert's label change_id names the change, label node
     (optional) the node. Without the token: 401, nothing happens. The same alert twice rolls back
-    once. The rollback runs with this command's --kubeconfig / --context. With -o json the
-    start-up line is one JSON object on stdout ({"listen", "port", "endpoints"}).
+    once. While a process owns the change (apply, promote, resume), the rollback is handed to it
+    and the webhook answers "handed-over" at once; otherwise this server runs the rollback (with
+    its --kubeconfig / --context / --lock-namespace) and answers "rolled-back" when it is done.
+    With -o json the start-up line is one JSON object on stdout ({"listen", "port", "endpoints"}).
 
     \b
     Examples:
       rollout serve --listen 127.0.0.1:9099 --token-file /etc/rollout/webhook-token
       rollout serve --listen 127.0.0.1:0 --token-file token -o json --context prod-east
     """
-    import functools
-
     from rollout.serve import AlertReceiver, make_server, parse_listen, read_token
 
-    kube_args = [*(("--kubeconfig", kubeconfig) if kubeconfig else ())]
-    kube_args += [*(("--context", context) if context else ())]
-    trigger = functools.partial(cli_rollback, kube_args=kube_args)
+    kube_args = _kube_args(kubeconfig, context, lock_namespace)
+    trigger = functools.partial(cli_rollback, kube_args=kube_args, wait=False)
     server = make_server(parse_listen(listen), read_token(token_file), AlertReceiver(trigger))
     port = server.server_address[1]
     host = listen.rpartition(":")[0]
@@ -282,6 +332,12 @@ def serve(
         pass
     finally:
         server.server_close()
+
+
+def _kube_args(kubeconfig: str | None, context: str | None, lock_namespace: str) -> list[str]:
+    args = [*(("--kubeconfig", kubeconfig) if kubeconfig else ())]
+    args += [*(("--context", context) if context else ())]
+    return [*args, "--lock-namespace", lock_namespace]
 
 
 COMMANDS = [watch, serve]

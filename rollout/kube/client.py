@@ -26,6 +26,10 @@ T = TypeVar("T")
 RETRY_S = 60.0
 """How long a call keeps retrying connection errors and 5xx answers."""
 
+REQUEST_TIMEOUT_S = 30.0
+"""The HTTP timeout of each API request made through :func:`call` (connect and read); a request
+that hangs past it counts as a transient failure and is retried until ``RETRY_S``."""
+
 _TRANSIENT = (500, 502, 503, 504)
 
 
@@ -83,7 +87,8 @@ def call(
     sleep: Callable[[float], None] = time.sleep,
     **kwargs: Any,
 ) -> T:
-    """Call ``fn``; retry transient failures for up to ``retry_s`` seconds.
+    """Call ``fn`` (a Kubernetes API method) with an HTTP timeout (``_request_timeout``, default
+    :data:`REQUEST_TIMEOUT_S`); retry transient failures for up to ``retry_s`` seconds.
 
     Raises:
         ApiException: a non-transient API answer (the caller decides).
@@ -91,6 +96,7 @@ def call(
     """
     deadline = time.monotonic() + retry_s
     delay = 0.2
+    kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT_S)
     while True:
         try:
             return fn(*args, **kwargs)

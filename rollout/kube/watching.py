@@ -292,6 +292,10 @@ class ApiSignal:
         self._changed.wait(timeout)
         self._changed.clear()
 
+    def wake(self) -> None:
+        """End the current :meth:`wait` at once (an interrupted soak)."""
+        self._changed.set()
+
     def _error(self, msg: str) -> None:
         with self._lock:
             self._errors += 1
@@ -359,5 +363,8 @@ class ApiSignal:
 
     def stop(self) -> None:
         self._stop.set()
+        # one deadline for all: a thread blocked in a quiet watch ends at its next event or
+        # timeout anyway (daemon), and an interrupted soak must not wait 2 s per thread
+        deadline = time.monotonic() + 1.0
         for t in self._threads:
-            t.join(timeout=2)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))

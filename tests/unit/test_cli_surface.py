@@ -22,7 +22,9 @@ from rollout.cli.gate import GATE_HOLDS_EXIT
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Commands that call the Kubernetes API (directly, or through the rollback they run).
-TALKS_TO_API = {"apply", "rollback", "resume", "watch", "serve", "runbook", "evidence"}
+TALKS_TO_API = {
+    "apply", "promote", "rollback", "resume", "watch", "serve", "runbook", "evidence"
+}  # fmt: skip
 
 
 def leaves(cmd: click.Command, prefix: str = "") -> list[tuple[str, click.Command]]:
@@ -43,6 +45,7 @@ def test_every_command_of_the_issue_is_there() -> None:
     expected = {
         "render", "lint", "lab up", "lab down", "lab status", "lab env", "lab fault", "apply",
         "rollback", "status", "resume", "watch", "serve", "runbook", "report", "evidence",
+        "promote",
     }  # fmt: skip
     assert expected <= set(NAMES)
 

@@ -12,6 +12,8 @@ from rollout.journal import (
     CHANGE_STEP,
     Entry,
     Journal,
+    failpoint,
+    failpoint_matches,
     latest_change,
     new_change_id,
     replay,
@@ -78,10 +80,66 @@ def test_torn_last_line_is_ignored_but_corrupt_middle_line_is_named(tmp_path: Pa
         f.write(b'{"ts": "2026')  # the process died mid-write
     assert len(j.entries()) == 1
     with open(j.file, "ab") as f:
-        f.write(b"\n")
+        f.write(b"\ngarbage\n")  # not something append writes: a corrupt middle line
     j.append("cordon", Phase.DONE, now=T, node="n1", path=StepPath.FORWARD)
     with pytest.raises(InputError, match=r"journal.jsonl:2"):
         j.entries()
+
+
+def test_append_after_a_torn_line_repairs_the_tail_first(tmp_path: Path) -> None:
+    # what production does: the process died mid-write, then resume appends (no newline added
+    # by hand); the journal must stay readable and keep every confirmed entry
+    j = Journal.create(tmp_path, "c")
+    j.append("cordon", Phase.BEGIN, now=T, node="n1", path=StepPath.FORWARD)
+    with open(j.file, "ab") as f:
+        f.write(b'{"ts": "2026')
+    j.append("cordon", Phase.DONE, now=T, node="n1", path=StepPath.FORWARD)
+    j.append("drain", Phase.BEGIN, now=T, node="n1", path=StepPath.FORWARD)
+    got = [(e.step, e.phase) for e in j.entries()]
+    assert got == [("cordon", Phase.BEGIN), ("cordon", Phase.DONE), ("drain", Phase.BEGIN)]
+    assert j.file.read_bytes().endswith(b"\n") and b'"2026\n' not in j.file.read_bytes()
+
+
+def test_a_whole_last_entry_that_lost_only_its_newline_is_kept(tmp_path: Path) -> None:
+    j = Journal.create(tmp_path, "c")
+    j.append("cordon", Phase.BEGIN, now=T, node="n1", path=StepPath.FORWARD)
+    j.file.write_bytes(j.file.read_bytes().rstrip(b"\n"))
+    j.append("cordon", Phase.DONE, now=T, node="n1", path=StepPath.FORWARD)
+    assert [e.phase for e in j.entries()] == [Phase.BEGIN, Phase.DONE]
+
+
+def test_failpoint_names_step_phase_and_node() -> None:
+    entry = Entry(ts="t", change="c", step="drain", phase=Phase.BEGIN, node="n1")
+    assert failpoint_matches("drain:begin:n1", entry)
+    assert failpoint_matches("drain:begin", entry)
+    assert failpoint_matches("*:begin:*", entry)
+    assert not failpoint_matches("drain:done:n1", entry)
+    assert not failpoint_matches("drain:begin:n2", entry)
+    assert not failpoint_matches("cordon", entry)
+    change = Entry(ts="t", change="c", step="change", phase=Phase.DONE)
+    assert failpoint_matches("change:done", change)
+    failpoint(entry, {})  # unset: nothing happens
+
+
+def test_failpoint_kills_the_process_right_after_the_named_entry_is_on_disk(
+    tmp_path: Path,
+) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from datetime import UTC, datetime; from pathlib import Path\n"
+        "from rollout.journal import Journal; from rollout.models import Phase\n"
+        "j = Journal.create(Path(sys.argv[1]), 'c'); now = datetime.now(UTC)\n"
+        "for step in ('cordon', 'drain', 'backup'):\n"
+        "    j.append(step, Phase.BEGIN, now=now, node='n1')\n"
+    )
+    env = {"ROLLOUT_FAILPOINT": "drain:begin:n1", "PATH": "/usr/bin:/bin"}
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, check=False)
+    assert r.returncode == -signal.SIGKILL
+    j = Journal.open(tmp_path, "c")
+    assert [e.step for e in j.entries()] == ["cordon", "drain"]
 
 
 def test_backup_blobs_are_content_addressed_and_checked(tmp_path: Path) -> None:

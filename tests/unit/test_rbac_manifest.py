@@ -30,6 +30,7 @@ CALLS = {
     "list_namespaced_pod_disruption_budget": ("policy", "poddisruptionbudgets", "list"),
     "list_pod_disruption_budget_for_all_namespaces": ("policy", "poddisruptionbudgets", "list"),
     "read_namespaced_lease": ("coordination.k8s.io", "leases", "get"),
+    "list_namespaced_lease": ("coordination.k8s.io", "leases", "list"),
     "create_namespaced_lease": ("coordination.k8s.io", "leases", "create"),
     "replace_namespaced_lease": ("coordination.k8s.io", "leases", "update"),
     "patch_namespaced_lease": ("coordination.k8s.io", "leases", "patch"),

@@ -22,12 +22,17 @@ class FakeTrigger:
     def __init__(self) -> None:
         self.calls: list[tuple[str, tuple[str, ...] | None, str]] = []
         self.fail_next = False
+        self.action = "rolled-back"
+        self.release = threading.Event()
+        self.release.set()
 
-    def __call__(self, change_id: str, nodes: Sequence[str] | None, reason: str) -> None:
+    def __call__(self, change_id: str, nodes: Sequence[str] | None, reason: str) -> str:
         if self.fail_next:
             self.fail_next = False
             raise ExternalError("API server unreachable")
         self.calls.append((change_id, tuple(nodes) if nodes else None, reason))
+        self.release.wait(5)
+        return self.action
 
 
 @pytest.fixture
@@ -93,7 +98,7 @@ def test_same_alert_twice_rolls_back_once(served: tuple[str, FakeTrigger, AlertR
         (
             "20261130-1200-aaaaaa",
             ("lab-2",),
-            "alert KubeletTopologyAffinityRejections (abc123) fired",
+            "alert abc123 (KubeletTopologyAffinityRejections)",
         )
     ]
 
@@ -120,6 +125,37 @@ def test_failed_trigger_is_retried_on_the_next_delivery(
     assert code == 500 and "API server unreachable" in body["alerts"][0]["detail"]
     code, _ = post(url + "/webhook", webhook(alert()))
     assert code == 200 and len(trigger.calls) == 1
+
+
+def test_a_slow_rollback_does_not_hold_the_next_delivery(
+    served: tuple[str, FakeTrigger, AlertReceiver],
+) -> None:
+    # the first delivery's rollback is still running; the repeat is answered at once
+    url, trigger, _ = served
+    trigger.release.clear()
+    first: list[Any] = []
+    t = threading.Thread(target=lambda: first.append(post(url + "/webhook", webhook(alert()))))
+    t.start()
+    try:
+        for _ in range(100):
+            if trigger.calls:
+                break
+            threading.Event().wait(0.02)
+        code, body = post(url + "/webhook", webhook(alert()))
+        assert code == 200 and body["alerts"][0]["action"] == "duplicate"
+    finally:
+        trigger.release.set()
+        t.join(5)
+    assert first[0][1]["alerts"][0]["action"] == "rolled-back" and len(trigger.calls) == 1
+
+
+def test_a_change_with_a_live_owner_is_handed_over(
+    served: tuple[str, FakeTrigger, AlertReceiver],
+) -> None:
+    url, trigger, _ = served
+    trigger.action = "handed-over"
+    code, body = post(url + "/webhook", webhook(alert()))
+    assert code == 200 and body["alerts"][0]["action"] == "handed-over"
 
 
 def test_resolved_and_bad_payloads(served: tuple[str, FakeTrigger, AlertReceiver]) -> None:

@@ -1,0 +1,92 @@
+"""Promote through the CLI: ``apply --canary`` holds, ``promote`` continues the same change to the
+rest of the fleet, then one ``rollback --change`` restores every node byte for byte; promote is
+refused (exit 3) while the canary is not applied, unless ``--force REASON`` (journaled)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollout.journal import Journal
+from rollout.lab.cluster import Lab
+from tests.lab import changekit as ck
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.mark.timeout(400)
+def test_canary_promote_then_one_rollback_of_the_whole_change(
+    lab: Lab, lab_nodes: Any, tmp_path: Path
+) -> None:
+    names = lab_nodes(3).names
+    inv = ck.inventory(lab, names, names[:1], tmp_path / "inv.ini")
+    plan = ck.plan(tmp_path / "plan.yaml", dict.fromkeys(names, "kubeadm"), max_unavailable=1)
+    state = tmp_path / "state"
+    env = ck.env(lab, state)
+    before = {n: ck.snapshot(lab, n) for n in names}
+    r = ck.cli(
+        ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"], env
+    )
+    assert r.returncode == 0, r.stderr
+    change = json.loads(r.stdout)["change"]
+    assert json.loads(r.stdout)["outcome"] == "held"
+
+    dry = ck.cli(["promote", "--change", change, "--dry-run", "-o", "json"], env)
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout)["batches"] == [[names[1]], [names[2]]]
+    assert ck.snapshot(lab, names[1]) == before[names[1]]  # dry run: nothing changed
+
+    r = ck.cli(["promote", "--change", change, "--yes", "-o", "json"], env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["change"] == change and out["outcome"] == "completed"
+    assert {n["node"]: n["state"] for n in out["nodes"]} == dict.fromkeys(names, "applied")
+    assert out["promotion"]["batches"] == [[names[1]], [names[2]]]
+    assert [p.name for p in (state / "changes").iterdir()] == [change]  # one change, one journal
+    for n in names:
+        assert ck.snapshot(lab, n) != before[n]
+        assert ck.configz(lab, n).get("cpuManagerPolicy") == "static"
+    st = ck.cli(["status", "--change", change], env)
+    assert "promoted by" in st.stdout
+
+    r = ck.cli(["rollback", "--change", change, "--yes", "-o", "json"], env)
+    assert r.returncode == 0, r.stderr
+    assert {n["node"]: n["state"] for n in json.loads(r.stdout)["nodes"]} == dict.fromkeys(
+        names, "restored"
+    )
+    for n in names:
+        assert ck.snapshot(lab, n) == before[n]
+        assert not ck.unschedulable(lab, n)
+
+
+@pytest.mark.timeout(300)
+def test_promote_refused_while_the_canary_is_not_applied_unless_forced(
+    lab: Lab, lab_nodes: Any, tmp_path: Path
+) -> None:
+    names = lab_nodes(2).names
+    inv = ck.inventory(lab, names, names[:1], tmp_path / "inv.ini")
+    plan = ck.plan(tmp_path / "plan.yaml", dict.fromkeys(names, "kubeadm"))
+    state = tmp_path / "state"
+    env = ck.env(lab, state)
+    r = ck.cli(
+        ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"], env
+    )
+    assert r.returncode == 0, r.stderr
+    change = json.loads(r.stdout)["change"]
+    r = ck.cli(["rollback", "--change", change, "--node", names[0], "--yes"], env)
+    assert r.returncode == 0, r.stderr
+    entries = len(Journal.open(state, change).entries())
+    r = ck.cli(["promote", "--change", change, "--yes"], env)
+    assert r.returncode == 3, r.stderr
+    assert "the canary is not applied" in r.stderr and "--force REASON" in r.stderr
+    assert len(Journal.open(state, change).entries()) == entries  # nothing journaled
+    r = ck.cli(
+        ["promote", "--change", change, "--yes", "--force", "canary host retired", "-o", "json"],
+        env,
+    )
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["promotion"]["forced"] == "canary host retired"
+    assert ck.cli(["rollback", "--change", change, "--yes"], env).returncode == 0
