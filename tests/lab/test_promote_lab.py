@@ -1,6 +1,6 @@
 """Promote through the CLI: ``apply --canary`` holds, ``promote`` continues the same change to the
-rest of the fleet, then one ``rollback --change`` restores every node byte for byte; promote is
-refused (exit 3) while the canary is not applied, unless ``--force REASON`` (journaled)."""
+rest of the fleet, then one ``rollback --change`` restores every node byte for byte. (Refusals and
+``--force``: tests/unit/test_promote.py.)"""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from rollout.journal import Journal
 from rollout.lab.cluster import Lab
 from tests.lab import changekit as ck
 
@@ -60,33 +59,3 @@ def test_canary_promote_then_one_rollback_of_the_whole_change(
     for n in names:
         assert ck.snapshot(lab, n) == before[n]
         assert not ck.unschedulable(lab, n)
-
-
-@pytest.mark.timeout(300)
-def test_promote_refused_while_the_canary_is_not_applied_unless_forced(
-    lab: Lab, lab_nodes: Any, tmp_path: Path
-) -> None:
-    names = lab_nodes(2).names
-    inv = ck.inventory(lab, names, names[:1], tmp_path / "inv.ini")
-    plan = ck.plan(tmp_path / "plan.yaml", dict.fromkeys(names, "kubeadm"))
-    state = tmp_path / "state"
-    env = ck.env(lab, state)
-    r = ck.cli(
-        ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"], env
-    )
-    assert r.returncode == 0, r.stderr
-    change = json.loads(r.stdout)["change"]
-    r = ck.cli(["rollback", "--change", change, "--node", names[0], "--yes"], env)
-    assert r.returncode == 0, r.stderr
-    entries = len(Journal.open(state, change).entries())
-    r = ck.cli(["promote", "--change", change, "--yes"], env)
-    assert r.returncode == 3, r.stderr
-    assert "the canary is not applied" in r.stderr and "--force REASON" in r.stderr
-    assert len(Journal.open(state, change).entries()) == entries  # nothing journaled
-    r = ck.cli(
-        ["promote", "--change", change, "--yes", "--force", "canary host retired", "-o", "json"],
-        env,
-    )
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["promotion"]["forced"] == "canary host retired"
-    assert ck.cli(["rollback", "--change", change, "--yes"], env).returncode == 0
