@@ -106,11 +106,17 @@ class RestoreFile:
 
 @dataclass(frozen=True)
 class RunResult:
-    """What a playbook run did on one node."""
+    """What a playbook run did on one node.
+
+    ``refused``: the node step's compare-and-swap check found a file that is not what the
+    controller expected; nothing was written on the node (``message`` names node, file, expected
+    and found sha256).
+    """
 
     ok: bool
     message: str = ""
     changed: bool = False
+    refused: bool = False
 
 
 class NodeRunner(Protocol):

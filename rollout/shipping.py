@@ -15,17 +15,35 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from rollout.ansible.payloads import ApplyPayload, BackedUpFile, Backup, FileWrite, RestorePayload
+from rollout.ansible.payloads import (
+    ABSENT,
+    ApplyPayload,
+    BackedUpFile,
+    Backup,
+    FileWrite,
+    RestorePayload,
+)
 from rollout.ansible.runner import AnsibleRunner, HostResult, TaskEvent
 from rollout.models import NodeChange
 from rollout.protocols import RestoreFile, RunResult
 
 
-def _result(h: HostResult | None, what: str) -> RunResult:
+def _result(h: HostResult | None, what: str, node: str) -> RunResult:
     if h is None:
         return RunResult(False, f"{what} did not run on the host")
     if h.status == "ok":
         return RunResult(True, changed=h.changed)
+    report = h.report or {}
+    if report.get("refused"):
+        found = "; ".join(
+            f"{m.get('path')}: expected sha256 {m.get('expected')}, found {m.get('found')}"
+            for m in report.get("mismatches") or ()
+        )
+        return RunResult(
+            False,
+            f"node {node}: file(s) changed on the node, nothing written: {found}",
+            refused=True,
+        )
     where = f" at {h.failed_task!r}" if h.failed_task else ""
     return RunResult(False, f"{what} {h.status}{where}: {h.message or 'no message'}")
 
@@ -38,11 +56,14 @@ class PlaybookNodeRunner:
         root: Path,
         inventory: Path,
         on_event: Callable[[str], None] = lambda _m: None,
+        force_restore: bool = False,
     ) -> None:
         self.root = root
         self.inventory = inventory
         self.on_event = on_event
         self.ansible = AnsibleRunner(root)
+        #: restore over files someone edited after our write (``rollback --force``)
+        self.force_restore = force_restore
 
     def _events(self, nodes: Mapping[str, str]) -> Callable[[TaskEvent], None]:
         def handler(e: TaskEvent) -> None:
@@ -66,7 +87,10 @@ class PlaybookNodeRunner:
         res = self.ansible.apply(
             self.inventory, change_id, payloads, self._events({c.host: c.node for c in changes})
         )
-        return {c.node: _result(res.playbook.hosts.get(c.host), "apply playbook") for c in changes}
+        return {
+            c.node: _result(res.playbook.hosts.get(c.host), "apply playbook", c.node)
+            for c in changes
+        }
 
     def restore(
         self, change: NodeChange, change_id: str, files: Sequence[RestoreFile]
@@ -84,9 +108,22 @@ class PlaybookNodeRunner:
         """
         payloads = {c.host: self._restore_payload(c, change_id, files) for c, files in items}
         res = self.ansible.restore(
-            self.inventory, change_id, payloads, self._events({c.host: c.node for c, _ in items})
+            self.inventory,
+            change_id,
+            payloads,
+            self._events({c.host: c.node for c, _ in items}),
+            {"rollout_kubelet_force": True} if self.force_restore else None,
         )
-        return {c.node: _result(res.hosts.get(c.host), "restore playbook") for c, _ in items}
+        out = {c.node: _result(res.hosts.get(c.host), "restore playbook", c.node) for c, _ in items}
+        for node, r in out.items():
+            if r.refused:
+                out[node] = RunResult(
+                    False,
+                    r.message.replace("nothing written", "changed after our write; nothing written")
+                    + " (rollout rollback --force overwrites them)",
+                    refused=True,
+                )
+        return out
 
     def _backup(self, change_id: str, host: str) -> Backup | None:
         """The controller's copy of the node's backup manifest; also where releases that ran one
@@ -114,6 +151,11 @@ class PlaybookNodeRunner:
                     group=(m.group if m and m.group else f.group),
                     content=f.content,
                     missing_parents=m.missing_parents if m else (),
+                    written=(
+                        hashlib.sha256(change.files[f.path]).hexdigest()
+                        if f.path in change.files
+                        else None
+                    ),
                 )
             )
         return RestorePayload.from_backup(
@@ -124,9 +166,25 @@ class PlaybookNodeRunner:
         )
 
 
+def _expect(change: NodeChange, path: str) -> str:
+    """What the node's file must still hold right before the write: the sha256 preflight read
+    (journaled with the change, so a resumed apply checks the same), else of ``before``."""
+    if path in change.expect:
+        return change.expect[path]
+    before = change.before.get(path)
+    return ABSENT if before is None else hashlib.sha256(before).hexdigest()
+
+
 def _apply_payload(change: NodeChange, change_id: str) -> ApplyPayload:
+    """The files with the mode and owner render chose for a new file and the node's own for an
+    existing one (``NodeChange.mode``), and the digest preflight read as the expectation."""
     files = tuple(
-        FileWrite(path, content, *change.mode.get(path, ("0644", "root", "root")))
+        FileWrite(
+            path,
+            content,
+            *change.mode.get(path, ("0644", "root", "root")),
+            expect=_expect(change, path),
+        )
         for path, content in sorted(change.files.items())
     )
     return ApplyPayload(

@@ -67,6 +67,7 @@ class TaskEvent:
     task: str
     changed: bool = False
     message: str | None = None
+    result: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,7 @@ def task_event(event: Mapping[str, Any]) -> TaskEvent | None:
         task=str(data.get("task") or ""),
         changed=bool(res.get("changed")) if isinstance(res, Mapping) else False,
         message=str(message) if message else None,
+        result=res if isinstance(res, Mapping) and res.get("rollout_step") else None,
     )
 
 
@@ -175,8 +177,8 @@ def summarize(
             continue
         s = seen[host]
         task = s["task"]
-        if report and report.get("failedTask"):
-            task = str(report["failedTask"])
+        if report and (report.get("failedTask") or report.get("failedStep")):
+            task = str(report.get("failedTask") or report.get("failedStep"))
         out[host] = HostResult(
             host=host,
             status=s["status"],
@@ -313,11 +315,14 @@ class AnsibleRunner:
             with self._slots:
                 self._busy.discard(slot)
         elapsed = time.monotonic() - started
-        reports: dict[str, Mapping[str, Any]] = {}
+        # the node step module's result, straight from the event stream
+        reports: dict[str, Mapping[str, Any]] = {
+            e.host: e.result for e in events if e.result is not None
+        }
         if report_dir is not None:
             for host in hosts or sorted({e.host for e in events}):
                 data = _read_json(report_dir / f"{host}.json")
-                if isinstance(data, Mapping):
+                if isinstance(data, Mapping) and host not in reports:
                     reports[host] = data
         results = summarize(events, hosts or (), reports)
         artifact_dir = str(getattr(r.config, "artifact_dir", "") or "") or None
@@ -371,27 +376,29 @@ class AnsibleRunner:
         on_event: Callable[[TaskEvent], None] | None = None,
         extravars: Mapping[str, Any] | None = None,
     ) -> ApplyResult:
-        """Write each host's payload and run apply.yml on those hosts; read back the backups.
+        """Write each host's payload and run apply.yml on those hosts; keep each host's backup
+        manifest (from the node step's result) under ``backups/<host>/manifest.json``.
 
         ``extravars`` overrides role defaults (e.g. ``rollout_kubelet_healthz_retries``).
         """
         base = self.change_dir(change_id)
         for host, payload in payloads.items():
             _write_json(base / "apply" / f"{host}.json", payload.as_json())
-        results = base / "results" / "apply"
         result = self.run(
             "apply.yml",
             inventory,
             sorted(payloads),
             {
                 "rollout_kubelet_payload_dir": str((base / "apply").resolve()),
-                "rollout_kubelet_backup_controller_dir": str((base / "backups").resolve()),
-                "rollout_kubelet_result_dir": str(results.resolve()),
+                "rollout_kubelet_result_dir": "",
                 **(extravars or {}),
             },
             on_event,
-            report_dir=results,
         )
+        for host, h in result.hosts.items():
+            manifest = (h.report or {}).get("manifest")
+            if isinstance(manifest, Mapping):
+                _write_json(base / "backups" / host / "manifest.json", manifest)
         return ApplyResult(result, {h: self.backup(change_id, h) for h in sorted(payloads)})
 
     def backup(self, change_id: str, host: str) -> Backup | None:
@@ -412,16 +419,14 @@ class AnsibleRunner:
         base = self.change_dir(change_id)
         for host, payload in payloads.items():
             _write_json(base / "restore" / f"{host}.json", payload.as_json())
-        results = base / "results" / "restore"
         return self.run(
             "restore.yml",
             inventory,
             sorted(payloads),
             {
                 "rollout_kubelet_payload_dir": str((base / "restore").resolve()),
-                "rollout_kubelet_result_dir": str(results.resolve()),
+                "rollout_kubelet_result_dir": "",
                 **(extravars or {}),
             },
             on_event,
-            report_dir=results,
         )

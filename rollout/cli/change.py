@@ -355,6 +355,13 @@ def _settle_command(
     _print_status(status, output)
 
 
+def _forced(ctx: Context, force: bool) -> Context:
+    """``--force``: the restore overwrites files someone edited after our write."""
+    if force:
+        ctx.runner.force_restore = True  # type: ignore[attr-defined]
+    return ctx
+
+
 _change_required = click.option("--change", "change", required=True, help="The change id.")
 
 
@@ -363,6 +370,12 @@ _change_required = click.option("--change", "change", required=True, help="The c
 @click.option("--node", "nodes", multiple=True, help="Only these nodes (repeatable).")
 @inventory_option
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (required without a TTY).")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Also overwrite node files that changed after this change wrote them (without it, "
+    "such a node's restore is refused naming the file).",
+)
 @_lock_ns
 @_verify_timeout
 @_progress_option
@@ -373,6 +386,7 @@ def rollback_cmd(
     nodes: tuple[str, ...],
     inventory: str | None,
     yes: bool,
+    force: bool,
     lock_namespace: str,
     verify_timeout: float,
     progress_mode: str,
@@ -387,6 +401,7 @@ def rollback_cmd(
     Examples:
       rollout rollback --change 20261130T214802Z-a1b2c3 --yes
       rollout rollback --change 20261130T214802Z-a1b2c3 --node gpu-7 --yes -o json
+      rollout rollback --change 20261130T214802Z-a1b2c3 --node gpu-7 --force --yes
     """
     _confirm(yes, f"roll back change {change}")
     _settle_command(
@@ -397,7 +412,7 @@ def rollback_cmd(
         output,
         kubeconfig,
         context,
-        lambda ctx: rollback(ctx, list(nodes) or None),
+        lambda ctx: rollback(_forced(ctx, force), list(nodes) or None),
         progress_mode,
     )
 
