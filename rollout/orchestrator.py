@@ -192,7 +192,11 @@ def apply_batch(
         for node in ready:
             r = results[node]
             if r.ok:
-                ctx.record(node, Step.APPLY, Phase.DONE, Path.FORWARD, {"changed": r.changed})
+                done = {
+                    "changed": r.changed,
+                    **({"nodeStep": dict(r.timings)} if r.timings else {}),
+                }
+                ctx.record(node, Step.APPLY, Phase.DONE, Path.FORWARD, done)
             elif r.refused:  # compare-and-swap: nothing written; the restore only uncordons
                 ctx.record(
                     node,

@@ -9,7 +9,7 @@ one round trip; retries of transient failures belong to the adapters, decisions 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
@@ -117,6 +117,7 @@ class RunResult:
     message: str = ""
     changed: bool = False
     refused: bool = False
+    timings: Mapping[str, float] = field(default_factory=dict)
 
 
 class NodeRunner(Protocol):

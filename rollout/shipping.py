@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+from rollout.ansible import direct
 from rollout.ansible.payloads import (
     ABSENT,
     ApplyPayload,
@@ -23,7 +26,8 @@ from rollout.ansible.payloads import (
     FileWrite,
     RestorePayload,
 )
-from rollout.ansible.runner import AnsibleRunner, HostResult, TaskEvent
+from rollout.ansible.runner import AnsibleRunner, HostResult, HostStatus, TaskEvent
+from rollout.errors import RolloutError
 from rollout.models import NodeChange
 from rollout.protocols import RestoreFile, RunResult
 
@@ -31,9 +35,10 @@ from rollout.protocols import RestoreFile, RunResult
 def _result(h: HostResult | None, what: str, node: str) -> RunResult:
     if h is None:
         return RunResult(False, f"{what} did not run on the host")
-    if h.status == "ok":
-        return RunResult(True, changed=h.changed)
     report = h.report or {}
+    timings = {str(k): float(v) for k, v in (report.get("timings") or {}).items()}
+    if h.status == "ok":
+        return RunResult(True, changed=h.changed, timings=timings)
     if report.get("refused"):
         found = "; ".join(
             f"{m.get('path')}: expected sha256 {m.get('expected')}, found {m.get('found')}"
@@ -57,6 +62,7 @@ class PlaybookNodeRunner:
         inventory: Path,
         on_event: Callable[[str], None] = lambda _m: None,
         force_restore: bool = False,
+        direct_restore: bool = True,
     ) -> None:
         self.root = root
         self.inventory = inventory
@@ -64,6 +70,9 @@ class PlaybookNodeRunner:
         self.ansible = AnsibleRunner(root)
         #: restore over files someone edited after our write (``rollback --force``)
         self.force_restore = force_restore
+        #: restores run the node step over plain ssh (no Ansible start-up) where a host allows
+        self.direct_restore = direct_restore
+        self._vars: Mapping[str, Mapping[str, Any]] | None = None
 
     def _events(self, nodes: Mapping[str, str]) -> Callable[[TaskEvent], None]:
         def handler(e: TaskEvent) -> None:
@@ -107,6 +116,11 @@ class PlaybookNodeRunner:
             ExternalError: the playbook could not start at all (every node of the call failed).
         """
         payloads = {c.host: self._restore_payload(c, change_id, files) for c, files in items}
+        direct = self._direct_targets(sorted(payloads))
+        if direct is not None:
+            hosts = self._restore_direct(change_id, payloads, direct)
+            out = {c.node: _result(hosts.get(c.host), "restore over ssh", c.node) for c, _ in items}
+            return self._name_refusals(out)
         res = self.ansible.restore(
             self.inventory,
             change_id,
@@ -115,6 +129,10 @@ class PlaybookNodeRunner:
             {"rollout_kubelet_force": True} if self.force_restore else None,
         )
         out = {c.node: _result(res.hosts.get(c.host), "restore playbook", c.node) for c, _ in items}
+        return self._name_refusals(out)
+
+    @staticmethod
+    def _name_refusals(out: dict[str, RunResult]) -> dict[str, RunResult]:
         for node, r in out.items():
             if r.refused:
                 out[node] = RunResult(
@@ -124,6 +142,70 @@ class PlaybookNodeRunner:
                     refused=True,
                 )
         return out
+
+    def _hostvars(self) -> Mapping[str, Mapping[str, Any]]:
+        if self._vars is None:
+            from rollout.preparing import read_inventory
+
+            self._vars = read_inventory(self.inventory).hostvars
+        return self._vars
+
+    def _direct_targets(
+        self, hosts: Sequence[str]
+    ) -> dict[str, tuple[direct.Target, Mapping[str, Any]]] | None:
+        """Each host's plain-ssh target and variables, or None (use the playbook) when direct
+        restores are off or any host needs more than plain ssh."""
+        if not self.direct_restore:
+            return None
+        try:
+            hv = self._hostvars()
+        except RolloutError:
+            return None
+        out = {}
+        for h in hosts:
+            t = direct.target(h, hv.get(h, {}))
+            if t is None:
+                return None
+            out[h] = (t, hv.get(h, {}))
+        return out
+
+    def _restore_direct(
+        self,
+        change_id: str,
+        payloads: Mapping[str, RestorePayload],
+        targets: Mapping[str, tuple[direct.Target, Mapping[str, Any]]],
+    ) -> dict[str, HostResult]:
+        """The restore module over one ssh call per node, all nodes at once."""
+
+        def one(host: str) -> HostResult:
+            t, hv = targets[host]
+            args: dict[str, Any] = {
+                "action": "restore",
+                "payload": payloads[host].as_json(),
+                "force": self.force_restore,
+            }
+            for var, arg in _ROLE_VARS.items():
+                if var in hv:
+                    args[arg] = hv[var]
+            res = direct.run_step(t, args, _direct_timeout(args))
+            status: HostStatus = "ok"
+            if res.get("unreachable"):
+                status = "unreachable"
+            elif res.get("failed"):
+                status = "failed"
+            if status != "ok":
+                self.on_event(f"{host}: restore {status}: {res.get('msg') or ''}")
+            return HostResult(
+                host,
+                status,
+                failed_task=str(res.get("failedStep") or "") or None,
+                message=str(res.get("msg") or "") or None,
+                changed=bool(res.get("changed")),
+                report=res,
+            )
+
+        with ThreadPoolExecutor(max_workers=max(1, len(payloads))) as pool:
+            return dict(zip(payloads, pool.map(one, payloads), strict=True))
 
     def _backup(self, change_id: str, host: str) -> Backup | None:
         """The controller's copy of the node's backup manifest; also where releases that ran one
@@ -164,6 +246,23 @@ class PlaybookNodeRunner:
             checkpoint_reset=change.checkpoint_reset,
             healthz_url=change.healthz_url,
         )
+
+
+#: role variables (from the inventory) -> the node step module's arguments
+_ROLE_VARS = {
+    "rollout_kubelet_healthz_retries": "healthz_retries",
+    "rollout_kubelet_healthz_delay": "healthz_delay",
+    "rollout_kubelet_healthz_timeout": "healthz_timeout",
+    "rollout_kubelet_systemctl_timeout": "systemctl_timeout",
+    "rollout_kubelet_daemon_reload": "daemon_reload",
+}
+
+
+def _direct_timeout(args: Mapping[str, Any]) -> float:
+    """A bound on one direct node step: three systemctl calls and the whole /healthz wait."""
+    retries = int(args.get("healthz_retries", 240))
+    per_try = float(args.get("healthz_delay", 0.25)) + float(args.get("healthz_timeout", 3))
+    return 3 * float(args.get("systemctl_timeout", 90)) + retries * per_try + 30
 
 
 def _expect(change: NodeChange, path: str) -> str:

@@ -48,7 +48,11 @@ HostStatus = Literal["ok", "failed", "unreachable", "skipped"]
 #: Settings that keep Ansible's per-run overhead low and its behaviour predictable.
 ENV: dict[str, str] = {
     "ANSIBLE_PIPELINING": "True",
-    "ANSIBLE_SSH_ARGS": "-C -o ControlMaster=auto -o ControlPersist=60s",
+    "ANSIBLE_SSH_ARGS": "-C -o ControlMaster=auto -o ControlPersist=300s",
+    # one master connection per node, shared by preflight, apply, verify and restore runs, and
+    # by the restore that runs the node step over plain ssh (rollout/ansible/direct.py)
+    "ANSIBLE_SSH_CONTROL_PATH_DIR": str(Path.home() / ".ansible" / "cp"),
+    "ANSIBLE_SSH_CONTROL_PATH": "%(directory)s/%%C",
     "ANSIBLE_GATHERING": "explicit",
     "ANSIBLE_FACT_CACHING": "memory",
     "ANSIBLE_RETRY_FILES_ENABLED": "False",

@@ -49,11 +49,11 @@ options:
   healthz_retries:
     description: How many times to poll /healthz after the start.
     type: int
-    default: 30
+    default: 240
   healthz_delay:
     description: Seconds between two polls.
     type: float
-    default: 2
+    default: 0.25
   healthz_timeout:
     description: Timeout of one probe, seconds.
     type: float
@@ -73,6 +73,7 @@ import json
 import os
 import pwd
 import shlex
+import shutil
 import ssl
 import subprocess
 import tempfile
@@ -80,7 +81,10 @@ import time
 from urllib.error import URLError
 from urllib.request import urlopen
 
-from ansible.module_utils.basic import AnsibleModule
+try:
+    from ansible.module_utils.basic import AnsibleModule
+except ImportError:  # sent over plain ssh by the rollout tool (rollout/ansible/direct.py)
+    AnsibleModule = None
 
 ABSENT = "absent"
 
@@ -329,7 +333,10 @@ class Node:
         return r.returncode, (r.stderr or r.stdout)
 
     def systemctl(self, step, *args):
-        exe = self.module.get_bin_path("systemctl", required=True)
+        if self.module is not None:
+            exe = self.module.get_bin_path("systemctl", required=True)
+        else:
+            exe = shutil.which("systemctl") or "/usr/bin/systemctl"
         rc, out = self.run([exe, *args])
         if rc != 0:
             raise StepError(
@@ -501,6 +508,23 @@ def run_step(node, action, payload, force=False):
     return out
 
 
+DEFAULTS = {
+    "force": False,
+    "daemon_reload": True,
+    "healthz_retries": 240,
+    "healthz_delay": 0.25,
+    "healthz_timeout": 3,
+    "systemctl_timeout": 90,
+}
+
+
+def direct(args):
+    """Entry point when the rollout tool runs this file over plain ssh (no Ansible): the same
+    arguments as the module, the same result."""
+    params = dict(DEFAULTS, **args)
+    return run_step(Node(None, params), params["action"], params["payload"], params["force"])
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -508,8 +532,8 @@ def main():
             "payload": {"type": "dict", "required": True},
             "force": {"type": "bool", "default": False},
             "daemon_reload": {"type": "bool", "default": True},
-            "healthz_retries": {"type": "int", "default": 30},
-            "healthz_delay": {"type": "float", "default": 2},
+            "healthz_retries": {"type": "int", "default": 240},
+            "healthz_delay": {"type": "float", "default": 0.25},
             "healthz_timeout": {"type": "float", "default": 3},
             "systemctl_timeout": {"type": "float", "default": 90},
         },
