@@ -3,16 +3,19 @@
 Why a wrapper: the orchestrator needs per-host outcomes (ok / failed at which step / unreachable),
 not Ansible's event stream, and it must not pay Ansible's start-up cost more than once per batch.
 So one call runs one playbook for all hosts of a batch (``forks`` = number of hosts), over
-pipelined SSH with ControlPersist, with fact gathering off. Per-host outcomes are computed by a
+pipelined SSH with ControlPersist, with fact gathering off. The node-side work of an apply or a
+restore is one module call per host (``rollout_kubelet_step``); its result, read from the event
+stream, is the host's report. Per-host outcomes are computed by a
 pure function (:func:`summarize`) from the events, so the rules are unit-tested on plain data.
 
 Directories on the controller, under ``private_data_dir_root``::
 
-    facts/<host>.json, facts/<host>/<node path>          what facts.yml collected
+    facts/<host>.json                                     what facts.yml collected (the kubelet
+                                                          files' bytes, sha256, mode, owner too)
     changes/<change>/apply/<host>.json                    apply payloads (written here)
     changes/<change>/restore/<host>.json                  restore payloads (written here)
-    changes/<change>/backups/<host>/manifest.json         the node's backup, bytes included
-    changes/<change>/results/<action>/<host>.json         what each playbook reported per host
+    changes/<change>/backups/<host>/manifest.json         the node's backup, bytes included, from
+                                                          the node step's result in the events
     runner/, runner-1/, ...                               ansible-runner's private data dirs, one
                                                           per run in flight (runs may overlap)
 """
