@@ -283,3 +283,12 @@ def test_a_kubelet_that_never_gets_healthy_names_the_step_and_says_files_were_wr
     )
     assert out["failed"] and out["failedStep"] == "healthz" and out["written"] is True
     assert out["refused"] is False
+
+
+def test_the_read_only_check_reports_digests_and_writes_nothing(tmp_path: Path) -> None:
+    config, dropin, before = _node(tmp_path)
+    node = FakeNode()
+    out = step.run_step(node, "check", {"paths": [str(config), str(dropin)]})
+    assert out["status"] == "ok" and out["changed"] is False
+    assert out["digests"] == {str(config): sha(before), str(dropin): "absent"}
+    assert node.calls == []

@@ -30,10 +30,10 @@ description:
   - One call does the node-side work of an apply or a restore (see the module docstring).
 options:
   action:
-    description: C(apply) or C(restore).
+    description: C(apply), C(restore), or C(check) (read-only; C(payload.paths) -> their sha256).
     type: str
     required: true
-    choices: [apply, restore]
+    choices: [apply, restore, check]
   payload:
     description: The per-host payload the rollout tool wrote (rollout/ansible/payloads.py).
     type: dict
@@ -471,6 +471,12 @@ def run_step(node, action, payload, force=False):
     """Run one step; returns the module result (never raises for a node-side failure)."""
     base = {"rollout_step": action, "changeId": payload.get("change_id"), "action": action}
     started = time.monotonic()
+    if action == "check":  # read-only: the current sha256 (or absent) of each path
+        try:
+            found = {p: digest(p)[0] for p in payload.get("paths") or []}
+        except StepError as e:
+            return dict(base, failed=True, status="failed", msg=str(e))
+        return dict(base, changed=False, status="ok", digests=found)
     try:
         out = apply(node, payload) if action == "apply" else restore(node, payload, force)
         out.update(base, status="ok", written=True, refused=False)
@@ -528,7 +534,11 @@ def direct(args):
 def main():
     module = AnsibleModule(
         argument_spec={
-            "action": {"type": "str", "required": True, "choices": ["apply", "restore"]},
+            "action": {
+                "type": "str",
+                "required": True,
+                "choices": ["apply", "restore", "check"],
+            },
             "payload": {"type": "dict", "required": True},
             "force": {"type": "bool", "default": False},
             "daemon_reload": {"type": "bool", "default": True},
