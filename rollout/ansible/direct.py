@@ -83,6 +83,8 @@ def target(name: str, hostvars: Mapping[str, Any]) -> Target | None:
         return None
     if any(v.get(k) for k in ("ansible_become", "ansible_ssh_pass", "ansible_password")):
         return None
+    if any("{{" in str(x) or "{%" in str(x) for x in v.values()):
+        return None  # a templated variable: only Ansible can render it
     args: list[str] = []
     for key in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
         if v.get(key):

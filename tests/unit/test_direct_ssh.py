@@ -44,6 +44,7 @@ def test_plain_ssh_hosts_qualify_and_others_fall_back_to_the_playbook() -> None:
     assert direct.target("n1", {**LAB_VARS, "ansible_become": True}) is None
     assert direct.target("n1", {**LAB_VARS, "ansible_connection": "docker"}) is None
     assert direct.target("n1", {**LAB_VARS, "ansible_ssh_pass": "x"}) is None
+    assert direct.target("n1", {**LAB_VARS, "ansible_host": "{{ ip }}"}) is None
     assert direct.target("n1", {}) == direct.Target("n1", None, None, None, (), "/usr/bin/python3")
 
 
