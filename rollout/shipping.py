@@ -47,9 +47,12 @@ def _result(h: HostResult | None, what: str, node: str) -> RunResult:
             f"{m.get('path')}: expected sha256 {m.get('expected')}, found {m.get('found')}"
             for m in report.get("mismatches") or ()
         )
+        since = "our write" if report.get("action") == "restore" else "preflight read them"
+        hint = " (rollout rollback --force overwrites them)" if since == "our write" else ""
         return RunResult(
             False,
-            f"node {node}: file(s) changed on the node, nothing written: {found}",
+            f"node {node}: file(s) changed on the node since {since}, nothing written: "
+            f"{found}{hint}",
             refused=True,
         )
     where = f" at {h.failed_task!r}" if h.failed_task else ""
@@ -124,8 +127,9 @@ class PlaybookNodeRunner:
         direct = self._direct_targets(sorted(payloads))
         if direct is not None:
             hosts = self._restore_direct(change_id, payloads, direct)
-            out = {c.node: _result(hosts.get(c.host), "restore over ssh", c.node) for c, _ in items}
-            return self._name_refusals(out)
+            return {
+                c.node: _result(hosts.get(c.host), "restore over ssh", c.node) for c, _ in items
+            }
         res = self.ansible.restore(
             self.inventory,
             change_id,
@@ -133,20 +137,9 @@ class PlaybookNodeRunner:
             self._events({c.host: c.node for c, _ in items}),
             {"rollout_kubelet_force": True} if self.force_restore else None,
         )
-        out = {c.node: _result(res.hosts.get(c.host), "restore playbook", c.node) for c, _ in items}
-        return self._name_refusals(out)
-
-    @staticmethod
-    def _name_refusals(out: dict[str, RunResult]) -> dict[str, RunResult]:
-        for node, r in out.items():
-            if r.refused:
-                out[node] = RunResult(
-                    False,
-                    r.message.replace("nothing written", "changed after our write; nothing written")
-                    + " (rollout rollback --force overwrites them)",
-                    refused=True,
-                )
-        return out
+        return {
+            c.node: _result(res.hosts.get(c.host), "restore playbook", c.node) for c, _ in items
+        }
 
     def _hostvars(self) -> Mapping[str, Mapping[str, Any]]:
         """The inventory's connection variables, kept next to the change's payloads the first

@@ -91,7 +91,7 @@ def test_rollback_refuses_a_file_edited_after_our_write_unless_forced(
 
     r = ck.cli(["rollback", "--change", change, "--yes"], env)
     assert r.returncode == 5, r.stderr
-    assert f"/{CONFIG}" in r.stderr and "changed after our write" in r.stderr, r.stderr
+    assert f"/{CONFIG}" in r.stderr and "since our write" in r.stderr, r.stderr
     assert "--force" in r.stderr
     assert config.read_bytes() == edited
 

@@ -92,6 +92,18 @@ def test_a_refusal_names_node_file_expected_and_found() -> None:
     r = _result(HostResult("h1", "failed", report=report), "apply playbook", "n1")
     assert r.refused and not r.ok
     assert r.message == (
-        f"node n1: file(s) changed on the node, nothing written: {CONFIG}: "
+        "node n1: file(s) changed on the node since preflight read them, nothing written: "
+        f"{CONFIG}: "
         "expected sha256 aa, found bb"
     )
+
+
+def test_a_restore_refusal_says_since_our_write_and_how_to_force() -> None:
+    report = {
+        "refused": True,
+        "action": "restore",
+        "mismatches": [{"path": CONFIG, "expected": "aa", "found": "bb"}],
+    }
+    r = _result(HostResult("h1", "failed", report=report), "restore over ssh", "n1")
+    assert r.refused and "since our write" in r.message and CONFIG in r.message
+    assert r.message.endswith("(rollout rollback --force overwrites them)")
