@@ -203,6 +203,14 @@ def _write_script(files: dict[str, bytes], c: NodeChange) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _policy(lab: Lab, node: str) -> str | None:
+    """The running kubelet's cpuManagerPolicy, None while it does not answer (restarting)."""
+    try:
+        return ck.configz(lab, node).get("cpuManagerPolicy")
+    except AssertionError:
+        return None
+
+
 def _put_back(lab: Lab, originals: dict[str, dict[str, bytes | None]], changes: Any) -> None:
     """Untimed: every node's files back to the originals (created files removed), restarted."""
     for n, files in originals.items():
@@ -225,7 +233,7 @@ def _put_back(lab: Lab, originals: dict[str, dict[str, bytes | None]], changes: 
         )
     for n in originals:
         ck.wait_for(
-            lambda n=n: ck.configz(lab, n).get("cpuManagerPolicy") == "none",
+            lambda n=n: _policy(lab, n) == "none",
             60,
             f"{n} back to none",
             every=0.2,
@@ -257,7 +265,7 @@ def _loop(lab: Lab, names: list[str], env: dict[str, str], apply_one: Any) -> fl
             capture_output=True,
         )
         ck.wait_for(
-            lambda n=n: ck.configz(lab, n).get("cpuManagerPolicy") == "static",
+            lambda n=n: _policy(lab, n) == "static",
             120,
             f"{n} configz",
             every=0.1,
@@ -316,6 +324,7 @@ def main() -> None:
         r = ck.cli(["rollback", "--change", change, "--yes"], env, 1800)
         assert r.returncode == 0, r.stderr
         out["rollout"]["rollbackAllWallS"] = round(time.time() - started, 2)
+        print(json.dumps(out), file=sys.stderr, flush=True)
 
         if not args.skip_loops:
             # 2. sequential kubectl + ssh loop
@@ -330,6 +339,7 @@ def main() -> None:
                 )
 
             out["loopSshWallS"] = round(_loop(lab, names, env, by_ssh), 2)
+            print(json.dumps(out), file=sys.stderr, flush=True)
             _put_back(lab, originals, changes)
 
             # 3. the loop with ansible-playbook per node
