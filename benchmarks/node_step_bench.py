@@ -224,13 +224,19 @@ def _put_back(lab: Lab, originals: dict[str, dict[str, bytes | None]], changes: 
         c = changes[n]
         script += [f"rm -f {shlex.quote(p)}" for p in c.checkpoint_reset]
         script.append(f"systemctl restart {shlex.quote(c.service)}")
-        subprocess.run(
-            [*_ssh(lab, n), "bash -s"],
-            input="\n".join(script) + "\n",
-            text=True,
-            check=True,
-            capture_output=True,
-        )
+        for attempt in range(10):  # untimed; sshd on a busy lab node may refuse a moment
+            r = subprocess.run(
+                [*_ssh(lab, n), "bash -s"],
+                input="\n".join(script) + "\n",
+                text=True,
+                check=False,
+                capture_output=True,
+            )
+            if r.returncode == 0:
+                break
+            time.sleep(1 + attempt)
+        else:
+            raise SystemExit(f"could not put {n} back: {r.stderr}")
     for n in originals:
         ck.wait_for(
             lambda n=n: _policy(lab, n) == "none",
