@@ -435,6 +435,7 @@ def main() -> None:
                     "triggerToExitWithoutDrainS": round(wall - nums["drainS"], 2),
                 }
             )
+            print(json.dumps(out["canaryRollback"][-1]), file=sys.stderr, flush=True)
         print(json.dumps(out, indent=2))
     finally:
         lab.down()
