@@ -137,7 +137,10 @@ def main() -> None:
         for n, c in changes.items():  # the same files rollout wrote, as the script's payloads
             payload = ApplyPayload(
                 change_id="script",
-                files=tuple(FileWrite(p, b, *c.mode[p]) for p, b in sorted(c.files.items())),
+                files=tuple(
+                    FileWrite(p, b, *c.mode[p], expect=c.expect[p])
+                    for p, b in sorted(c.files.items())
+                ),
                 service=c.service,
                 checkpoint_reset=c.checkpoint_reset,
                 healthz_url=c.healthz_url,
@@ -178,8 +181,6 @@ def main() -> None:
                     "rollout_hosts=all",
                     "-e",
                     f"rollout_kubelet_payload_dir={script_dir / 'payload'}",
-                    "-e",
-                    f"rollout_kubelet_backup_controller_dir={script_dir / 'backups'}",
                     "-e",
                     f"rollout_kubelet_result_dir={script_dir / 'results'}",
                 ],

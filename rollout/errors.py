@@ -92,6 +92,12 @@ class PreflightError(RolloutError):
     exit_code = 3
 
 
+class NodeFilesChangedError(PreflightError):
+    """A node's kubelet files changed after preflight read them (the compare-and-swap right
+    before the write failed): nothing was written on that node, our cordon was undone, and the
+    change stopped. A preflight-class refusal: run the change again to plan from the new files."""
+
+
 class LockHeldError(RolloutError):
     """Another change holds the cluster lock."""
 

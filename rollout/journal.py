@@ -439,6 +439,8 @@ def _apply_entry(s: NodeStatus, e: Entry) -> NodeStatus:
         )
     if step is Step.APPLY and e.phase is Phase.BEGIN:
         s = replace(s, files_touched=True)
+    if step is Step.APPLY and e.phase is Phase.FAILED and d.get("filesWritten") is False:
+        s = replace(s, files_touched=False)  # compare-and-swap refused: nothing was written
     if e.phase is Phase.FAILED:
         s = replace(s, message=str(d.get("message", "")))
     if path is Path.FORWARD:

@@ -124,6 +124,8 @@ class NodeChange:
         before: path -> bytes before the change, for every touched path (None: absent).
         before_meta: path -> (mode, owner, group) before the change.
         healthz_url: the kubelet's healthz endpoint on the node (the playbook waits on it).
+        expect: path -> the sha256 preflight read for every written path, or ``"absent"``: the
+            node step writes only while the node's file still has it (compare-and-swap).
     """
 
     node: str
@@ -137,6 +139,7 @@ class NodeChange:
     before: Mapping[str, bytes | None] = field(default_factory=dict)
     before_meta: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
     healthz_url: str = "http://127.0.0.1:10248/healthz"
+    expect: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def touched(self) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from rollout.draining import drain
 from rollout.errors import (
     InputError,
     LeaseLostError,
+    NodeFilesChangedError,
     NodeOperationError,
     PreflightError,
     RolloutError,
@@ -126,7 +127,7 @@ def _prepare(ctx: Context, change: NodeChange) -> dict[str, str]:
 
 def _fail_and_restore(
     ctx: Context, failures: Mapping[str, RolloutError]
-) -> dict[str, NodeOperationError]:
+) -> dict[str, NodeOperationError | NodeFilesChangedError]:
     """Journal each node's failed forward step, then restore those nodes together.
 
     Returns:
@@ -143,17 +144,23 @@ def _fail_and_restore(
         ctx.on_event(f"{node}: {step.value} failed: {err}; restoring the node")
     status = replay(ctx.journal.entries())
     restore_errors = restore_nodes(ctx, [status.nodes[n] for n in failures])
-    out: dict[str, NodeOperationError] = {}
+    out: dict[str, NodeOperationError | NodeFilesChangedError] = {}
     for node, err in failures.items():
         what = f"node {node}: {steps[node].value} failed: {err}"
         if node in restore_errors:
             out[node] = NodeOperationError(f"{what}; and then {restore_errors[node]}")
+        elif isinstance(err, NodeFilesChangedError):
+            out[node] = NodeFilesChangedError(
+                f"{what}; only the cordon was undone; plan the change again from the new files"
+            )
         else:
             out[node] = NodeOperationError(f"{what}; node restored")
     return out
 
 
-def apply_batch(ctx: Context, changes: Sequence[NodeChange]) -> dict[str, NodeOperationError]:
+def apply_batch(
+    ctx: Context, changes: Sequence[NodeChange]
+) -> dict[str, NodeOperationError | NodeFilesChangedError]:
     """The forward path on the nodes of one batch; every node that fails is restored.
 
     Per node and in parallel: preflight, cordon, drain, backup (a node failing here is restored at
@@ -197,7 +204,20 @@ def apply_batch(ctx: Context, changes: Sequence[NodeChange]) -> dict[str, NodeOp
         for node in ready:
             r = results[node]
             if r.ok:
-                ctx.record(node, Step.APPLY, Phase.DONE, Path.FORWARD, {"changed": r.changed})
+                done = {
+                    "changed": r.changed,
+                    **({"nodeStep": dict(r.timings)} if r.timings else {}),
+                }
+                ctx.record(node, Step.APPLY, Phase.DONE, Path.FORWARD, done)
+            elif r.refused:  # compare-and-swap: nothing written; the restore only uncordons
+                ctx.record(
+                    node,
+                    Step.APPLY,
+                    Phase.FAILED,
+                    Path.FORWARD,
+                    {"message": r.message, "filesWritten": False},
+                )
+                late[node] = NodeFilesChangedError(r.message)
             else:
                 late[node] = NodeOperationError(f"apply playbook failed on {node}: {r.message}")
         applied = [n for n in ready if n not in late]
@@ -210,8 +230,10 @@ def apply_batch(ctx: Context, changes: Sequence[NodeChange]) -> dict[str, NodeOp
     return {n: _as_node_error(errors[n]) for n in order if n in errors}
 
 
-def _as_node_error(e: RolloutError) -> NodeOperationError:
-    return e if isinstance(e, NodeOperationError) else NodeOperationError(str(e))
+def _as_node_error(e: RolloutError) -> NodeOperationError | NodeFilesChangedError:
+    if isinstance(e, NodeOperationError | NodeFilesChangedError):
+        return e
+    return NodeOperationError(str(e))
 
 
 def apply_node(ctx: Context, change: NodeChange) -> None:
@@ -366,7 +388,10 @@ def _batches(
         if failures:
             what = "; ".join(str(e) for e in failures.values())
             status = _end(ctx, "stopped", what, Phase.FAILED)
-            raise NodeOperationError(f"rollout stopped: {what}\nnode states:\n{summary(status)}")
+            text = f"rollout stopped: {what}\nnode states:\n{summary(status)}"
+            if all(isinstance(e, NodeFilesChangedError) for e in failures.values()):
+                raise NodeFilesChangedError(text)
+            raise NodeOperationError(text)
         if i not in gate_at:
             continue
         canary = list(gate_at[i])

@@ -10,7 +10,9 @@ orchestrator runs.
 
 from __future__ import annotations
 
+import base64
 import difflib
+import hashlib
 import json
 import os
 import shutil
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rollout.ansible.payloads import ABSENT
 from rollout.errors import InputError, Location, PreflightError, RolloutError
 from rollout.kube import nodes as kn
 from rollout.kubelet.facts import node_facts_from_dict
@@ -194,9 +197,7 @@ def node_change(
     )
     if not dist:
         raise PreflightError(f"node {node}: distribution unknown (set it in the plan)")
-    files: dict[str, bytes | None] = {}
-    for p in raw.get("kubeletFiles") or []:
-        files[p] = (facts_dir / host / p.lstrip("/")).read_bytes()
+    files, meta = node_files_of(raw, facts_dir / host)
     node_files = node_from_files(str(dist), {k: v for k, v in files.items() if v is not None})
     before = effective(node_files)
     existing = any(
@@ -220,6 +221,7 @@ def node_change(
     errors = [f"node {node}: {f.describe()}" for f in findings if f.severity is Severity.ERROR]
     warnings = [f"node {node}: {w}" for w in r.warnings]
     touched = [f.path for f in r.files] + list(r.removed)
+    digests = {p: hashlib.sha256(b).hexdigest() for p, b in files.items() if b is not None}
     change = NodeChange(
         node=node,
         host=host,
@@ -232,12 +234,15 @@ def node_change(
             if k in intent.fields and k in r.effective_after.config
         },
         service=r.services[0] if r.services else "kubelet",
+        # an existing file keeps the node's mode and owner; a new one gets render's
         mode={
-            f.path: (f.mode, f.owner.partition(":")[0], f.owner.partition(":")[2] or f.owner)
+            f.path: meta.get(f.path)
+            or (f.mode, f.owner.partition(":")[0], f.owner.partition(":")[2] or f.owner)
             for f in r.files
         },
         before={p: files.get(p) for p in touched},
-        before_meta={p: ("0644", "root", "root") for p in touched if files.get(p) is not None},
+        before_meta={p: meta[p] for p in touched if p in meta},
+        expect={p: digests.get(p, ABSENT) for p in touched},
     )
     facts = NodeFacts(
         host=host,
@@ -249,6 +254,35 @@ def node_change(
         files=files,
     )
     return change, facts, errors, warnings
+
+
+def node_files_of(
+    raw: Mapping[str, Any], fetched: Path
+) -> tuple[dict[str, bytes | None], dict[str, tuple[str, str, str]]]:
+    """The node's kubelet files as the facts module read them: path -> bytes, and path ->
+    (mode, owner, group). Facts from older playbooks carry no bytes; those were fetched to
+    ``fetched/<node path>`` (mode and owner then unknown).
+
+    Raises:
+        InputError: a file's bytes do not match the sha256 the node reported.
+    """
+    files: dict[str, bytes | None] = {}
+    meta: dict[str, tuple[str, str, str]] = {}
+    recorded = raw.get("kubeletFileMeta") or {}
+    for p in raw.get("kubeletFiles") or []:
+        m = recorded.get(p)
+        if not isinstance(m, Mapping):
+            files[p] = (fetched / p.lstrip("/")).read_bytes()
+            continue
+        data = base64.b64decode(str(m.get("content_b64", "")))
+        if hashlib.sha256(data).hexdigest() != m.get("sha256"):
+            raise InputError(
+                f"facts of {p}: bytes do not match their sha256",
+                Location(field=f"kubeletFileMeta[{p}]"),
+            )
+        files[p] = data
+        meta[p] = (str(m.get("mode")), str(m.get("owner")), str(m.get("group")))
+    return files, meta
 
 
 def unified_diff(change: NodeChange) -> str:

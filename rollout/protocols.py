@@ -9,7 +9,7 @@ one round trip; retries of transient failures belong to the adapters, decisions 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
@@ -106,11 +106,18 @@ class RestoreFile:
 
 @dataclass(frozen=True)
 class RunResult:
-    """What a playbook run did on one node."""
+    """What a playbook run did on one node.
+
+    ``refused``: the node step's compare-and-swap check found a file that is not what the
+    controller expected; nothing was written on the node (``message`` names node, file, expected
+    and found sha256).
+    """
 
     ok: bool
     message: str = ""
     changed: bool = False
+    refused: bool = False
+    timings: Mapping[str, float] = field(default_factory=dict)
 
 
 class NodeRunner(Protocol):

@@ -76,6 +76,7 @@ def change_record(change: NodeChange, blobs: Mapping[str, str]) -> dict[str, Any
                 "mode": change.mode.get(p, ("0644", "root", "root"))[0],
                 "owner": change.mode.get(p, ("0644", "root", "root"))[1],
                 "group": change.mode.get(p, ("0644", "root", "root"))[2],
+                **({"expect": change.expect[p]} if p in change.expect else {}),
             }
             for p in sorted(change.files)
         ],
@@ -96,6 +97,7 @@ def change_from_record(journal: Journal, node: str, rec: Mapping[str, Any]) -> N
         service=str(rec.get("service", "kubelet")),
         mode=mode,
         healthz_url=str(rec.get("healthzUrl", "http://127.0.0.1:10248/healthz")),
+        expect={f["path"]: f["expect"] for f in rec.get("files", ()) if "expect" in f},
     )
 
 

@@ -11,21 +11,50 @@ journal holds.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
-from rollout.ansible.payloads import ApplyPayload, BackedUpFile, Backup, FileWrite, RestorePayload
-from rollout.ansible.runner import AnsibleRunner, HostResult, TaskEvent
+from rollout.ansible import direct
+from rollout.ansible.payloads import (
+    ABSENT,
+    ApplyPayload,
+    BackedUpFile,
+    Backup,
+    FileWrite,
+    RestorePayload,
+)
+from rollout.ansible.runner import AnsibleRunner, HostResult, HostStatus, TaskEvent
+from rollout.errors import RolloutError
 from rollout.models import NodeChange
 from rollout.protocols import RestoreFile, RunResult
 
 
-def _result(h: HostResult | None, what: str) -> RunResult:
+def _result(h: HostResult | None, what: str, node: str) -> RunResult:
     if h is None:
         return RunResult(False, f"{what} did not run on the host")
+    report = h.report or {}
+    timings = {str(k): float(v) for k, v in (report.get("timings") or {}).items()}
     if h.status == "ok":
-        return RunResult(True, changed=h.changed)
+        return RunResult(True, changed=h.changed, timings=timings)
+    if report.get("refused"):
+        found = "; ".join(
+            f"{m.get('path')}: expected sha256 {m.get('expected')}, found {m.get('found')}"
+            for m in report.get("mismatches") or ()
+        )
+        since = "our write" if report.get("action") == "restore" else "preflight read them"
+        hint = " (rollout rollback --force overwrites them)" if since == "our write" else ""
+        return RunResult(
+            False,
+            f"node {node}: file(s) changed on the node since {since}, nothing written: "
+            f"{found}{hint}",
+            refused=True,
+        )
     where = f" at {h.failed_task!r}" if h.failed_task else ""
     return RunResult(False, f"{what} {h.status}{where}: {h.message or 'no message'}")
 
@@ -38,11 +67,19 @@ class PlaybookNodeRunner:
         root: Path,
         inventory: Path,
         on_event: Callable[[str], None] = lambda _m: None,
+        force_restore: bool = False,
+        direct_restore: bool = True,
     ) -> None:
         self.root = root
         self.inventory = inventory
         self.on_event = on_event
         self.ansible = AnsibleRunner(root)
+        #: restore over files someone edited after our write (``rollback --force``)
+        self.force_restore = force_restore
+        #: restores run the node step over plain ssh (no Ansible start-up) where a host allows
+        self.direct_restore = direct_restore
+        self._vars: Mapping[str, Mapping[str, Any]] | None = None
+        self._vars_lock = threading.Lock()
 
     def _events(self, nodes: Mapping[str, str]) -> Callable[[TaskEvent], None]:
         def handler(e: TaskEvent) -> None:
@@ -63,10 +100,14 @@ class PlaybookNodeRunner:
             ExternalError: the playbook could not start at all (every node of the call failed).
         """
         payloads = {c.host: _apply_payload(c, change_id) for c in changes}
+        self._prefetch_hostvars()
         res = self.ansible.apply(
             self.inventory, change_id, payloads, self._events({c.host: c.node for c in changes})
         )
-        return {c.node: _result(res.playbook.hosts.get(c.host), "apply playbook") for c in changes}
+        return {
+            c.node: _result(res.playbook.hosts.get(c.host), "apply playbook", c.node)
+            for c in changes
+        }
 
     def restore(
         self, change: NodeChange, change_id: str, files: Sequence[RestoreFile]
@@ -83,10 +124,109 @@ class PlaybookNodeRunner:
             ExternalError: the playbook could not start at all (every node of the call failed).
         """
         payloads = {c.host: self._restore_payload(c, change_id, files) for c, files in items}
+        direct = self._direct_targets(sorted(payloads))
+        if direct is not None:
+            hosts = self._restore_direct(change_id, payloads, direct)
+            return {
+                c.node: _result(hosts.get(c.host), "restore over ssh", c.node) for c, _ in items
+            }
         res = self.ansible.restore(
-            self.inventory, change_id, payloads, self._events({c.host: c.node for c, _ in items})
+            self.inventory,
+            change_id,
+            payloads,
+            self._events({c.host: c.node for c, _ in items}),
+            {"rollout_kubelet_force": True} if self.force_restore else None,
         )
-        return {c.node: _result(res.hosts.get(c.host), "restore playbook") for c, _ in items}
+        return {
+            c.node: _result(res.hosts.get(c.host), "restore playbook", c.node) for c, _ in items
+        }
+
+    def _hostvars(self) -> Mapping[str, Mapping[str, Any]]:
+        """The inventory's connection variables, kept next to the change's payloads the first
+        time they are read (during its apply), so a later rollback starts its restores without
+        running ``ansible-inventory`` (about a second of start-up) first."""
+        with self._vars_lock:
+            if self._vars is None:
+                saved = self.root / "hostvars.json"
+                try:
+                    self._vars = json.loads(saved.read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    from rollout.preparing import read_inventory
+
+                    hv = read_inventory(self.inventory).hostvars
+                    self._vars = {h: _connection_vars(v) for h, v in hv.items()}
+                    saved.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                    tmp = saved.with_name(saved.name + ".tmp")
+                    tmp.write_text(json.dumps(self._vars, sort_keys=True), encoding="utf-8")
+                    tmp.replace(saved)
+            return self._vars
+
+    def _prefetch_hostvars(self) -> None:
+        """Read the connection variables in the background while the apply playbook runs."""
+
+        def read() -> None:
+            with contextlib.suppress(RolloutError, OSError):
+                self._hostvars()
+
+        if self._vars is None and self.direct_restore:
+            threading.Thread(target=read, daemon=True).start()
+
+    def _direct_targets(
+        self, hosts: Sequence[str]
+    ) -> dict[str, tuple[direct.Target, Mapping[str, Any]]] | None:
+        """Each host's plain-ssh target and variables, or None (use the playbook) when direct
+        restores are off or any host needs more than plain ssh."""
+        if not self.direct_restore:
+            return None
+        try:
+            hv = self._hostvars()
+        except RolloutError:
+            return None
+        out = {}
+        for h in hosts:
+            t = direct.target(h, hv.get(h, {}))
+            if t is None:
+                return None
+            out[h] = (t, hv.get(h, {}))
+        return out
+
+    def _restore_direct(
+        self,
+        change_id: str,
+        payloads: Mapping[str, RestorePayload],
+        targets: Mapping[str, tuple[direct.Target, Mapping[str, Any]]],
+    ) -> dict[str, HostResult]:
+        """The restore module over one ssh call per node, all nodes at once."""
+
+        def one(host: str) -> HostResult:
+            t, hv = targets[host]
+            args: dict[str, Any] = {
+                "action": "restore",
+                "payload": payloads[host].as_json(),
+                "force": self.force_restore,
+            }
+            for var, arg in _ROLE_VARS.items():
+                if var in hv:
+                    args[arg] = hv[var]
+            res = direct.run_step(t, args, _direct_timeout(args))
+            status: HostStatus = "ok"
+            if res.get("unreachable"):
+                status = "unreachable"
+            elif res.get("failed"):
+                status = "failed"
+            if status != "ok":
+                self.on_event(f"{host}: restore {status}: {res.get('msg') or ''}")
+            return HostResult(
+                host,
+                status,
+                failed_task=str(res.get("failedStep") or "") or None,
+                message=str(res.get("msg") or "") or None,
+                changed=bool(res.get("changed")),
+                report=res,
+            )
+
+        with ThreadPoolExecutor(max_workers=max(1, len(payloads))) as pool:
+            return dict(zip(payloads, pool.map(one, payloads), strict=True))
 
     def _backup(self, change_id: str, host: str) -> Backup | None:
         """The controller's copy of the node's backup manifest; also where releases that ran one
@@ -114,6 +254,11 @@ class PlaybookNodeRunner:
                     group=(m.group if m and m.group else f.group),
                     content=f.content,
                     missing_parents=m.missing_parents if m else (),
+                    written=(
+                        hashlib.sha256(change.files[f.path]).hexdigest()
+                        if f.path in change.files
+                        else None
+                    ),
                 )
             )
         return RestorePayload.from_backup(
@@ -124,9 +269,70 @@ class PlaybookNodeRunner:
         )
 
 
+def _connection_vars(v: Mapping[str, Any]) -> dict[str, Any]:
+    """What a direct restore needs of a host's variables; secrets are kept only as "set"."""
+    out = {k: v[k] for k in _KEPT if k in v}
+    out.update({k: True for k in _SECRET_OR_FLAG if v.get(k)})
+    return out
+
+
+_KEPT = (
+    "ansible_connection",
+    "ansible_host",
+    "ansible_ssh_host",
+    "ansible_port",
+    "ansible_ssh_port",
+    "ansible_user",
+    "ansible_ssh_user",
+    "ansible_ssh_private_key_file",
+    "ansible_private_key_file",
+    "ansible_ssh_common_args",
+    "ansible_ssh_extra_args",
+    "ansible_python_interpreter",
+    "rollout_kubelet_healthz_retries",
+    "rollout_kubelet_healthz_delay",
+    "rollout_kubelet_healthz_timeout",
+    "rollout_kubelet_systemctl_timeout",
+    "rollout_kubelet_daemon_reload",
+)
+_SECRET_OR_FLAG = ("ansible_become", "ansible_ssh_pass", "ansible_password")
+
+#: role variables (from the inventory) -> the node step module's arguments
+_ROLE_VARS = {
+    "rollout_kubelet_healthz_retries": "healthz_retries",
+    "rollout_kubelet_healthz_delay": "healthz_delay",
+    "rollout_kubelet_healthz_timeout": "healthz_timeout",
+    "rollout_kubelet_systemctl_timeout": "systemctl_timeout",
+    "rollout_kubelet_daemon_reload": "daemon_reload",
+}
+
+
+def _direct_timeout(args: Mapping[str, Any]) -> float:
+    """A bound on one direct node step: three systemctl calls and the whole /healthz wait."""
+    retries = int(args.get("healthz_retries", 240))
+    per_try = float(args.get("healthz_delay", 0.25)) + float(args.get("healthz_timeout", 3))
+    return 3 * float(args.get("systemctl_timeout", 90)) + retries * per_try + 30
+
+
+def _expect(change: NodeChange, path: str) -> str:
+    """What the node's file must still hold right before the write: the sha256 preflight read
+    (journaled with the change, so a resumed apply checks the same), else of ``before``."""
+    if path in change.expect:
+        return change.expect[path]
+    before = change.before.get(path)
+    return ABSENT if before is None else hashlib.sha256(before).hexdigest()
+
+
 def _apply_payload(change: NodeChange, change_id: str) -> ApplyPayload:
+    """The files with the mode and owner render chose for a new file and the node's own for an
+    existing one (``NodeChange.mode``), and the digest preflight read as the expectation."""
     files = tuple(
-        FileWrite(path, content, *change.mode.get(path, ("0644", "root", "root")))
+        FileWrite(
+            path,
+            content,
+            *change.mode.get(path, ("0644", "root", "root")),
+            expect=_expect(change, path),
+        )
         for path, content in sorted(change.files.items())
     )
     return ApplyPayload(

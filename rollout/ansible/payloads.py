@@ -13,12 +13,14 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from rollout.errors import InputError, Location
 
 DEFAULT_HEALTHZ_URL = "http://127.0.0.1:10248/healthz"
+#: What a compare-and-swap expects of a path that must not exist.
+ABSENT = "absent"
 BACKUP_ROOT = "/var/lib/rollout/backups"
 
 
@@ -54,6 +56,8 @@ class FileWrite:
         mode: octal string such as ``"0644"``.
         owner, group: user and group names on the node.
         validate: optional validator command with ``%s`` for the temporary file.
+        expect: the sha256 the node's file must still have right before the write (what
+            preflight read), or :data:`ABSENT`; the node step refuses to write otherwise.
     """
 
     path: str
@@ -62,6 +66,7 @@ class FileWrite:
     owner: str = "root"
     group: str = "root"
     validate: str | None = None
+    expect: str = ABSENT
 
     @property
     def sha256(self) -> str:
@@ -87,6 +92,7 @@ class FileWrite:
             "owner": self.owner,
             "group": self.group,
             "sha256": self.sha256,
+            "expect": self.expect,
         }
         if self.validate:
             out["validate"] = self.validate
@@ -121,7 +127,12 @@ class ApplyPayload:
 
 @dataclass(frozen=True)
 class BackedUpFile:
-    """One file as it was before the change (``existed=False``: the change creates it)."""
+    """One file as it was before the change (``existed=False``: the change creates it).
+
+    ``written`` is the sha256 of what the apply wrote there, when known: a restore accepts it
+    (or the original) as the file's current content and refuses anything else (someone edited
+    the file after our write) unless forced.
+    """
 
     path: str
     existed: bool
@@ -131,6 +142,7 @@ class BackedUpFile:
     group: str | None = None
     content: bytes | None = None
     missing_parents: tuple[str, ...] = ()
+    written: str | None = None
 
 
 @dataclass(frozen=True)
@@ -201,12 +213,20 @@ class RestorePayload:
         checkpoint_reset: tuple[str, ...] = (),
         healthz_url: str = DEFAULT_HEALTHZ_URL,
         healthz_ca_path: str | None = None,
+        written: Mapping[str, str] | None = None,
     ) -> RestorePayload:
-        """Put back what existed, remove what the change created (and the directories it made)."""
+        """Put back what existed, remove what the change created (and the directories it made).
+
+        ``written``: path -> sha256 of what the apply wrote (the restore accepts it as the
+        current content; see :class:`BackedUpFile`).
+        """
         dirs = {d for f in backup.files if not f.existed for d in f.missing_parents}
+        files = tuple(
+            replace(f, written=(written or {}).get(f.path, f.written)) for f in backup.files
+        )
         return cls(
             change_id=backup.change_id,
-            files=backup.files,
+            files=files,
             service=service,
             checkpoint_reset=checkpoint_reset,
             healthz_url=healthz_url,
@@ -229,6 +249,7 @@ class RestorePayload:
                         "owner": f.owner,
                         "group": f.group,
                         "sha256": f.sha256,
+                        "current": [f.written] if f.written else [],
                     }
                     for f in self.files
                 ],

@@ -3,16 +3,19 @@
 Why a wrapper: the orchestrator needs per-host outcomes (ok / failed at which step / unreachable),
 not Ansible's event stream, and it must not pay Ansible's start-up cost more than once per batch.
 So one call runs one playbook for all hosts of a batch (``forks`` = number of hosts), over
-pipelined SSH with ControlPersist, with fact gathering off. Per-host outcomes are computed by a
+pipelined SSH with ControlPersist, with fact gathering off. The node-side work of an apply or a
+restore is one module call per host (``rollout_kubelet_step``); its result, read from the event
+stream, is the host's report. Per-host outcomes are computed by a
 pure function (:func:`summarize`) from the events, so the rules are unit-tested on plain data.
 
 Directories on the controller, under ``private_data_dir_root``::
 
-    facts/<host>.json, facts/<host>/<node path>          what facts.yml collected
+    facts/<host>.json                                     what facts.yml collected (the kubelet
+                                                          files' bytes, sha256, mode, owner too)
     changes/<change>/apply/<host>.json                    apply payloads (written here)
     changes/<change>/restore/<host>.json                  restore payloads (written here)
-    changes/<change>/backups/<host>/manifest.json         the node's backup, bytes included
-    changes/<change>/results/<action>/<host>.json         what each playbook reported per host
+    changes/<change>/backups/<host>/manifest.json         the node's backup, bytes included, from
+                                                          the node step's result in the events
     runner/, runner-1/, ...                               ansible-runner's private data dirs, one
                                                           per run in flight (runs may overlap)
 """
@@ -47,7 +50,11 @@ HostStatus = Literal["ok", "failed", "unreachable", "skipped"]
 #: Settings that keep Ansible's per-run overhead low and its behaviour predictable.
 ENV: dict[str, str] = {
     "ANSIBLE_PIPELINING": "True",
-    "ANSIBLE_SSH_ARGS": "-C -o ControlMaster=auto -o ControlPersist=60s",
+    "ANSIBLE_SSH_ARGS": "-C -o ControlMaster=auto -o ControlPersist=300s",
+    # one master connection per node, shared by preflight, apply, verify and restore runs, and
+    # by the restore that runs the node step over plain ssh (rollout/ansible/direct.py)
+    "ANSIBLE_SSH_CONTROL_PATH_DIR": str(Path.home() / ".ansible" / "cp"),
+    "ANSIBLE_SSH_CONTROL_PATH": "%(directory)s/%%C",
     "ANSIBLE_GATHERING": "explicit",
     "ANSIBLE_FACT_CACHING": "memory",
     "ANSIBLE_RETRY_FILES_ENABLED": "False",
@@ -66,6 +73,7 @@ class TaskEvent:
     task: str
     changed: bool = False
     message: str | None = None
+    result: Mapping[str, Any] | None = None
 
 
 PLAYBOOK_TIMEOUT_S = 900.0
@@ -195,6 +203,7 @@ def task_event(event: Mapping[str, Any]) -> TaskEvent | None:
         task=str(data.get("task") or ""),
         changed=bool(res.get("changed")) if isinstance(res, Mapping) else False,
         message=str(message) if message else None,
+        result=res if isinstance(res, Mapping) and res.get("rollout_step") else None,
     )
 
 
@@ -230,8 +239,8 @@ def summarize(
             continue
         s = seen[host]
         task = s["task"]
-        if report and report.get("failedTask"):
-            task = str(report["failedTask"])
+        if report and (report.get("failedTask") or report.get("failedStep")):
+            task = str(report.get("failedTask") or report.get("failedStep"))
         out[host] = HostResult(
             host=host,
             status=s["status"],
@@ -371,11 +380,14 @@ class AnsibleRunner:
             with self._slots:
                 self._busy.discard(slot)
         elapsed = time.monotonic() - started
-        reports: dict[str, Mapping[str, Any]] = {}
+        # the node step module's result, straight from the event stream
+        reports: dict[str, Mapping[str, Any]] = {
+            e.host: e.result for e in events if e.result is not None
+        }
         if report_dir is not None:
             for host in hosts or sorted({e.host for e in events}):
                 data = _read_json(report_dir / f"{host}.json")
-                if isinstance(data, Mapping):
+                if isinstance(data, Mapping) and host not in reports:
                     reports[host] = data
         results = summarize(events, hosts or (), reports)
         if str(r.status) == "timeout":
@@ -432,27 +444,29 @@ class AnsibleRunner:
         on_event: Callable[[TaskEvent], None] | None = None,
         extravars: Mapping[str, Any] | None = None,
     ) -> ApplyResult:
-        """Write each host's payload and run apply.yml on those hosts; read back the backups.
+        """Write each host's payload and run apply.yml on those hosts; keep each host's backup
+        manifest (from the node step's result) under ``backups/<host>/manifest.json``.
 
         ``extravars`` overrides role defaults (e.g. ``rollout_kubelet_healthz_retries``).
         """
         base = self.change_dir(change_id)
         for host, payload in payloads.items():
             _write_json(base / "apply" / f"{host}.json", payload.as_json())
-        results = base / "results" / "apply"
         result = self.run(
             "apply.yml",
             inventory,
             sorted(payloads),
             {
                 "rollout_kubelet_payload_dir": str((base / "apply").resolve()),
-                "rollout_kubelet_backup_controller_dir": str((base / "backups").resolve()),
-                "rollout_kubelet_result_dir": str(results.resolve()),
+                "rollout_kubelet_result_dir": "",
                 **(extravars or {}),
             },
             on_event,
-            report_dir=results,
         )
+        for host, h in result.hosts.items():
+            manifest = (h.report or {}).get("manifest")
+            if isinstance(manifest, Mapping):
+                _write_json(base / "backups" / host / "manifest.json", manifest)
         return ApplyResult(result, {h: self.backup(change_id, h) for h in sorted(payloads)})
 
     def backup(self, change_id: str, host: str) -> Backup | None:
@@ -473,16 +487,14 @@ class AnsibleRunner:
         base = self.change_dir(change_id)
         for host, payload in payloads.items():
             _write_json(base / "restore" / f"{host}.json", payload.as_json())
-        results = base / "results" / "restore"
         return self.run(
             "restore.yml",
             inventory,
             sorted(payloads),
             {
                 "rollout_kubelet_payload_dir": str((base / "restore").resolve()),
-                "rollout_kubelet_result_dir": str(results.resolve()),
+                "rollout_kubelet_result_dir": "",
                 **(extravars or {}),
             },
             on_event,
-            report_dir=results,
         )

@@ -411,6 +411,13 @@ def _settle_command(
     _print_status(status, output)
 
 
+def _forced(ctx: Context, force: bool) -> Context:
+    """``--force``: the restore overwrites files someone edited after our write."""
+    if force:
+        ctx.runner.force_restore = True  # type: ignore[attr-defined]
+    return ctx
+
+
 _change_required = click.option("--change", "change", required=True, help="The change id.")
 
 
@@ -436,6 +443,12 @@ _change_required = click.option("--change", "change", required=True, help="The c
     metavar="TEXT",
     help="Who asks, as the change's owner reports it (default: user@host pid N).",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Also overwrite node files that changed after this change wrote them (without it, "
+    "such a node's restore is refused naming the file).",
+)
 @_lock_ns
 @_verify_timeout
 @_progress_option
@@ -449,6 +462,7 @@ def rollback_cmd(
     no_wait: bool,
     wait_timeout: float,
     requested_by: str | None,
+    force: bool,
     lock_namespace: str,
     verify_timeout: float,
     progress_mode: str,
@@ -469,6 +483,7 @@ def rollback_cmd(
       rollout rollback --change 20261130T214802Z-a1b2c3 --yes
       rollout rollback --change 20261130T214802Z-a1b2c3 --node gpu-7 --yes -o json
       rollout rollback --change 20261130T214802Z-a1b2c3 --yes --no-wait
+      rollout rollback --change 20261130T214802Z-a1b2c3 --node gpu-7 --force --yes
     """
     from rollout.kube.client import connect
     from rollout.kube.leases import hand_over, holder_identity, wait_outcome
@@ -519,7 +534,7 @@ def rollback_cmd(
         output,
         kubeconfig,
         context,
-        lambda ctx, _lock: rollback(ctx, list(nodes) or None),
+        lambda ctx, _lock: rollback(_forced(ctx, force), list(nodes) or None),
         progress_mode,
     )
 

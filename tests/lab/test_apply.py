@@ -163,13 +163,18 @@ def test_every_distribution_applied_and_rolled_back(
 
 
 def test_second_apply_while_one_runs_is_refused_naming_the_holder(
-    lab: Lab, lab_nodes: Any, tmp_path: Path
+    lab: Lab, lab_nodes: Any, namespace: str, tmp_path: Path
 ) -> None:
+    from tests.lab.test_failures import _one_pod_with_pdb
+
     nodes = lab_nodes(2)
     names = nodes.names
     inv = ck.inventory(lab, names, names[:1], tmp_path / "inv.ini")
-    plan = ck.plan(tmp_path / "plan.yaml", dict.fromkeys(names, "kubeadm"))
+    plan = ck.plan(tmp_path / "plan.yaml", dict.fromkeys(names, "kubeadm"), drain_timeout="180s")
     env = ck.env(lab, tmp_path / "state")
+    # the first apply's drain waits on a PDB until the test lifts it: it holds the lock for as
+    # long as the second apply needs to get there, however fast an apply is
+    _one_pod_with_pdb(lab, namespace, names[0], 1)
     first = ck.start_cli(["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes"], env)
     try:
         ck.wait_for(
@@ -181,6 +186,10 @@ def test_second_apply_while_one_runs_is_refused_naming_the_holder(
             ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes"],
             ck.env(lab, tmp_path / "state2"),
         )
+        code, out = lab.api.request(
+            "DELETE", f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/never"
+        )
+        assert code == 200, out
         assert second.returncode == 4, second.stderr
         assert "another change holds the cluster lock" in second.stderr
         assert f"pid {first.pid}" in second.stderr and "change 20" in second.stderr

@@ -6,6 +6,8 @@ Runtime (2-core machine, warm lab binaries): about 40-60 s for the module.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,11 @@ def _payload(node: Any, change: str, config_text: bytes) -> ApplyPayload:
     return ApplyPayload(
         change_id=change,
         files=(
-            FileWrite(CONFIG, config_text + b"# touched by the playbook test\n"),
+            FileWrite(
+                CONFIG,
+                config_text + b"# touched by the playbook test\n",
+                expect=hashlib.sha256(config_text).hexdigest(),
+            ),
             FileWrite(
                 DROPIN,
                 b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n",
@@ -52,14 +58,15 @@ def test_facts_then_apply_then_restore_is_byte_identical(
     assert facts["hostname"] == node.name and facts["distribution"] == "kubeadm"
     assert [n["cpus"] for n in facts["numaNodes"]] == ["0-15,32-47", "16-31,48-63"]
     assert len(facts["gpus"]) == 8 and facts["onlineCPUs"] == "0-63"
-    fetched = tmp_path / "controller" / "facts" / node.name / CONFIG.lstrip("/")
-    assert fetched.read_bytes() == (lab.node_root(node.name) / CONFIG.lstrip("/")).read_bytes()
+    on_node = (lab.node_root(node.name) / CONFIG.lstrip("/")).read_bytes()
+    read = facts["kubeletFileMeta"][CONFIG]
+    assert base64.b64decode(read["content_b64"]) == on_node
+    assert read["sha256"] == hashlib.sha256(on_node).hexdigest()
+    assert (read["mode"], read["owner"], read["group"]) == ("0644", "root", "root")
 
     before = host.file(CONFIG).sha256sum
     assert not host.file(DROPIN).exists
-    applied = runner.apply(
-        nodes.inventory, "c1", {node.name: _payload(node, "c1", fetched.read_bytes())}
-    )
+    applied = runner.apply(nodes.inventory, "c1", {node.name: _payload(node, "c1", on_node)})
     result = applied.playbook.hosts[node.name]
     assert result.status == "ok", result
     assert host.file(CONFIG).sha256sum != before
@@ -73,6 +80,7 @@ def test_facts_then_apply_then_restore_is_byte_identical(
         service=node.unit,
         healthz_url=f"https://{node.ip}:10250/healthz",
         healthz_ca_path=CA,
+        written={f.path: f.sha256 for f in _payload(node, "c1", on_node).files},
     )
     restored = runner.restore(nodes.inventory, "c1", {node.name: restore}).hosts[node.name]
 

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import http.server
-import json
 import os
 import stat
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -28,6 +26,9 @@ from rollout.ansible.runner import AnsibleRunner
 from rollout.kubelet.facts import node_facts_from_dict
 
 pytestmark = pytest.mark.timeout(180)
+
+# files written by this (non-root) test user keep their owner
+ME = {"owner": str(os.getuid()), "group": str(os.getgid())}
 
 SHIM = """#!/bin/sh
 echo "$@" >> "{log}"
@@ -125,8 +126,14 @@ def test_apply_then_restore_puts_every_file_back_byte_for_byte(
     payload = ApplyPayload(
         change_id="c1",
         files=(
-            FileWrite(str(config), new_config, mode="0640"),
-            FileWrite(str(dropin), b"topologyManagerPolicy: single-numa-node\n", mode="0600"),
+            FileWrite(
+                str(config),
+                new_config,
+                mode="0640",
+                expect=hashlib.sha256(config.read_bytes()).hexdigest(),
+                **ME,
+            ),
+            FileWrite(str(dropin), b"topologyManagerPolicy: single-numa-node\n", "0600", **ME),
         ),
         service="kubelet",
         checkpoint_reset=(str(checkpoint),),
@@ -148,7 +155,12 @@ def test_apply_then_restore_puts_every_file_back_byte_for_byte(
     backup = applied.backups["localhost"]
     assert backup is not None and [f.existed for f in backup.files] == [True, False]
 
-    restore = RestorePayload.from_backup(backup, service="kubelet", healthz_url=healthz)
+    restore = RestorePayload.from_backup(
+        backup,
+        service="kubelet",
+        healthz_url=healthz,
+        written={f.path: f.sha256 for f in payload.files},
+    )
     restored = runner.restore(inv, "c1", {"localhost": restore})
 
     assert restored.hosts["localhost"].status == "ok", restored.hosts["localhost"]
@@ -166,7 +178,9 @@ def test_a_kubelet_that_never_gets_healthy_fails_at_the_named_step(
     target.write_text("a: 1\n")
     payload = ApplyPayload(
         change_id="c2",
-        files=(FileWrite(str(target), b"a: 2\n"),),
+        files=(
+            FileWrite(str(target), b"a: 2\n", expect=hashlib.sha256(b"a: 1\n").hexdigest(), **ME),
+        ),
         service="kubelet",
         healthz_url="http://127.0.0.1:9/healthz",  # discard port: nothing listens
         backup_dir=str(tmp_path / "node-backup" / "c2"),
@@ -180,55 +194,37 @@ def test_a_kubelet_that_never_gets_healthy_fails_at_the_named_step(
 
     host = result.hosts["localhost"]
     assert host.status == "failed"
-    assert host.failed_task == "Wait for the kubelet's healthz endpoint to answer ok"
-    assert host.message is not None and host.message.startswith("rollout apply failed on localhost")
+    assert host.failed_task == "healthz"
+    assert host.message is not None and host.message.startswith("apply failed at healthz")
+    assert "did not answer ok after 2 tries" in host.message
     assert host.report is not None and host.report["status"] == "failed"
-    assert host.report["backedUp"] is True
+    assert host.report["written"] is True and host.report["refused"] is False
 
 
-def _backup_module(args: dict[str, object]) -> dict[str, object]:
-    module = (
-        Path(__file__).resolve().parents[2]
-        / "playbooks/roles/rollout_kubelet/library/rollout_backup.py"
+def test_an_edit_after_preflight_is_refused_over_a_real_playbook_run(
+    local: tuple[AnsibleRunner, Path], tmp_path: Path
+) -> None:
+    runner, inv = local
+    target = tmp_path / "node" / "config.yaml"
+    target.parent.mkdir()
+    target.write_text("a: 1\nmaxPods: 77\n")  # preflight read "a: 1\n"; then someone edited it
+    payload = ApplyPayload(
+        change_id="c3",
+        files=(
+            FileWrite(str(target), b"a: 2\n", expect=hashlib.sha256(b"a: 1\n").hexdigest(), **ME),
+        ),
+        service="kubelet",
+        healthz_url="http://127.0.0.1:9/healthz",
+        backup_dir=str(tmp_path / "node-backup" / "c3"),
     )
-    r = subprocess.run(
-        [sys.executable, str(module), json.dumps({"ANSIBLE_MODULE_ARGS": args})],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    out = json.loads(r.stdout)
-    assert isinstance(out, dict)
-    return out
-
-
-def test_a_second_backup_of_the_same_change_keeps_the_first(tmp_path: Path) -> None:
-    target = tmp_path / "config.yaml"
-    target.write_bytes(b"before\n")
-    args = {"paths": [str(target)], "backup_dir": str(tmp_path / "b"), "change_id": "c1"}
-    first = _backup_module(args)
-    assert first["changed"] is True
-    target.write_bytes(b"half-applied\n")  # a crash after the write, then resume
-    second = _backup_module(args)
-    assert second["changed"] is False
-    assert second["manifest"] == first["manifest"]
-    copy = tmp_path / "b" / "files" / str(target).lstrip("/")
-    assert copy.read_bytes() == b"before\n"
-    # a path the first run did not know is added, the known ones are untouched
-    extra = tmp_path / "new.conf"
-    third = _backup_module({**args, "paths": [str(target), str(extra)]})
-    files = third["manifest"]["files"]  # type: ignore[index]
-    assert [f["path"] for f in files] == [str(target), str(extra)]
-    assert files[0] == first["manifest"]["files"][0]  # type: ignore[index]
-    assert files[1]["existed"] is False
-
-
-def test_backup_refuses_a_symlink(tmp_path: Path) -> None:
-    (tmp_path / "real").write_text("x")
-    (tmp_path / "link").symlink_to(tmp_path / "real")
-    out = _backup_module(
-        {"paths": [str(tmp_path / "link")], "backup_dir": str(tmp_path / "b"), "change_id": "c"}
-    )
-    assert out["failed"] is True
-    assert "is not a regular file" in str(out["msg"])
+    host = runner.apply(inv, "c3", {"localhost": payload}).playbook.hosts["localhost"]
+    assert host.status == "failed" and host.report is not None and host.report["refused"]
+    assert host.report["mismatches"] == [
+        {
+            "path": str(target),
+            "expected": hashlib.sha256(b"a: 1\n").hexdigest(),
+            "found": hashlib.sha256(b"a: 1\nmaxPods: 77\n").hexdigest(),
+        }
+    ]
+    assert target.read_text() == "a: 1\nmaxPods: 77\n"
+    assert not (tmp_path / "systemctl.log").exists()  # the kubelet was not touched

@@ -57,9 +57,13 @@ options:
 author: rollout
 """
 
+import base64
 import glob
+import grp
+import hashlib
 import json
 import os
+import pwd
 import re
 import shutil
 import socket
@@ -320,7 +324,30 @@ def collect(params):
     )
     files = kubelet_files(params["kubelet_paths"], root)
     facts["kubeletFiles"] = files
+    facts["kubeletFileMeta"] = {p: file_record(os.path.join(root, p.lstrip("/"))) for p in files}
     return facts
+
+
+def file_record(path):
+    """sha256, mode, owner, group and bytes of one kubelet file, read once: render works from
+    these bytes and the apply's compare-and-swap checks the node still holds this sha256."""
+    with open(path, "rb") as f:
+        data = f.read()
+        st = os.fstat(f.fileno())
+    return {
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "mode": "%04o" % (st.st_mode & 0o7777),
+        "owner": _owner(pwd.getpwuid, st.st_uid),
+        "group": _owner(grp.getgrgid, st.st_gid),
+        "content_b64": base64.b64encode(data).decode("ascii"),
+    }
+
+
+def _owner(lookup, ident):
+    try:
+        return lookup(ident)[0]
+    except KeyError:
+        return str(ident)
 
 
 def main():

@@ -1,0 +1,445 @@
+"""``rollout apply`` against an operator's loops and the physical floor, and the canary rollback,
+side by side on one lab in one run.
+
+Usage::
+
+    .venv/bin/python benchmarks/node_step_bench.py [--nodes 8] [--max-unavailable 2]
+        [--canaries 1,4] [--skip-loops]
+
+On one lab of N kubeadm nodes with 2N small pods spread over them (so every drain evicts):
+
+1. ``rollout apply --yes`` (all batches; canary group = the first batch), wall time; from the
+   journal: preflight (command start to the change's first entry), per batch the slowest node's
+   drain / apply / verify, the node step's own timings, and the floor: the sum over batches of
+   the slowest node's drain + kubelet restart (stop + start + /healthz, timed on the node) +
+   verify (Ready, /configz). Then ``rollout rollback`` of all N nodes (timed, reported).
+2. The operator's loop, one node at a time: ``kubectl drain``; one ``ssh`` that writes the same
+   files, removes ``cpu_manager_state``, restarts the kubelet and waits for ``/healthz``;
+   ``kubectl wait Ready``; poll ``/configz`` until the new policy shows; ``kubectl uncordon``.
+3. The same loop with ``ansible-playbook apply.yml`` per node instead of the ssh.
+   (Between runs the nodes are put back untimed.)
+4. For each canary size C: ``rollout apply --canary --yes`` with a C-node canary group, then
+   ``rollout rollback --change ID --yes`` timed from the command's start (the trigger) to its
+   exit, and from the journal: restore path begin to the last uncordon, drain excluded.
+
+Prints one JSON object with the raw numbers and the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from rollout.ansible.payloads import ApplyPayload, FileWrite  # noqa: E402
+from rollout.ansible.runner import ENV  # noqa: E402
+from rollout.journal import Journal, replay  # noqa: E402
+from rollout.lab.cluster import Lab  # noqa: E402
+from rollout.lab.controlplane import find_bin_dir  # noqa: E402
+from rollout.models import NodeChange  # noqa: E402
+from rollout.restoring import change_from_record  # noqa: E402
+from tests.lab import changekit as ck  # noqa: E402
+
+BIN = Path(sys.executable).parent
+
+
+def _t(ts: str) -> float:
+    return datetime.fromisoformat(ts).timestamp()
+
+
+def _spans(journal: Journal, path: str) -> dict[tuple[str, str], float]:
+    """(node, step) -> seconds from its first begin to its last done, on ``path``."""
+    b: dict[tuple[str, str], float] = {}
+    d: dict[tuple[str, str], float] = {}
+    for e in journal.entries():
+        if not e.node or not e.path or e.path.value != path:
+            continue
+        k = (e.node, e.step)
+        if e.phase.value == "begin":
+            b.setdefault(k, _t(e.ts))
+        elif e.phase.value == "done":
+            d[k] = _t(e.ts)
+    return {k: d[k] - b[k] for k in b if k in d}
+
+
+def forward_numbers(journal: Journal) -> dict[str, Any]:
+    """Per batch the slowest drain / apply / verify, the node step's timings, and the floor."""
+    entries = journal.entries()
+    begin = next(e for e in entries if e.step == "change")
+    spans = _spans(journal, "forward")
+    node_step = {
+        e.node: dict(e.data.get("nodeStep") or {})
+        for e in entries
+        if e.node and e.step == "apply" and e.phase.value == "done"
+    }
+    batches, floor = [], 0.0
+    for batch in begin.data.get("batches", []):
+        ts = [_t(e.ts) for e in entries if e.node in batch and e.path and e.path.value == "forward"]
+        row: dict[str, Any] = {"nodes": len(batch)}
+        for step in ("drain", "apply", "verify"):
+            row[step] = round(max(spans.get((n, step), 0.0) for n in batch), 2)
+        restart = {
+            n: sum(node_step.get(n, {}).get(k, 0.0) for k in ("stop", "start", "healthz"))
+            for n in batch
+        }
+        row["restartOnNode"] = round(max(restart.values()), 2)
+        row["nodeStepTotal"] = round(max(node_step.get(n, {}).get("total", 0.0) for n in batch), 2)
+        row["wall"] = round(max(ts) - min(ts), 2) if ts else 0.0
+        floor += max(
+            spans.get((n, "drain"), 0.0) + restart[n] + spans.get((n, "verify"), 0.0) for n in batch
+        )
+        batches.append(row)
+    return {"batches": batches, "floorS": round(floor, 2), "changeBegin": _t(begin.ts)}
+
+
+def restore_numbers(journal: Journal) -> dict[str, float]:
+    """From the first restore-path entry to the last restore-path uncordon done; and the drain
+    part of it (the slowest node's restore-path drain)."""
+    entries = [e for e in journal.entries() if e.path and e.path.value == "restore"]
+    start = _t(entries[0].ts)
+    end = max(_t(e.ts) for e in entries if e.step == "uncordon" and e.phase.value == "done")
+    drains = _spans(journal, "restore")
+    drain = max((v for (_, s), v in drains.items() if s == "drain"), default=0.0)
+    return {"journalS": round(end - start, 2), "drainS": round(drain, 2)}
+
+
+def _deployment(lab: Lab, ns: str, replicas: int) -> None:
+    code, out = lab.api.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+    assert code in (201, 409), out
+    labels = {"app": "bench"}
+    body = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "bench", "namespace": ns},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "topologySpreadConstraints": [
+                        {
+                            "maxSkew": 1,
+                            "topologyKey": "kubernetes.io/hostname",
+                            "whenUnsatisfiable": "ScheduleAnyway",
+                            "labelSelector": {"matchLabels": labels},
+                        }
+                    ],
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "registry.invalid/pause:3.10",
+                            "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+    code, out = lab.api.request("POST", f"/apis/apps/v1/namespaces/{ns}/deployments", body)
+    assert code == 201, out
+
+    def running() -> bool:
+        code, out = lab.api.request("GET", f"/api/v1/namespaces/{ns}/pods")
+        phases = [p.get("status", {}).get("phase") for p in out.get("items", [])]
+        return code == 200 and phases.count("Running") >= replicas
+
+    ck.wait_for(running, 180, "bench pods running", every=0.5)
+
+
+def _ssh(lab: Lab, node: str) -> list[str]:
+    ip = lab.nodes[node].node.ip
+    return [
+        "ssh",
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+        "-o",
+        "LogLevel=ERROR",
+        "-o",
+        "BatchMode=yes",
+        "-i",
+        str(lab.ssh_key),
+        f"root@{ip}",
+    ]
+
+
+def _write_script(files: dict[str, bytes], c: NodeChange) -> str:
+    """What an operator's one ssh call runs: write the files, reset the checkpoint, restart,
+    wait for /healthz."""
+    lines = ["set -e"]
+    for path, data in sorted(files.items()):
+        b64 = base64.b64encode(data).decode()
+        lines.append(f"mkdir -p {shlex.quote(os.path.dirname(path))}")
+        lines.append(f"echo {b64} | base64 -d > {shlex.quote(path)}")
+    lines += [f"rm -f {shlex.quote(p)}" for p in c.checkpoint_reset]
+    lines.append(f"systemctl restart {shlex.quote(c.service)}")
+    probe = (
+        "import ssl,sys,time,urllib.request\n"
+        "c=ssl.create_default_context(cafile='/etc/rollout-lab/pki/ca.crt')\n"
+        "for i in range(600):\n"
+        "  try:\n"
+        f"    if urllib.request.urlopen({c.healthz_url!r},timeout=2,context=c).read()==b'ok':"
+        " sys.exit(0)\n"
+        "  except Exception: pass\n"
+        "  time.sleep(0.2)\n"
+        "sys.exit(1)\n"
+    )
+    lines.append(f"python3 -c {shlex.quote(probe)}")
+    return "\n".join(lines) + "\n"
+
+
+def _policy(lab: Lab, node: str) -> str | None:
+    """The running kubelet's cpuManagerPolicy, None while it does not answer (restarting)."""
+    try:
+        return ck.configz(lab, node).get("cpuManagerPolicy")
+    except AssertionError:
+        return None
+
+
+def _put_back(lab: Lab, originals: dict[str, dict[str, bytes | None]], changes: Any) -> None:
+    """Untimed: every node's files back to the originals (created files removed), restarted."""
+    for n, files in originals.items():
+        script = ["set -e"]
+        for path, data in files.items():
+            if data is None:
+                script.append(f"rm -f {shlex.quote(path)}")
+            else:
+                b64 = base64.b64encode(data).decode()
+                script.append(f"echo {b64} | base64 -d > {shlex.quote(path)}")
+        c = changes[n]
+        script += [f"rm -f {shlex.quote(p)}" for p in c.checkpoint_reset]
+        script.append(f"systemctl restart {shlex.quote(c.service)}")
+        for attempt in range(10):  # untimed; sshd on a busy lab node may refuse a moment
+            r = subprocess.run(
+                [*_ssh(lab, n), "bash -s"],
+                input="\n".join(script) + "\n",
+                text=True,
+                check=False,
+                capture_output=True,
+            )
+            if r.returncode == 0:
+                break
+            time.sleep(1 + attempt)
+        else:
+            raise SystemExit(f"could not put {n} back: {r.stderr}")
+    for n in originals:
+        ck.wait_for(
+            lambda n=n: _policy(lab, n) == "none",
+            60,
+            f"{n} back to none",
+            every=0.2,
+        )
+
+
+def _loop(lab: Lab, names: list[str], env: dict[str, str], apply_one: Any) -> float:
+    kubectl = str(find_bin_dir() / "kubectl")
+    started = time.time()
+    for n in names:
+        subprocess.run(
+            [
+                kubectl,
+                "drain",
+                n,
+                "--ignore-daemonsets",
+                "--delete-emptydir-data",
+                "--timeout=120s",
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        apply_one(n)
+        subprocess.run(
+            [kubectl, "wait", "--for=condition=Ready", f"node/{n}", "--timeout=120s"],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        ck.wait_for(
+            lambda n=n: _policy(lab, n) == "static",
+            120,
+            f"{n} configz",
+            every=0.1,
+        )
+        subprocess.run([kubectl, "uncordon", n], env=env, check=True, capture_output=True)
+    return time.time() - started
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=8)
+    ap.add_argument("--max-unavailable", type=int, default=2)
+    ap.add_argument("--canaries", default="1,4")
+    ap.add_argument("--skip-loops", action="store_true")
+    args = ap.parse_args()
+    mu = args.max_unavailable
+    work = Path(tempfile.mkdtemp(prefix="node-step-bench-"))
+    lab = Lab(f"nsb{os.getpid() % 1000}", work / "lab")
+    lab.start_control_plane()
+    out: dict[str, Any] = {"nodes": args.nodes, "maxUnavailable": mu}
+    try:
+        names = [f"s{i}" for i in range(1, args.nodes + 1)]
+        lab.add_nodes(names, ["kubeadm"])
+        _deployment(lab, "bench", 2 * args.nodes)
+        inv = ck.inventory(lab, names, names[:mu], work / "inv.ini")
+        # the lab's fast-failure vars would shorten nothing on success; keep the role defaults
+        inv.write_text(inv.read_text().replace(ck.FAST_VARS, ""))
+        plan = ck.plan(work / "plan.yaml", dict.fromkeys(names, "kubeadm"), mu)
+        env = ck.env(lab, work / "state")
+        env["PATH"] = f"{BIN}:{env['PATH']}"
+
+        # 1. rollout apply
+        started = time.time()
+        r = ck.cli(["apply", "--plan", str(plan), "-i", str(inv), "--yes", "-o", "json"], env, 1800)
+        tool = time.time() - started
+        assert r.returncode == 0, r.stderr
+        change = json.loads(r.stdout)["change"]
+        journal = Journal.open(work / "state", change)
+        fwd = forward_numbers(journal)
+        status = replay(journal.entries())
+        changes = {n: change_from_record(journal, n, status.nodes[n].record) for n in names}
+        originals = {
+            n: {
+                b.path: (journal.load_backup(n, b.sha256) if b.existed else None)
+                for b in status.nodes[n].backups
+            }
+            for n in names
+        }
+        out["rollout"] = {
+            "wallS": round(tool, 2),
+            "preflightS": round(fwd["changeBegin"] - started, 2),
+            "floorS": fwd["floorS"],
+            "batches": fwd["batches"],
+        }
+        started = time.time()
+        r = ck.cli(["rollback", "--change", change, "--yes"], env, 1800)
+        assert r.returncode == 0, r.stderr
+        out["rollout"]["rollbackAllWallS"] = round(time.time() - started, 2)
+        print(json.dumps(out), file=sys.stderr, flush=True)
+
+        if not args.skip_loops:
+            # 2. sequential kubectl + ssh loop
+            def by_ssh(n: str) -> None:
+                script = _write_script(dict(changes[n].files), changes[n])
+                subprocess.run(
+                    [*_ssh(lab, n), "bash -s"],
+                    input=script,
+                    text=True,
+                    check=True,
+                    capture_output=True,
+                )
+
+            out["loopSshWallS"] = round(_loop(lab, names, env, by_ssh), 2)
+            print(json.dumps(out), file=sys.stderr, flush=True)
+            _put_back(lab, originals, changes)
+
+            # 3. the loop with ansible-playbook per node
+            pdir = work / "loop-payload"
+            pdir.mkdir()
+            for n, c in changes.items():
+                payload = ApplyPayload(
+                    change_id="loop",
+                    files=tuple(
+                        FileWrite(p, b, *c.mode[p], expect=c.expect[p])
+                        for p, b in sorted(c.files.items())
+                    ),
+                    service=c.service,
+                    checkpoint_reset=c.checkpoint_reset,
+                    healthz_url=c.healthz_url,
+                    backup_dir="/var/lib/rollout/backups/loop",
+                )
+                (pdir / f"{n}.json").write_text(json.dumps(payload.as_json()))
+            aenv = {**env, **ENV, "ANSIBLE_ROLES_PATH": str(REPO / "playbooks" / "roles")}
+
+            def by_playbook(n: str) -> None:
+                pb = subprocess.run(
+                    [
+                        str(BIN / "ansible-playbook"),
+                        "-i",
+                        str(inv),
+                        str(REPO / "playbooks" / "apply.yml"),
+                        "-l",
+                        n,
+                        "-e",
+                        "rollout_hosts=all",
+                        "-e",
+                        f"rollout_kubelet_payload_dir={pdir}",
+                        "-e",
+                        f"rollout_kubelet_result_dir={work / 'loop-results'}",
+                    ],
+                    env=aenv,
+                    check=False,
+                    capture_output=True,
+                    text=True,
+                    cwd=REPO / "playbooks",
+                )
+                if pb.returncode != 0:
+                    raise SystemExit(f"ansible-playbook failed on {n}:\n{pb.stdout[-3000:]}")
+
+            out["loopPlaybookWallS"] = round(_loop(lab, names, env, by_playbook), 2)
+            _put_back(lab, originals, changes)
+            for n in names:  # the loop's node-side backups would refuse a second "loop" change
+                subprocess.run(
+                    [*_ssh(lab, n), "rm -rf /var/lib/rollout/backups/loop"],
+                    check=True,
+                    capture_output=True,
+                )
+
+            w = out["rollout"]["wallS"]
+            out["ratios"] = {
+                "loopSsh/rollout": round(out["loopSshWallS"] / w, 2),
+                "loopPlaybook/rollout": round(out["loopPlaybookWallS"] / w, 2),
+                "rollout/floor": round(w / fwd["floorS"], 2) if fwd["floorS"] else None,
+            }
+            out["addedPerNodeS"] = round((w - fwd["floorS"]) / args.nodes, 2)
+
+        # 4. canary rollback: trigger -> all restored
+        out["canaryRollback"] = []
+        for size in [int(x) for x in args.canaries.split(",") if x]:
+            cinv = ck.inventory(lab, names, names[:size], work / f"inv-c{size}.ini")
+            cinv.write_text(cinv.read_text().replace(ck.FAST_VARS, ""))
+            cplan = ck.plan(work / f"plan-c{size}.yaml", dict.fromkeys(names, "kubeadm"), size)
+            r = ck.cli(
+                ["apply", "--plan", str(cplan), "-i", str(cinv), "--canary", "--yes", "-o", "json"],
+                env,
+                1800,
+            )
+            assert r.returncode == 0, r.stderr
+            cid = json.loads(r.stdout)["change"]
+            started = time.time()
+            r = ck.cli(["rollback", "--change", cid, "--yes"], env, 1800)
+            wall = time.time() - started
+            assert r.returncode == 0, r.stderr
+            nums = restore_numbers(Journal.open(work / "state", cid))
+            out["canaryRollback"].append(
+                {
+                    "canaryNodes": size,
+                    "triggerToExitS": round(wall, 2),
+                    **nums,
+                    "journalWithoutDrainS": round(nums["journalS"] - nums["drainS"], 2),
+                    "triggerToExitWithoutDrainS": round(wall - nums["drainS"], 2),
+                }
+            )
+            print(json.dumps(out["canaryRollback"][-1]), file=sys.stderr, flush=True)
+        print(json.dumps(out, indent=2))
+    finally:
+        lab.down()
+
+
+if __name__ == "__main__":
+    main()

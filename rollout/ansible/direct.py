@@ -1,0 +1,131 @@
+"""Run the role's node step module over a plain ``ssh`` call, without starting Ansible.
+
+Why: a rollback is an incident, and ``ansible-playbook`` costs 2-3 s of start-up before its first
+byte reaches a node (more on a busy controller). The restore's node-side work is one module call
+(``rollout_kubelet_step``); this sends that same module source and its arguments over one ssh
+command, through the SSH master connection Ansible left open (same ``ControlPath``, see
+:data:`CONTROL_PATH`), so a restore begins on the node within tens of milliseconds of the trigger.
+
+Only hosts Ansible would reach with plain ssh as the given user qualify (:func:`target`): a host
+with another connection plugin, ``become`` or a password falls back to the restore playbook.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rollout import assets
+from rollout.ansible.runner import ENV
+
+
+def _module() -> Path:
+    """The node-step module's source, from the shipped role."""
+    return assets.playbooks() / "roles" / "rollout_kubelet" / "library" / "rollout_kubelet_step.py"
+
+
+#: Where Ansible and this module keep SSH master sockets (``%C``: ssh's hash of host, port, user),
+#: so both use the same connection.
+CONTROL_DIR = Path(ENV["ANSIBLE_SSH_CONTROL_PATH_DIR"])
+CONTROL_PATH = str(CONTROL_DIR / "%C")
+#: How long an idle SSH master stays open: long enough to span a canary's soak.
+CONTROL_PERSIST = "300s"
+
+# Runs on the node: read {source, args} from stdin, load the module without running its main(),
+# print its result as JSON.
+_BOOTSTRAP = (
+    "import json,sys;d=json.load(sys.stdin);g={'__name__':'rollout_direct'};"
+    "exec(compile(d['source'],'rollout_kubelet_step.py','exec'),g);"
+    "print(json.dumps(g['direct'](d['args'])))"
+)
+
+_PLAIN = {None, "", "ssh", "smart"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """How to reach one host with plain ssh, from its inventory variables."""
+
+    host: str
+    port: int | None
+    user: str | None
+    key: str | None
+    args: tuple[str, ...]
+    python: str
+
+    def argv(self) -> list[str]:
+        """``ssh ... HOST python -c BOOTSTRAP`` reusing Ansible's master connection."""
+        out = [
+            "ssh",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ControlMaster=auto",
+            "-o",
+            f"ControlPath={CONTROL_PATH}",
+            "-o",
+            f"ControlPersist={CONTROL_PERSIST}",
+        ]
+        if self.port:
+            out += ["-p", str(self.port)]
+        if self.key:
+            out += ["-i", self.key]
+        if self.user:
+            out += ["-l", self.user]
+        out += [*self.args, self.host, f"{self.python} -c {shlex.quote(_BOOTSTRAP)}"]
+        return out
+
+
+def target(name: str, hostvars: Mapping[str, Any]) -> Target | None:
+    """The plain-ssh target of an inventory host, or None when Ansible would do more than plain
+    ssh as the given user (another connection, ``become``, a password): then use the playbook."""
+    v = hostvars
+    if v.get("ansible_connection") not in _PLAIN:
+        return None
+    if any(v.get(k) for k in ("ansible_become", "ansible_ssh_pass", "ansible_password")):
+        return None
+    if any("{{" in str(x) or "{%" in str(x) for x in v.values()):
+        return None  # a templated variable: only Ansible can render it
+    args: list[str] = []
+    for key in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        if v.get(key):
+            args += shlex.split(str(v[key]))
+    port = v.get("ansible_port") or v.get("ansible_ssh_port")
+    return Target(
+        host=str(v.get("ansible_host") or v.get("ansible_ssh_host") or name),
+        port=int(port) if port else None,
+        user=str(v.get("ansible_user") or v.get("ansible_ssh_user") or "") or None,
+        key=str(v.get("ansible_ssh_private_key_file") or v.get("ansible_private_key_file") or "")
+        or None,
+        args=tuple(args),
+        python=str(v.get("ansible_python_interpreter") or "/usr/bin/python3"),
+    )
+
+
+def run_step(t: Target, args: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
+    """Run the node step module on ``t`` with ``args``; its result (``failed`` on any error,
+    ``unreachable`` when ssh itself failed)."""
+    stdin = json.dumps({"source": _module().read_text(encoding="utf-8"), "args": dict(args)})
+    CONTROL_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        p = subprocess.run(
+            t.argv(), input=stdin, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return {"failed": True, "msg": f"node step over ssh timed out after {timeout_s:.0f}s"}
+    if p.returncode == 255:
+        return {"failed": True, "unreachable": True, "msg": p.stderr.strip()[-400:]}
+    try:
+        out = json.loads(p.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return {
+            "failed": True,
+            "msg": f"node step over ssh printed no result (rc {p.returncode}): "
+            + (p.stderr.strip() or p.stdout.strip())[-400:],
+        }
+    return out if isinstance(out, dict) else {"failed": True, "msg": "malformed result"}

@@ -1,0 +1,64 @@
+"""The orchestrator's side of the node files' compare-and-swap, with the fakes: a node whose files
+changed after preflight gets nothing written, only our cordon undone, no restore run, and the
+change stops with a preflight-class refusal (exit 3) naming node, file and digests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rollout.errors import NodeFilesChangedError, PreflightError
+from rollout.journal import replay
+from rollout.models import NodeChange, NodeState
+from rollout.orchestrator import NoGate, run_change
+from rollout.planning import Strategy, make_batches
+from rollout.protocols import RunResult
+from tests.unit.fakes_change import CONF, NEW, OLD, make_change
+from tests.unit.test_orchestrator import NODES, _setup
+
+REFUSAL = (
+    f"node n3: file(s) changed on the node, nothing written: {CONF}: expected sha256 a, found b"
+)
+
+
+def test_a_refused_node_keeps_its_files_loses_only_our_cordon_and_stops_the_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctx, cluster, runner = _setup(tmp_path, cordoned=("n4",))
+    real = runner.apply
+
+    def apply(change: NodeChange, change_id: str, backup_dir: str) -> RunResult:
+        if change.node == "n3":
+            runner.applied.append("n3")
+            return RunResult(False, REFUSAL, refused=True)
+        return real(change, change_id, backup_dir)
+
+    monkeypatch.setattr(runner, "apply", apply)
+    batches = make_batches(NODES, ["n1", "n2"], Strategy(max_unavailable=2), False)
+    changes = {n: make_change(n) for n in NODES}
+    with pytest.raises(NodeFilesChangedError) as e:
+        run_change(ctx, changes, batches, NoGate(), False)
+    assert isinstance(e.value, PreflightError) and e.value.exit_code == 3
+    assert f"{CONF}: expected sha256 a, found b" in str(e.value)
+    assert "only the cordon was undone" in str(e.value)
+    n3 = cluster.nodes["n3"]
+    assert n3.files == {CONF: OLD} and not n3.info.unschedulable
+    assert "n3" not in runner.restored  # nothing written, so nothing to restore
+    assert cluster.nodes["n4"].files[CONF] == NEW  # the rest of the batch went on
+    assert cluster.nodes["n4"].info.unschedulable  # cordoned before: stays so
+    st = replay(ctx.journal.entries())
+    assert st.nodes["n3"].state is NodeState.RESTORED and not st.nodes["n3"].files_touched
+    assert st.nodes["n4"].state is NodeState.APPLIED
+    assert st.outcome == "stopped"
+
+
+def test_a_failure_that_is_not_a_refusal_still_restores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctx, cluster, runner = _setup(tmp_path, refuse=("n1",))
+    batches = make_batches(NODES, ["n1", "n2"], Strategy(max_unavailable=2), True)
+    with pytest.raises(Exception) as e:
+        run_change(ctx, {n: make_change(n) for n in NODES}, batches, NoGate(), True)
+    assert not isinstance(e.value, PreflightError)
+    assert "n1" in runner.restored and cluster.nodes["n1"].files == {CONF: OLD}
