@@ -57,7 +57,7 @@ class FakeNode(step.Node):  # type: ignore[misc,name-defined]
         )
         self.calls: list[tuple[str, ...]] = []
 
-    def systemctl(self, stepname: str, *args: str) -> None:
+    def systemctl(self, _stepname: str, *args: str) -> None:
         self.calls.append(args)
 
 
