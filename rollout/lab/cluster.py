@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.errors import LabError
+from rollout.lab import monitoring as mon
 from rollout.lab import nodes as n
 from rollout.lab.controlplane import ControlPlane, ControlPlaneError, find_bin_dir, missing_binaries
 from rollout.lab.seeds import DISTRIBUTIONS
@@ -196,6 +197,7 @@ class Lab:
         self.bin_dir: Path | None = None
         self.nodes: dict[str, NodeRecord] = {}
         self.relay_pid = 0
+        self.monitoring: mon.MonitoringState | None = None
         self._state: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ paths
@@ -319,6 +321,48 @@ class Lab:
                 raise LabError(f"API relay did not start; see {log}")
             time.sleep(0.02)
         return p.pid
+
+    # ------------------------------------------------------------------ monitoring
+    def start_monitoring(
+        self, state_dir: Path | None = None, progress: Progress = lambda _m: None
+    ) -> mon.MonitoringState:
+        """Start Prometheus, Alertmanager and ``rollout serve`` (see :mod:`rollout.lab.monitoring`).
+
+        ``state_dir``: the journals ``rollout serve`` reads (default: ``$ROLLOUT_STATE_DIR`` or
+        ``~/.local/state/rollout``, what ``rollout apply`` in this shell would use).
+        """
+        from rollout.journal import state_dir as default_state_dir
+
+        cp = self._require_cp()
+        if self.monitoring is not None:
+            raise LabError(f"lab {self.name} already runs monitoring")
+        started: list[int] = []
+        crt, key = cp.admin_cert
+        try:
+            self.monitoring = mon.start(
+                self.dir,
+                apiserver=f"127.0.0.1:{cp.apiserver_port}",
+                ca=cp.ca_cert,
+                cert=crt,
+                key=key,
+                kubeconfig=self.kubeconfig,
+                state_dir=Path(state_dir or default_state_dir()).resolve(),
+                remember=started.append,
+                progress=progress,
+            )
+        except BaseException:
+            _term(started)
+            raise
+        self._save()
+        return self.monitoring
+
+    def stop_monitoring(self) -> None:
+        """Stop the monitoring processes this lab started (each PID checked first)."""
+        if self.monitoring is not None:
+            _term(mon.ours(self.monitoring))
+        self.monitoring = None
+        if self.state_file.exists():
+            self._save()
 
     # ------------------------------------------------------------------ nodes
     def add_nodes(
@@ -545,10 +589,15 @@ class Lab:
         shape: n.NodeShape | None = None,
         progress: Progress = lambda _m: None,
         timeout: float = 90.0,
+        monitoring: bool = False,
+        state_dir: Path | None = None,
     ) -> None:
-        """Start everything and write ``inventory.ini`` and ``plan.yaml``."""
+        """Start everything and write ``inventory.ini`` and ``plan.yaml`` (and, with
+        ``monitoring``, Prometheus, Alertmanager and ``rollout serve``)."""
         self.start_control_plane(progress)
         try:
+            if monitoring:
+                self.start_monitoring(state_dir, progress)
             names = [f"{self.name}-node{i}" for i in range(1, count + 1)]
             made = self.add_nodes(
                 names, distributions, shape=shape, progress=progress, timeout=timeout
@@ -564,6 +613,9 @@ class Lab:
     def down(self) -> None:
         """Stop every node and process this lab started; delete its namespaces. Keeps the dir's
         logs but removes node files and the state file."""
+        if self.monitoring is not None:
+            _term(mon.ours(self.monitoring))
+            self.monitoring = None
         self.remove_nodes(list(self.nodes), delete_objects=False)
         # namespaces of nodes that never made it into the state file (a `lab up` killed while
         # starting a node): their names say they are this lab's
@@ -617,6 +669,7 @@ class Lab:
                 else {**self._state.get("controlplane", {}), **cp.pids}
             ),
             "kubeconfig": str(self.kubeconfig),
+            "monitoring": self.monitoring.to_dict() if self.monitoring else None,
             "nodes": [
                 {
                     "node": {
@@ -649,6 +702,7 @@ class Lab:
         lab._state = state
         lab.relay_pid = int(state.get("relayPid", 0))
         lab.bin_dir = Path(state["binDir"]) if state.get("binDir") else None
+        lab.monitoring = mon.load_state(state.get("monitoring"))
         ports = state.get("ports", {})
         if ports and lab.bin_dir is not None:
             cp = ControlPlane(lab.dir / "controlplane", lab.bin_dir)
