@@ -17,7 +17,7 @@ from typing import Any
 from rollout.alerting import Owner, owner_of
 from rollout.errors import RolloutError
 from rollout.journal import ChangeStatus, Journal, read_entries, replay
-from rollout.models import Phase
+from rollout.models import NodeState, Phase
 
 LeaseReader = Callable[[], str | None]
 
@@ -90,3 +90,27 @@ def journal_recorder(root: Path) -> Callable[[str, Mapping[str, Any]], None]:
         )
 
     return record
+
+
+def node_states(root: Path) -> dict[str, str]:
+    """Each node's state in the newest change that touched it (``pending`` skipped): what
+    ``rollout serve`` exports as ``rollout_node_state``."""
+    out: dict[str, tuple[str, str]] = {}
+    for c in change_statuses(root):
+        for node, s in c.nodes.items():
+            if s.state is NodeState.PENDING:
+                continue
+            if node not in out or out[node][0] < c.change:
+                out[node] = (c.change, s.state.value)
+    return {n: st for n, (_, st) in out.items()}
+
+
+def export_node_states(root: Path) -> Callable[[Any], None]:
+    """``make_server``'s ``before_metrics``: set ``rollout_node_state`` from the journals."""
+    states = [s.value for s in NodeState]
+
+    def refresh(metrics: Any) -> None:
+        for node, state in node_states(root).items():
+            metrics.set_node_state(node, state, states)
+
+    return refresh

@@ -30,6 +30,7 @@ any path (``/webhook``) and the Alertmanager API's bare list on ``POST /api/v2/a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -304,9 +305,15 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 def make_server(
-    listen: tuple[str, int], token: str, receiver: AlertReceiver
+    listen: tuple[str, int],
+    token: str,
+    receiver: AlertReceiver,
+    before_metrics: Callable[[GateMetrics], None] | None = None,
 ) -> ThreadingHTTPServer:
-    """Build (not start) the HTTP server: POST webhook/alerts with the token, GET /metrics."""
+    """Build (not start) the HTTP server: POST webhook/alerts with the token, GET /metrics.
+
+    ``before_metrics`` refreshes gauges read from elsewhere (``rollout serve``: node states from
+    the journals) before each scrape; an error there never fails the scrape."""
     expected = f"Bearer {token}".encode()
 
     class Handler(BaseHTTPRequestHandler):
@@ -330,6 +337,10 @@ def make_server(
 
         def do_GET(self) -> None:
             if self.path == "/metrics":
+                if before_metrics is not None:
+                    # an error there: the other series are still worth serving
+                    with contextlib.suppress(RolloutError, OSError):
+                        before_metrics(receiver.metrics)
                 self._reply(200, receiver.metrics.exposition(), CONTENT_TYPE_LATEST)
             elif self.path == "/healthz":
                 self._reply(200, b"ok", "text/plain")

@@ -277,7 +277,7 @@ def serve(
     import functools
 
     from rollout.journal import state_dir
-    from rollout.owning import JournalOwners, journal_recorder
+    from rollout.owning import JournalOwners, export_node_states, journal_recorder
     from rollout.serve import AlertReceiver, make_server, parse_listen, read_token
 
     kube_args = [*(("--kubeconfig", kubeconfig) if kubeconfig else ())]
@@ -300,7 +300,9 @@ def serve(
         record=journal_recorder(root),
         log=lambda m: click.echo(f"rollout serve: {m}", err=True),
     )
-    server = make_server(parse_listen(listen), read_token(token_file), receiver)
+    server = make_server(
+        parse_listen(listen), read_token(token_file), receiver, export_node_states(root)
+    )
     port = server.server_address[1]
     host = listen.rpartition(":")[0]
     if output == "json":

@@ -19,8 +19,13 @@ What runs, all on 127.0.0.1 with ports of their own (several labs may run at onc
   the state directory the lab was started with (``rollout lab env`` exports it).
 
 Intervals (short, for a lab; see :data:`INTERVALS`): scrape and rule evaluation every 2 s,
-Alertmanager ``group_wait`` 2 s, ``group_interval`` 4 s, ``repeat_interval`` 10 s. The rules'
-own ``for:`` are the shipped ones (1 m for ``KubeletTopologyAffinityRejections``).
+Alertmanager ``group_wait`` 2 s, ``group_interval`` and ``repeat_interval`` 30 s (the time
+Alertmanager allows ``rollout serve`` to finish a rollback). The rules' own ``for:`` are the
+shipped ones (1 m for ``KubeletTopologyAffinityRejections``).
+
+Job ``rollout`` scrapes the targets listed in ``<lab>/monitoring/rollout-targets.json``
+(file discovery): ``rollout serve``, and any ``rollout watch --listen`` added with
+:func:`add_rollout_target` (the gate's verdict and rejection counters live there).
 """
 
 from __future__ import annotations
@@ -49,12 +54,16 @@ ALERTMANAGER_MODULE_VERSION = "v0.35.0"
 BINARIES = ("prometheus", "promtool", "alertmanager")
 
 #: The lab's intervals, in seconds (stated in ``rollout lab up --monitoring``'s output and docs).
+#: ``group_interval`` is not short on purpose: Alertmanager gives each notification
+#: max(group_interval, 10 s) to complete, and ``rollout serve`` answers once the rollback ran
+#: (so a failed one is retried). Repeats come every ``repeat_interval``, checked at each
+#: ``group_interval``.
 INTERVALS: Mapping[str, float] = {
     "scrape_interval": 2,
     "evaluation_interval": 2,
     "group_wait": 2,
-    "group_interval": 4,
-    "repeat_interval": 10,
+    "group_interval": 30,
+    "repeat_interval": 30,
 }
 Progress = Callable[[str], None]
 
@@ -86,12 +95,12 @@ def prometheus_config(
     ca: Path,
     cert: Path,
     key: Path,
-    serve: str,
+    targets: Path,
     alertmanager: str,
     rules: Path,
 ) -> dict[str, Any]:
-    """prometheus.yml for the lab (pure). ``apiserver``/``serve``/``alertmanager`` are
-    ``host:port``."""
+    """prometheus.yml for the lab (pure). ``apiserver``/``alertmanager`` are ``host:port``;
+    ``targets`` the file listing rollout's own /metrics endpoints."""
     tls = {"ca_file": str(ca), "cert_file": str(cert), "key_file": str(key)}
     return {
         "global": {
@@ -121,7 +130,15 @@ def prometheus_config(
                     {"source_labels": ["__meta_kubernetes_node_name"], "target_label": "node"},
                 ],
             },
-            {"job_name": "rollout", "static_configs": [{"targets": [serve]}]},
+            {
+                "job_name": "rollout",
+                "file_sd_configs": [
+                    {
+                        "files": [str(targets)],
+                        "refresh_interval": _secs(INTERVALS["scrape_interval"]),
+                    }
+                ],
+            },
         ],
     }
 
@@ -189,8 +206,25 @@ class MonitoringState:
     def token_file(self) -> Path:
         return Path(self.dir) / "serve-token"
 
+    @property
+    def targets_file(self) -> Path:
+        return Path(self.dir) / "rollout-targets.json"
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def add_rollout_target(m: MonitoringState, target: str) -> None:
+    """Have Prometheus scrape ``target`` (``host:port`` of a rollout /metrics) in job rollout."""
+    try:
+        doc = json.loads(m.targets_file.read_text())
+    except (OSError, ValueError):
+        doc = [{"targets": []}]
+    if target not in doc[0]["targets"]:
+        doc[0]["targets"].append(target)
+    tmp = m.targets_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc) + "\n")
+    tmp.replace(m.targets_file)
 
 
 def _get(url: str, timeout: float = 2.0) -> int:
@@ -247,6 +281,7 @@ def start(
     m.token_file.chmod(0o600)
     rules = d / "rules.yaml"
     rules.write_text(dump_yaml(rules_file(shipped_rule_text())))
+    add_rollout_target(m, f"127.0.0.1:{m.serve_port}")
     (d / "prometheus.yml").write_text(
         dump_yaml(
             prometheus_config(
@@ -254,7 +289,7 @@ def start(
                 ca=ca,
                 cert=cert,
                 key=key,
-                serve=f"127.0.0.1:{m.serve_port}",
+                targets=m.targets_file,
                 alertmanager=f"127.0.0.1:{m.alertmanager_port}",
                 rules=rules,
             )

@@ -158,7 +158,7 @@ def test_prometheus_scrapes_kubelets_through_the_node_proxy() -> None:
         ca=p / "ca",
         cert=p / "c",
         key=p / "k",
-        serve="127.0.0.1:9",
+        targets=p / "targets.json",
         alertmanager="127.0.0.1:8",
         rules=p / "rules.yaml",
     )
@@ -169,7 +169,7 @@ def test_prometheus_scrapes_kubelets_through_the_node_proxy() -> None:
     assert relabel["__address__"] == "127.0.0.1:6443"
     assert relabel["__metrics_path__"] == "/api/v1/nodes/${1}/proxy/metrics"
     assert "node" in relabel  # the label the rules group by
-    assert cfg["scrape_configs"][1]["static_configs"] == [{"targets": ["127.0.0.1:9"]}]
+    assert cfg["scrape_configs"][1]["file_sd_configs"][0]["files"] == ["/x/targets.json"]
 
 
 def test_alertmanager_routes_the_rollback_label_to_serve_with_the_token() -> None:

@@ -301,3 +301,20 @@ def test_rollback_group_plan_rolls_back_the_batch(
     _, body = post(url + "/webhook", webhook(alert("fp2", change=None, node="n1")))
     assert body["alerts"][0]["action"] == "already-rolled-back"
     assert len(trigger.calls) == 1
+
+
+def test_node_states_come_from_the_newest_change_touching_each_node(tmp_path: Path) -> None:
+    from rollout.owning import export_node_states, node_states
+    from rollout.serve import GateMetrics
+
+    root = tmp_path / "state"
+    _journal(root, A, {"n1": "applied", "n2": "applied"})
+    _journal(root, B, {"n1": "restored", "n3": "pending"})
+    assert node_states(root) == {"n1": "restored", "n2": "applied"}
+    m = GateMetrics()
+    export_node_states(root)(m)
+    text = m.exposition().decode()
+    assert 'rollout_node_state{node="n1",state="restored"} 1.0' in text
+    assert 'rollout_node_state{node="n1",state="applied"} 0.0' in text
+    assert 'rollout_node_state{node="n2",state="applied"} 1.0' in text
+    assert 'node="n3"' not in text
