@@ -318,3 +318,20 @@ def test_node_states_come_from_the_newest_change_touching_each_node(tmp_path: Pa
     assert 'rollout_node_state{node="n1",state="applied"} 0.0' in text
     assert 'rollout_node_state{node="n2",state="applied"} 1.0' in text
     assert 'node="n3"' not in text
+
+
+def test_repeats_after_the_rollback_finished_are_duplicates(
+    by_node: tuple[str, FakeTrigger, AlertReceiver, Path],
+) -> None:
+    import shutil
+
+    url, trigger, _, root = by_node
+    _journal(root, A, {"n1": "applied"})
+    post(url + "/webhook", webhook(alert("fp1", change=None, node="n1")))
+    shutil.rmtree(root / "changes" / A)  # the rollback finished: n1 restored
+    _journal(root, A, {"n1": "restored"})
+    _, body = post(url + "/webhook", webhook(alert("fp1", change=None, node="n1")))
+    _, body2 = post(url + "/webhook", webhook(alert("fp2", change=None, node="n1")))
+    assert body["alerts"][0]["action"] == "duplicate"
+    assert body2["alerts"][0]["action"] == "unowned"  # nothing of A's is on n1 any more
+    assert len(trigger.calls) == 1
