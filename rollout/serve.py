@@ -230,13 +230,25 @@ class AlertReceiver:
             return AlertOutcome(fp, change, "resolved", "only firing alerts trigger a rollback")
         node = labels.get("node")
         node = node if isinstance(node, str) and node else None
+        if not change and node is None:
+            return AlertOutcome(fp, None, "ignored", "the alert names no node and no change")
+        if not change and self._owners is None:
+            return AlertOutcome(fp, None, "ignored", "the alert names no change (change_id)")
+        # One alert at a time, from the dedup check to the end of the rollback: a repeat that
+        # arrives while the rollback runs waits, then is a duplicate.
+        with self._lock:
+            if fp in self._seen:
+                return AlertOutcome(fp, change, "duplicate", "this alert already triggered")
+            return self._act(alert, fp, change, node)
+
+    def _act(
+        self, alert: Mapping[str, Any], fp: str, change: str | None, node: str | None
+    ) -> AlertOutcome:
+        labels = alert.get("labels") or {}
         nodes: tuple[str, ...] | None = (node,) if node else None
         owner: Owner | None = None
         if not change:
-            if node is None:
-                return AlertOutcome(fp, None, "ignored", "the alert names no node and no change")
-            if self._owners is None:
-                return AlertOutcome(fp, None, "ignored", "the alert names no change (change_id)")
+            assert node is not None and self._owners is not None
             try:
                 owner = self._owners(node)
             except RolloutError as e:
@@ -244,44 +256,41 @@ class AlertReceiver:
             if owner is None:
                 return AlertOutcome(fp, None, "unowned", f"no change owns node {node} now")
             change, nodes = owner.change, owner.nodes
-        name = labels.get("alertname", "alert")
-        with self._lock:
-            if fp in self._seen:
-                return AlertOutcome(fp, change, "duplicate", "this alert already triggered")
-            if self._done(change, nodes):
-                self._seen.add(fp)
-                return AlertOutcome(fp, change, "already-rolled-back", "", nodes)
-            if owner is not None and owner.state.value == "restoring":
-                self._seen.add(fp)
-                return AlertOutcome(
-                    fp, change, "already-rolled-back", f"{node} is being restored already", nodes
-                )
-            reason = f"alert {name} ({fp}) fired"
-            try:
-                if self._record is not None:
-                    self._record(
-                        change,
-                        {
-                            "change": change,
-                            "trigger": "alert",
-                            "alert": name,
-                            "fingerprint": fp,
-                            "node": node,
-                            "nodes": list(nodes) if nodes else None,
-                            "labels": dict(labels),
-                            "startsAt": alert.get("startsAt"),
-                            "ownerLive": owner.live if owner else None,
-                            "reason": reason,
-                        },
-                    )
-                self._trigger(change, nodes, reason)
-            except (RolloutError, OSError) as e:
-                # Not remembered: Alertmanager's next delivery retries.
-                return AlertOutcome(fp, change, "failed", str(e), nodes)
+        if self._done(change, nodes):
             self._seen.add(fp)
-            for n in nodes or ("*",):
-                self._rolled_back.add((change, n))
-            self._metrics.rollbacks.labels(trigger="webhook").inc()
+            return AlertOutcome(fp, change, "already-rolled-back", "", nodes)
+        if owner is not None and owner.state.value == "restoring":
+            self._seen.add(fp)
+            return AlertOutcome(
+                fp, change, "already-rolled-back", f"{node} is being restored already", nodes
+            )
+        name = labels.get("alertname", "alert")
+        reason = f"alert {name} ({fp}) fired"
+        try:
+            if self._record is not None:
+                self._record(
+                    change,
+                    {
+                        "change": change,
+                        "trigger": "alert",
+                        "alert": name,
+                        "fingerprint": fp,
+                        "node": node,
+                        "nodes": list(nodes) if nodes else None,
+                        "labels": dict(labels),
+                        "startsAt": alert.get("startsAt"),
+                        "ownerLive": owner.live if owner else None,
+                        "reason": reason,
+                    },
+                )
+            self._trigger(change, nodes, reason)
+        except (RolloutError, OSError) as e:
+            # Not remembered: Alertmanager's next delivery retries.
+            return AlertOutcome(fp, change, "failed", str(e), nodes)
+        self._seen.add(fp)
+        for n in nodes or ("*",):
+            self._rolled_back.add((change, n))
+        self._metrics.rollbacks.labels(trigger="webhook").inc()
         return AlertOutcome(fp, change, "rolled-back", f"alert {name}", nodes)
 
 
