@@ -181,3 +181,18 @@ def test_alertmanager_routes_the_rollback_label_to_serve_with_the_token() -> Non
     hook = cfg["receivers"][1]["webhook_configs"][0]
     assert hook["url"].endswith("/webhook")
     assert hook["http_config"]["authorization"] == {"type": "Bearer", "credentials_file": "/t"}
+
+
+def test_monitoring_state_round_trips_and_teardown_signals_only_our_programs(
+    tmp_path: Path,
+) -> None:
+    import os
+
+    from rollout.lab.monitoring import MonitoringState, load_state, ours
+
+    m = MonitoringState(str(tmp_path / "bin"), str(tmp_path), str(tmp_path / "state"), 1, 2, 3)
+    # PIDs that are alive but not the programs we started (this test process) are never ours
+    m.prometheus_pid = m.alertmanager_pid = m.serve_pid = os.getpid()
+    assert load_state(m.to_dict()) == m and load_state(None) is None
+    assert ours(m) == []
+    assert m.prometheus_url == "http://127.0.0.1:1" and m.serve_url == "http://127.0.0.1:3"
