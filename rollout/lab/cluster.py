@@ -58,6 +58,26 @@ def build_binaries(progress: Progress) -> Path:
     return Path(last)
 
 
+def build_monitoring_binaries(progress: Progress) -> Path:
+    """Build or reuse prometheus, promtool and alertmanager; returns their bin dir."""
+    d = mon.find_monitoring_bin_dir()
+    if not mon.missing_monitoring_binaries(d):
+        return d
+    progress(f"building Prometheus and Alertmanager into {d} (first time only; takes a while)")
+    script = REPO_ROOT / "tools" / "build-monitoring-binaries.sh"
+    proc = subprocess.Popen(
+        [str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    last = ""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        last = line.strip()
+        progress(last)
+    if proc.wait() != 0:
+        raise LabError(f"{script} failed (exit {proc.returncode}); see the lines above")
+    return Path(last)
+
+
 def canary_count(total: int) -> int:
     """The first quarter of the nodes, at least one."""
     return max(1, math.floor(total / 4)) if total else 0
@@ -336,6 +356,7 @@ class Lab:
         cp = self._require_cp()
         if self.monitoring is not None:
             raise LabError(f"lab {self.name} already runs monitoring")
+        build_monitoring_binaries(progress)
         started: list[int] = []
         crt, key = cp.admin_cert
         try:
