@@ -62,6 +62,7 @@ if need prometheus promtool; then
   (cd "$HERE/prombin" && step "prometheus + promtool build" go build -trimpath \
      -tags remove_all_sd,enable_kubernetes_sd -ldflags "$(stamp "$PROM_RELEASE")" -o "$TMP/" \
      github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool)
+  mv -f "$TMP/prometheus" "$TMP/promtool" "$BIN/"  # kept even if alertmanager fails below
 fi
 if need alertmanager; then
   SRC=$(cd "$HERE/ambin" && go mod download -json github.com/prometheus/alertmanager \
@@ -75,7 +76,8 @@ if need alertmanager; then
       > "$TMP/alertmanager-src/ui/app/dist/$ui/index.html"
   done
   cp "$HERE/ambin/go.mod" "$TMP/am.mod"; cp "$HERE/ambin/go.sum" "$TMP/am.sum"
-  go mod edit -modfile="$TMP/am.mod" -replace="github.com/prometheus/alertmanager=$TMP/alertmanager-src"
+  (cd "$HERE/ambin" && go mod edit -modfile="$TMP/am.mod" \
+     -replace="github.com/prometheus/alertmanager=$TMP/alertmanager-src")
   (cd "$HERE/ambin" && step "alertmanager build" go build -modfile="$TMP/am.mod" -trimpath \
      -ldflags "$(stamp "${AM#v}")" -o "$TMP/alertmanager" github.com/prometheus/alertmanager/cmd/alertmanager)
   rm -rf "$TMP/alertmanager-src" "$TMP/am.mod" "$TMP/am.sum"
