@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +39,6 @@ from rollout.lab.cluster import Lab
 from rollout.lab.monitoring import INTERVALS
 from tests.lab import changekit as ck
 from tests.lab.test_gate import (
-    _apply_then,
     _deployment,
     _first_rejection,
     _gate_plan,
@@ -59,6 +59,23 @@ def _namespace(lab: Lab, name: str) -> str:
         "the default ServiceAccount",
     )
     return name
+
+
+def _apply_then(
+    lab: Lab, plan: Path, inv: Path, state: Path, node: str, during_soak: Any
+) -> subprocess.CompletedProcess[str]:
+    """``apply --canary`` in the background; when the canary is uncordoned, ``during_soak()``."""
+    args = ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"]
+    proc = ck.start_cli(args, ck.env(lab, state))
+    try:
+        ck.wait_for(lambda: ck.journal_has(state, node, "uncordon", "done"), 400, "the canary", 0.2)
+        during_soak()
+        out, err = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 def _trigger(state: Path, change: str) -> Any:

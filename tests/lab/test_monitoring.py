@@ -216,7 +216,7 @@ def _gate_metrics_endpoint(lab: Lab, node: str, monitoring: Any) -> tuple[Any, A
     return gate.evaluate("panel-check", [node]), server
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(540)
 def test_alert_rolls_back_the_change_owning_the_node_exactly_once(
     lab: Lab, lab_nodes: Any, namespace: str, monitoring: Any, tmp_path: Path
 ) -> None:
@@ -325,3 +325,34 @@ def test_alert_rolls_back_the_change_owning_the_node_exactly_once(
         f"test {time.monotonic() - started:.1f}s (after apply {time.monotonic() - applied_at:.1f}s)"
     )
     assert 60 <= alert_path < 120  # bounded below by for: 1m
+
+
+@pytest.mark.timeout(240)
+def test_lab_up_monitoring_then_lab_down_stops_it(tmp_path: Path) -> None:
+    """The CLI end to end on a lab of its own: ``lab up --monitoring``, then ``lab down``."""
+    if mon.missing_monitoring_binaries(mon.find_monitoring_bin_dir()) and not IN_CI:
+        pytest.skip("monitoring binaries missing")
+    name = f"m{os.getpid() % 100000}"
+    args = ["--name", name, "--workdir", str(tmp_path / "lab")]
+    env = {**os.environ, "ROLLOUT_STATE_DIR": str(tmp_path / "state")}
+    t0 = time.monotonic()
+    up = ck.cli(["lab", "up", "--nodes", "1", "--monitoring", *args, "-o", "json"], env, 180)
+    try:
+        assert up.returncode == 0, up.stderr[-3000:]
+        doc = json.loads(up.stdout)
+        print(f"lab up --monitoring (1 node): {time.monotonic() - t0:.1f}s")
+        assert "scrape_interval 2s" in up.stderr  # the intervals are stated
+        assert doc["ROLLOUT_STATE_DIR"] == str(tmp_path / "state")
+        for url in (doc["PROMETHEUS_URL"], doc["ALERTMANAGER_URL"]):
+            with urllib.request.urlopen(url + "/-/ready", timeout=5) as r:
+                assert r.status == 200
+        state = json.loads((tmp_path / "lab" / "lab.json").read_text())["monitoring"]
+        pids = [state["prometheus_pid"], state["alertmanager_pid"], state["serve_pid"]]
+        text = ck.cli(["lab", "env", *args], env)
+        assert f"export PROMETHEUS_URL={doc['PROMETHEUS_URL']}" in text.stdout
+    finally:
+        down = ck.cli(["lab", "down", *args], env, 120)
+    assert down.returncode == 0, down.stderr
+    assert all(not Path(f"/proc/{p}").exists() or _zombie(p) for p in pids)
+    with pytest.raises(OSError):
+        urllib.request.urlopen(doc["PROMETHEUS_URL"] + "/-/ready", timeout=2)
