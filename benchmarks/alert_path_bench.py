@@ -68,7 +68,13 @@ def _apply_then(
     args = ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"]
     proc = ck.start_cli(args, ck.env(lab, state))
     try:
-        ck.wait_for(lambda: ck.journal_has(state, node, "uncordon", "done"), 400, "the canary", 0.2)
+
+        def canary_up() -> bool:
+            if proc.poll() is not None:  # apply ended before the soak: say why
+                raise RuntimeError(f"apply exited {proc.returncode}: {proc.communicate()}")
+            return ck.journal_has(state, node, "uncordon", "done")
+
+        ck.wait_for(canary_up, 400, "the canary", 0.2)
         during_soak()
         out, err = proc.communicate(timeout=400)
     finally:
