@@ -16,6 +16,7 @@ _.get_request  # TCPServer hook: the lab kubelet wraps accepted sockets in TLS
 protocol_version  # BaseHTTPRequestHandler: HTTP/1.1 keep-alive (lab kubelet)
 _.close_connection  # BaseHTTPRequestHandler: end the keep-alive loop
 _.retries  # kubernetes.client.Configuration: urllib3 retries off, rollout retries itself
+_.default_flow_style  # ruamel.yaml YAML(): block style for the rules files Prometheus reads
 
 # -- fields serialised whole (asdict / __dict__ / JSON / Jinja templates), read by whoever
 #    reads the output: the lab's state file, the runbook templates, the alert receiver's reply

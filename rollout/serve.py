@@ -13,9 +13,16 @@ Rules, because a webhook that rolls back production nodes must be boring:
 * **Idempotent.** Alertmanager re-sends firing alerts on every ``repeat_interval`` and on every
   group change; the same alert (by ``fingerprint``, or by its labels when there is none) triggers
   at most one rollback, and one change is rolled back at most once per server.
-* **The change is named by the alert**: label ``change_id`` (or annotation ``change_id``); nodes,
-  when the alert names one, by label ``node`` (never guessed from ``instance``). Alerts that name
-  no change are acknowledged and ignored, with the reason in the response.
+* **The change is found from the alert.** A kubelet counter knows its node, not the change: an
+  alert with label ``node`` (never guessed from ``instance``) rolls back the change that owns that
+  node now (:func:`rollout.alerting.owner_of`: the newest change whose journal touched it, while
+  the node carries its files), that node or its batch per the plan's ``onFailure``. An alert that
+  names a change (label or annotation ``change_id``) rolls back that change. Alerts for nodes no
+  change owns, or that name neither, are answered 200, logged and counted
+  (``rollout_webhook_alerts_total{action}``) and change nothing.
+* **One seam.** The rollback itself is the :class:`RollbackTrigger` (``rollout rollback``, which
+  hands over to the change's owner); before calling it the receiver journals a ``trigger`` record
+  naming the alert in the change's journal, as the gate does for its own verdicts.
 
 Both payload shapes are accepted: the webhook receiver's ``{"version": "4", "alerts": [...]}`` on
 any path (``/webhook``) and the Alertmanager API's bare list on ``POST /api/v2/alerts``.
@@ -23,11 +30,12 @@ any path (``/webhook``) and the Alertmanager API's bare list on ``POST /api/v2/a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -36,6 +44,7 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from rollout.alerting import Owner
 from rollout.errors import InputError, Location, RolloutError
 
 #: Names of the metrics rollout exports (the monitoring assets are checked against this list).
@@ -44,6 +53,7 @@ ROLLOUT_METRICS = (
     "rollout_gate_verdicts_total",
     "rollout_node_state",
     "rollout_rollbacks_total",
+    "rollout_webhook_alerts_total",
     "rollout_webhook_requests_total",
 )
 
@@ -90,6 +100,12 @@ class GateMetrics:
             ["trigger"],
             registry=self.registry,
         )
+        self.alerts = Counter(
+            "rollout_webhook_alerts",
+            "Alerts the webhook received, by what it did with them (rolled-back, unowned, ...).",
+            ["action"],
+            registry=self.registry,
+        )
         self.requests = Counter(
             "rollout_webhook_requests",
             "Webhook requests, by HTTP status code.",
@@ -124,8 +140,11 @@ class AlertOutcome:
 
     fingerprint: str
     change_id: str | None
-    action: str  # rolled-back | handed-over | duplicate | already-rolled-back | ignored | ...
+    # rolled-back | handed-over | duplicate | already-rolled-back | ignored | unowned |
+    # resolved | failed
+    action: str
     detail: str = ""
+    nodes: tuple[str, ...] | None = None
 
 
 def fingerprint_of(alert: Mapping[str, Any]) -> str:
@@ -138,15 +157,47 @@ def fingerprint_of(alert: Mapping[str, Any]) -> str:
     return "labels:" + hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-class AlertReceiver:
-    """Dedup and dispatch of alerts; thread-safe, independent of HTTP."""
+class OwnerResolver(Protocol):
+    """The change that owns a node now (``rollout.alerting.owner_of`` over journals + Lease)."""
 
-    def __init__(self, trigger: RollbackTrigger, metrics: GateMetrics | None = None) -> None:
+    def __call__(self, node: str) -> Owner | None: ...
+
+
+#: Writes the ``trigger`` record ``(change_id, data)`` to the change's journal before the
+#: rollback is asked for.
+TriggerRecorder = Callable[[str, Mapping[str, Any]], None]
+
+
+class AlertReceiver:
+    """Dedup and dispatch of alerts; thread-safe, independent of HTTP.
+
+    Args:
+        trigger: starts a rollback (the single seam to the change's owner).
+        metrics: where the counters go.
+        owners: maps an alert's ``node`` to the change that owns it (None: only alerts that name
+            their change with ``change_id`` are acted on).
+        record: journals the ``trigger`` record (None: not journaled, e.g. unit tests).
+        log: one line per alert handled.
+    """
+
+    def __init__(
+        self,
+        trigger: RollbackTrigger,
+        metrics: GateMetrics | None = None,
+        *,
+        owners: OwnerResolver | None = None,
+        record: TriggerRecorder | None = None,
+        log: Callable[[str], None] = lambda _m: None,
+    ) -> None:
         self._trigger = trigger
         self._metrics = metrics or GateMetrics()
+        self._owners = owners
+        self._record = record
+        self._log = log
         self._lock = threading.Lock()
         self._seen: set[str] = set()
-        self._rolled_back: set[str] = set()
+        # (change, node) pairs rolled back; node "*" means every node of the change
+        self._rolled_back: set[tuple[str, str]] = set()
 
     @property
     def metrics(self) -> GateMetrics:
@@ -156,8 +207,22 @@ class AlertReceiver:
         """Handle the alerts of one request, in order."""
         out = []
         for alert in alerts:
-            out.append(self._one(alert))
+            o = self._one(alert)
+            self._metrics.alerts.labels(action=o.action).inc()
+            name = (alert.get("labels") or {}).get("alertname", "alert")
+            node = (alert.get("labels") or {}).get("node")
+            self._log(
+                f"alert {name} ({o.fingerprint}{', node ' + node if node else ''}): {o.action}"
+                f"{' change ' + o.change_id if o.change_id else ''}"
+                f"{': ' + o.detail if o.detail else ''}"
+            )
+            out.append(o)
         return out
+
+    def _done(self, change: str, nodes: Sequence[str] | None) -> bool:
+        if (change, "*") in self._rolled_back:
+            return True
+        return nodes is not None and all((change, n) in self._rolled_back for n in nodes)
 
     def _one(self, alert: Mapping[str, Any]) -> AlertOutcome:
         fp = fingerprint_of(alert)
@@ -167,30 +232,76 @@ class AlertReceiver:
         status = alert.get("status", "firing")
         if status != "firing":
             return AlertOutcome(fp, change, "resolved", "only firing alerts trigger a rollback")
-        if not change:
-            return AlertOutcome(fp, None, "ignored", "the alert names no change (label change_id)")
         node = labels.get("node")
-        nodes = [node] if isinstance(node, str) and node else None
-        name = labels.get("alertname", "alert")
-        # Decided under the lock, run outside it: a rollback takes minutes, and a second
+        node = node if isinstance(node, str) and node else None
+        if not change and node is None:
+            return AlertOutcome(fp, None, "ignored", "the alert names no node and no change")
+        if not change and self._owners is None:
+            return AlertOutcome(fp, None, "ignored", "the alert names no change (change_id)")
+        # Decided under the lock, run outside it: a rollback takes minutes, and a repeat
         # delivery meanwhile must be answered (duplicate) at once, not queued behind it.
         with self._lock:
             if fp in self._seen:
                 return AlertOutcome(fp, change, "duplicate", "this alert already triggered")
-            if change in self._rolled_back:
-                self._seen.add(fp)
-                return AlertOutcome(fp, change, "already-rolled-back", "")
+            decided = self._decide(fp, change, node)
+            if isinstance(decided, AlertOutcome):
+                return decided
+            change, nodes, owner = decided
             self._seen.add(fp)
-            self._rolled_back.add(change)
+            marks = [(change, n) for n in nodes or ("*",)]
+            self._rolled_back.update(marks)
+        name = labels.get("alertname", "alert")
+        reason = f"alert {fp} ({name})"
         try:
-            action = self._trigger(change, nodes, f"alert {fp} ({name})") or "rolled-back"
-        except RolloutError as e:
+            if self._record is not None:
+                self._record(
+                    change,
+                    {
+                        "change": change,
+                        "trigger": "alert",
+                        "alert": name,
+                        "fingerprint": fp,
+                        "node": node,
+                        "nodes": list(nodes) if nodes else None,
+                        "labels": dict(labels),
+                        "startsAt": alert.get("startsAt"),
+                        "ownerLive": owner.live if owner else None,
+                        "reason": reason,
+                    },
+                )
+            action = self._trigger(change, nodes, reason) or "rolled-back"
+        except (RolloutError, OSError) as e:
             with self._lock:  # not remembered: Alertmanager's next delivery retries
                 self._seen.discard(fp)
-                self._rolled_back.discard(change)
-            return AlertOutcome(fp, change, "failed", str(e))
+                self._rolled_back.difference_update(marks)
+            return AlertOutcome(fp, change, "failed", str(e), nodes)
         self._metrics.rollbacks.labels(trigger="webhook").inc()
-        return AlertOutcome(fp, change, action, f"alert {name}")
+        return AlertOutcome(fp, change, action, f"alert {name}", nodes)
+
+    def _decide(
+        self, fp: str, change: str | None, node: str | None
+    ) -> AlertOutcome | tuple[str, tuple[str, ...] | None, Owner | None]:
+        """Under the lock: the change and nodes to roll back, or the final outcome."""
+        nodes: tuple[str, ...] | None = (node,) if node else None
+        owner: Owner | None = None
+        if not change:
+            assert node is not None and self._owners is not None
+            try:
+                owner = self._owners(node)
+            except RolloutError as e:
+                return AlertOutcome(fp, None, "failed", f"cannot tell who owns {node}: {e}")
+            if owner is None:
+                return AlertOutcome(fp, None, "unowned", f"no change owns node {node} now")
+            change, nodes = owner.change, owner.nodes
+        if self._done(change, nodes):
+            self._seen.add(fp)
+            return AlertOutcome(fp, change, "already-rolled-back", "", nodes)
+        if owner is not None and owner.state.value == "restoring":
+            self._seen.add(fp)
+            return AlertOutcome(
+                fp, change, "already-rolled-back", f"{node} is being restored already", nodes
+            )
+        return change, nodes, owner
 
 
 def read_token(path: str | Path) -> str:
@@ -213,9 +324,15 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 def make_server(
-    listen: tuple[str, int], token: str, receiver: AlertReceiver
+    listen: tuple[str, int],
+    token: str,
+    receiver: AlertReceiver,
+    before_metrics: Callable[[GateMetrics], None] | None = None,
 ) -> ThreadingHTTPServer:
-    """Build (not start) the HTTP server: POST webhook/alerts with the token, GET /metrics."""
+    """Build (not start) the HTTP server: POST webhook/alerts with the token, GET /metrics.
+
+    ``before_metrics`` refreshes gauges read from elsewhere (``rollout serve``: node states from
+    the journals) before each scrape; an error there never fails the scrape."""
     expected = f"Bearer {token}".encode()
 
     class Handler(BaseHTTPRequestHandler):
@@ -239,6 +356,10 @@ def make_server(
 
         def do_GET(self) -> None:
             if self.path == "/metrics":
+                if before_metrics is not None:
+                    # an error there: the other series are still worth serving
+                    with contextlib.suppress(RolloutError, OSError):
+                        before_metrics(receiver.metrics)
                 self._reply(200, receiver.metrics.exposition(), CONTENT_TYPE_LATEST)
             elif self.path == "/healthz":
                 self._reply(200, b"ok", "text/plain")

@@ -295,14 +295,20 @@ def serve(
     kubeconfig: str | None,
     context: str | None,
 ) -> None:
-    """Accept Alertmanager webhooks that roll back the change they name; serve /metrics.
+    """Accept Alertmanager webhooks that roll back the change owning the alert's node; serve
+    /metrics.
 
     POST /webhook (Alertmanager webhook_config) or /api/v2/alerts with
-    "Authorization: Bearer <token>"; the alert's label change_id names the change, label node
-    (optional) the node. Without the token: 401, nothing happens. The same alert twice rolls back
-    once. While a process owns the change (apply, promote, resume), the rollback is handed to it
-    and the webhook answers "handed-over" at once; otherwise this server runs the rollback (with
-    its --kubeconfig / --context / --lock-namespace) and answers "rolled-back" when it is done.
+    "Authorization: Bearer <token>". An alert's label node names the node: the change that owns
+    it now (the newest change whose journal in $ROLLOUT_STATE_DIR touched it and whose files are
+    on it) is rolled back on that node, or on its batch when the plan says onFailure:
+    rollback-group. An alert with label change_id rolls back that change. Alerts for nodes no
+    change owns: 200, logged, counted, nothing changed. Without the token: 401, nothing happens.
+    The same alert twice, or a second alert for a node already rolled back, rolls back once.
+    Each rollback is journaled as a trigger record naming the alert. While a process owns the
+    change (apply, promote, resume), the rollback is handed to it and the webhook answers
+    "handed-over" at once; otherwise this server runs the rollback (with its --kubeconfig /
+    --context / --lock-namespace) and answers "rolled-back" when it is done.
     With -o json the start-up line is one JSON object on stdout ({"listen", "port", "endpoints"}).
 
     \b
@@ -310,21 +316,44 @@ def serve(
       rollout serve --listen 127.0.0.1:9099 --token-file /etc/rollout/webhook-token
       rollout serve --listen 127.0.0.1:0 --token-file token -o json --context prod-east
     """
+    from rollout.journal import state_dir
+    from rollout.owning import JournalOwners, export_node_states, journal_recorder
     from rollout.serve import AlertReceiver, make_server, parse_listen, read_token
 
     kube_args = _kube_args(kubeconfig, context, lock_namespace)
     trigger = functools.partial(cli_rollback, kube_args=kube_args, wait=False)
-    server = make_server(parse_listen(listen), read_token(token_file), AlertReceiver(trigger))
+    root = state_dir()
+    api: list[Any] = []
+
+    def lease() -> str | None:
+        from rollout.kube.client import connect
+        from rollout.kube.lease_reading import live_lease_change
+
+        if not api:
+            api.append(connect(kubeconfig, context))
+        return live_lease_change(api[0], lock_namespace)
+
+    receiver = AlertReceiver(
+        trigger,
+        owners=JournalOwners(root, lease),
+        record=journal_recorder(root),
+        log=lambda m: click.echo(f"rollout serve: {m}", err=True),
+    )
+    server = make_server(
+        parse_listen(listen), read_token(token_file), receiver, export_node_states(root)
+    )
     port = server.server_address[1]
     host = listen.rpartition(":")[0]
     if output == "json":
-        endpoints = ["POST /webhook", "POST /api/v2/alerts", "GET /metrics"]
+        endpoints = ["POST /webhook", "POST /api/v2/alerts", "GET /metrics", "GET /healthz"]
         doc = {"listen": f"{host}:{port}", "port": port, "endpoints": endpoints}
         click.echo(json.dumps(doc), nl=True)
         sys.stdout.flush()
     else:
         click.echo(
-            f"rollout serve: listening on {host}:{port} (POST /webhook, GET /metrics)", err=True
+            f"rollout serve: listening on {host}:{port} (POST /webhook, GET /metrics); "
+            f"journals in {root}",
+            err=True,
         )
     try:
         server.serve_forever()

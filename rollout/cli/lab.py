@@ -68,33 +68,68 @@ def lab() -> None:
     help=f"Node distribution, repeatable or comma-separated, assigned round-robin "
     f"({', '.join(DISTRIBUTIONS)}; default kubeadm).",
 )
+@click.option(
+    "--monitoring",
+    is_flag=True,
+    help="Also run Prometheus, Alertmanager and `rollout serve` (tools/build-monitoring-"
+    "binaries.sh builds them once): the kubelets' rejections alert and roll back.",
+)
 @name_option
 @workdir_option
 @output_option
-def up(count: int, dists: tuple[str, ...], name: str, workdir: Path | None, output: str) -> None:
+def up(
+    count: int,
+    dists: tuple[str, ...],
+    monitoring: bool,
+    name: str,
+    workdir: Path | None,
+    output: str,
+) -> None:
     """Build or reuse the binaries, start the control plane and nodes, wait until Ready.
+
+    With --monitoring, Prometheus scrapes every kubelet through the API server's node proxy
+    and evaluates rollout's alert rules every 2 s; Alertmanager posts the alerts labelled
+    rollout="rollback" to `rollout serve` (bearer token in LAB_DIR/monitoring/serve-token),
+    which rolls back the change owning the alert's node (journals in $ROLLOUT_STATE_DIR).
 
     \b
     Examples:
       rollout lab up --nodes 4 --distribution kubeadm,k3s
       rollout lab up --nodes 2 --name ci -o json | jq -r .kubeconfig
+      rollout lab up --nodes 4 --monitoring && eval "$(rollout lab env)"
     """
     t0 = time.monotonic()
     lab_ = Lab(name, workdir)
-    lab_.up(count, _distributions(dists), progress=_progress)
+    lab_.up(count, _distributions(dists), progress=_progress, monitoring=monitoring)
     seconds = time.monotonic() - t0
     _progress(f"lab {name} up in {seconds:.1f}s; {lab_.dir}")
     if output == "json":
         doc = {"name": name, "dir": str(lab_.dir), "seconds": round(seconds, 1)}
         doc.update({k: str(v) for k, v in _paths(lab_).items()})
+        doc.update(_monitoring_env(lab_))
         click.echo(json.dumps(doc, indent=2))
         return
     click.echo(f"inventory: {lab_.inventory}\nkubeconfig: {lab_.kubeconfig}\nplan: {lab_.plan}")
+    for k, v in _monitoring_env(lab_).items():
+        click.echo(f"{k}: {v}")
     click.echo(f'next: eval "$(rollout lab env --name {name})"')
 
 
 def _paths(lab_: Lab) -> dict[str, Path]:
     return {"kubeconfig": lab_.kubeconfig, "inventory": lab_.inventory, "plan": lab_.plan}
+
+
+def _monitoring_env(lab_: Lab) -> dict[str, str]:
+    """The monitoring URLs, and the state dir `rollout serve` reads (so apply writes there)."""
+    m = lab_.monitoring
+    if m is None:
+        return {}
+    return {
+        "PROMETHEUS_URL": m.prometheus_url,
+        "ALERTMANAGER_URL": m.alertmanager_url,
+        "ROLLOUT_SERVE_URL": m.serve_url,
+        "ROLLOUT_STATE_DIR": m.state_dir,
+    }
 
 
 @lab.command("down")
@@ -130,7 +165,7 @@ def down(name: str, workdir: Path | None, keep: bool, output: str) -> None:
 @workdir_option
 @output_option
 def status(name: str, workdir: Path | None, output: str) -> None:
-    """Nodes, Ready, sshd and kubelet unit state.
+    """Nodes, Ready, sshd and kubelet unit state (and monitoring health, when it runs).
 
     \b
     Examples:
@@ -145,14 +180,32 @@ def status(name: str, workdir: Path | None, output: str) -> None:
             api_ok = lab_.cp.request("GET", "/readyz", timeout=3)[0] == 200
         except OSError:
             api_ok = False
+    mon_health: dict[str, bool] | None = None
+    if lab_.monitoring is not None:
+        from rollout.lab.monitoring import health
+
+        mon_health = health(lab_.monitoring)
     if output == "json":
-        click.echo(
-            json.dumps(
-                {"name": name, "dir": str(lab_.dir), "apiserver": api_ok, "nodes": rows}, indent=2
-            )
-        )
+        doc: dict[str, object] = {"name": name, "dir": str(lab_.dir), "apiserver": api_ok}
+        if mon_health is not None:
+            doc["monitoring"] = {**mon_health, **_monitoring_env(lab_)}
+        doc["nodes"] = rows
+        click.echo(json.dumps(doc, indent=2))
         return
     click.echo(f"lab {name} ({lab_.dir}): kube-apiserver {'ready' if api_ok else 'NOT ready'}")
+    if mon_health is not None:
+        assert lab_.monitoring is not None
+        urls = {
+            "prometheus": lab_.monitoring.prometheus_url,
+            "alertmanager": lab_.monitoring.alertmanager_url,
+            "serve": lab_.monitoring.serve_url,
+        }
+        click.echo(
+            "monitoring: "
+            + ", ".join(
+                f"{k} {'ready' if ok else 'NOT ready'} ({urls[k]})" for k, ok in mon_health.items()
+            )
+        )
     click.echo(f"{'NODE':<24} {'DISTRIBUTION':<12} {'IP':<14} {'READY':<8} {'SSHD':<5} KUBELET")
     for r in rows:
         click.echo(
@@ -183,12 +236,14 @@ def env(name: str, workdir: Path | None, output: str) -> None:
         }
         if lab_.bin_dir is not None and (lab_.bin_dir / "kubectl").exists():
             doc["PATH_PREPEND"] = str(lab_.bin_dir)
+        doc.update(_monitoring_env(lab_))
         click.echo(json.dumps(doc, indent=2))
         return
     for var, val in (
         ("KUBECONFIG", lab_.kubeconfig),
         ("ROLLOUT_INVENTORY", lab_.inventory),
         ("ROLLOUT_PLAN", lab_.plan),
+        *_monitoring_env(lab_).items(),
     ):
         click.echo(f"export {var}={shlex.quote(str(val))}")
     if lab_.bin_dir is not None and (lab_.bin_dir / "kubectl").exists():

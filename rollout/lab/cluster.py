@@ -25,6 +25,7 @@ from typing import Any
 
 from rollout import assets
 from rollout.errors import LabError
+from rollout.lab import monitoring as mon
 from rollout.lab import nodes as n
 from rollout.lab.controlplane import ControlPlane, ControlPlaneError, find_bin_dir, missing_binaries
 from rollout.lab.seeds import DISTRIBUTIONS
@@ -42,6 +43,7 @@ LAB_ENTRIES = (
     "plan.yaml",
     "relay.log",
     "relay.ready",
+    "monitoring",
 )
 
 
@@ -51,13 +53,10 @@ def default_lab_dir(name: str) -> Path:
     return Path(env) if env else Path.home() / ".cache" / "rollout-lab" / "labs" / name
 
 
-def build_binaries(progress: Progress) -> Path:
-    """Build or reuse the control-plane binaries; returns the bin dir."""
-    d = find_bin_dir()
-    if not missing_binaries(d):
-        return d
-    progress(f"building control-plane binaries into {d} (first time only; takes a while)")
-    script = assets.lab_tools() / "build-lab-binaries.sh"
+def _run_build(script_name: str, progress: Progress) -> Path:
+    """Run one of the shipped build scripts, passing its lines to ``progress``; returns the bin
+    dir it prints last."""
+    script = assets.lab_tools() / script_name
     proc = subprocess.Popen(
         ["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -69,6 +68,24 @@ def build_binaries(progress: Progress) -> Path:
     if proc.wait() != 0:
         raise LabError(f"{script} failed (exit {proc.returncode}); see the lines above")
     return Path(last)
+
+
+def build_binaries(progress: Progress) -> Path:
+    """Build or reuse the control-plane binaries; returns the bin dir."""
+    d = find_bin_dir()
+    if not missing_binaries(d):
+        return d
+    progress(f"building control-plane binaries into {d} (first time only; takes a while)")
+    return _run_build("build-lab-binaries.sh", progress)
+
+
+def build_monitoring_binaries(progress: Progress) -> Path:
+    """Build or reuse prometheus, promtool and alertmanager; returns their bin dir."""
+    d = mon.find_monitoring_bin_dir()
+    if not mon.missing_monitoring_binaries(d):
+        return d
+    progress(f"building Prometheus and Alertmanager into {d} (first time only; takes a while)")
+    return _run_build("build-monitoring-binaries.sh", progress)
 
 
 def canary_count(total: int) -> int:
@@ -210,6 +227,7 @@ class Lab:
         self.bin_dir: Path | None = None
         self.nodes: dict[str, NodeRecord] = {}
         self.relay_pid = 0
+        self.monitoring: mon.MonitoringState | None = None
         self._state: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ paths
@@ -342,6 +360,49 @@ class Lab:
                 raise LabError(f"API relay did not start; see {log}")
             time.sleep(0.02)
         return p.pid
+
+    # ------------------------------------------------------------------ monitoring
+    def start_monitoring(
+        self, state_dir: Path | None = None, progress: Progress = lambda _m: None
+    ) -> mon.MonitoringState:
+        """Start Prometheus, Alertmanager and ``rollout serve`` (see :mod:`rollout.lab.monitoring`).
+
+        ``state_dir``: the journals ``rollout serve`` reads (default: ``$ROLLOUT_STATE_DIR`` or
+        ``~/.local/state/rollout``, what ``rollout apply`` in this shell would use).
+        """
+        from rollout.journal import state_dir as default_state_dir
+
+        cp = self._require_cp()
+        if self.monitoring is not None:
+            raise LabError(f"lab {self.name} already runs monitoring")
+        build_monitoring_binaries(progress)
+        started: list[int] = []
+        crt, key = cp.admin_cert
+        try:
+            self.monitoring = mon.start(
+                self.dir,
+                apiserver=f"127.0.0.1:{cp.apiserver_port}",
+                ca=cp.ca_cert,
+                cert=crt,
+                key=key,
+                kubeconfig=self.kubeconfig,
+                state_dir=Path(state_dir or default_state_dir()).resolve(),
+                remember=started.append,
+                progress=progress,
+            )
+        except BaseException:
+            _term(started)
+            raise
+        self._save()
+        return self.monitoring
+
+    def stop_monitoring(self) -> None:
+        """Stop the monitoring processes this lab started (each PID checked first)."""
+        if self.monitoring is not None:
+            _term(mon.ours(self.monitoring))
+        self.monitoring = None
+        if self.state_file.exists():
+            self._save()
 
     # ------------------------------------------------------------------ nodes
     def add_nodes(
@@ -568,10 +629,15 @@ class Lab:
         shape: n.NodeShape | None = None,
         progress: Progress = lambda _m: None,
         timeout: float = 90.0,
+        monitoring: bool = False,
+        state_dir: Path | None = None,
     ) -> None:
-        """Start everything and write ``inventory.ini`` and ``plan.yaml``."""
+        """Start everything and write ``inventory.ini`` and ``plan.yaml`` (and, with
+        ``monitoring``, Prometheus, Alertmanager and ``rollout serve``)."""
         self.start_control_plane(progress)
         try:
+            if monitoring:
+                self.start_monitoring(state_dir, progress)
             names = [f"{self.name}-node{i}" for i in range(1, count + 1)]
             made = self.add_nodes(
                 names, distributions, shape=shape, progress=progress, timeout=timeout
@@ -589,6 +655,9 @@ class Lab:
         lab's state (etcd data, certificates, keys, node files, logs) so the next ``up`` of the
         same name starts empty. ``keep`` keeps all of it but the state file (the next ``up``
         reuses it and says so)."""
+        if self.monitoring is not None:
+            _term(mon.ours(self.monitoring))
+            self.monitoring = None
         self.remove_nodes(list(self.nodes), delete_objects=False)
         # namespaces of nodes that never made it into the state file (a `lab up` killed while
         # starting a node): their names say they are this lab's
@@ -620,9 +689,13 @@ class Lab:
         if (self.dir / OWNED_MARK).exists():
             shutil.rmtree(self.dir)
             return
+        if self.dir.resolve() in (Path("/"), Path.home().resolve()):
+            return  # never clean a root or home directory by entry names
         for entry in LAB_ENTRIES:
             p = self.dir / entry
-            if p.is_dir() and not p.is_symlink():
+            if p.is_symlink():
+                continue  # the lab writes no links here: not ours to remove
+            if p.is_dir():
                 shutil.rmtree(p)
             else:
                 p.unlink(missing_ok=True)
@@ -659,6 +732,7 @@ class Lab:
                 else {**self._state.get("controlplane", {}), **cp.pids}
             ),
             "kubeconfig": str(self.kubeconfig),
+            "monitoring": self.monitoring.to_dict() if self.monitoring else None,
             "nodes": [
                 {
                     "node": {
@@ -691,6 +765,7 @@ class Lab:
         lab._state = state
         lab.relay_pid = int(state.get("relayPid", 0))
         lab.bin_dir = Path(state["binDir"]) if state.get("binDir") else None
+        lab.monitoring = mon.load_state(state.get("monitoring"))
         ports = state.get("ports", {})
         if ports and lab.bin_dir is not None:
             cp = ControlPlane(lab.dir / "controlplane", lab.bin_dir)

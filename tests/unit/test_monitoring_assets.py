@@ -71,6 +71,7 @@ def exported_rollout_metrics() -> set[str]:
     m.set_node_state("a", "applied", ["applied"])
     m.rollbacks.labels(trigger="gate").inc()
     m.requests.labels(code="200").inc()
+    m.alerts.labels(action="unowned").inc()
     text = m.exposition().decode()
     return {
         line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and line[0] != "#"

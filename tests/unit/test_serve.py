@@ -195,3 +195,179 @@ def test_token_file_and_listen_parsing(tmp_path: Path) -> None:
     assert parse_listen("127.0.0.1:9099") == ("127.0.0.1", 9099)
     with pytest.raises(InputError, match="HOST:PORT"):
         parse_listen("9099")
+
+
+# ------------------------------------------------------------------ alerts by node (journals)
+
+
+def _journal(root: Path, cid: str, node_states: dict[str, str], plan: Path | None = None) -> None:
+    """A real journal on disk: begin, then the steps each node went through."""
+    from datetime import UTC, datetime
+
+    from rollout.journal import CHANGE_STEP, Journal
+    from rollout.models import Path as StepPath
+    from rollout.models import Phase, Step
+
+    j = Journal.create(root, cid)
+    now = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    info: dict[str, Any] = {"nodes": list(node_states), "batches": [list(node_states)]}
+    if plan is not None:
+        info["plan"] = str(plan)
+    j.append(CHANGE_STEP, Phase.BEGIN, now=now, data=info)
+    for node, state in node_states.items():
+        if state == "pending":
+            continue
+        j.append(Step.CORDON, Phase.BEGIN, now=now, node=node)
+        if state in ("applied", "restoring", "restored"):
+            j.append(Step.UNCORDON, Phase.DONE, now=now, node=node)
+        if state in ("restoring", "restored"):
+            j.append(Step.RESTORE, Phase.BEGIN, now=now, node=node, path=StepPath.RESTORE)
+        if state == "restored":
+            j.append(Step.UNCORDON, Phase.DONE, now=now, node=node, path=StepPath.RESTORE)
+
+
+@pytest.fixture
+def by_node(tmp_path: Path) -> Iterator[tuple[str, FakeTrigger, AlertReceiver, Path]]:
+    from rollout.owning import JournalOwners, journal_recorder
+
+    root = tmp_path / "state"
+    trigger = FakeTrigger()
+    lines: list[str] = []
+    receiver = AlertReceiver(
+        trigger,
+        owners=JournalOwners(root, lambda: None),
+        record=journal_recorder(root),
+        log=lines.append,
+    )
+    server = make_server(("127.0.0.1", 0), TOKEN, receiver)
+    t = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", trigger, receiver, root
+    finally:
+        server.shutdown()
+        server.server_close()
+        t.join(5)
+    assert lines  # every alert handled was logged
+
+
+A = "20261130T100000Z-aaaaaa"
+B = "20261130T110000Z-bbbbbb"
+
+
+def test_alert_on_a_node_rolls_back_the_change_owning_it(
+    by_node: tuple[str, FakeTrigger, AlertReceiver, Path],
+) -> None:
+    from rollout.journal import Journal
+
+    url, trigger, _, root = by_node
+    _journal(root, A, {"n1": "restored", "n2": "applied"})
+    _journal(root, B, {"n1": "applied", "n3": "pending"})
+    code, body = post(url + "/webhook", webhook(alert("fp1", change=None, node="n1")))
+    assert code == 200 and body["alerts"][0]["action"] == "rolled-back"
+    assert trigger.calls == [(B, ("n1",), "alert fp1 (KubeletTopologyAffinityRejections)")]
+    # the trigger record names the alert, in the owning change's journal, before the rollback
+    rec = [e for e in Journal.open(root, B).entries() if e.step == "trigger"]
+    assert len(rec) == 1
+    assert rec[0].data["alert"] == "KubeletTopologyAffinityRejections"
+    assert rec[0].data["trigger"] == "alert" and rec[0].data["nodes"] == ["n1"]
+    assert not [e for e in Journal.open(root, A).entries() if e.step == "trigger"]
+    # repeat notification, a second rule firing for the same node: nothing more
+    _, body = post(url + "/webhook", webhook(alert("fp1", change=None, node="n1")))
+    _, body2 = post(
+        url + "/webhook",
+        webhook(
+            {
+                **alert("fp2", change=None, node="n1"),
+                "labels": {"alertname": "KubeletTopologyManagerAdmissionErrors", "node": "n1"},
+            }
+        ),
+    )
+    assert body["alerts"][0]["action"] == "duplicate"
+    assert body2["alerts"][0]["action"] == "already-rolled-back"
+    assert len(trigger.calls) == 1
+    assert len([e for e in Journal.open(root, B).entries() if e.step == "trigger"]) == 1
+    # an older change's node (n2 is still A's) is its own rollback
+    post(url + "/webhook", webhook(alert("fp3", change=None, node="n2")))
+    assert trigger.calls[-1][:2] == (A, ("n2",))
+
+
+@pytest.mark.parametrize("node", ["n9", "n3", "n4"])  # unknown, pending, restored
+def test_alert_on_a_node_no_change_owns_is_200_counted_and_changes_nothing(
+    by_node: tuple[str, FakeTrigger, AlertReceiver, Path], node: str
+) -> None:
+    url, trigger, receiver, root = by_node
+    _journal(root, B, {"n1": "applied", "n3": "pending", "n4": "restored"})
+    code, body = post(url + "/webhook", webhook(alert("fp", change=None, node=node)))
+    assert code == 200 and body["alerts"][0]["action"] == "unowned"
+    assert node in body["alerts"][0]["detail"]
+    assert trigger.calls == []
+    text = receiver.metrics.exposition().decode()
+    assert 'rollout_webhook_alerts_total{action="unowned"} 1.0' in text
+    from rollout.journal import Journal
+
+    assert not [e for e in Journal.open(root, B).entries() if e.step == "trigger"]
+
+
+def test_a_node_being_restored_is_not_rolled_back_twice(
+    by_node: tuple[str, FakeTrigger, AlertReceiver, Path],
+) -> None:
+    url, trigger, _, root = by_node
+    _journal(root, A, {"n1": "restoring"})
+    _, body = post(url + "/webhook", webhook(alert("fp", change=None, node="n1")))
+    assert body["alerts"][0]["action"] == "already-rolled-back"
+    assert trigger.calls == []
+
+
+def test_rollback_group_plan_rolls_back_the_batch(
+    by_node: tuple[str, FakeTrigger, AlertReceiver, Path], tmp_path: Path
+) -> None:
+    url, trigger, _, root = by_node
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "apiVersion: rollout.dev/v1alpha1\nkind: RolloutPlan\nmetadata:\n  name: p\n"
+        'kubelet:\n  cpuManagerPolicy: static\n  reservedSystemCPUs: "0"\n'
+        "gate:\n  onFailure: rollback-group\n"
+    )
+    _journal(root, A, {"n1": "applied", "n2": "applied"}, plan=plan)
+    _, body = post(url + "/webhook", webhook(alert("fp", change=None, node="n2")))
+    assert body["alerts"][0]["action"] == "rolled-back", body
+    assert trigger.calls[0][:2] == (A, ("n1", "n2"))
+    # then an alert on n1 (same batch) is already handled
+    _, body = post(url + "/webhook", webhook(alert("fp2", change=None, node="n1")))
+    assert body["alerts"][0]["action"] == "already-rolled-back"
+    assert len(trigger.calls) == 1
+
+
+def test_node_states_come_from_the_newest_change_touching_each_node(tmp_path: Path) -> None:
+    from rollout.owning import export_node_states, node_states
+    from rollout.serve import GateMetrics
+
+    root = tmp_path / "state"
+    _journal(root, A, {"n1": "applied", "n2": "applied"})
+    _journal(root, B, {"n1": "restored", "n3": "pending"})
+    assert node_states(root) == {"n1": "restored", "n2": "applied"}
+    m = GateMetrics()
+    export_node_states(root)(m)
+    text = m.exposition().decode()
+    assert 'rollout_node_state{node="n1",state="restored"} 1.0' in text
+    assert 'rollout_node_state{node="n1",state="applied"} 0.0' in text
+    assert 'rollout_node_state{node="n2",state="applied"} 1.0' in text
+    assert 'node="n3"' not in text
+
+
+def test_repeats_after_the_rollback_finished_are_duplicates(
+    by_node: tuple[str, FakeTrigger, AlertReceiver, Path],
+) -> None:
+    import shutil
+
+    url, trigger, _, root = by_node
+    _journal(root, A, {"n1": "applied"})
+    post(url + "/webhook", webhook(alert("fp1", change=None, node="n1")))
+    shutil.rmtree(root / "changes" / A)  # the rollback finished: n1 restored
+    _journal(root, A, {"n1": "restored"})
+    _, body = post(url + "/webhook", webhook(alert("fp1", change=None, node="n1")))
+    _, body2 = post(url + "/webhook", webhook(alert("fp2", change=None, node="n1")))
+    assert body["alerts"][0]["action"] == "duplicate"
+    assert body2["alerts"][0]["action"] == "unowned"  # nothing of A's is on n1 any more
+    assert len(trigger.calls) == 1

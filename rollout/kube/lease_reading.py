@@ -1,0 +1,44 @@
+"""Which change holds the cluster Lease now (read only; ``rollout serve`` asks it per alert).
+
+Why apart from :mod:`rollout.kube.leases`: that module takes, renews and releases the lock; this
+only reads it, so an alert never writes to the Lease. A Lease whose renewal is older than its
+duration is expired: its holder died, and nobody is live for that change.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from rollout.errors import ExternalError
+from rollout.kube.client import Api, call, describe
+from rollout.kube.leases import CHANGE_ANNOTATION, NAME
+
+
+def live_lease_change(
+    api: Api, namespace: str = "kube-system", now: datetime | None = None
+) -> str | None:
+    """The change id of the live ``rollout-lock`` Lease, or None (absent, released, expired).
+
+    Raises:
+        ExternalError: the Lease cannot be read (other than 404).
+    """
+    try:
+        lease: Any = call("read Lease", api.coordination.read_namespaced_lease, NAME, namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise ExternalError(f"read Lease {namespace}/{NAME}: {describe(e)}") from e
+    spec = lease.spec
+    if spec is None or not spec.holder_identity:
+        return None
+    renewed = spec.renew_time or spec.acquire_time
+    if renewed is not None and spec.lease_duration_seconds:
+        if renewed.tzinfo is None:
+            renewed = renewed.replace(tzinfo=UTC)
+        if renewed + timedelta(seconds=spec.lease_duration_seconds) < (now or datetime.now(UTC)):
+            return None
+    change = (lease.metadata.annotations or {}).get(CHANGE_ANNOTATION)
+    return str(change) if change else None

@@ -1,0 +1,116 @@
+"""Reads who owns a node from the journals on disk (and the Lease), for ``rollout serve``.
+
+Why a module of its own: the decision is pure (:func:`rollout.alerting.owner_of`); this is the
+I/O around it — replaying every change's journal under the state directory, reading each
+change's plan for its ``onFailure`` policy, asking the cluster which change holds the Lease —
+and journaling the ``trigger`` record an alert causes. ``rollout serve`` must run with the same
+state directory (``$ROLLOUT_STATE_DIR``) as the ``rollout apply`` it guards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rollout.alerting import Owner, owner_of
+from rollout.errors import RolloutError
+from rollout.journal import ChangeStatus, Journal, read_entries, replay
+from rollout.models import NodeState, Phase
+
+LeaseReader = Callable[[], str | None]
+
+
+def change_statuses(root: Path) -> list[ChangeStatus]:
+    """Every change under ``root`` replayed (a journal that cannot be read is skipped)."""
+    changes = root / "changes"
+    if not changes.is_dir():
+        return []
+    out = []
+    for d in sorted(changes.iterdir()):
+        f = d / "journal.jsonl"
+        if not f.is_file():
+            continue
+        try:
+            out.append(replay(read_entries(f), d.name))
+        except RolloutError:
+            continue
+    return out
+
+
+def rolls_back_group(status: ChangeStatus) -> bool:
+    """Whether the change's plan says ``gate.onFailure: rollback-group`` (False when the plan is
+    gone or unreadable: an alert then rolls back only its own node, the smaller act)."""
+    from rollout.analysis import parse_gate_config
+    from rollout.plan import load_plan
+
+    plan_file = status.info.get("plan")
+    if not plan_file or not Path(str(plan_file)).is_file():
+        return False
+    try:
+        plan = load_plan(str(plan_file))
+        if not plan.gate:
+            return False
+        cfg = parse_gate_config(plan.gate, file=plan.path, line_of=plan.line_of)
+    except RolloutError:
+        return False
+    return cfg.on_failure.value == "rollback-group"
+
+
+class JournalOwners:
+    """``rollout.serve.OwnerResolver`` over the journals in ``root`` and the cluster Lease.
+
+    Args:
+        root: the state directory (``rollout.journal.state_dir()``).
+        lease: returns the change id the live Lease names (None: no live Lease, or unknown).
+    """
+
+    def __init__(self, root: Path, lease: LeaseReader = lambda: None) -> None:
+        self.root = root
+        self.lease = lease
+
+    def __call__(self, node: str) -> Owner | None:
+        statuses = change_statuses(self.root)
+        touched = [c for c in statuses if node in c.nodes]
+        try:
+            lease_change = self.lease()
+        except (RolloutError, OSError):
+            lease_change = None
+        policy = {c.change: rolls_back_group(c) for c in touched}
+        return owner_of(node, touched, lease_change=lease_change, group_policy=policy)
+
+
+def journal_recorder(root: Path) -> Callable[[str, Mapping[str, Any]], None]:
+    """Appends a ``trigger`` record (phase done) to the named change's journal."""
+
+    def record(change_id: str, data: Mapping[str, Any]) -> None:
+        Journal.open(root, change_id).append(
+            "trigger", Phase.DONE, now=datetime.now(UTC), data=data
+        )
+
+    return record
+
+
+def node_states(root: Path) -> dict[str, str]:
+    """Each node's state in the newest change that touched it (``pending`` skipped): what
+    ``rollout serve`` exports as ``rollout_node_state``."""
+    out: dict[str, tuple[str, str]] = {}
+    for c in change_statuses(root):
+        for node, s in c.nodes.items():
+            if s.state is NodeState.PENDING:
+                continue
+            if node not in out or out[node][0] < c.change:
+                out[node] = (c.change, s.state.value)
+    return {n: st for n, (_, st) in out.items()}
+
+
+def export_node_states(root: Path) -> Callable[[Any], None]:
+    """``make_server``'s ``before_metrics``: set ``rollout_node_state`` from the journals."""
+    states = [s.value for s in NodeState]
+
+    def refresh(metrics: Any) -> None:
+        for node, state in node_states(root).items():
+            metrics.set_node_state(node, state, states)
+
+    return refresh
