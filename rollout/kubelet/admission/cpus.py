@@ -17,9 +17,8 @@ Follows ``pkg/kubelet/cm/cpumanager/cpu_assignment.go``; the facts carried over:
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 
@@ -222,6 +221,49 @@ def _stddev(xs: list[int]) -> float:
     return _round3(s)
 
 
+class _GoSlice:
+    """A Go ``[]int`` view (backing array + length), for ``iterateCombinations``.
+
+    The kubelet builds each combination with ``append(accum, n[i])`` on a shared prefix; when the
+    prefix has spare capacity every sibling combination is written into the same backing array,
+    so a combination kept as "best" shows the contents of the last sibling visited after it.
+    The kubelet's choice depends on that, so the model keeps Go's slice semantics (capacity
+    1, 2, 4, 8, ... as ``append`` grows an int slice).
+    """
+
+    __slots__ = ("arr", "n")
+
+    def __init__(self, arr: list[int], n: int) -> None:
+        self.arr = arr
+        self.n = n
+
+    def append(self, x: int) -> _GoSlice:
+        if self.n < len(self.arr):
+            self.arr[self.n] = x
+            return _GoSlice(self.arr, self.n + 1)
+        cap = 1 if not self.arr else 2 * len(self.arr)
+        arr = self.arr[: self.n] + [x] + [0] * (cap - self.n - 1)
+        return _GoSlice(arr, self.n + 1)
+
+    def items(self) -> list[int]:
+        return self.arr[: self.n]
+
+
+def _go_combinations(items: list[int], k: int) -> Iterator[_GoSlice]:
+    """``iterateCombinations`` in the kubelet's order, yielding aliased slices as Go does."""
+    if k < 1:
+        return
+
+    def helper(k: int, start: int, accum: _GoSlice) -> Iterator[_GoSlice]:
+        if k == 0:
+            yield accum
+            return
+        for i in range(start, len(items) - k + 1):
+            yield from helper(k - 1, i + 1, accum.append(items[i]))
+
+    yield from helper(k, 0, _GoSlice([], 0))
+
+
 def take_distributed(
     topo: CPUTopology, available: frozenset[int], n: int, group: int, spread: bool = False
 ) -> frozenset[int]:
@@ -246,11 +288,12 @@ def take_distributed(
     hi = min(groups_needed, len(acc._present("numa")))
     for k in range(lo, hi + 1):
         best_balance = math.inf
-        best_rem: list[int] | None = None
-        best_combo: tuple[int, ...] | None = None
-        for combo in itertools.combinations(numas, k):
+        best_rem: _GoSlice | None = None
+        best_combo: _GoSlice | None = None
+        for combo_view in _go_combinations(numas, k):
             if best_balance == 0:
                 break
+            combo = combo_view.items()
             if sum(free_in[u] for u in combo) < n:
                 continue
             if sum(free_in[u] // group for u in combo) * group < n:
@@ -264,12 +307,13 @@ def take_distributed(
             remainder = n - dist * len(combo)
             rem_combo = [u for u in combo if after[u] >= group]
             local_best = math.inf
-            local_rem: list[int] | None = None
+            local_rem: _GoSlice | None = None
             if remainder == 0:
                 local_best = _stddev(list(after.values()))
             kk = len(rem_combo)
             while remainder > 0 and kk >= 1:
-                for subset in itertools.combinations(rem_combo, kk):
+                for subset_view in _go_combinations(rem_combo, kk):
+                    subset = subset_view.items()
                     left = remainder
                     av = dict(after)
                     if sum(av[u] for u in subset) < left:
@@ -289,21 +333,23 @@ def take_distributed(
                     bal = _stddev(list(av.values()))
                     if bal < local_best:
                         local_best = bal
-                        local_rem = list(subset)
+                        local_rem = subset_view
                 kk -= 1
             if local_best < best_balance:
                 best_balance = local_best
                 best_rem = local_rem
-                best_combo = combo
+                best_combo = combo_view
         if best_combo is None:
             continue
-        dist = (n // len(best_combo) // group) * group
-        for u in best_combo:
+        chosen = best_combo.items()  # read after the walk, as the kubelet reads its slice
+        rem_nodes = best_rem.items() if best_rem is not None else []
+        dist = (n // len(chosen) // group) * group
+        for u in chosen:
             acc.take(take_packed(topo, frozenset(topo.members("numa", u) & acc.free), dist, spread))
-        remainder = n - dist * len(best_combo)
+        remainder = n - dist * len(chosen)
         while remainder > 0:
             progressed = False
-            for u in best_rem or []:
+            for u in rem_nodes:
                 if remainder == 0:
                     break
                 pool = frozenset(topo.members("numa", u) & acc.free)
