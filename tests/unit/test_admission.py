@@ -154,9 +154,12 @@ def test_memory_manager_static_hints() -> None:
 def test_not_enough_cpus_at_all_is_unexpected_admission_error() -> None:
     d = adm.admit(MACHINE, adm.Policy(topology="best-effort", **STATIC), [], guaranteed(63))
     assert not d.admit and d.reason == "UnexpectedAdmissionError"
+    # the kubelet first takes every free CPU of the hinted NUMA nodes (here all 62), then asks
+    # takeByTopology for the rest from what is left: its error names that remainder
+    # (allocateCPUs in policy_static.go; the differential test sees the same message)
     assert d.message == (
         "Allocate failed due to not enough cpus available to satisfy request: "
-        "requested=63, available=62, which is unexpected"
+        "requested=1, available=0, which is unexpected"
     )
 
 

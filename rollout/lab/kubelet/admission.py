@@ -1,49 +1,47 @@
-"""Pod admission as the kubelet's Topology Manager decides it, over plain data.
+"""The lab kubelet's pod admission: ``rollout.kubelet.admission`` (the one model), over its state.
 
 The lab kubelet must reject exactly the pods a real kubelet with the same policy would reject on a
 machine with the same NUMA layout, because ``rollout`` watches those rejections to decide whether
-to roll back. This module is that decision: machine + policy + what is already held + the pod in,
-``Decision`` (admit or the kubelet's reason and message, and what was allocated) out. No I/O.
+to roll back. The decision itself is ``rollout.kubelet.admission.model.Node.admit``, the model the
+preview uses too and that ``tests/unit/test_admission_diff.py`` checks against the kubelet's own
+code. This module only translates: the lab's node.json machine, its policy, what its pods already
+hold (from the checkpoints) and a Pod object in; a ``Decision`` out. No I/O.
 
-What follows the kubelet (``pkg/kubelet/cm/topologymanager``, ``cpumanager/policy_static.go``,
-``devicemanager/topology_hints.go``, ``memorymanager/policy_static.go``):
-
-* hint providers: the CPU manager (``static`` policy, Guaranteed pods, integer CPU requests:
-  exclusive CPUs from the shared pool minus reserved CPUs), the device manager (``nvidia.com/gpu``
-  per NUMA node) and the memory manager (``Static``, Guaranteed pods). Each returns, per resource,
-  every NUMA mask with enough *free* capacity; a hint is *preferred* when its mask is as narrow as
-  the narrowest mask that could hold the request on an *empty* machine. A provider with nothing to
-  say returns no hints ("don't care"); a request that fits nowhere yields an empty list, which
-  merges as a non-preferred "any" hint;
-* merging: the cross product of the providers' hints, affinities ANDed, preferred only if all are,
-  best = preferred first, then narrowest (then lowest NUMA ids); ``single-numa-node`` first drops
-  every hint that is not a preferred single-NUMA one;
-* admission: ``none`` and ``best-effort`` admit; ``restricted`` and ``single-numa-node`` admit
-  only a preferred best hint. Rejection: reason ``TopologyAffinityError``, message ``Resources
-  cannot be allocated with Topology locality`` (``topologymanager/topology_manager.go``); the pod
-  status message is the kubelet's ``"Pod was rejected: " + message``;
-* scope: ``container`` decides and allocates container by container (init containers are checked
-  against the state but hand their CPUs back, as the kubelet reuses them); ``pod`` decides once
-  for the pod's effective request (max of the app containers' sum and the largest init container).
-
-Simplifications (documented in docs/lab.md): CPUs within a NUMA node are taken lowest id first (no
-core/socket packing), memory is a single ``memory`` resource (no hugepages), and the
-``prefer-closest-numa-nodes`` / ``max-allowable-numa-nodes`` options are not modelled.
+The lab's node.json has no SMT siblings or sockets: each CPU is its own core, each NUMA node its own
+socket.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from rollout.kubelet import quantity
+from rollout.kubelet.admission import model
+from rollout.kubelet.admission.cpus import CPUInfo
+from rollout.kubelet.admission.topology import TOPOLOGY_AFFINITY_ERROR, TOPOLOGY_AFFINITY_MESSAGE
 
-TOPOLOGY_AFFINITY_ERROR = "TopologyAffinityError"
-TOPOLOGY_AFFINITY_MESSAGE = "Resources cannot be allocated with Topology locality"
+__all__ = [
+    "GPU",
+    "REJECTED_PREFIX",
+    "TOPOLOGY_AFFINITY_ERROR",
+    "TOPOLOGY_AFFINITY_MESSAGE",
+    "UNEXPECTED_ADMISSION_ERROR",
+    "Allocation",
+    "Container",
+    "Decision",
+    "Machine",
+    "NUMANode",
+    "PodRequest",
+    "Policy",
+    "admit",
+    "machine_from_topology",
+    "pod_request",
+]
+
 UNEXPECTED_ADMISSION_ERROR = "UnexpectedAdmissionError"
-REJECTED_PREFIX = "Pod was rejected: "
+REJECTED_PREFIX = model.REJECTED_PREFIX
 GPU = "nvidia.com/gpu"
 
 
@@ -73,6 +71,12 @@ class Machine:
     def numa_of_gpu(self, gpu: str) -> int:
         return next(n.id for n in self.numa if gpu in n.gpus)
 
+    def model(self) -> model.Machine:
+        cpus = {c: CPUInfo(n.id, n.id, c) for n in self.numa for c in n.cpus}
+        nodes = tuple(model.NUMANode(n.id, n.memory) for n in self.numa)
+        gpus = {g: n.id for n in self.numa for g in n.gpus}
+        return model.Machine(cpus, nodes, {GPU: gpus} if gpus else {})
+
 
 @dataclass(frozen=True)
 class Policy:
@@ -82,6 +86,8 @@ class Policy:
     topology: str = "none"  # topologyManagerPolicy
     scope: str = "container"  # topologyManagerScope
     memory: str = "None"  # memoryManagerPolicy
+    cpu_options: Mapping[str, str] = field(default_factory=dict)
+    topology_options: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -129,12 +135,6 @@ class Decision:
         return REJECTED_PREFIX + self.message
 
 
-@dataclass(frozen=True)
-class Hint:
-    affinity: frozenset[int] | None  # None: any NUMA node
-    preferred: bool
-
-
 # ------------------------------------------------------------------------- reading a pod object
 def _qty(v: Any) -> quantity.Quantity:
     return quantity.parse(str(v))
@@ -170,235 +170,81 @@ def pod_request(pod: Mapping[str, Any]) -> PodRequest:
 
 
 # ----------------------------------------------------------------------------------- the model
-@dataclass
-class _Free:
-    cpus: set[int]
-    gpus: set[str]
-    memory: dict[int, int]
+def _config(machine: Machine, policy: Policy) -> model.Config:
+    reserved_memory = {n: {"memory": b} for n, b in machine.reserved_memory.items() if b}
+    if policy.memory == "Static" and not reserved_memory and machine.numa:
+        # the lab kubelet's start-up already refuses this; admission sees the kubelet's minimum
+        reserved_memory = {machine.numa[0].id: {"memory": 1}}
+    return model.Config(
+        cpu_policy=policy.cpu,
+        cpu_options=dict(policy.cpu_options),
+        reserved_cpus=machine.reserved_cpus if policy.cpu == "static" else frozenset(),
+        memory_policy=policy.memory,
+        reserved_memory=reserved_memory,
+        topology_policy=policy.topology,
+        scope=policy.scope,
+        topology_options=dict(policy.topology_options),
+    )
 
 
-def _free(machine: Machine, held: Iterable[Allocation]) -> _Free:
-    cpus = set(machine.all_cpus - machine.reserved_cpus)
-    gpus = {g for n in machine.numa for g in n.gpus}
-    mem = {n.id: n.memory - machine.reserved_memory.get(n.id, 0) for n in machine.numa}
-    for a in held:
-        cpus -= a.all_cpus()
-        gpus -= a.all_gpus()
-        for per in a.memory.values():
-            for n, b in per.items():
-                mem[n] = mem.get(n, 0) - b
-    return _Free(cpus, gpus, mem)
-
-
-def _masks(machine: Machine) -> list[frozenset[int]]:
-    ids = [n.id for n in machine.numa]
-    return [frozenset(c) for k in range(1, len(ids) + 1) for c in itertools.combinations(ids, k)]
-
-
-def _hints_for(
-    machine: Machine,
-    request: int,
-    total_in: Mapping[int, int],
-    free_in: Mapping[int, int],
-) -> list[Hint]:
-    """Every mask with enough free capacity; preferred when as narrow as the narrowest mask that
-    holds the request on an empty machine (kubelet ``minAffinitySize``)."""
-    masks = _masks(machine)
-    sizes = [len(m) for m in masks if sum(total_in.get(n, 0) for n in m) >= request]
-    min_size = min(sizes) if sizes else len(machine.numa)
-    return [
-        Hint(m, len(m) == min_size) for m in masks if sum(free_in.get(n, 0) for n in m) >= request
-    ]
-
-
-def _exclusive_cpus(policy: Policy, pod: PodRequest, c: Container) -> int:
-    if policy.cpu != "static" or not pod.guaranteed or c.cpu_millis % 1000:
-        return 0
-    return c.cpu_millis // 1000
-
-
-def _provider_hints(
-    machine: Machine,
-    policy: Policy,
-    pod: PodRequest,
-    cpus: int,
-    gpus: int,
-    memory: int,
-    free: _Free,
-) -> list[list[Hint]]:
-    """One hint list per (provider, resource) that has an opinion."""
-    out: list[list[Hint]] = []
-    if cpus:
-        total = {n.id: len(n.cpus) for n in machine.numa}
-        avail = {n.id: len(n.cpus & free.cpus) for n in machine.numa}
-        out.append(_hints_for(machine, cpus, total, avail))
-    if gpus:
-        total = {n.id: len(n.gpus) for n in machine.numa}
-        avail = {n.id: len(set(n.gpus) & free.gpus) for n in machine.numa}
-        out.append(_hints_for(machine, gpus, total, avail))
-    if memory and policy.memory == "Static" and pod.guaranteed:
-        total = {n.id: n.memory - machine.reserved_memory.get(n.id, 0) for n in machine.numa}
-        out.append(_hints_for(machine, memory, total, free.memory))
-    return out
-
-
-def _narrower(a: frozenset[int], b: frozenset[int]) -> bool:
-    if len(a) != len(b):
-        return len(a) < len(b)
-    return sorted(a) < sorted(b)
-
-
-def merge(machine: Machine, policy: str, hint_lists: Sequence[list[Hint]]) -> Hint:
-    """The Topology Manager's best hint for one admission unit (container or pod)."""
-    default = frozenset(n.id for n in machine.numa)
-    lists: list[list[Hint]] = []
-    for hl in hint_lists:
-        if policy == "single-numa-node":
-            hl = [h for h in hl if h.preferred and (h.affinity is None or len(h.affinity) == 1)]
-        lists.append(hl or [Hint(None, False)])
-    best = Hint(default, False)
-    for combo in itertools.product(*lists):
-        affinity = default
-        preferred = True
-        for h in combo:
-            if h.affinity is not None:
-                affinity = affinity & h.affinity
-            preferred = preferred and h.preferred
-        if not affinity:
-            continue
-        cand = Hint(affinity, preferred)
-        if cand.preferred != best.preferred:
-            if cand.preferred:
-                best = cand
-            continue
-        assert best.affinity is not None
-        if _narrower(affinity, best.affinity):
-            best = cand
-    if policy == "single-numa-node" and best.affinity == default and len(default) > 1:
-        best = Hint(None, best.preferred)
-    return best
-
-
-def _admits(policy: str, best: Hint) -> bool:
-    if policy in ("restricted", "single-numa-node"):
-        return best.preferred
-    return True
-
-
-def _take(ordered: Iterable[Any], n: int) -> list[Any]:
-    out = list(itertools.islice(ordered, n))
-    return out
-
-
-def _allocate(
-    machine: Machine,
-    affinity: frozenset[int] | None,
-    free: _Free,
-    cpus: int,
-    gpus: int,
-    memory: int,
-    memory_managed: bool,
-) -> tuple[frozenset[int], tuple[str, ...], dict[int, int]] | str:
-    """Take resources, hinted NUMA nodes first (CPU manager ``allocateCPUs``); an error string when
-    the node does not have them at all (the kubelet's ``UnexpectedAdmissionError``)."""
-    aligned = affinity if affinity is not None else frozenset()
-
-    def order_cpu(c: int) -> tuple[int, int]:
-        return (0 if machine.numa_of_cpu(c) in aligned else 1, c)
-
-    def order_gpu(g: str) -> tuple[int, str]:
-        return (0 if machine.numa_of_gpu(g) in aligned else 1, g)
-
-    if cpus > len(free.cpus):
-        return (
-            "not enough cpus available to satisfy request: "
-            f"requested={cpus}, available={len(free.cpus)}"
-        )
-    if gpus > len(free.gpus):
-        return (
-            f"requested number of devices unavailable for {GPU}. "
-            f"Requested: {gpus}, Available: {len(free.gpus)}"
-        )
-    got_cpus = frozenset(_take(sorted(free.cpus, key=order_cpu), cpus))
-    got_gpus = tuple(sorted(_take(sorted(free.gpus, key=order_gpu), gpus)))
-    got_mem: dict[int, int] = {}
-    if memory and memory_managed:
-        left = memory
-        for n in sorted(free.memory, key=lambda i: (0 if i in aligned else 1, i)):
-            take = min(left, max(free.memory[n], 0))
-            if take:
-                got_mem[n] = take
-                left -= take
-            if not left:
-                break
-        if left:
-            return "[memorymanager] failed to find NUMA nodes to extend the current node affinity"
-    free.cpus -= got_cpus
-    free.gpus -= set(got_gpus)
-    for n, b in got_mem.items():
-        free.memory[n] -= b
-    return got_cpus, got_gpus, got_mem
+def _pod(pod: PodRequest) -> model.Pod:
+    return model.Pod(
+        pod.uid,
+        tuple(
+            model.Container(
+                c.name, c.cpu_millis, c.memory, {}, {GPU: c.gpus} if c.gpus else {}, c.init
+            )
+            for c in pod.containers
+        ),
+        pod.guaranteed,
+    )
 
 
 def admit(
     machine: Machine, policy: Policy, held: Iterable[Allocation], pod: PodRequest
 ) -> Decision:
-    """Decide like the kubelet's Topology Manager admit handler, and allocate on success."""
-    free = _free(machine, held)
-    mem_managed = policy.memory == "Static" and pod.guaranteed
-    units: list[tuple[list[Container], int, int, int]] = []
-    if policy.scope == "pod":
-        app = [c for c in pod.containers if not c.init]
-        inits = [c for c in pod.containers if c.init]
-
-        def eff(f: Any) -> int:
-            return max([sum(f(c) for c in app), *(f(c) for c in inits)], default=0)
-
-        units.append(
-            (
-                list(pod.containers),
-                eff(lambda c: _exclusive_cpus(policy, pod, c)),
-                eff(lambda c: c.gpus),
-                eff(lambda c: c.memory),
+    """Decide like the kubelet (``rollout.kubelet.admission``), and allocate on success."""
+    node = model.Node(machine.model(), _config(machine, policy))
+    for i, a in enumerate(held):
+        uid = f"held-{i}"
+        for name in set(a.cpus) | set(a.gpus) | set(a.memory):
+            node.hold(
+                uid,
+                name,
+                a.cpus.get(name, frozenset()),
+                {GPU: a.gpus[name]} if name in a.gpus else None,
+                a.memory.get(name),
             )
-        )
-    else:
-        units = [([c], _exclusive_cpus(policy, pod, c), c.gpus, c.memory) for c in pod.containers]
-    cpus_out: dict[str, frozenset[int]] = {}
-    gpus_out: dict[str, tuple[str, ...]] = {}
-    mem_out: dict[str, dict[int, int]] = {}
-    last: frozenset[int] | None = None
-    for containers, cpus, gpus, memory in units:
-        hints = _provider_hints(machine, policy, pod, cpus, gpus, memory, free)
-        best = (
-            Hint(None, True)
-            if policy.topology == "none"
-            else merge(machine, policy.topology, hints)
-        )
-        if not _admits(policy.topology, best):
-            return Decision(False, TOPOLOGY_AFFINITY_ERROR, TOPOLOGY_AFFINITY_MESSAGE)
-        last = best.affinity
-        for c in containers:
-            c_cpus = _exclusive_cpus(policy, pod, c)
-            before = _Free(set(free.cpus), set(free.gpus), dict(free.memory))
-            got = _allocate(machine, best.affinity, free, c_cpus, c.gpus, c.memory, mem_managed)
-            if isinstance(got, str):
-                return Decision(
-                    False,
-                    UNEXPECTED_ADMISSION_ERROR,
-                    f"Allocate failed due to {got}, which is unexpected",
-                )
-            if c.init:
-                # init containers run to completion first; their resources are reused
-                free.cpus, free.gpus, free.memory = before.cpus, before.gpus, before.memory
-                continue
-            if got[0]:
-                cpus_out[c.name] = got[0]
-            if got[1]:
-                gpus_out[c.name] = got[1]
-            if got[2]:
-                mem_out[c.name] = got[2]
-    return Decision(True, allocation=Allocation(cpus_out, gpus_out, mem_out), numa_affinity=last)
+    v = node.admit(_pod(pod))
+    if not v.admitted:
+        return Decision(False, v.reason, v.message)
+    init = {c.name for c in pod.containers if c.init}
+    cpus = {c: s for c, s in v.cpus.items() if c not in init}
+    gpus = {c: d[GPU] for c, d in v.devices.items() if GPU in d and c not in init}
+    memory: dict[str, dict[int, int]] = {}
+    for c in pod.containers:
+        if c.init or c.name not in v.memory or not c.memory:
+            continue
+        nodes = v.memory[c.name].get("memory", ())
+        memory[c.name] = _spread(node, nodes, c.memory)
+    return Decision(True, allocation=Allocation(cpus, gpus, memory), numa_affinity=v.numa)
+
+
+def _spread(node: model.Node, nodes: Iterable[int], size: int) -> dict[int, int]:
+    """Bytes per NUMA node of a block, filled node by node as the Memory Manager does."""
+    out: dict[int, int] = {}
+    left = size
+    for n in nodes:
+        if not left:
+            break
+        assert node.mem is not None
+        t = node.mem.nodes[n].tables["memory"]
+        # the block was already taken: what this node gave is at most what it had before
+        take = min(left, t.reserved)
+        if take:
+            out[n] = take
+            left -= take
+    return out
 
 
 def machine_from_topology(

@@ -108,6 +108,13 @@ class ManagerState:
             topology=str(config.get("topologyManagerPolicy") or "none"),
             scope=str(config.get("topologyManagerScope") or "container"),
             memory=str(config.get("memoryManagerPolicy") or "None"),
+            cpu_options={
+                str(k): str(v) for k, v in (config.get("cpuManagerPolicyOptions") or {}).items()
+            },
+            topology_options={
+                str(k): str(v)
+                for k, v in (config.get("topologyManagerPolicyOptions") or {}).items()
+            },
         )
         reserved = (
             nodeapi.reserved_cpus(config, topology) if self.policy.cpu == "static" else frozenset()
