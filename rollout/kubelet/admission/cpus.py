@@ -78,9 +78,6 @@ class CPUTopology:
     def numa_of(self, cpu: int) -> int:
         return self.cpus[cpu].numa
 
-    def in_numa(self, nodes: Iterable[int]) -> frozenset[int]:
-        return frozenset().union(*(self.members("numa", n) for n in nodes))
-
     def sockets_of_numa(self, nodes: Iterable[int]) -> frozenset[int]:
         want = set(nodes)
         return frozenset(i.socket for i in self.cpus.values() if i.numa in want)

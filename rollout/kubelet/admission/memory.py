@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from rollout.kubelet.admission.static import AdmissionFailure, unexpected
+from rollout.kubelet.admission.static import unexpected
 from rollout.kubelet.admission.topology import Hint, Mask, iterate_masks, narrower
 
 MEMORY = "memory"
@@ -194,7 +194,3 @@ class MemoryPolicy:
                     t.free += give
                     t.reserved -= give
                     left -= give
-
-
-def failure_is_memory(f: AdmissionFailure) -> bool:
-    return "[memorymanager]" in f.message

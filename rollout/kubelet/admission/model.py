@@ -335,6 +335,3 @@ class Node:
             self.release(pod.uid)
             return Verdict(pod.uid, False, f.reason, f.message)
         return Verdict(pod.uid, True, "", "", last, acc.cpus, acc.devices, acc.memory)
-
-    def admit_all(self, pods: Sequence[Pod]) -> list[Verdict]:
-        return [self.admit(p) for p in pods]

@@ -117,9 +117,6 @@ class Allocation:
     def all_cpus(self) -> frozenset[int]:
         return frozenset().union(*self.cpus.values()) if self.cpus else frozenset()
 
-    def all_gpus(self) -> frozenset[str]:
-        return frozenset(g for gs in self.gpus.values() for g in gs)
-
 
 @dataclass(frozen=True)
 class Decision:
