@@ -68,20 +68,36 @@ def lab() -> None:
     help=f"Node distribution, repeatable or comma-separated, assigned round-robin "
     f"({', '.join(DISTRIBUTIONS)}; default kubeadm).",
 )
+@click.option(
+    "--kubelet",
+    type=click.Choice(["sim", "real"]),
+    default="sim",
+    show_default=True,
+    help="Which kubelet the nodes run: the simulation, or the real kubelet binary of the lab's "
+    "version against a fake container runtime (built once; docs/lab-real-kubelet.md).",
+)
 @name_option
 @workdir_option
 @output_option
-def up(count: int, dists: tuple[str, ...], name: str, workdir: Path | None, output: str) -> None:
+def up(
+    count: int,
+    dists: tuple[str, ...],
+    kubelet: str,
+    name: str,
+    workdir: Path | None,
+    output: str,
+) -> None:
     """Build or reuse the binaries, start the control plane and nodes, wait until Ready.
 
     \b
     Examples:
       rollout lab up --nodes 4 --distribution kubeadm,k3s
       rollout lab up --nodes 2 --name ci -o json | jq -r .kubeconfig
+      rollout lab up --nodes 2 --kubelet real
     """
     t0 = time.monotonic()
     lab_ = Lab(name, workdir)
-    lab_.up(count, _distributions(dists), progress=_progress)
+    lab_.up(count, _distributions(dists), progress=_progress, kubelet=kubelet)
     seconds = time.monotonic() - t0
     _progress(f"lab {name} up in {seconds:.1f}s; {lab_.dir}")
     if output == "json":
