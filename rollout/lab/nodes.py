@@ -328,6 +328,7 @@ def write_node_files(
         from rollout.lab import realnode
 
         assert kubelet_bin is not None, "a real-kubelet node needs the kubelet's bin dir"
+        files = realnode.current_flags(files)
         units = realnode.unit(node.unit, kubelet_bin, lay.unit_path, lay.drop_ins)
         gpus = realnode.gpus(node.shape.topology())
         files[realnode.GPU_FILE] = "".join(f"{g}={numa}\n" for g, numa in gpus)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -74,6 +75,19 @@ def lab_flags(node_ip: str, labels: Mapping[str, str]) -> list[str]:
         f"--node-ip={node_ip}",
         "--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
     ]
+
+
+#: flags the distribution's seeded files still carry but the lab's kubelet no longer knows (it would
+#: exit with "unknown flag"); the distributions' own tools stopped writing them for these versions
+REMOVED_FLAGS = ("--pod-infra-container-image",)
+
+
+def current_flags(files: Mapping[str, str]) -> dict[str, str]:
+    """The seeded node files with :data:`REMOVED_FLAGS` taken out of every flag, as kubeadm and
+    the EKS bootstrap write them for the lab's kubelet version (kubelet 1.35 removed
+    ``--pod-infra-container-image``; kubeadm stopped writing it before)."""
+    pattern = re.compile(r"\s*(?:" + "|".join(map(re.escape, REMOVED_FLAGS)) + r")[= ][^\s\"']+")
+    return {path: pattern.sub("", text) for path, text in files.items()}
 
 
 # ------------------------------------------------------------------------------- build

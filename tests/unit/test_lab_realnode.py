@@ -129,3 +129,18 @@ def test_real_node_seeds_gpu_file_and_real_unit(tmp_path: Path) -> None:
     assert "/sys/devices/system/cpu" in nodes._holder_script(node, tmp_path, Path("/shim"))
     sim = LabNode("n1", 1, "kubeadm", "t")
     assert "/sys/devices/system/cpu" not in nodes._holder_script(sim, tmp_path, Path("/shim"))
+
+
+def test_flags_the_labs_kubelet_no_longer_knows_are_not_seeded() -> None:
+    for dist in ("kubeadm", "eks-al2"):
+        files = seed_files(dist, CTX)
+        assert any("--pod-infra-container-image" in t for t in files.values())
+        out = realnode.current_flags(files)
+        assert not any("--pod-infra-container-image" in t for t in out.values())
+        changed = [p for p in files if files[p] != out[p]]
+        assert changed and all(out[p].strip() for p in changed)
+    flags = realnode.current_flags(seed_files("kubeadm", CTX))["/var/lib/kubelet/kubeadm-flags.env"]
+    assert flags == (
+        'KUBELET_KUBEADM_ARGS="--container-runtime-endpoint='
+        'unix:///var/run/containerd/containerd.sock"\n'
+    )
