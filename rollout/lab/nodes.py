@@ -486,12 +486,16 @@ def start_node(
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
     try:
         (node_dir / "holder.ready").unlink(missing_ok=True)
+        # `ip netns exec` remounts /sys for the namespace, which hides /sys/fs/cgroup; the real
+        # kubelet needs the cgroup mounts, so a real-kubelet node enters the netns with nsenter
+        enter_net = (
+            ["nsenter", f"--net=/run/netns/{node.netns}"]
+            if node.kubelet == "real"
+            else ["ip", "netns", "exec", node.netns]
+        )
         holder = _spawn(
             [
-                "ip",
-                "netns",
-                "exec",
-                node.netns,
+                *enter_net,
                 "unshare",
                 "--mount",
                 "--uts",
