@@ -210,6 +210,11 @@ def hardware_tree(shape: Any, node_dir: Path, gpus: Sequence[tuple[str, int]]) -
         "HugePages_Total:       0\nHugePages_Free:        0\nHugePages_Rsvd:        0\n"
         "HugePages_Surp:        0\nHugepagesize:       2048 kB\n"
     )
+    try:
+        resolv = Path("/etc/resolv.conf").read_text()
+    except OSError:
+        resolv = ""
+    (node_dir / "resolv.conf").write_text(resolv or "nameserver 127.0.0.53\n")
     sysctl = node_dir / "proc-sys"
     for t in KERNEL_TUNABLES:
         dest = sysctl / t.replace("/", ".")
@@ -224,6 +229,11 @@ def holder_binds(node_dir: Path) -> list[str]:
     """Shell lines for the node's holder: bind the generated hardware and tunables (node mount
     namespace only; propagation is private, so the host never sees them)."""
     lines = [
+        # a private /run, as a node has its own: the kubelet reads the node's resolvConf
+        # (/run/systemd/resolve/resolv.conf in the distributions' files) to build every sandbox
+        "mount -t tmpfs -o mode=755 rollout-lab-run /run",
+        "mkdir -p /run/sshd /run/systemd/resolve",
+        f"cp {node_dir}/resolv.conf /run/systemd/resolve/resolv.conf",
         f"mount --bind {node_dir}/sys/cpu /sys/devices/system/cpu",
         f"mount --bind {node_dir}/proc/cpuinfo /proc/cpuinfo",
         f"mount --bind {node_dir}/proc/meminfo /proc/meminfo",

@@ -178,6 +178,11 @@ def test_real_kubelet_nodes(lab: Lab, lab_nodes: Any, namespace: str) -> None:
     state = json.loads((root / "var/lib/kubelet" / ck.CPU_STATE_FILE).read_text())
     assert not parse(state["defaultCpuSet"]) & cpus  # exclusive
 
+    def running() -> bool:
+        return bool(_get(lab, f"{ns}/fits").get("status", {}).get("phase") == "Running")
+
+    _wait(running, 60, "pod fits Running (sandbox and container from the fake CRI)")
+
     # --- more CPUs than one NUMA node has: the real Topology Manager rejects it
     code, body = lab.api.request("POST", ns, _pod("too-big", a, {"cpu": "40", "memory": "1Gi"}))
     assert code == 201, body

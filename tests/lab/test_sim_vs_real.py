@@ -228,10 +228,16 @@ def test_sim_and_real_kubelet_agree(lab: Lab, lab_nodes: Any, namespace: str) ->
             return ck.parse_cpu(p.read_text()) if p.exists() else None
 
         states[k] = _wait(fresh, 60, f"{n} static checkpoint")
-    assert (states["sim"].policy_name, states["sim"].default_cpu_set) == (
-        states["real"].policy_name,
-        states["real"].default_cpu_set,
-    )
+    # the real kubelet creates the file, then its static policy fills in the default set: wait
+    # (a lasting difference times out here)
+    want = (states["sim"].policy_name, states["sim"].default_cpu_set)
+
+    def same() -> bool:
+        st = fresh(real)
+        return bool(st and (st.policy_name, st.default_cpu_set) == want)
+
+    _wait(same, 30, f"the real checkpoint to match the sim's {want}")
+    assert want == ("static", "0-63")
 
     def gpus(n: str) -> bool:
         code, obj = lab.api.request("GET", f"/api/v1/nodes/{n}")

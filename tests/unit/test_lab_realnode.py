@@ -67,7 +67,10 @@ def test_tunables_start_from_host_values_and_are_bound_per_node(tmp_path: Path) 
     binds = realnode.holder_binds(root)
     assert f"mount --bind {root}/sys/cpu /sys/devices/system/cpu" in binds
     assert any(b.endswith(" /proc/sys/vm/overcommit_memory") for b in binds)
-    assert all(b.startswith("mount --bind ") for b in binds)
+    assert all(b.startswith(("mount ", "mkdir -p /run/", "cp ")) for b in binds)
+    # a private /run with the resolv.conf the distributions' kubelet configs name
+    assert binds[0] == "mount -t tmpfs -o mode=755 rollout-lab-run /run"
+    assert f"cp {root}/resolv.conf /run/systemd/resolve/resolv.conf" in binds
 
 
 def test_gpus_carry_their_numa_node() -> None:
