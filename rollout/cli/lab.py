@@ -74,6 +74,14 @@ def lab() -> None:
     help="Also run Prometheus, Alertmanager and `rollout serve` (tools/build-monitoring-"
     "binaries.sh builds them once): the kubelets' rejections alert and roll back.",
 )
+@click.option(
+    "--kubelet",
+    type=click.Choice(["sim", "real"]),
+    default="sim",
+    show_default=True,
+    help="Which kubelet the nodes run: the simulation, or the real kubelet binary of the lab's "
+    "version against a fake container runtime (built once; docs/lab-real-kubelet.md).",
+)
 @name_option
 @workdir_option
 @output_option
@@ -81,6 +89,7 @@ def up(
     count: int,
     dists: tuple[str, ...],
     monitoring: bool,
+    kubelet: str,
     name: str,
     workdir: Path | None,
     output: str,
@@ -97,10 +106,13 @@ def up(
       rollout lab up --nodes 4 --distribution kubeadm,k3s
       rollout lab up --nodes 2 --name ci -o json | jq -r .kubeconfig
       rollout lab up --nodes 4 --monitoring && eval "$(rollout lab env)"
+      rollout lab up --nodes 2 --kubelet real
     """
     t0 = time.monotonic()
     lab_ = Lab(name, workdir)
-    lab_.up(count, _distributions(dists), progress=_progress, monitoring=monitoring)
+    lab_.up(
+        count, _distributions(dists), progress=_progress, monitoring=monitoring, kubelet=kubelet
+    )
     seconds = time.monotonic() - t0
     _progress(f"lab {name} up in {seconds:.1f}s; {lab_.dir}")
     if output == "json":

@@ -27,6 +27,7 @@ from rollout import assets
 from rollout.errors import LabError
 from rollout.lab import monitoring as mon
 from rollout.lab import nodes as n
+from rollout.lab import realnode
 from rollout.lab.controlplane import ControlPlane, ControlPlaneError, find_bin_dir, missing_binaries
 from rollout.lab.seeds import DISTRIBUTIONS
 
@@ -414,9 +415,14 @@ class Lab:
         wait_ready: bool = True,
         timeout: float = 60.0,
         progress: Progress = lambda _m: None,
+        kubelet: str = "sim",
     ) -> list[n.LabNode]:
-        """Create, seed and start nodes (round-robin over ``distributions``); wait for Ready."""
+        """Create, seed and start nodes (round-robin over ``distributions``); wait for Ready.
+        ``kubelet``: ``sim`` (the simulated kubelet) or ``real`` (:mod:`rollout.lab.realnode`)."""
         cp = self._require_cp()
+        if kubelet not in realnode.KINDS:
+            raise LabError(f"unknown kubelet {kubelet!r}; valid: {', '.join(realnode.KINDS)}")
+        kubelet_bin = realnode.build(progress) if kubelet == "real" else None
         for d in distributions:
             if d not in DISTRIBUTIONS:
                 raise LabError(f"unknown distribution {d!r}; valid: {', '.join(DISTRIBUTIONS)}")
@@ -430,12 +436,18 @@ class Lab:
                 node = n.create_network(
                     name, distributions[k % len(distributions)], self.name, shape
                 )
+                node = replace(node, kubelet=kubelet)
                 node_dir = self.dir / "nodes" / name
                 try:
                     n.remove_node_dir(node_dir)
                     node_dir.mkdir(parents=True)
                     n.write_node_files(
-                        node, node_dir, self._credentials(node), self.socket_path, version
+                        node,
+                        node_dir,
+                        self._credentials(node),
+                        self.socket_path,
+                        version,
+                        kubelet_bin,
                     )
                 except BaseException:
                     n.stop_node(node.netns)
@@ -631,6 +643,7 @@ class Lab:
         timeout: float = 90.0,
         monitoring: bool = False,
         state_dir: Path | None = None,
+        kubelet: str = "sim",
     ) -> None:
         """Start everything and write ``inventory.ini`` and ``plan.yaml`` (and, with
         ``monitoring``, Prometheus, Alertmanager and ``rollout serve``)."""
@@ -640,7 +653,12 @@ class Lab:
                 self.start_monitoring(state_dir, progress)
             names = [f"{self.name}-node{i}" for i in range(1, count + 1)]
             made = self.add_nodes(
-                names, distributions, shape=shape, progress=progress, timeout=timeout
+                names,
+                distributions,
+                shape=shape,
+                progress=progress,
+                timeout=timeout,
+                kubelet=kubelet,
             )
             self.inventory.write_text(
                 inventory_text(made, self.ssh_key, f"lab {self.name} in {self.dir}")
@@ -740,6 +758,7 @@ class Lab:
                         "index": r.node.index,
                         "distribution": r.node.distribution,
                         "lab": r.node.lab,
+                        "kubelet": r.node.kubelet,
                     },
                     "procs": n.procs_to_dict(r.procs),
                 }

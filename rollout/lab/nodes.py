@@ -114,6 +114,7 @@ class LabNode:
     distribution: str
     lab: str
     shape: NodeShape = field(default_factory=NodeShape)
+    kubelet: str = "sim"  # "real": the real kubelet binary (rollout.lab.realnode)
 
     @property
     def ip(self) -> str:
@@ -284,8 +285,10 @@ def write_node_files(
     creds: NodeCredentials,
     socket_path: Path,
     kubelet_version: str,
+    kubelet_bin: Path | None = None,
 ) -> None:
-    """Seed the node's overlay upper dirs (before its namespaces exist)."""
+    """Seed the node's overlay upper dirs (before its namespaces exist). ``kubelet_bin``: the
+    real kubelet's bin dir, for a ``kubelet="real"`` node."""
     if node.distribution not in DISTRIBUTIONS:
         raise LabError(f"unknown distribution {node.distribution!r}; one of {DISTRIBUTIONS}")
     lay = LAYOUTS[node.distribution]
@@ -322,6 +325,14 @@ def write_node_files(
             "environment": {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1"},
         }
     }
+    if node.kubelet == "real":
+        from rollout.lab import realnode
+
+        assert kubelet_bin is not None, "a real-kubelet node needs the kubelet's bin dir"
+        files = realnode.current_flags(files)
+        units = realnode.unit(node.unit, kubelet_bin, lay.unit_path, lay.drop_ins)
+        gpus = realnode.gpus(node.shape.topology())
+        files[realnode.GPU_FILE] = "".join(f"{g}={numa}\n" for g, numa in gpus)
     files["/etc/rollout-lab/units.json"] = json.dumps(units, indent=2) + "\n"
     for o in OVERLAYS:
         _upper(node_dir, o).mkdir(parents=True, exist_ok=True)
@@ -334,6 +345,8 @@ def write_node_files(
         if path.endswith(".key") or "kubeconfig" in path or path.endswith(".conf"):
             dest.chmod(0o600)
     sysfs_tree(node.shape, node_dir / "sys")
+    if node.kubelet == "real":
+        realnode.hardware_tree(node.shape, node_dir, gpus)
 
 
 def _holder_script(node: LabNode, node_dir: Path, shim: Path) -> str:
@@ -348,6 +361,10 @@ def _holder_script(node: LabNode, node_dir: Path, shim: Path) -> str:
     if Path("/sys/bus/pci/devices").is_dir():
         lines.append(f"mount --bind {node_dir}/sys/pci /sys/bus/pci/devices")
     lines.append(f"mount --bind {shim} /usr/bin/systemctl")
+    if node.kubelet == "real":
+        from rollout.lab.realnode import holder_binds
+
+        lines += holder_binds(node_dir)
     lines.append(f"hostname {node.name}")
     lines.append(f"touch {node_dir}/holder.ready")
     lines.append("exec sleep infinity")
@@ -470,12 +487,16 @@ def start_node(
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
     try:
         (node_dir / "holder.ready").unlink(missing_ok=True)
+        # `ip netns exec` remounts /sys for the namespace, which hides /sys/fs/cgroup; the real
+        # kubelet needs the cgroup mounts, so a real-kubelet node enters the netns with nsenter
+        enter_net = (
+            ["nsenter", f"--net=/run/netns/{node.netns}"]
+            if node.kubelet == "real"
+            else ["ip", "netns", "exec", node.netns]
+        )
         holder = _spawn(
             [
-                "ip",
-                "netns",
-                "exec",
-                node.netns,
+                *enter_net,
                 "unshare",
                 "--mount",
                 "--uts",

@@ -82,11 +82,13 @@ def lab_nodes(
     made: list[str] = []
     slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:20].strip("-")
 
-    def make(count: int = 2, distribution: str = "kubeadm", ready: bool = True) -> Nodes:
+    def make(
+        count: int = 2, distribution: str = "kubeadm", ready: bool = True, kubelet: str = "sim"
+    ) -> Nodes:
         prefix = f"t{next(_counter)}-{slug}"
         names = [f"{prefix}-{i}" for i in range(1, count + 1)]
         made.extend(names)
-        nodes = lab.add_nodes(names, distribution.split(","), wait_ready=ready)
+        nodes = lab.add_nodes(names, distribution.split(","), wait_ready=ready, kubelet=kubelet)
         inv = lab.write_inventory(names, tmp_path / f"{prefix}.ini")
         return Nodes(nodes, inv)
 

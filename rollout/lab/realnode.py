@@ -1,0 +1,364 @@
+"""The real kubelet in a lab node (``rollout lab up --kubelet real``).
+
+A real-kubelet node is an ordinary lab node (network, mount and UTS namespaces, real sshd, the
+``systemctl`` shim, the distribution's files in the overlays) whose unit runs this module instead
+of the simulated kubelet. At every (re)start of the unit it:
+
+1. makes sure the node's fake container runtime (``fakecri``: the in-memory CRI runtime and image
+   services of ``k8s.io/cri-client/pkg/fake``) and fake GPU device plugin (``fakedeviceplugin``,
+   device plugin API v1beta1, ``nvidia.com/gpu``, each device on its NUMA node) are running;
+2. reads the node's files the way the distribution's service does (:func:`kubelet_argv`: the flags
+   files of :mod:`rollout.kubelet.distributions`, the config file, the drop-in directory), adds
+   the lab's own flags (:data:`LAB_FLAGS`, last, so they win) and ``exec``\\ s the real kubelet.
+
+The lab flags only switch off what cannot work without a container runtime, systemd or cgroup v2
+on the lab machine. They are flags, not a config drop-in, so the files the tool under test renders,
+lints and writes are exactly the node's files; ``/configz`` shows the flag values for those fields
+(``docs/lab-real-kubelet.md`` lists them).
+
+The node's hardware as the kubelet sees it (cadvisor reads ``/sys/devices/system/{cpu,node}``,
+``/proc/cpuinfo`` and ``/proc/meminfo``) comes from trees generated here (:func:`hardware_tree`)
+and bound over those paths inside the node's mount namespace only (:func:`holder_binds`). The
+kernel tunables the kubelet sets at start (``vm.overcommit_memory``, ``kernel.panic``...) are
+files bound over their ``/proc/sys`` paths in the same namespace, so its writes land in the node
+directory and never on the host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rollout import assets
+from rollout.errors import LabError
+
+KINDS = ("sim", "real")
+BINARIES = ("kubelet", "fakecri", "fakedeviceplugin")
+CRI_SOCKET = "/var/lib/rollout-lab/cri.sock"
+GPU_FILE = "/etc/rollout-lab/gpus.txt"
+STATE_DIR = Path("/var/lib/rollout-lab")
+
+#: sysctls the kubelet's container manager sets at start (``setupKernelTunables``; the kubelet
+#: writes them unless ``protectKernelDefaults``): bound over, per node.
+KERNEL_TUNABLES = (
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+)
+
+
+def lab_flags(node_ip: str, labels: Mapping[str, str]) -> list[str]:
+    """Flags the lab adds after the distribution's own (later flags win in the kubelet)."""
+    return [
+        f"--container-runtime-endpoint=unix://{CRI_SOCKET}",
+        # the lab machine has swap accounting off, cgroup v1 and no systemd: the kubelet would
+        # refuse to start or fail to create the QoS cgroups
+        "--fail-swap-on=false",
+        "--fail-cgroupv1=false",
+        "--cgroups-per-qos=false",
+        "--enforce-node-allocatable=",
+        "--local-storage-capacity-isolation=false",
+        # the API server checks the kubelet's serving cert against the lab CA
+        "--tls-cert-file=/etc/rollout-lab/pki/kubelet-serving.crt",
+        "--tls-private-key-file=/etc/rollout-lab/pki/kubelet-serving.key",
+        f"--node-ip={node_ip}",
+        "--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
+    ]
+
+
+#: flags the distribution's seeded files still carry but the lab's kubelet no longer knows (it would
+#: exit with "unknown flag"); the distributions' own tools stopped writing them for these versions
+REMOVED_FLAGS = ("--pod-infra-container-image",)
+
+
+def current_flags(files: Mapping[str, str]) -> dict[str, str]:
+    """The seeded node files with :data:`REMOVED_FLAGS` taken out of every flag, as kubeadm and
+    the EKS bootstrap write them for the lab's kubelet version (kubelet 1.35 removed
+    ``--pod-infra-container-image``; kubeadm stopped writing it before)."""
+    pattern = re.compile(r"\s*(?:" + "|".join(map(re.escape, REMOVED_FLAGS)) + r")[= ][^\s\"']+")
+    return {path: pattern.sub("", text) for path, text in files.items()}
+
+
+# ------------------------------------------------------------------------------- build
+def find_kubelet_bin_dir() -> Path:
+    """``$ROLLOUT_LAB_KUBELET_BIN``, else the version-keyed dir ``tools/build-lab-kubelet.sh``
+    fills (``${ROLLOUT_LAB_CACHE:-~/.cache/rollout-lab}/kubelet-<version>/bin``)."""
+    env = os.environ.get("ROLLOUT_LAB_KUBELET_BIN")
+    if env:
+        return Path(env)
+    version = (assets.lab_tools() / "k8sbin" / "K8S_VERSION").read_text().strip()
+    cache = Path(os.environ.get("ROLLOUT_LAB_CACHE") or Path.home() / ".cache" / "rollout-lab")
+    return cache / f"kubelet-{version}" / "bin"
+
+
+def missing(bin_dir: Path) -> list[str]:
+    return [b for b in BINARIES if not os.access(bin_dir / b, os.X_OK)]
+
+
+def build(progress: Any = lambda _m: None) -> Path:
+    """Build (or reuse) the real kubelet and the node fakes; returns their bin dir."""
+    script = assets.lab_tools() / "build-lab-kubelet.sh"
+    progress("real kubelet: tools/build-lab-kubelet.sh (builds once per version)")
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise LabError(f"{script} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    bin_dir = Path(proc.stdout.strip().splitlines()[-1])
+    if missing(bin_dir):
+        raise LabError(f"{bin_dir}: missing {', '.join(missing(bin_dir))} after the build")
+    return bin_dir
+
+
+# ------------------------------------------------------------------------------- hardware
+def _cpu_layout(shape: Any) -> dict[int, tuple[int, int]]:
+    """cpu id -> (socket, core id in socket), Linux thread-major numbering as the sim uses."""
+    out: dict[int, tuple[int, int]] = {}
+    for numa in range(shape.sockets):
+        for k, cpu in enumerate(shape.numa_cpus(numa)):
+            out[cpu] = (numa, k % shape.cores_per_socket)
+    return out
+
+
+def _cpulist(ids: Sequence[int]) -> str:
+    from rollout.kubelet.cpuset import format_cpus
+
+    return format_cpus(ids)
+
+
+def hardware_tree(shape: Any, node_dir: Path, gpus: Sequence[tuple[str, int]]) -> None:
+    """Write the files bound over ``/sys/devices/system/{cpu,node}``, ``/proc/{cpuinfo,meminfo}``
+    and the kernel tunables, under ``node_dir`` (``sys/`` already holds the sim's node tree)."""
+    layout = _cpu_layout(shape)
+    n = shape.cpus
+    cpu_root = node_dir / "sys" / "cpu"
+    cpu_root.mkdir(parents=True, exist_ok=True)
+    all_cpus = _cpulist(range(n))
+    for f in ("online", "possible", "present"):
+        (cpu_root / f).write_text(all_cpus + "\n")
+    (cpu_root / "offline").write_text("\n")
+    (cpu_root / "kernel_max").write_text(f"{max(n - 1, 8191)}\n")
+    for cpu, (sock, core) in layout.items():
+        siblings = [c for c, sc in layout.items() if sc == (sock, core)]
+        package = [c for c, sc in layout.items() if sc[0] == sock]
+        top = cpu_root / f"cpu{cpu}" / "topology"
+        top.mkdir(parents=True, exist_ok=True)
+        (cpu_root / f"cpu{cpu}" / "online").write_text("1\n")
+        for name, value in (
+            ("core_id", str(core)),
+            ("physical_package_id", str(sock)),
+            ("die_id", "0"),
+            ("thread_siblings_list", _cpulist(siblings)),
+            ("core_cpus_list", _cpulist(siblings)),
+            ("core_siblings_list", _cpulist(package)),
+            ("package_cpus_list", _cpulist(package)),
+        ):
+            (top / name).write_text(value + "\n")
+    node_root = node_dir / "sys" / "node"
+    kib = shape.memory_bytes // shape.sockets // 1024
+    for numa in range(shape.sockets):
+        nd = node_root / f"node{numa}"
+        nd.mkdir(parents=True, exist_ok=True)
+        for cpu in shape.numa_cpus(numa):
+            link = nd / f"cpu{cpu}"
+            if not link.is_symlink():
+                link.symlink_to(f"../../cpu/cpu{cpu}")
+        (nd / "cpumap").write_text("\n")
+        for size in ("2048kB", "1048576kB"):
+            hp = nd / "hugepages" / f"hugepages-{size}"
+            hp.mkdir(parents=True, exist_ok=True)
+            for f in ("nr_hugepages", "free_hugepages", "surplus_hugepages"):
+                (hp / f).write_text("0\n")
+        (nd / "meminfo").write_text(
+            f"Node {numa} MemTotal:       {kib} kB\n"
+            f"Node {numa} MemFree:        {kib * 9 // 10} kB\n"
+            f"Node {numa} MemUsed:        {kib // 10} kB\n"
+            f"Node {numa} HugePages_Total:     0\nNode {numa} HugePages_Free:      0\n"
+        )
+    proc = node_dir / "proc"
+    proc.mkdir(exist_ok=True)
+    blocks = []
+    for cpu in range(n):
+        sock, core = layout[cpu]
+        blocks.append(
+            f"processor\t: {cpu}\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n"
+            f"model name\t: {shape.cpu_model}\nstepping\t: 8\ncpu MHz\t\t: 2000.000\n"
+            f"cache size\t: 107520 KB\nphysical id\t: {sock}\n"
+            f"siblings\t: {shape.cores_per_socket * shape.threads_per_core}\n"
+            f"core id\t\t: {core}\ncpu cores\t: {shape.cores_per_socket}\n"
+            f"apicid\t\t: {cpu}\nfpu\t\t: yes\nflags\t\t: fpu vme de pse tsc msr pae mce cx8 "
+            "apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2 ss ht syscall nx "
+            "lm constant_tsc nopl xtopology cpuid pni ssse3 sse4_1 sse4_2 avx avx2 avx512f\n"
+            "bogomips\t: 4000.00\n"
+        )
+    (proc / "cpuinfo").write_text("\n".join(blocks) + "\n")
+    total = shape.memory_bytes // 1024
+    (proc / "meminfo").write_text(
+        f"MemTotal:       {total} kB\nMemFree:        {total * 9 // 10} kB\n"
+        f"MemAvailable:   {total * 9 // 10} kB\nBuffers:               0 kB\n"
+        "Cached:                0 kB\nSwapCached:            0 kB\n"
+        "SwapTotal:             0 kB\nSwapFree:              0 kB\n"
+        "HugePages_Total:       0\nHugePages_Free:        0\nHugePages_Rsvd:        0\n"
+        "HugePages_Surp:        0\nHugepagesize:       2048 kB\n"
+    )
+    try:
+        resolv = Path("/etc/resolv.conf").read_text()
+    except OSError:
+        resolv = ""
+    (node_dir / "resolv.conf").write_text(resolv or "nameserver 127.0.0.53\n")
+    sysctl = node_dir / "proc-sys"
+    for t in KERNEL_TUNABLES:
+        dest = sysctl / t.replace("/", ".")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:  # start from the host's value, as a fresh machine would have its own defaults
+            dest.write_text(Path("/proc/sys", t).read_text())
+        except OSError:
+            dest.write_text("0\n")
+
+
+def holder_binds(node_dir: Path) -> list[str]:
+    """Shell lines for the node's holder: bind the generated hardware and tunables (node mount
+    namespace only; propagation is private, so the host never sees them)."""
+    lines = [
+        # a private /run, as a node has its own: the kubelet reads the node's resolvConf
+        # (/run/systemd/resolve/resolv.conf in the distributions' files) to build every sandbox
+        "mount -t tmpfs -o mode=755 rollout-lab-run /run",
+        "mkdir -p /run/sshd /run/systemd/resolve",
+        f"cp {node_dir}/resolv.conf /run/systemd/resolve/resolv.conf",
+        f"mount --bind {node_dir}/sys/cpu /sys/devices/system/cpu",
+        f"mount --bind {node_dir}/proc/cpuinfo /proc/cpuinfo",
+        f"mount --bind {node_dir}/proc/meminfo /proc/meminfo",
+    ]
+    for t in KERNEL_TUNABLES:
+        if Path("/proc/sys", t).exists():
+            lines.append(f"mount --bind {node_dir}/proc-sys/{t.replace('/', '.')} /proc/sys/{t}")
+    return lines
+
+
+def gpus(topology: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """(device id, NUMA node) of the node's simulated GPUs."""
+    return [
+        (str(g), int(n["id"])) for n in topology.get("numaNodes") or () for g in n.get("gpus") or ()
+    ]
+
+
+def unit(node_unit: str, bin_dir: Path, fragment: str, drop_ins: Sequence[str]) -> dict[str, Any]:
+    """The node's units.json entry: this module as the unit's command."""
+    pythonpath = os.pathsep.join(
+        p for p in (str(assets.import_root()), os.environ.get("PYTHONPATH")) if p
+    )
+    return {
+        node_unit: {
+            "execStart": [
+                sys.executable,
+                "-m",
+                "rollout.lab.realnode",
+                "--node-config",
+                "/etc/rollout-lab/node.json",
+                "--bin-dir",
+                str(bin_dir),
+            ],
+            "log": "/var/log/kubelet.log",
+            "restartSec": 1.0,
+            "description": f"real kubelet ({node_unit}.service, lab)",
+            "fragmentPath": fragment,
+            "dropInPaths": list(drop_ins),
+            "environment": {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1"},
+        }
+    }
+
+
+# ------------------------------------------------------------------------------- command line
+def kubelet_argv(cfg: Mapping[str, Any], bin_dir: Path, root: Path = Path("/")) -> list[str]:
+    """The kubelet's command line as the distribution's service builds it from the node's files
+    under ``root``, plus :func:`lab_flags`."""
+    from rollout.kubelet import distributions, loading
+
+    dist = distributions.get(str(cfg["distribution"]))
+    files = loading.load_node(dist, root)
+    flags = loading.node_flags(files)
+    names = {f.name for f in flags}
+    argv = [str(bin_dir / "kubelet")]
+    if (
+        dist.config_file
+        and "config" not in names
+        and (root / dist.config_file.lstrip("/")).exists()
+    ):
+        argv.append(f"--config={dist.config_file}")
+    if dist.dropin_dir and dist.dropin_always and "config-dir" not in names:
+        argv.append(f"--config-dir={dist.dropin_dir}")
+    if "kubeconfig" not in names:
+        argv.append(f"--kubeconfig={cfg['kubeconfig']}")
+    if "root-dir" not in names and cfg.get("rootDir", "/var/lib/kubelet") != "/var/lib/kubelet":
+        argv.append(f"--root-dir={cfg['rootDir']}")
+    argv += [f"--{f.name}={f.value}" for f in flags]
+    argv += lab_flags(str(cfg["nodeIP"]), cfg.get("labels") or {})
+    return argv
+
+
+# ------------------------------------------------------------------------------- unit command
+def _alive(pidfile: Path, exe: Path) -> bool:
+    try:
+        pid = int(pidfile.read_text().strip())
+        return Path(f"/proc/{pid}/exe").resolve() == exe.resolve()
+    except (OSError, ValueError):
+        return False
+
+
+def _ensure(name: str, argv: list[str], ready: Path | None) -> None:
+    """Start ``argv`` detached unless the process recorded in its pid file still runs."""
+    pidfile = STATE_DIR / f"{name}.pid"
+    if not _alive(pidfile, Path(argv[0])):
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        with open(f"/var/log/rollout-lab-{name}.log", "ab") as log:
+            p = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+            )
+        pidfile.write_text(f"{p.pid}\n")
+    deadline = time.monotonic() + 10
+    while ready is not None and not ready.exists():
+        if time.monotonic() > deadline:
+            raise LabError(f"{name} did not create {ready} within 10s")
+        time.sleep(0.05)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="rollout.lab.realnode", description=__doc__)
+    ap.add_argument("--node-config", required=True, type=Path)
+    ap.add_argument("--bin-dir", required=True, type=Path)
+    ap.add_argument("--print", action="store_true", help="print the kubelet command, run nothing")
+    a = ap.parse_args(argv)
+    cfg = json.loads(a.node_config.read_text())
+    cmd = kubelet_argv(cfg, a.bin_dir)
+    if a.print:
+        print(json.dumps(cmd))
+        return 0
+    _ensure(
+        "fakecri", [str(a.bin_dir / "fakecri"), f"-listen=unix://{CRI_SOCKET}"], Path(CRI_SOCKET)
+    )
+    plugin_dir = str(cfg.get("rootDir") or "/var/lib/kubelet").rstrip("/") + "/device-plugins"
+    _ensure(
+        "fakedeviceplugin",
+        [
+            str(a.bin_dir / "fakedeviceplugin"),
+            f"-plugin-dir={plugin_dir}",
+            f"-devices-file={GPU_FILE}",
+        ],
+        None,
+    )
+    print("rollout lab: exec " + " ".join(cmd), file=sys.stderr, flush=True)
+    os.execv(cmd[0], cmd)
+    return 0  # pragma: no cover
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
