@@ -396,7 +396,11 @@ def prepare(
         warnings += [b.describe() for b in blocking_pdbs(n, pods.get(n, []), pdbs)]
     for b in batches:
         problems += check_capacity(b.nodes, all_nodes, pods)
-    previews = _previews(cluster, moving, facts, raw_facts, facts_dir)
+    previews: list[NodePreview] = []
+    try:
+        previews = _previews(cluster, moving, facts, raw_facts, facts_dir)
+    except ValueError as e:  # the kubelet would not start with this config (its own words)
+        problems.append(f"admission preview: the kubelet would not start: {e}")
     accepted: list[str] = []
     for pv in previews:
         rejected = [p.describe(pv.node) for p in pv.rejected_running]

@@ -2,11 +2,12 @@
 pods and Deployments read from the real API server, the rejection made by the lab kubelet.
 
 A Deployment of Guaranteed pods asking for 6 GPUs (the lab's nodes have 4 per NUMA node, 8 in
-all) runs on the canary under the old config (Topology Manager ``none``). ``rollout preview``
-predicts its pod rejected under the plan's ``single-numa-node``, with the numbers;
+all) and one asking for 2 run on the canary under the old config (Topology Manager ``none``).
+``rollout preview`` predicts the 6-GPU pod rejected under the plan's ``single-numa-node``, with
+the numbers, and the 2-GPU pod admitted;
 ``apply --canary`` refuses (exit 3) and leaves the node untouched; with
 ``--accept-predicted-rejections`` it goes on, journals the accepted prediction, and the
-recreated pod is rejected by the kubelet with the predicted reason and message.
+recreated pods match the prediction pod for pod.
 """
 
 from __future__ import annotations
@@ -38,7 +39,10 @@ def test_predicted_rejection_refuses_the_canary_until_accepted(
     env = ck.env(lab, state)
     _deployment(lab, namespace, "numa-misfit", node, 6)
     ck.wait_for(lambda: _running(lab, namespace), 60, "the 6-GPU pod running on the old config")
+    _deployment(lab, namespace, "numa-fit", node, 2)
+    ck.wait_for(lambda: len(_running(lab, namespace)) == 2, 60, "the 2-GPU pod running too")
     workload = f"Deployment/{namespace}/numa-misfit"
+    fitting = f"Deployment/{namespace}/numa-fit"
     numbers = f"needs 6 nvidia.com/gpu on one NUMA node; the largest NUMA node of {node} has 4"
     common = ["--plan", str(plan), "-i", str(inv), "--canary"]
 
@@ -51,6 +55,9 @@ def test_predicted_rejection_refuses_the_canary_until_accepted(
     assert pred["reason"] == TAE
     assert pred["message"] == "Resources cannot be allocated with Topology locality"
     assert pred["numbers"] == numbers
+    (fit,) = [p for p in pv["pods"] if p["workload"] == fitting]
+    assert fit["running"] and fit["verdict"] == "admitted" and not fit["reason"]
+    assert fit["numbers"].startswith("admitted on NUMA node(s) ")
 
     before = ck.snapshot(lab, node)
     r = ck.cli(["apply", *common, "--yes"], env)
@@ -59,7 +66,7 @@ def test_predicted_rejection_refuses_the_canary_until_accepted(
     assert "--accept-predicted-rejections" in r.stderr
     assert ck.snapshot(lab, node) == before and not ck.unschedulable(lab, node)
     assert ck.latest_journal(state) is None
-    assert _running(lab, namespace)  # nothing evicted
+    assert len(_running(lab, namespace)) == 2  # nothing evicted
 
     r = ck.cli(["apply", *common, "--dry-run", "--accept-predicted-rejections"], env)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -75,11 +82,19 @@ def test_predicted_rejection_refuses_the_canary_until_accepted(
     (accepted,) = [e for e in journal.entries() if e.step == "predicted-rejections-accepted"]
     (line,) = accepted.data["rejections"]
     assert workload in line and numbers in line
-    # the recreated pod: rejected by the kubelet as predicted
+    assert fitting not in r.stderr  # only the predicted rejection is named
+    # the recreated pods, pod for pod: the misfit rejected as predicted, the fit admitted
     rejected = ck.wait_for(
         lambda: [p for p in _pods(lab, namespace) if p["status"].get("reason") == TAE],
         60,
-        "the recreated pod rejected",
+        "the recreated 6-GPU pod rejected",
     )
+    assert {p["metadata"]["labels"]["app"] for p in rejected} == {"numa-misfit"}
     assert pred["message"] in rejected[0]["status"]["message"]
+    running = ck.wait_for(
+        lambda: [p for p in _running(lab, namespace) if p["spec"].get("nodeName") == node],
+        60,
+        "the recreated 2-GPU pod running on the changed node",
+    )
+    assert {p["metadata"]["labels"]["app"] for p in running} == {"numa-fit"}
     print(f"test {time.monotonic() - started:.1f}s")
