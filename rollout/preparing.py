@@ -45,7 +45,7 @@ from rollout.planning import (
     make_batches,
     parse_strategy,
 )
-from rollout.previewing import NodePreview, fleet_misfits, preview_node
+from rollout.previewing import NodePreview, decide, fleet_misfits, preview_node
 from rollout.verifying import WATCHED
 
 
@@ -401,15 +401,9 @@ def prepare(
         previews = _previews(cluster, moving, facts, raw_facts, facts_dir)
     except ValueError as e:  # the kubelet would not start with this config (its own words)
         problems.append(f"admission preview: the kubelet would not start: {e}")
-    accepted: list[str] = []
-    for pv in previews:
-        rejected = [p.describe(pv.node) for p in pv.rejected_running]
-        if accept_predicted_rejections:
-            accepted += rejected
-        else:
-            problems += [f"{r} (--accept-predicted-rejections to go on)" for r in rejected]
-        warnings += [p.describe(pv.node) for p in pv.rejected_candidates]
-    warnings += [f"{w} fits no node in scope under the new config" for w in fleet_misfits(previews)]
+    refused, warned, accepted = decide(previews, accept_predicted_rejections)
+    problems += refused
+    warnings += warned
     if problems:
         raise PreflightError("preflight refused the change:\n  " + "\n  ".join(problems))
     return Prepared(

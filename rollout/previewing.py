@@ -271,6 +271,26 @@ def fleet_misfits(previews: Iterable[NodePreview]) -> list[str]:
     return sorted(w for w, ok in seen.items() if not ok)
 
 
+def decide(previews: Sequence[NodePreview], accept: bool) -> tuple[list[str], list[str], list[str]]:
+    """Preflight's use of the preview: (refusals, warnings, accepted).
+
+    A running pod predicted rejected is a refusal, or accepted with ``accept``; a workload that
+    can land and is predicted rejected, and a workload that fits no node in scope, are warnings.
+    """
+    refusals: list[str] = []
+    warnings: list[str] = []
+    accepted: list[str] = []
+    for pv in previews:
+        rejected = [p.describe(pv.node) for p in pv.rejected_running]
+        if accept:
+            accepted += rejected
+        else:
+            refusals += [f"{r} (--accept-predicted-rejections to go on)" for r in rejected]
+        warnings += [p.describe(pv.node) for p in pv.rejected_candidates]
+    warnings += [f"{w} fits no node in scope under the new config" for w in fleet_misfits(previews)]
+    return refusals, warnings, accepted
+
+
 def render_text(previews: Sequence[NodePreview]) -> str:
     """The preview as lines a person reads: per node, per pod, then the fleet view."""
     lines: list[str] = []

@@ -9,6 +9,7 @@ import pytest
 
 from rollout.kubelet.facts import node_facts_from_dict
 from rollout.previewing import (
+    decide,
     fleet_misfits,
     lands_on,
     preview_node,
@@ -281,3 +282,34 @@ def test_fleet_view_lists_workloads_that_fit_no_node() -> None:
     assert "fits no node in scope: Deployment/ml/big" in text
     assert "REJECTED TopologyAffinityError" in text
     assert "the largest NUMA node of gpu-08 has 4" in text
+
+
+@pytest.mark.parametrize(
+    ("accept", "refused", "accepted"),
+    [(False, 1, 0), (True, 0, 1)],
+)
+def test_decide_refuses_a_running_pod_unless_accepted(
+    accept: bool, refused: int, accepted: int
+) -> None:
+    objs = [
+        _deployment("train", _spec(6)),
+        _replicaset("train-1", "train"),
+        _deployment("big", _spec(6)),
+        _deployment("small", _spec(2)),
+    ]
+    pv = preview_node(NODE, FACTS, SINGLE, [_pod("train-1-a", "train-1", _spec(6))], objs)
+    got_refused, warnings, got_accepted = decide([pv], accept)
+    assert (len(got_refused), len(got_accepted)) == (refused, accepted)
+    line = (got_refused or got_accepted)[0]
+    assert line.startswith(
+        "pod ml/train-1-a of Deployment/ml/train predicted rejected on node gpu-07"
+    )
+    assert "needs 6 nvidia.com/gpu on one NUMA node; the largest NUMA node of gpu-07 has 4" in line
+    assert ("--accept-predicted-rejections" in line) is not accept
+    # the 6-GPU workloads fit no node of this scope; the 2-GPU one is admitted
+    assert warnings == [
+        "workload Deployment/ml/big predicted rejected on node gpu-07: TopologyAffinityError: "
+        "needs 6 nvidia.com/gpu on one NUMA node; the largest NUMA node of gpu-07 has 4",
+        "Deployment/ml/big fits no node in scope under the new config",
+        "Deployment/ml/train fits no node in scope under the new config",
+    ]
