@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 
 class Step(StrEnum):
@@ -97,6 +98,7 @@ class NodeFacts:
         numa: NUMA layout, one CPU list string per NUMA node, in node order.
         gpu_model: ``vendor:device`` of the GPUs ("" when none).
         files: current kubelet files: path -> bytes (None: absent).
+        kubelet_after: the effective KubeletConfiguration after the change (the preview's input).
     """
 
     host: str
@@ -106,6 +108,7 @@ class NodeFacts:
     numa: tuple[str, ...] = ()
     gpu_model: str = ""
     files: Mapping[str, bytes | None] = field(default_factory=dict)
+    kubelet_after: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

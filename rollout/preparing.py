@@ -45,6 +45,7 @@ from rollout.planning import (
     make_batches,
     parse_strategy,
 )
+from rollout.previewing import NodePreview, decide, fleet_misfits, preview_node
 from rollout.verifying import WATCHED
 
 
@@ -118,6 +119,9 @@ class Prepared:
         diffs: node -> unified diff of every file.
         report: facts worth printing (API server version, ``resource.k8s.io``).
         warnings: PDBs that may block, render warnings (not refusals).
+        previews: the admission preview of every node that moves.
+        accepted: predicted rejections of running pods, accepted with
+            ``--accept-predicted-rejections`` (apply journals them).
     """
 
     strategy: Strategy
@@ -128,6 +132,8 @@ class Prepared:
     diffs: Mapping[str, str]
     report: tuple[str, ...] = ()
     warnings: tuple[str, ...] = field(default=())
+    previews: tuple[NodePreview, ...] = ()
+    accepted: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready plan (``--dry-run -o json``)."""
@@ -146,6 +152,11 @@ class Prepared:
             },
             "report": list(self.report),
             "warnings": list(self.warnings),
+            "preview": {
+                "nodes": [p.to_dict() for p in self.previews],
+                "fitsNoNode": fleet_misfits(self.previews),
+            },
+            "acceptedPredictedRejections": list(self.accepted),
         }
 
 
@@ -173,6 +184,21 @@ class ClusterReader:
 
     def dra(self, versions: list[str]) -> dict[str, list[str]]:
         return self._kn.dra_drivers_by_node(self.api, versions)
+
+    def node_objects(self) -> dict[str, dict[str, Any]]:
+        from rollout.kube import workloads
+
+        return workloads.node_objects(self.api)
+
+    def pod_objects(self, node: str) -> list[dict[str, Any]]:
+        from rollout.kube import workloads
+
+        return workloads.pod_objects(self.api, node)
+
+    def controllers(self) -> list[dict[str, Any]]:
+        from rollout.kube import workloads
+
+        return workloads.controller_objects(self.api)
 
 
 def _gpu_model(raw: Mapping[str, Any]) -> str:
@@ -252,6 +278,7 @@ def node_change(
         numa=tuple(str(n.get("cpus", "")) for n in raw.get("numaNodes") or []),
         gpu_model=_gpu_model(raw),
         files=files,
+        kubelet_after=r.effective_after.config,
     )
     return change, facts, errors, warnings
 
@@ -308,8 +335,12 @@ def prepare(
     raw_facts: Mapping[str, Mapping[str, Any]],
     facts_dir: Path,
     canary_only: bool,
+    accept_predicted_rejections: bool = False,
 ) -> Prepared:
     """Run every preflight check; refuse with every problem named, or return the change.
+
+    A pod running on a node that moves and predicted rejected there under the new config is a
+    refusal unless ``accept_predicted_rejections``; other predicted rejections are warnings.
 
     Raises:
         PreflightError: one or more checks failed (all of them listed).
@@ -365,6 +396,14 @@ def prepare(
         warnings += [b.describe() for b in blocking_pdbs(n, pods.get(n, []), pdbs)]
     for b in batches:
         problems += check_capacity(b.nodes, all_nodes, pods)
+    previews: list[NodePreview] = []
+    try:
+        previews = _previews(cluster, moving, facts, raw_facts, facts_dir)
+    except ValueError as e:  # the kubelet would not start with this config (its own words)
+        problems.append(f"admission preview: the kubelet would not start: {e}")
+    refused, warned, accepted = decide(previews, accept_predicted_rejections)
+    problems += refused
+    warnings += warned
     if problems:
         raise PreflightError("preflight refused the change:\n  " + "\n  ".join(problems))
     return Prepared(
@@ -376,7 +415,29 @@ def prepare(
         diffs={n: unified_diff(changes[n]) for n in moving},
         report=tuple(report),
         warnings=tuple(warnings),
+        previews=tuple(previews),
+        accepted=tuple(accepted),
     )
+
+
+def _previews(
+    cluster: ClusterReader,
+    moving: Sequence[str],
+    facts: Mapping[str, NodeFacts],
+    raw_facts: Mapping[str, Mapping[str, Any]],
+    facts_dir: Path,
+) -> list[NodePreview]:
+    """The admission preview of every node that moves (``rollout.previewing``)."""
+    objects = cluster.node_objects()
+    controllers = cluster.controllers()
+    out = []
+    for n in moving:
+        f = facts[n]
+        hw = node_facts_from_dict(raw_facts[f.host], file=str(facts_dir / f"{f.host}.json"))
+        out.append(
+            preview_node(objects[n], hw, f.kubelet_after, cluster.pod_objects(n), controllers)
+        )
+    return out
 
 
 def hosts_for(inv: Inventory, nodes: Sequence[str]) -> list[str]:

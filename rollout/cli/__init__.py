@@ -23,6 +23,7 @@ _AREAS = (
     "rollout.cli.lint",
     "rollout.cli.lab",
     "rollout.cli.change",
+    "rollout.cli.preview",
     "rollout.cli.gate",
     "rollout.cli.docs",
 )

@@ -23,9 +23,11 @@ from rollout.cli.gate import GATE_HOLDS_EXIT, gate_config
 from rollout.errors import InputError, Location, NodeOperationError, PreflightError, RolloutError
 from rollout.interrupt import Interrupt
 from rollout.journal import ChangeStatus, Journal, new_change_id, replay, state_dir
+from rollout.models import Phase
 from rollout.orchestrator import NoGate, resume, rollback, run_change, summary
 from rollout.plan import Plan, load_plan
 from rollout.planning import DrainPolicy, parse_strategy
+from rollout.previewing import render_text
 from rollout.progress import Progress
 from rollout.protocols import Gate
 from rollout.restoring import Context
@@ -62,7 +64,6 @@ def gate_for(
     With ``interrupt``, the soak ends the moment it is set (a rollback handed to this owner)."""
     from rollout.cli.gate import build_soak_gate
     from rollout.gate import RollbackPolicyGate
-    from rollout.models import Phase
 
     cfg = gate_config(plan)
     if cfg is None:
@@ -220,6 +221,13 @@ _verify_timeout = click.option(
     metavar="REASON",
     help="Run outside the plan's change windows; the reason is journaled.",
 )
+@click.option(
+    "--accept-predicted-rejections",
+    "accept_rejections",
+    is_flag=True,
+    help="Go on although pods running on a node in scope are predicted rejected there under "
+    "the new config (see `rollout preview`); the accepted predictions are journaled.",
+)
 @_lock_ns
 @_verify_timeout
 @_progress_option
@@ -233,6 +241,7 @@ def apply_cmd(
     yes: bool,
     disable_eviction: bool,
     force_window: str | None,
+    accept_rejections: bool,
     lock_namespace: str,
     verify_timeout: float,
     progress_mode: str,
@@ -249,6 +258,7 @@ def apply_cmd(
       rollout apply --canary --yes -o json
       rollout apply --plan plan.yaml -i inventory.ini --yes
       rollout apply --yes --progress plain 2> apply.log
+      rollout apply --canary --yes --accept-predicted-rejections
     """
     from rollout.kube.canaries import canaries_in_progress
     from rollout.kube.client import connect
@@ -271,7 +281,7 @@ def apply_cmd(
     lock.check()
     for w in canaries_in_progress(api):
         _echo(f"warning: {w}")
-    prepared = _preflight(plan, inv, api, canary)
+    prepared = _preflight(plan, inv, api, canary, accept_rejections)
     for line in prepared.report:
         _echo(line)
     for w in prepared.warnings:
@@ -289,6 +299,8 @@ def apply_cmd(
             if c.checkpoint_reset:
                 click.echo(f"  checkpoint files removed: {', '.join(c.checkpoint_reset)}")
             click.echo(prepared.diffs.get(n, "") or "  (no file changes)", nl=False)
+        click.echo("\nadmission preview:")
+        click.echo(render_text(prepared.previews), nl=False)
         return
     nodes = [n for b in prepared.batches for n in b.nodes]
     _confirm(yes, f"change {len(nodes)} node(s) ({', '.join(nodes)})")
@@ -299,6 +311,13 @@ def apply_cmd(
     with _locked(lock, change_id):
         journal = Journal.create(state_dir(), change_id)
         _echo(f"change {change_id}: journal {journal.file}")
+        if prepared.accepted:
+            journal.append(
+                "predicted-rejections-accepted",
+                Phase.DONE,
+                now=datetime.now(UTC),
+                data={"rejections": list(prepared.accepted)},
+            )
         progress = _progress(progress_mode)
         progress.nodes(tuple(nodes))
         ctx = _context(api, journal, inv.path, drain, verify_timeout, progress)
@@ -348,15 +367,16 @@ def intent_digest(plan: Plan) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _preflight(plan: Plan, inv: Any, api: Any, canary: bool) -> Any:
-    """Gather the nodes' facts and run every preflight check (``rollout.preparing.prepare``)."""
+def _preflight(plan: Plan, inv: Any, api: Any, canary: bool, accept: bool = False) -> Any:
+    """Gather the nodes' facts and run every preflight check (``rollout.preparing.prepare``);
+    ``accept``: predicted rejections of running pods are not refusals."""
     from rollout.ansible.runner import AnsibleRunner
     from rollout.preparing import ClusterReader, prepare
 
     with tempfile.TemporaryDirectory(prefix="rollout-preflight-") as tmp:
         facts_dir = Path(tmp) / "facts"
         raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(inv.path, list(inv.hosts), facts_dir)
-        return prepare(plan, inv, ClusterReader(api), raw, facts_dir, canary)
+        return prepare(plan, inv, ClusterReader(api), raw, facts_dir, canary, accept)
 
 
 def _existing(change: str | None) -> Journal:

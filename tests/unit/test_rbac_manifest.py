@@ -38,6 +38,10 @@ CALLS = {
     "get_api_versions": None,  # discovery: system:discovery
     "get_code": None,  # /version: system:public-info-viewer
     "list_cluster_custom_object": None,  # checked by plural below
+    "list_deployment_for_all_namespaces": ("apps", "deployments", "list"),
+    "list_stateful_set_for_all_namespaces": ("apps", "statefulsets", "list"),
+    "list_daemon_set_for_all_namespaces": ("apps", "daemonsets", "list"),
+    "list_replica_set_for_all_namespaces": ("apps", "replicasets", "list"),
 }
 CUSTOM = {"resourceslices": "resource.k8s.io", "rollouts": "argoproj.io", "canaries": "flagger.app"}
 WORKLOADS = {"deployments", "replicasets", "statefulsets", "daemonsets", "poddisruptionbudgets"}
@@ -72,7 +76,7 @@ def test_every_api_call_in_rollout_kube_is_granted() -> None:
     granted = _granted()
     source = "\n".join(p.read_text() for p in (ROOT / "rollout/kube").glob("*.py"))
     used = set(
-        re.findall(r"\.(?:_?core|policy|coordination|apis|version|custom)\.([a-z_]+)", source)
+        re.findall(r"\.(?:_?core|policy|coordination|apis|version|custom|apps)\.([a-z_]+)", source)
     )
     assert used, "no API calls found: the pattern is stale"
     for method in sorted(used):

@@ -1,0 +1,310 @@
+"""The admission preview: which pods a node will admit or reject under the config being rendered.
+
+Pure: it takes plain dicts (Pod, controller and Node objects as the API serves them, camelCase)
+and a node's facts and effective KubeletConfiguration, and asks the admission model
+(``rollout.kubelet.admission``) pod by pod. Per node it predicts
+
+- the pods on it now, admitted in order on the node as it restarts (they are evicted and
+  recreated; the kubelet's state starts empty after the checkpoint reset), and
+- every workload whose pod template can land on it (nodeSelector, required node affinity and
+  tolerations match the node), each on the node alone: could the new policy ever admit it here.
+
+``fleet_misfits`` lists workloads that fit no node in scope.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rollout.kubelet.admission.inputs import (
+    config_from_kubelet,
+    explain,
+    machine_from_facts,
+    pod_from_api,
+)
+from rollout.kubelet.admission.model import Node
+from rollout.kubelet.facts import NodeFacts
+
+CONTROLLERS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet")
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One pod's predicted verdict on one node.
+
+    Attributes:
+        workload: ``Kind/namespace/name`` of the owner (the pod itself when it has none).
+        pod: the pod's ``namespace/name`` (the workload's template: empty).
+        running: the pod runs on the node now.
+        admitted: predicted admitted.
+        reason: the kubelet's reason (``TopologyAffinityError`` ...), empty when admitted.
+        message: the kubelet's message, empty when admitted.
+        numbers: ``explain()``: the numbers behind the verdict.
+    """
+
+    workload: str
+    pod: str
+    running: bool
+    admitted: bool
+    reason: str = ""
+    message: str = ""
+    numbers: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload,
+            "pod": self.pod,
+            "running": self.running,
+            "verdict": "admitted" if self.admitted else "rejected",
+            "reason": self.reason,
+            "message": self.message,
+            "numbers": self.numbers,
+        }
+
+    def describe(self, node: str) -> str:
+        what = f"pod {self.pod} of {self.workload}" if self.pod else f"workload {self.workload}"
+        return f"{what} predicted rejected on node {node}: {self.reason}: {self.numbers}"
+
+
+@dataclass(frozen=True)
+class NodePreview:
+    node: str
+    predictions: tuple[Prediction, ...]
+
+    @property
+    def rejected_running(self) -> list[Prediction]:
+        return [p for p in self.predictions if p.running and not p.admitted]
+
+    @property
+    def rejected_candidates(self) -> list[Prediction]:
+        return [p for p in self.predictions if not p.running and not p.admitted]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "pods": [p.to_dict() for p in self.predictions]}
+
+
+def _label_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    key, op = str(expr.get("key", "")), str(expr.get("operator", ""))
+    values = [str(v) for v in expr.get("values") or ()]
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    if op in ("Gt", "Lt") and key in labels and values:
+        try:
+            have, want = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return have > want if op == "Gt" else have < want
+    return False
+
+
+def _term_matches(term: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    meta = node.get("metadata") or {}
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    fields = {"metadata.name": str(meta.get("name", ""))}
+    exprs = term.get("matchExpressions") or ()
+    field_exprs = term.get("matchFields") or ()
+    if not exprs and not field_exprs:
+        return False  # an empty term matches no node
+    return all(_label_matches(e, labels) for e in exprs) and all(
+        _label_matches(e, fields) for e in field_exprs
+    )
+
+
+def _tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    for t in tolerations:
+        if t.get("effect") and t.get("effect") != taint.get("effect"):
+            continue
+        op = t.get("operator") or "Equal"
+        if not t.get("key"):
+            if op == "Exists":
+                return True
+            continue
+        if t.get("key") != taint.get("key"):
+            continue
+        if op == "Exists" or str(t.get("value") or "") == str(taint.get("value") or ""):
+            return True
+    return False
+
+
+def lands_on(spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    """Whether a pod spec can be scheduled onto a Node by its nodeSelector, required node
+    affinity and tolerations (taints with effect NoSchedule or NoExecute must be tolerated)."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    for k, v in (spec.get("nodeSelector") or {}).items():
+        if labels.get(k) != v:
+            return False
+    required = (
+        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+        or {}
+    ).get("nodeSelectorTerms")
+    if required is not None and not any(_term_matches(t, node) for t in required):
+        return False
+    tolerations = spec.get("tolerations") or ()
+    return all(
+        _tolerates(tolerations, taint)
+        for taint in (node.get("spec") or {}).get("taints") or ()
+        if taint.get("effect") in ("NoSchedule", "NoExecute")
+    )
+
+
+def _key(kind: str, obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{kind}/{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _owner(obj: Mapping[str, Any]) -> tuple[str, str] | None:
+    for o in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if o.get("controller", True):
+            return str(o.get("kind", "")), str(o.get("name", ""))
+    return None
+
+
+def workloads(objects: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """Controllers by ``Kind/namespace/name`` (their ``kind`` field set), ReplicaSets owned by
+    a Deployment left out (the Deployment stands for them)."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for o in objects:
+        kind = str(o.get("kind", ""))
+        if kind not in CONTROLLERS:
+            continue
+        owner = _owner(o)
+        if kind == "ReplicaSet" and owner is not None and owner[0] == "Deployment":
+            continue
+        out[_key(kind, o)] = o
+    return out
+
+
+def workload_of(pod: Mapping[str, Any], objects: Iterable[Mapping[str, Any]]) -> str:
+    """The workload a pod belongs to: its controller, a Deployment through its ReplicaSet."""
+    owner = _owner(pod)
+    ns = (pod.get("metadata") or {}).get("namespace", "")
+    if owner is None:
+        return _key("Pod", pod)
+    kind, name = owner
+    if kind == "ReplicaSet":
+        for o in objects:
+            meta = o.get("metadata") or {}
+            same = (meta.get("name"), meta.get("namespace")) == (name, ns)
+            if o.get("kind") == "ReplicaSet" and same:
+                up = _owner(o)
+                if up is not None and up[0] == "Deployment":
+                    return f"Deployment/{ns}/{up[1]}"
+    return f"{kind}/{ns}/{name}"
+
+
+def preview_node(
+    node: Mapping[str, Any],
+    facts: NodeFacts,
+    kubelet_config: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    objects: Sequence[Mapping[str, Any]],
+) -> NodePreview:
+    """Predict the node's running pods (in order, on the restarted node) and every workload
+    that can land on it (each alone on the node).
+
+    Args:
+        node: the Node object.
+        facts: the node's hardware facts.
+        kubelet_config: the effective KubeletConfiguration after the change.
+        pods: the pods on the node now.
+        objects: controllers (Deployments, StatefulSets, DaemonSets, ReplicaSets).
+    """
+    name = str((node.get("metadata") or {}).get("name", ""))
+    machine = machine_from_facts(facts)
+    config = config_from_kubelet(kubelet_config)
+    kubelet = Node(machine, config)
+    out: list[Prediction] = []
+    running: set[str] = set()
+    for p in pods:
+        pod = pod_from_api(p)
+        v = kubelet.admit(pod)
+        meta = p.get("metadata") or {}
+        workload = workload_of(p, objects)
+        running.add(workload)
+        out.append(
+            Prediction(
+                workload,
+                f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+                True,
+                v.admitted,
+                v.reason,
+                v.message,
+                explain(v, pod, machine, config, name),
+            )
+        )
+    for key, w in sorted(workloads(objects).items()):
+        spec = ((w.get("spec") or {}).get("template") or {}).get("spec") or {}
+        if key in running or not lands_on(spec, node):
+            continue
+        pod = pod_from_api({"metadata": {"name": key}, "spec": spec}, uid=key)
+        v = Node(machine, config).admit(pod)
+        out.append(
+            Prediction(
+                key,
+                "",
+                False,
+                v.admitted,
+                v.reason,
+                v.message,
+                explain(v, pod, machine, config, name),
+            )
+        )
+    return NodePreview(name, tuple(out))
+
+
+def fleet_misfits(previews: Iterable[NodePreview]) -> list[str]:
+    """Workloads predicted somewhere in scope and admitted on none of those nodes."""
+    seen: dict[str, bool] = {}
+    for pv in previews:
+        for p in pv.predictions:
+            seen[p.workload] = seen.get(p.workload, False) or p.admitted
+    return sorted(w for w, ok in seen.items() if not ok)
+
+
+def decide(previews: Sequence[NodePreview], accept: bool) -> tuple[list[str], list[str], list[str]]:
+    """Preflight's use of the preview: (refusals, warnings, accepted).
+
+    A running pod predicted rejected is a refusal, or accepted with ``accept``; a workload that
+    can land and is predicted rejected, and a workload that fits no node in scope, are warnings.
+    """
+    refusals: list[str] = []
+    warnings: list[str] = []
+    accepted: list[str] = []
+    for pv in previews:
+        rejected = [p.describe(pv.node) for p in pv.rejected_running]
+        if accept:
+            accepted += rejected
+        else:
+            refusals += [f"{r} (--accept-predicted-rejections to go on)" for r in rejected]
+        warnings += [p.describe(pv.node) for p in pv.rejected_candidates]
+    warnings += [f"{w} fits no node in scope under the new config" for w in fleet_misfits(previews)]
+    return refusals, warnings, accepted
+
+
+def render_text(previews: Sequence[NodePreview]) -> str:
+    """The preview as lines a person reads: per node, per pod, then the fleet view."""
+    lines: list[str] = []
+    for pv in previews:
+        lines.append(f"node {pv.node}:")
+        if not pv.predictions:
+            lines.append("  (no pods and no workload can land here)")
+        for p in pv.predictions:
+            what = f"{p.pod} ({p.workload}), running" if p.running else f"{p.workload}, can land"
+            verdict = "admitted" if p.admitted else f"REJECTED {p.reason}: {p.message}"
+            lines.append(f"  {what}: {verdict}")
+            lines.append(f"    {p.numbers}")
+    misfits = fleet_misfits(previews)
+    lines.append(
+        "fits no node in scope: " + (", ".join(misfits) if misfits else "(none)"),
+    )
+    return "\n".join(lines) + "\n"
