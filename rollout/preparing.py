@@ -160,6 +160,16 @@ class Prepared:
         }
 
 
+class PreviewedRefusal(PreflightError):
+    """A refusal raised after the admission preview ran: it carries the preview, so the runbook
+    can show what the new config would reject even when preflight refuses (exit 3 as any
+    refusal)."""
+
+    def __init__(self, message: str, previews: tuple[NodePreview, ...]) -> None:
+        super().__init__(message)
+        self.previews = previews
+
+
 class ClusterReader:
     """What preflight reads from the API server (the real one lives in ``rollout.kube``)."""
 
@@ -405,7 +415,9 @@ def prepare(
     problems += refused
     warnings += warned
     if problems:
-        raise PreflightError("preflight refused the change:\n  " + "\n  ".join(problems))
+        raise PreviewedRefusal(
+            "preflight refused the change:\n  " + "\n  ".join(problems), tuple(previews)
+        )
     return Prepared(
         strategy=strategy,
         batches=tuple(batches),

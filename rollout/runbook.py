@@ -21,6 +21,7 @@ from typing import Any
 from rollout.analysis import GateConfig, parse_gate_config
 from rollout.plan import Plan
 from rollout.planning import Batch, Strategy, make_batches, parse_strategy
+from rollout.previewing import NodePreview, fleet_misfits
 from rollout.templating import render_template
 from rollout.windows import Window, forward_allowed, parse_windows
 
@@ -46,11 +47,73 @@ class Preflight:
         ok: every check passed (meaningless when not ran).
         lines: what preflight reported (API server version, ``resource.k8s.io``), warnings,
             or every refusal.
+        previews: the admission preview of every node in scope; None when it did not run
+            (offline, or preflight refused before it).
     """
 
     ran: bool
     ok: bool = False
     lines: tuple[str, ...] = ()
+    previews: tuple[NodePreview, ...] | None = None
+
+
+GO_RULE = (
+    "Go only if no pod running on a node in scope is predicted rejected (or the rejections are "
+    "accepted with --accept-predicted-rejections, which is journaled)."
+)
+
+
+@dataclass(frozen=True)
+class PreviewSection:
+    """The runbook's admission preview: what the new config admits and rejects, node by node.
+
+    Attributes:
+        ran: the preview ran (a reachable cluster, preflight got that far).
+        note: why there is no preview, when it did not run.
+        nodes: per node in scope, the predictions (running pods, then workloads that can land).
+        fits_no_node: workloads admitted on no node in scope.
+        rejected_running: running pods predicted rejected, one line each (node, workload,
+            numbers): each one is a no-go unless accepted.
+        go: the preview ran and no running pod is predicted rejected.
+        rule: the go/no-go rule, in words.
+    """
+
+    ran: bool
+    note: str = ""
+    nodes: tuple[NodePreview, ...] = ()
+    fits_no_node: tuple[str, ...] = ()
+    rejected_running: tuple[str, ...] = ()
+    go: bool = False
+    rule: str = GO_RULE
+
+    def to_dict(self) -> dict[str, Any]:
+        """The same per-node shape as ``rollout preview -o json``, plus the verdict."""
+        return {
+            "ran": self.ran,
+            "note": self.note,
+            "nodes": [n.to_dict() for n in self.nodes],
+            "fitsNoNode": list(self.fits_no_node),
+            "rejectedRunning": list(self.rejected_running),
+            "go": self.go,
+            "rule": self.rule,
+        }
+
+
+def preview_section(preflight: Preflight) -> PreviewSection:
+    """The admission preview section from preflight's results (pure)."""
+    if not preflight.ran:
+        return PreviewSection(False, "--offline: no pods or workloads were read from the cluster")
+    if preflight.previews is None:
+        return PreviewSection(False, "preflight refused before the preview ran; see Preflight")
+    nodes = tuple(preflight.previews)
+    rejected = tuple(p.describe(n.node) for n in nodes for p in n.rejected_running)
+    return PreviewSection(
+        ran=True,
+        nodes=nodes,
+        fits_no_node=tuple(fleet_misfits(nodes)),
+        rejected_running=rejected,
+        go=not rejected,
+    )
 
 
 @dataclass(frozen=True)
@@ -81,6 +144,7 @@ class Runbook:
     windows: tuple[Window, ...]
     window_now: str
     preflight: Preflight
+    preview: PreviewSection
     warnings: tuple[str, ...]
     gpu_resource: str
     commands: tuple[tuple[str, str], ...] = field(default=())
@@ -171,6 +235,7 @@ def build_runbook(
         windows=windows,
         window_now=decision.reason if windows else "no change windows configured: any time",
         preflight=preflight,
+        preview=preview_section(preflight),
         warnings=tuple(warnings),
         gpu_resource=gpu_resource,
         commands=operator_commands(gpu_resource),
@@ -200,6 +265,8 @@ def as_json(runbook: Runbook) -> str:
     """The runbook as one JSON document: every section's data, for tools."""
     doc = _plain(runbook)
     doc["commands"] = [{"what": w, "command": c} for w, c in runbook.commands]
+    doc["preflight"].pop("previews", None)  # shown once, as ``preview``
+    doc["preview"] = runbook.preview.to_dict()
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 

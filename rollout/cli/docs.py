@@ -97,7 +97,7 @@ def runbook_cmd(
         from rollout.ansible.runner import AnsibleRunner
         from rollout.kube.canaries import canaries_in_progress
         from rollout.kube.client import connect
-        from rollout.preparing import ClusterReader, prepare
+        from rollout.preparing import ClusterReader, PreviewedRefusal, prepare
 
         api = connect(kubeconfig, context)
         warnings = canaries_in_progress(api)
@@ -113,10 +113,11 @@ def runbook_cmd(
                     f"{n}: evicts {', '.join(pods) or 'no pods'}"
                     for n, pods in prepared.evictions.items()
                 ]
-                preflight = Preflight(ran=True, ok=True, lines=tuple(lines))
+                preflight = Preflight(True, True, tuple(lines), prepared.previews)
             except PreflightError as e:
                 problems = [ln.strip() for ln in str(e).splitlines()[1:]] or [str(e)]
-                preflight = Preflight(ran=True, ok=False, lines=tuple(problems))
+                previews = e.previews if isinstance(e, PreviewedRefusal) else None
+                preflight = Preflight(True, False, tuple(problems), previews)
     rb = build_runbook(plan, inv, now, preflight, warnings, gpu_resource)
     _write(render(rb, output), out)
 
