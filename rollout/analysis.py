@@ -20,12 +20,18 @@ The rules, in the order they are applied:
 4. Otherwise **Successful**.
 
 Across nodes and signals the worst wins: Failed > Error > Inconclusive > Successful.
+
+A Failed reason names the owners of the rejected pods. Given the (node, owner) pairs preflight's
+admission preview predicted rejected (``rollout.previewing.predicted_rejections``), each owner is
+marked "expected: predicted by the preview" or "not predicted: investigate": a surprise is worth
+more attention than an expected rejection. Without a preview (``rollout watch``) they are listed
+unmarked.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -355,7 +361,28 @@ def _by_reason(c: NodeCounts) -> str:
     return ", ".join(f"{r}: {n}" for r, n in sorted(c.rejections.items()))
 
 
-def _evaluate_signal(cfg: GateConfig, s: SignalState) -> Finding:
+EXPECTED = "expected: predicted by the preview"
+SURPRISE = "not predicted: investigate"
+
+Predicted = Collection[tuple[str, str]]
+
+
+def _owners(s: SignalState, failed: Iterable[str], predicted: Predicted | None) -> str:
+    """``; owners: ...`` for the rejected pods' owners on the failed nodes, each marked expected
+    or not when the preview's (node, owner) pairs are given; empty when no owner is known."""
+    nodes = list(failed)
+    if predicted is None:
+        owners = sorted({o for n in nodes for o in s.counts[n].owners})
+        return f"; owners: {', '.join(owners)}" if owners else ""
+    marked = [
+        f"{o} on {n} ({EXPECTED if (n, o) in predicted else SURPRISE})"
+        for n in nodes
+        for o in s.counts[n].owners
+    ]
+    return f"; owners: {', '.join(marked)}" if marked else ""
+
+
+def _evaluate_signal(cfg: GateConfig, s: SignalState, predicted: Predicted | None) -> Finding:
     if not s.has_data or s.consecutive_errors >= cfg.consecutive_error_limit:
         why = s.last_error or "no reading yet"
         if s.has_data:
@@ -379,7 +406,7 @@ def _evaluate_signal(cfg: GateConfig, s: SignalState) -> Finding:
                 s.name,
                 Outcome.FAILED,
                 f"{s.name}: {sub.rejected} admissions rejected on {_and(bad)} "
-                f"[{_by_reason(sub)}], baseline {base}",
+                f"[{_by_reason(sub)}], baseline {base}{_owners(s, bad, predicted)}",
                 tuple(bad),
             )
         return Finding(s.name, Outcome.SUCCESSFUL, f"{s.name}: no rejection on {_and(nodes)}")
@@ -401,11 +428,10 @@ def _evaluate_signal(cfg: GateConfig, s: SignalState) -> Finding:
         base_text = f"baseline {_pct(base_rate)} ({s.baseline.rejected} of {s.baseline.admissions})"
     if failed:
         sub = group_counts({n: s.counts[n] for n in failed})
-        owners = f"; owners: {', '.join(sub.owners)}" if sub.owners else ""
         reason = (
             f"{sub.rejected} of {sub.admissions} admissions rejected ({_pct(sub.rate)}) on "
             f"{_and(failed)} [{_by_reason(sub)}], threshold {_pct(cfg.threshold)}, "
-            f"{base_text}{owners}"
+            f"{base_text}{_owners(s, failed, predicted)}"
         )
         if set(failed) != set(nodes):
             reason += f"; group: {group.rejected} of {group.admissions} ({_pct(group.rate)})"
@@ -428,19 +454,26 @@ def _evaluate_signal(cfg: GateConfig, s: SignalState) -> Finding:
     )
 
 
-def evaluate(cfg: GateConfig, signals: Iterable[SignalState], now: float) -> Verdict:
+def evaluate(
+    cfg: GateConfig,
+    signals: Iterable[SignalState],
+    now: float,
+    predicted: Predicted | None = None,
+) -> Verdict:
     """Decide the verdict from every signal's state; the worst finding wins.
 
     Args:
         cfg: the gate configuration.
         signals: one state per configured signal (an empty list is an Error: no signal, no pass).
         now: the evaluation time (recorded, never read from a clock here).
+        predicted: (node, owner) pairs the admission preview predicted rejected; a Failed
+            reason then marks each rejected pod's owner expected or not. None: no preview ran.
 
     Returns:
         The verdict, with every signal's finding and the inputs a journal record needs.
     """
     states = list(signals)
-    findings = tuple(_evaluate_signal(cfg, s) for s in states)
+    findings = tuple(_evaluate_signal(cfg, s, predicted) for s in states)
     if not findings:
         findings = (Finding("gate", Outcome.ERROR, "gate: no signal configured"),)
     worst = max(f.outcome.severity for f in findings)

@@ -21,7 +21,15 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from rollout.analysis import Baseline, GateConfig, Outcome, SignalState, Verdict, evaluate
+from rollout.analysis import (
+    Baseline,
+    GateConfig,
+    Outcome,
+    Predicted,
+    SignalState,
+    Verdict,
+    evaluate,
+)
 from rollout.errors import RolloutError
 
 
@@ -83,6 +91,9 @@ class SoakGate:
         probes: probe pods, used when ``cfg.probes`` and admissions are too few.
         events: Events on nodes; record: the journal; metrics: ``/metrics``.
         progress: one line per evaluation, for the CLI.
+        predicted: (node, owner) pairs preflight's admission preview predicted rejected; a
+            Failed reason says of each rejected pod's owner whether it was predicted. None when
+            no preview ran (``rollout watch``).
     """
 
     def __init__(
@@ -98,8 +109,10 @@ class SoakGate:
         record: Recorder | None = None,
         metrics: MetricsSink | None = None,
         progress: Callable[[str], None] = lambda _m: None,
+        predicted: Predicted | None = None,
     ) -> None:
         self.cfg = cfg
+        self.predicted = predicted
         self.signals = list(signals)
         self.clock = clock
         self.sleep = sleep
@@ -124,7 +137,8 @@ class SoakGate:
         try:
             while True:
                 now = self.clock()
-                verdict = evaluate(self.cfg, [s.state(now, before) for s in self.signals], now)
+                states = [s.state(now, before) for s in self.signals]
+                verdict = evaluate(self.cfg, states, now, self.predicted)
                 self.history.append(verdict)
                 line = f"{verdict.status}: {verdict.reason}"
                 if line != last_line:

@@ -42,6 +42,10 @@ class Prediction:
         reason: the kubelet's reason (``TopologyAffinityError`` ...), empty when admitted.
         message: the kubelet's message, empty when admitted.
         numbers: ``explain()``: the numbers behind the verdict.
+        owners: the controllers (``Kind/namespace/name``) that the pods of this prediction name
+            as their owner, the form the gate's samples carry: a running pod's own controller
+            (a Deployment's pod names its ReplicaSet), a workload's ReplicaSets for a Deployment,
+            else the workload itself; empty for a bare pod.
     """
 
     workload: str
@@ -51,6 +55,7 @@ class Prediction:
     reason: str = ""
     message: str = ""
     numbers: str = ""
+    owners: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -202,6 +207,22 @@ def workload_of(pod: Mapping[str, Any], objects: Iterable[Mapping[str, Any]]) ->
     return f"{kind}/{ns}/{name}"
 
 
+def _controllers_of(key: str, objects: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The owner keys a workload's pods carry: a Deployment's ReplicaSets, else itself."""
+    kind, ns, name = key.split("/", 2)
+    if kind != "Deployment":
+        return (key,)
+    return tuple(
+        sorted(
+            _key("ReplicaSet", o)
+            for o in objects
+            if o.get("kind") == "ReplicaSet"
+            and (o.get("metadata") or {}).get("namespace", "") == ns
+            and _owner(o) == ("Deployment", name)
+        )
+    )
+
+
 def preview_node(
     node: Mapping[str, Any],
     facts: NodeFacts,
@@ -231,15 +252,18 @@ def preview_node(
         meta = p.get("metadata") or {}
         workload = workload_of(p, objects)
         running.add(workload)
+        owner = _owner(p)
+        ns = meta.get("namespace", "")
         out.append(
             Prediction(
                 workload,
-                f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+                f"{ns}/{meta.get('name', '')}",
                 True,
                 v.admitted,
                 v.reason,
                 v.message,
                 explain(v, pod, machine, config, name),
+                (f"{owner[0]}/{ns}/{owner[1]}",) if owner is not None else (),
             )
         )
     for key, w in sorted(workloads(objects).items()):
@@ -257,6 +281,7 @@ def preview_node(
                 v.reason,
                 v.message,
                 explain(v, pod, machine, config, name),
+                _controllers_of(key, objects),
             )
         )
     return NodePreview(name, tuple(out))
@@ -269,6 +294,19 @@ def fleet_misfits(previews: Iterable[NodePreview]) -> list[str]:
         for p in pv.predictions:
             seen[p.workload] = seen.get(p.workload, False) or p.admitted
     return sorted(w for w, ok in seen.items() if not ok)
+
+
+def predicted_rejections(previews: Iterable[NodePreview]) -> frozenset[tuple[str, str]]:
+    """(node, owner) of every pod predicted rejected, running or can land, for the gate's
+    verdict to tell an expected rejection from a surprise (owners as the gate's samples name
+    them, and each workload's own key)."""
+    return frozenset(
+        (pv.node, o)
+        for pv in previews
+        for p in pv.predictions
+        if not p.admitted
+        for o in (p.workload, *p.owners)
+    )
 
 
 def decide(previews: Sequence[NodePreview], accept: bool) -> tuple[list[str], list[str], list[str]]:

@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from rollout.analysis import Predicted
 from rollout.cli.gate import GATE_HOLDS_EXIT, gate_config
 from rollout.errors import InputError, Location, NodeOperationError, PreflightError, RolloutError
 from rollout.interrupt import Interrupt
@@ -27,7 +28,7 @@ from rollout.models import Phase
 from rollout.orchestrator import NoGate, resume, rollback, run_change, summary
 from rollout.plan import Plan, load_plan
 from rollout.planning import DrainPolicy, parse_strategy
-from rollout.previewing import render_text
+from rollout.previewing import predicted_rejections, render_text
 from rollout.progress import Progress
 from rollout.protocols import Gate
 from rollout.restoring import Context
@@ -57,11 +58,14 @@ def gate_for(
     inv: Any,
     progress: Callable[[str], None] | None = None,
     interrupt: Interrupt | None = None,
+    predicted: Predicted | None = None,
 ) -> Gate:
     """The gate run after the canary batch: the rejection-rate gate when the plan has a ``gate:``
     section (built as ``rollout watch`` builds it, journaling into this change), else none.
 
-    With ``interrupt``, the soak ends the moment it is set (a rollback handed to this owner)."""
+    With ``interrupt``, the soak ends the moment it is set (a rollback handed to this owner).
+    ``predicted``: (node, owner) pairs the admission preview predicted rejected, so a Failed
+    verdict says which rejections were expected (``rollout.previewing.predicted_rejections``)."""
     from rollout.cli.gate import build_soak_gate
     from rollout.gate import RollbackPolicyGate
 
@@ -81,6 +85,7 @@ def gate_for(
         control=control,
         output=output,
         progress=progress,
+        predicted=predicted,
     )
     if interrupt is not None:
         wait = soak.sleep
@@ -322,7 +327,8 @@ def apply_cmd(
         progress.nodes(tuple(nodes))
         ctx = _context(api, journal, inv.path, drain, verify_timeout, progress)
         ctx.interrupt = lock.interrupt
-        gate = gate_for(plan, api, journal, output, inv, progress.event, lock.interrupt)
+        predicted = predicted_rejections(prepared.previews)
+        gate = gate_for(plan, api, journal, output, inv, progress.event, lock.interrupt, predicted)
         try:
             status = run_change(
                 ctx,
@@ -649,7 +655,10 @@ def _resume_later_batches(
     else:  # apply gates once, after its last canary batch, over the whole canary
         last = max((i for i, b in enumerate(batches) if b.canary), default=None)
         gate_at = {last: tuple(canary)} if last is not None else {}
-    gate = gate_for(plan, lock.api, ctx.journal, output, inv, ctx.on_event, lock.interrupt)
+    predicted = predicted_rejections(prepared.previews)
+    gate = gate_for(
+        plan, lock.api, ctx.journal, output, inv, ctx.on_event, lock.interrupt, predicted
+    )
     ctx.on_event(f"resuming the batches not started: {', '.join(n for b in todo for n in b)}")
     return continue_change(
         ctx,
@@ -827,7 +836,8 @@ def promote_cmd(
         ctx = _context(api, journal, inv.path, prepared.strategy.drain, verify_timeout, progress)
         ctx.interrupt = lock.interrupt
         has_gate = gate_config(plan) is not None
-        gate = gate_for(plan, api, journal, output, inv, progress.event, lock.interrupt)
+        predicted = predicted_rejections(prepared.previews)
+        gate = gate_for(plan, api, journal, output, inv, progress.event, lock.interrupt, predicted)
         try:
             final = continue_change(
                 ctx,

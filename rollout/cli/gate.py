@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from rollout.analysis import GateConfig, Outcome, parse_gate_config
+from rollout.analysis import GateConfig, Outcome, Predicted, parse_gate_config
 from rollout.cli.options import kube_options, output_option
 from rollout.errors import ExternalError, InputError, Location, NodeOperationError
 
@@ -115,6 +115,7 @@ def build_soak_gate(
     metrics: Any = None,
     output: str = "text",
     progress: Callable[[str], None] | None = None,
+    predicted: Predicted | None = None,
 ) -> Any:
     """The real gate, as ``rollout watch`` and ``rollout apply`` both run it.
 
@@ -132,6 +133,8 @@ def build_soak_gate(
         metrics: a ``rollout.serve.GateMetrics`` or None.
         output: ``text`` prints one progress line per evaluation on stderr.
         progress: where those lines go instead (``apply``'s live progress), when given.
+        predicted: (node, owner) pairs the admission preview predicted rejected (``apply``,
+            ``resume``, ``promote``); None for ``rollout watch``, which runs no preview.
 
     Returns:
         A ``rollout.gate.SoakGate``.
@@ -158,6 +161,7 @@ def build_soak_gate(
         record=record,
         metrics=metrics,
         progress=_gate_progress(output, progress),
+        predicted=predicted,
     )
 
 

@@ -282,6 +282,66 @@ def test_reason_reads_like_a_sentence() -> None:
     assert v.inputs["signals"]["api"]["nodes"]["gpu-07"]["rejections"] == {TAE: 2}
 
 
+TRAIN = "ReplicaSet/ml/train-7f"
+WEB = "ReplicaSet/ml/web-5c"
+EXPECTED = "expected: predicted by the preview"
+SURPRISE = "not predicted: investigate"
+
+
+@pytest.mark.parametrize(
+    ("predicted", "owners"),
+    [
+        # no preview ran (rollout watch): owners listed as before, unmarked
+        (None, f"owners: {TRAIN}, {WEB}"),
+        # the preview predicted nothing: every rejection is a surprise
+        (frozenset(), f"owners: {TRAIN} on gpu-07 ({SURPRISE}), {WEB} on gpu-08 ({SURPRISE})"),
+        (
+            frozenset({("gpu-07", TRAIN)}),
+            f"owners: {TRAIN} on gpu-07 ({EXPECTED}), {WEB} on gpu-08 ({SURPRISE})",
+        ),
+        # predicted on another node is not this rejection's prediction
+        (
+            frozenset({("gpu-08", TRAIN), ("gpu-08", WEB)}),
+            f"owners: {TRAIN} on gpu-07 ({SURPRISE}), {WEB} on gpu-08 ({EXPECTED})",
+        ),
+        (
+            frozenset({("gpu-07", TRAIN), ("gpu-08", WEB)}),
+            f"owners: {TRAIN} on gpu-07 ({EXPECTED}), {WEB} on gpu-08 ({EXPECTED})",
+        ),
+    ],
+    ids=["no-preview", "nothing-predicted", "one-expected", "other-node", "all-expected"],
+)
+def test_failed_reason_marks_each_owner_predicted_or_not(
+    predicted: frozenset[tuple[str, str]] | None, owners: str
+) -> None:
+    counts = {"gpu-07": nc(10, 2, (TRAIN,)), "gpu-08": nc(10, 1, (WEB,))}
+    v = evaluate(
+        GateConfig(threshold=0.05), [sig(counts, baseline=nc(30))], now=0, predicted=predicted
+    )
+    assert v.outcome is Outcome.FAILED
+    assert v.reason == (
+        "api: 3 of 20 admissions rejected (15%) on gpu-07 and gpu-08 [TopologyAffinityError: 3], "
+        f"threshold 5%, baseline 0% (0 of 30); {owners}"
+    )
+
+
+def test_rejections_only_signal_marks_owners_too() -> None:
+    counts = {"gpu-07": nc(0, 1, (TRAIN,))}
+    v = evaluate(
+        GateConfig(threshold=0.05),
+        [sig(counts, "prometheus", rejections_only=True)],
+        now=0,
+        predicted=frozenset({("gpu-07", TRAIN)}),
+    )
+    assert v.reason.endswith(f"baseline 0; owners: {TRAIN} on gpu-07 ({EXPECTED})")
+
+
+def test_successful_reason_is_not_marked() -> None:
+    counts = {"a": nc(50, 1, (TRAIN,)), "b": nc(50)}
+    v = evaluate(GateConfig(threshold=0.05), [sig(counts)], now=0, predicted=frozenset())
+    assert v.outcome is Outcome.SUCCESSFUL and "predicted" not in v.reason
+
+
 def test_hold_says_what_it_waits_for() -> None:
     v = evaluate(GateConfig(min_admissions=5), [sig({"a": nc(2)})], now=0)
     assert v.outcome is Outcome.INCONCLUSIVE

@@ -187,3 +187,30 @@ def test_soak_progress_reports_changes_not_every_interval() -> None:
     assert len(gate.history) > 20
     assert len(lines) == 1, lines
     assert verdict.holds  # no data never passes
+
+
+def test_soak_gate_passes_the_predicted_rejections_to_the_verdict() -> None:
+    """apply's gate gets preflight's predicted (node, owner) pairs; the Failed reason says which
+    rejection was expected and which was not."""
+    from rollout.analysis import Baseline, GateConfig
+    from rollout.gate import SoakGate
+
+    counts = {
+        "n1": NodeCounts(5, {TAE: 1}, ("ReplicaSet/ml/train-1",)),
+        "n2": NodeCounts(5, {TAE: 1}, ("ReplicaSet/ml/web-1",)),
+    }
+    t = [0.0]
+    cfg = GateConfig(soak=10, interval=1, min_admissions=4, probes=False, baseline=Baseline.NONE)
+    gate = SoakGate(
+        cfg,
+        [Signal(lambda _i: counts)],
+        clock=lambda: t[0],
+        sleep=lambda d: t.__setitem__(0, t[0] + d),
+        predicted=frozenset({("n1", "ReplicaSet/ml/train-1")}),
+    )
+    verdict = gate.evaluate("c1", ["n1", "n2"])
+    assert verdict.status is Outcome.FAILED
+    assert verdict.reason.endswith(
+        "owners: ReplicaSet/ml/train-1 on n1 (expected: predicted by the preview), "
+        "ReplicaSet/ml/web-1 on n2 (not predicted: investigate)"
+    )

@@ -12,6 +12,7 @@ from rollout.previewing import (
     decide,
     fleet_misfits,
     lands_on,
+    predicted_rejections,
     preview_node,
     render_text,
     workload_of,
@@ -313,3 +314,37 @@ def test_decide_refuses_a_running_pod_unless_accepted(
         "Deployment/ml/big fits no node in scope under the new config",
         "Deployment/ml/train fits no node in scope under the new config",
     ]
+
+
+def test_predicted_rejections_name_owners_as_the_gate_sees_them() -> None:
+    """The gate's samples name a pod's controlling owner (a Deployment's pod: its ReplicaSet);
+    the pairs carry that form and the workload's own key, for rejected predictions only."""
+    objs = [
+        _deployment("train", _spec(6)),
+        _replicaset("train-1", "train"),
+        _deployment("big", _spec(6)),
+        _replicaset("big-1", "big"),
+        _replicaset("big-0", "big"),  # an older ReplicaSet of the same Deployment
+        _deployment("small", _spec(2)),
+        _replicaset("small-1", "small"),
+    ]
+    bare = {
+        "metadata": {"name": "solo", "namespace": "ml", "uid": "p-solo"},
+        "spec": {**_spec(6), "nodeName": "gpu-07"},
+    }
+    pods = [_pod("train-1-a", "train-1", _spec(6)), bare]
+    pv = preview_node(NODE, FACTS, SINGLE, pods, objs)
+    assert {p.workload: p.owners for p in pv.predictions} == {
+        "Deployment/ml/train": ("ReplicaSet/ml/train-1",),
+        "Pod/ml/solo": (),
+        "Deployment/ml/big": ("ReplicaSet/ml/big-0", "ReplicaSet/ml/big-1"),
+        "Deployment/ml/small": ("ReplicaSet/ml/small-1",),
+    }
+    assert predicted_rejections([pv]) == {
+        ("gpu-07", "Deployment/ml/train"),
+        ("gpu-07", "ReplicaSet/ml/train-1"),
+        ("gpu-07", "Pod/ml/solo"),
+        ("gpu-07", "Deployment/ml/big"),
+        ("gpu-07", "ReplicaSet/ml/big-0"),
+        ("gpu-07", "ReplicaSet/ml/big-1"),
+    }
