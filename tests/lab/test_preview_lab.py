@@ -5,6 +5,7 @@ A Deployment of Guaranteed pods asking for 6 GPUs (the lab's nodes have 4 per NU
 all) and one asking for 2 run on the canary under the old config (Topology Manager ``none``).
 ``rollout preview`` predicts the 6-GPU pod rejected under the plan's ``single-numa-node``, with
 the numbers, and the 2-GPU pod admitted;
+``rollout runbook`` says NO-GO in its admission preview section;
 ``apply --canary`` refuses (exit 3) and leaves the node untouched; with
 ``--accept-predicted-rejections`` it goes on, journals the accepted prediction, and the
 recreated pods match the prediction pod for pod.
@@ -67,6 +68,14 @@ def test_predicted_rejection_refuses_the_canary_until_accepted(
     assert ck.snapshot(lab, node) == before and not ck.unschedulable(lab, node)
     assert ck.latest_journal(state) is None
     assert len(_running(lab, namespace)) == 2  # nothing evicted
+
+    # the runbook's admission preview section: NO-GO, naming the running pod and the numbers
+    r = ck.cli(["runbook", "--plan", str(plan), "-i", str(inv), "-o", "json"], env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    section = json.loads(r.stdout)["preview"]
+    assert section["ran"] and section["go"] is False
+    assert any(workload in x and numbers in x for x in section["rejectedRunning"])
+    assert ck.snapshot(lab, node) == before and not ck.unschedulable(lab, node)
 
     r = ck.cli(["apply", *common, "--dry-run", "--accept-predicted-rejections"], env)
     assert r.returncode == 0, r.stderr[-3000:]
