@@ -72,6 +72,7 @@ class PrometheusSignal:
 
     def start(self, nodes: Sequence[str], control: Sequence[str] = ()) -> None:
         self.nodes, self.control = tuple(nodes), tuple(control)
+        self._streak, self._last_error, self._last = 0, None, None  # a new soak, a new reading
 
     def state(self, now: float, baseline_before: bool = False) -> SignalState:
         url = f"{self.source.url}/api/v1/query?" + urllib.parse.urlencode(

@@ -306,8 +306,16 @@ class ApiSignal:
             self._has_data = True
 
     def start(self, nodes: Sequence[str], control: Sequence[str] = ()) -> None:
-        """Start one pod watch per node (canary and control) and one kubelet-event watch."""
+        """Start one pod watch per node (canary and control) and one kubelet-event watch.
+
+        A signal is started once per soak: ``promote`` gates every batch with the same signal, so
+        each start begins with fresh watch threads, a fresh stop flag and no read errors carried
+        over (the tracker keeps its samples: counts are per node and window)."""
         self.nodes, self.control = tuple(nodes), tuple(control)
+        self._stop = threading.Event()
+        self._threads = []
+        with self._lock:
+            self._errors, self._streak, self._last_error, self._has_data = 0, 0, None, False
         watched = self.nodes + self.control
         for node in watched:
             self._threads.append(

@@ -214,3 +214,25 @@ def test_soak_gate_passes_the_predicted_rejections_to_the_verdict() -> None:
         "owners: ReplicaSet/ml/train-1 on n1 (expected: predicted by the preview), "
         "ReplicaSet/ml/web-1 on n2 (not predicted: investigate)"
     )
+
+
+def test_the_api_signal_starts_again_for_the_next_batch() -> None:
+    """`promote` soaks the gate after every batch with the same signals: a second start must give
+    fresh watch threads (a thread object starts only once) and no errors carried over."""
+    from kubernetes import client
+
+    from rollout.kube.watching import ApiSignal
+
+    cfg = client.Configuration()
+    cfg.host = "http://127.0.0.1:9"  # nothing listens: the watches fail and retry until stopped
+    sig = ApiSignal(client.ApiClient(cfg), since=0.0, window=60.0)
+    sig.start(["node-a"])
+    first = list(sig._threads)
+    sig.stop()
+    sig.start(["node-b"])
+    try:
+        assert sig.nodes == ("node-b",)
+        assert sig._threads and not set(sig._threads) & set(first)
+        assert all(t.is_alive() for t in sig._threads)
+    finally:
+        sig.stop()
