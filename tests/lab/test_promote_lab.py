@@ -1,5 +1,6 @@
 """Promote through the CLI: ``apply --canary`` holds, ``promote`` continues the same change to the
-rest of the fleet, then one ``rollback --change`` restores every node byte for byte. (Refusals and
+rest of the fleet with the gate after every batch, then one ``rollback --change`` restores every
+node byte for byte. (Refusals and
 ``--force``: tests/unit/test_promote.py.)"""
 
 from __future__ import annotations
@@ -23,6 +24,13 @@ def test_canary_promote_then_one_rollback_of_the_whole_change(
     names = lab_nodes(3).names
     inv = ck.inventory(lab, names, names[:1], tmp_path / "inv.ini")
     plan = ck.plan(tmp_path / "plan.yaml", dict.fromkeys(names, "kubeadm"), max_unavailable=1)
+    # a short gate after every batch (probe pods make the admissions): promote soaks it again
+    # with the same signals for each batch it runs
+    with plan.open("a") as f:
+        f.write(
+            "gate:\n  soak: 12s\n  window: 30s\n  interval: 1s\n  minAdmissions: 1\n"
+            "  baseline: none\n  probes: true\n"
+        )
     state = tmp_path / "state"
     env = ck.env(lab, state)
     before = {n: ck.snapshot(lab, n) for n in names}
@@ -48,6 +56,11 @@ def test_canary_promote_then_one_rollback_of_the_whole_change(
     for n in names:
         assert ck.snapshot(lab, n) != before[n]
         assert ck.configz(lab, n).get("cpuManagerPolicy") == "static"
+    journal = ck.latest_journal(state)
+    assert journal is not None
+    gates = [e for e in journal.entries() if e.step == "gate"]
+    assert [g.data["nodes"] for g in gates] == [[n] for n in names]  # canary, then each batch
+    assert {g.data["status"] for g in gates} == {"Successful"}
     st = ck.cli(["status", "--change", change], env)
     assert "promoted by" in st.stdout
 
