@@ -329,7 +329,7 @@ def apply_cmd(
         ctx.interrupt = lock.interrupt
         predicted = predicted_rejections(prepared.previews)
         gate = gate_for(plan, api, journal, output, inv, progress.event, lock.interrupt, predicted)
-        try:
+        with _reported_failure(journal, lock, output):
             status = run_change(
                 ctx,
                 prepared.changes,
@@ -343,18 +343,26 @@ def apply_cmd(
                 },
                 forward=window_check,
             )
-        except RolloutError:
-            final = replay(journal.entries())
-            if final.outcome in ("rolled-back", "rollback-failed"):
-                lock.report(final.outcome, final.message)
-            if output == "json":
-                _print_status(final, output)
-            raise
     _print_status(status, output)
     verdict = getattr(gate, "verdict", None)
     if verdict is not None and verdict.holds:  # Inconclusive / Error: held, say what it waits for
         _echo(f"gate {verdict.status}: holding: waiting for {verdict.waiting_for}")
         sys.exit(GATE_HOLDS_EXIT)
+
+
+@contextmanager
+def _reported_failure(journal: Journal, lock: Any, output: str) -> Iterator[None]:
+    """On a failed change: tell a requester waiting on the Lease how it ended (when it was rolled
+    back), print the replayed status with ``-o json``, and re-raise (the exit code)."""
+    try:
+        yield
+    except RolloutError:
+        final = replay(journal.entries())
+        if final.outcome in ("rolled-back", "rollback-failed"):
+            lock.report(final.outcome, final.message)
+        if output == "json":
+            _print_status(final, output)
+        raise
 
 
 def intent_digest(plan: Plan) -> str:
@@ -425,15 +433,8 @@ def _settle_command(
         progress.nodes(tuple(replay(journal.entries()).nodes))
         ctx = _context(api, journal, inv, drain, verify_timeout, progress)
         ctx.interrupt = lock.interrupt
-        try:
+        with _reported_failure(journal, lock, output):
             status = work(ctx, lock)
-        except RolloutError:
-            final = replay(journal.entries())
-            if final.outcome in ("rolled-back", "rollback-failed"):
-                lock.report(final.outcome, final.message)
-            if output == "json":
-                _print_status(final, output)
-            raise
     _print_status(status, output)
 
 
@@ -838,7 +839,7 @@ def promote_cmd(
         has_gate = gate_config(plan) is not None
         predicted = predicted_rejections(prepared.previews)
         gate = gate_for(plan, api, journal, output, inv, progress.event, lock.interrupt, predicted)
-        try:
+        with _reported_failure(journal, lock, output):
             final = continue_change(
                 ctx,
                 prepared.changes,
@@ -847,13 +848,6 @@ def promote_cmd(
                 info,
                 forward=window_check,
             )
-        except RolloutError:
-            final = replay(journal.entries())
-            if final.outcome in ("rolled-back", "rollback-failed"):
-                lock.report(final.outcome, final.message)
-            if output == "json":
-                _print_status(final, output)
-            raise
     _print_status(final, output)
 
 
