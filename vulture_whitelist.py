@@ -21,11 +21,11 @@ _.default_flow_style  # ruamel.yaml YAML(): block style for the rules files Prom
 # -- fields serialised whole (asdict / __dict__ / JSON / Jinja templates), read by whoever
 #    reads the output: the lab's state file, the runbook templates, the alert receiver's reply
 sshd_pid  # rollout.lab.nodes.NodeProcs -> lab.json (asdict); `lab down` of another process
-ran  # rollout.runbook: rendered by rollout/data/templates/runbook.*.j2
-generated  # rollout.runbook: rendered by runbook.*.j2
-pools  # rollout.runbook: rendered by runbook.*.j2
-window_now  # rollout.runbook: rendered by runbook.*.j2
-fingerprint  # rollout.serve.AlertOutcome -> the receiver's JSON reply (o.__dict__)
+ran  # rollout.evidence.runbook: rendered by rollout/data/templates/runbook.*.j2
+generated  # rollout.evidence.runbook: rendered by runbook.*.j2
+pools  # rollout.evidence.runbook: rendered by runbook.*.j2
+window_now  # rollout.evidence.runbook: rendered by runbook.*.j2
+fingerprint  # rollout.gate.serve.AlertOutcome -> the receiver's JSON reply (o.__dict__)
 
 # -- record fields set where the record is built and kept for readers of the data (the CLI's
 #    -o json, journal entries, docs tables); listed so the record stays complete

@@ -33,10 +33,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from rollout.ansible.payloads import ApplyPayload, FileWrite  # noqa: E402
-from rollout.journal import Journal, replay  # noqa: E402
+from rollout.change.journal import Journal, replay  # noqa: E402
+from rollout.change.restoring import change_from_record  # noqa: E402
 from rollout.lab.cluster import Lab  # noqa: E402
 from rollout.lab.controlplane import find_bin_dir  # noqa: E402
-from rollout.restoring import change_from_record  # noqa: E402
 from tests.lab import changekit as ck  # noqa: E402
 
 BIN = Path(sys.executable).parent

@@ -24,7 +24,7 @@ import time
 import tracemalloc
 from typing import Any
 
-from rollout.analysis import GateConfig, Outcome, SignalState, evaluate
+from rollout.gate.analysis import GateConfig, Outcome, SignalState, evaluate
 from rollout.kube.watching import AdmissionTracker
 from rollout.samples import count_window
 

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from rollout.verdicts import Verdict as Verdict
+from rollout.verdicts import VerdictStatus as VerdictStatus
+
 
 class Step(StrEnum):
     """A step on one node, in the order the forward path runs them.
@@ -230,10 +233,3 @@ class NodeInfo:
     allocatable: Mapping[str, str] = field(default_factory=dict)
     cpu_millis: int = 0
     memory_bytes: int = 0
-
-
-# The gate's verdict type lives with the pure analysis that produces it (one type, not two that
-# drift): ``Verdict(status, reason)`` as before, plus the failed nodes, what a hold waits for, and
-# the inputs the journal records.
-from rollout.analysis import Verdict as Verdict  # noqa: E402
-from rollout.analysis import VerdictStatus as VerdictStatus  # noqa: E402

@@ -1,8 +1,10 @@
 """Samples the gate collects, and the pure counting over a sliding window.
 
 Why a module of its own: the watchers (``rollout.kube.watching``), the kubelet scraper
-(``rollout.kube.scraping``) and Prometheus (``rollout.prometheus``) all produce the same few plain
-records, and the verdict (``rollout.analysis``) only ever sees those records. Counting is pure and
+(``rollout.kube.scraping``) and Prometheus (``rollout.gate.prometheus``) all produce the same few
+plain
+records, and the verdict (``rollout.gate.analysis``) only ever sees those records. Counting is pure
+and
 the clock is a parameter, so a storm of rejected pods, a relist after ``410 Gone`` or a kubelet
 restart can be replayed in a unit test or a benchmark without a cluster.
 

@@ -19,20 +19,20 @@ from typing import Any
 
 import click
 
-from rollout.analysis import Predicted
+from rollout.change.journal import ChangeStatus, Journal, new_change_id, replay, state_dir
+from rollout.change.orchestrator import NoGate, resume, rollback, run_change, summary
+from rollout.change.plan import Plan, load_plan
+from rollout.change.planning import DrainPolicy, parse_strategy
+from rollout.change.previewing import predicted_rejections, render_text
+from rollout.change.progress import Progress
+from rollout.change.restoring import Context
+from rollout.change.windows import guard, parse_windows
 from rollout.cli.gate import GATE_HOLDS_EXIT, gate_config
 from rollout.errors import InputError, Location, NodeOperationError, PreflightError, RolloutError
+from rollout.gate.analysis import Predicted
 from rollout.interrupt import Interrupt
-from rollout.journal import ChangeStatus, Journal, new_change_id, replay, state_dir
 from rollout.models import Phase
-from rollout.orchestrator import NoGate, resume, rollback, run_change, summary
-from rollout.plan import Plan, load_plan
-from rollout.planning import DrainPolicy, parse_strategy
-from rollout.previewing import predicted_rejections, render_text
-from rollout.progress import Progress
 from rollout.protocols import Gate
-from rollout.restoring import Context
-from rollout.windows import guard, parse_windows
 
 from .options import inventory_option, kube_options, output_option, plan_option
 
@@ -65,9 +65,10 @@ def gate_for(
 
     With ``interrupt``, the soak ends the moment it is set (a rollback handed to this owner).
     ``predicted``: (node, owner) pairs the admission preview predicted rejected, so a Failed
-    verdict says which rejections were expected (``rollout.previewing.predicted_rejections``)."""
+    verdict says which rejections were expected
+    (``rollout.change.previewing.predicted_rejections``)."""
     from rollout.cli.gate import build_soak_gate
-    from rollout.gate import RollbackPolicyGate
+    from rollout.gate.soaking import RollbackPolicyGate
 
     cfg = gate_config(plan)
     if cfg is None:
@@ -146,9 +147,9 @@ def _context(
     progress: Progress | None = None,
 ) -> Context:
     """The orchestrator's context; with ``progress``, every journal entry and event feeds it."""
+    from rollout.change.progress import ObservedJournal
+    from rollout.change.shipping import PlaybookNodeRunner
     from rollout.kube.cluster import KubeCluster
-    from rollout.progress import ObservedJournal
-    from rollout.shipping import PlaybookNodeRunner
 
     on_event = progress.event if progress is not None else _echo
     return Context(
@@ -177,7 +178,7 @@ def _progress(mode: str) -> Progress:
     import os
     import shutil
 
-    from rollout.progress import for_stream
+    from rollout.change.progress import for_stream
 
     width = shutil.get_terminal_size((100, 24)).columns
     return for_stream(sys.stderr, mode, os.environ, width)
@@ -265,10 +266,10 @@ def apply_cmd(
       rollout apply --yes --progress plain 2> apply.log
       rollout apply --canary --yes --accept-predicted-rejections
     """
+    from rollout.change.preparing import read_inventory
     from rollout.kube.canaries import canaries_in_progress
     from rollout.kube.client import connect
     from rollout.kube.leases import LeaseLock
-    from rollout.preparing import read_inventory
 
     if not plan_path:
         raise InputError("no plan: pass --plan or set ROLLOUT_PLAN", Location(field="--plan"))
@@ -382,10 +383,10 @@ def intent_digest(plan: Plan) -> str:
 
 
 def _preflight(plan: Plan, inv: Any, api: Any, canary: bool, accept: bool = False) -> Any:
-    """Gather the nodes' facts and run every preflight check (``rollout.preparing.prepare``);
+    """Gather the nodes' facts and run every preflight check (``rollout.change.preparing.prepare``);
     ``accept``: predicted rejections of running pods are not refusals."""
     from rollout.ansible.runner import AnsibleRunner
-    from rollout.preparing import ClusterReader, prepare
+    from rollout.change.preparing import ClusterReader, prepare
 
     with tempfile.TemporaryDirectory(prefix="rollout-preflight-") as tmp:
         facts_dir = Path(tmp) / "facts"
@@ -625,10 +626,10 @@ def _resume_later_batches(
 ) -> ChangeStatus:
     """The batches an interrupted apply / promote had not started: rendered again from the plan
     (its intent checked unchanged), the gate where that command would have run it."""
+    from rollout.change.orchestrator import continue_change
+    from rollout.change.planning import Batch
+    from rollout.change.preparing import read_inventory
     from rollout.models import NodeState
-    from rollout.orchestrator import continue_change
-    from rollout.planning import Batch
-    from rollout.preparing import read_inventory
 
     info = before.info
     if any(s.state in (NodeState.RESTORED, NodeState.FAILED) for s in settled.nodes.values()):
@@ -762,12 +763,12 @@ def promote_cmd(
       rollout promote --change 20261130T214802Z-a1b2c3 --yes -o json
       rollout promote --change 20261130T214802Z-a1b2c3 --yes --force "gate had no traffic"
     """
+    from rollout.change.orchestrator import continue_change
+    from rollout.change.planning import Batch
+    from rollout.change.preparing import read_inventory
     from rollout.kube.client import connect
     from rollout.kube.leases import LeaseLock, holder_identity
     from rollout.models import NodeState
-    from rollout.orchestrator import continue_change
-    from rollout.planning import Batch
-    from rollout.preparing import read_inventory
 
     journal = _existing(change)
     status = replay(journal.entries(), journal.change_id)

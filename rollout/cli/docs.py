@@ -1,7 +1,8 @@
 """``rollout runbook`` and ``rollout report``: the documents before and after a change window.
 
 Thin: parse options, gather what is live (preflight, application canaries), call the pure builders
-in ``rollout.runbook`` / ``rollout.report``, write. Nothing is written when anything fails.
+in ``rollout.evidence.runbook`` / ``rollout.evidence.report``, write. Nothing is written when
+anything fails.
 """
 
 from __future__ import annotations
@@ -79,9 +80,9 @@ def runbook_cmd(
       rollout runbook -o html --out runbook.html
       rollout runbook --offline -o json | jq '.batches'
     """
-    from rollout.plan import load_plan
-    from rollout.preparing import read_inventory
-    from rollout.runbook import Preflight, build_runbook, render
+    from rollout.change.plan import load_plan
+    from rollout.change.preparing import read_inventory
+    from rollout.evidence.runbook import Preflight, build_runbook, render
 
     if not plan_path:
         raise InputError("no plan: pass --plan or set ROLLOUT_PLAN", Location(field="--plan"))
@@ -95,9 +96,9 @@ def runbook_cmd(
     preflight = Preflight(ran=False)
     if not offline:
         from rollout.ansible.runner import AnsibleRunner
+        from rollout.change.preparing import ClusterReader, PreviewedRefusal, prepare
         from rollout.kube.canaries import canaries_in_progress
         from rollout.kube.client import connect
-        from rollout.preparing import ClusterReader, PreviewedRefusal, prepare
 
         api = connect(kubeconfig, context)
         warnings = canaries_in_progress(api)
@@ -148,8 +149,8 @@ def report_cmd(change: str | None, output: str, out: str | None, evidence: str |
       rollout report -o html --out report.html
       rollout report -o json | jq .evidence
     """
-    from rollout.journal import Journal, state_dir
-    from rollout.report import load_report, render
+    from rollout.change.journal import Journal, state_dir
+    from rollout.evidence.report import load_report, render
 
     journal = Journal.open(state_dir(), change)
     report = load_report(journal, Path(evidence) if evidence else None)
@@ -206,14 +207,14 @@ def evidence_cmd(
     import json
 
     from rollout.ansible.runner import AnsibleRunner
-    from rollout.evidence import build_collection, merge_collection
-    from rollout.journal import Journal, replay, state_dir
+    from rollout.change.journal import Journal, replay, state_dir
+    from rollout.change.preparing import hosts_for, read_inventory
+    from rollout.evidence.checks import build_collection, merge_collection
+    from rollout.evidence.report import EVIDENCE_FILE
     from rollout.kube import proxy
     from rollout.kube.client import connect
     from rollout.kube.collecting import evidence_pods
     from rollout.kube.nodes import node_info
-    from rollout.preparing import hosts_for, read_inventory
-    from rollout.report import EVIDENCE_FILE
 
     recorded: dict[str, object] = {}
     nodes: list[str] = []
@@ -250,7 +251,7 @@ def evidence_cmd(
     merged = merge_collection(document, collection)
     _write(json.dumps(merged, indent=2, sort_keys=True) + "\n", str(target))
     if output == "json":
-        from rollout.evidence import CHECKS, parse_collections
+        from rollout.evidence.checks import CHECKS, parse_collections
 
         (parsed,) = parse_collections({"collections": [collection]})
         checks = [fn(parsed).as_dict() for _, fn in CHECKS]

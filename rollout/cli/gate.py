@@ -1,6 +1,6 @@
 """``rollout watch`` and ``rollout serve``: the gate on its own, and the external rollback trigger.
 
-Thin: parse, build the gate from its parts (``rollout.gate``, ``rollout.kube.*``), print. A
+Thin: parse, build the gate from its parts (``rollout.gate.soaking``, ``rollout.kube.*``), print. A
 Failed verdict rolls back through ``rollout rollback`` itself (the same command a person runs), so
 there is exactly one rollback path whoever pulls the trigger.
 """
@@ -19,9 +19,9 @@ from typing import Any
 
 import click
 
-from rollout.analysis import GateConfig, Outcome, Predicted, parse_gate_config
 from rollout.cli.options import kube_options, output_option
 from rollout.errors import ExternalError, InputError, Location, NodeOperationError
+from rollout.gate.analysis import GateConfig, Outcome, Predicted, parse_gate_config
 
 #: Exit code of ``rollout watch`` and ``rollout apply`` when the gate holds (Inconclusive or Error).
 GATE_HOLDS_EXIT = 8
@@ -80,7 +80,7 @@ def cli_rollback(
 def _gate_config(plan_file: str | None) -> GateConfig:
     if not plan_file:
         return GateConfig()
-    from rollout.plan import load_plan
+    from rollout.change.plan import load_plan
 
     plan = load_plan(plan_file)
     return parse_gate_config(plan.gate or None, file=plan.path, line_of=plan.line_of)
@@ -130,16 +130,16 @@ def build_soak_gate(
         since: the change's start (pods created before it are baseline, not samples).
         record: the journal recorder ``(kind, data)``.
         control: control-group nodes (baseline ``control-group``).
-        metrics: a ``rollout.serve.GateMetrics`` or None.
+        metrics: a ``rollout.gate.serve.GateMetrics`` or None.
         output: ``text`` prints one progress line per evaluation on stderr.
         progress: where those lines go instead (``apply``'s live progress), when given.
         predicted: (node, owner) pairs the admission preview predicted rejected (``apply``,
             ``resume``, ``promote``); None for ``rollout watch``, which runs no preview.
 
     Returns:
-        A ``rollout.gate.SoakGate``.
+        A ``rollout.gate.soaking.SoakGate``.
     """
-    from rollout.gate import SoakGate
+    from rollout.gate.soaking import SoakGate
     from rollout.kube.probing import NodeEvents, ProbePods
     from rollout.kube.scraping import KubeletSignal, NodeProxyFetcher
     from rollout.kube.watching import ApiSignal
@@ -147,7 +147,7 @@ def build_soak_gate(
     api_signal = ApiSignal(api.api_client, since=since, window=cfg.window)
     signals: list[Any] = [api_signal, KubeletSignal(NodeProxyFetcher(api.api_client), cfg.window)]
     if cfg.prometheus is not None:
-        from rollout.prometheus import PrometheusSignal
+        from rollout.gate.prometheus import PrometheusSignal
 
         signals.append(PrometheusSignal(cfg.prometheus))
     return SoakGate(
@@ -166,7 +166,7 @@ def build_soak_gate(
 
 
 def _change_nodes(change_id: str) -> tuple[list[str], float, Any]:
-    from rollout.journal import Journal, replay, state_dir
+    from rollout.change.journal import Journal, replay, state_dir
 
     journal = Journal.open(state_dir(), change_id)
     entries = journal.entries()
@@ -226,10 +226,10 @@ def watch(
       rollout watch --change 20261130-1200-ab12cd
       rollout watch --change 20261130-1200-ab12cd --control lab-4 -o json
     """
-    from rollout.gate import rollback_targets
+    from rollout.gate.serve import AlertReceiver, GateMetrics, make_server, parse_listen, read_token
+    from rollout.gate.soaking import rollback_targets
     from rollout.kube.client import connect
     from rollout.models import Phase
-    from rollout.serve import AlertReceiver, GateMetrics, make_server, parse_listen, read_token
 
     cfg = _gate_config(plan_file)
     nodes, started, journal = _change_nodes(change_id)
@@ -320,9 +320,9 @@ def serve(
       rollout serve --listen 127.0.0.1:9099 --token-file /etc/rollout/webhook-token
       rollout serve --listen 127.0.0.1:0 --token-file token -o json --context prod-east
     """
-    from rollout.journal import state_dir
-    from rollout.owning import JournalOwners, export_node_states, journal_recorder
-    from rollout.serve import AlertReceiver, make_server, parse_listen, read_token
+    from rollout.change.journal import state_dir
+    from rollout.gate.owning import JournalOwners, export_node_states, journal_recorder
+    from rollout.gate.serve import AlertReceiver, make_server, parse_listen, read_token
 
     kube_args = _kube_args(kubeconfig, context, lock_namespace)
     trigger = functools.partial(cli_rollback, kube_args=kube_args, wait=False)

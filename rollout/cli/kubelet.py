@@ -13,13 +13,13 @@ from typing import Any
 import click
 import yaml
 
+from rollout.change.plan import load_plan
 from rollout.cli.options import output_option
 from rollout.errors import InputError, Location
 from rollout.kubelet.distributions import DISTRIBUTIONS
 from rollout.kubelet.intent import build_intent
 from rollout.kubelet.loading import effective, load_node
 from rollout.kubelet.render import render as render_node
-from rollout.plan import load_plan
 
 
 def _parse_set(values: tuple[str, ...]) -> list[tuple[str, Any]]:

@@ -1,7 +1,7 @@
 """``rollout preview``: which pods each node in scope will admit or reject under the new config.
 
 The same preflight as ``rollout apply`` (facts gathered, files rendered), then the admission
-preview of ``rollout.previewing``; nothing is changed.
+preview of ``rollout.change.previewing``; nothing is changed.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import json
 
 import click
 
+from rollout.change.plan import load_plan
+from rollout.change.planning import parse_strategy
+from rollout.change.previewing import fleet_misfits, render_text
 from rollout.errors import InputError, Location
-from rollout.plan import load_plan
-from rollout.planning import parse_strategy
-from rollout.previewing import fleet_misfits, render_text
 
 from .options import inventory_option, kube_options, output_option, plan_option
 
@@ -45,9 +45,9 @@ def preview_cmd(
       rollout preview --plan plan.yaml -i inventory.ini -o json
       rollout preview -o json | jq '.nodes[].pods[] | select(.verdict == "rejected")'
     """
+    from rollout.change.preparing import read_inventory
     from rollout.cli.change import _inventory, _preflight
     from rollout.kube.client import connect
-    from rollout.preparing import read_inventory
 
     if not plan_path:
         raise InputError("no plan: pass --plan or set ROLLOUT_PLAN", Location(field="--plan"))

@@ -1,7 +1,7 @@
 """One eviction: the Eviction API request and its outcome, named.
 
 Why one request per call: the retry loop (capped backoff, timeout, naming the blocking pods)
-belongs to ``rollout.draining``, which owns the timers (kubernetes #117492). Here a 429 is an
+belongs to ``rollout.change.draining``, which owns the timers (kubernetes #117492). Here a 429 is an
 expected answer (a PodDisruptionBudget says not now), not a crash; a 500 (e.g. more than one PDB
 selects the pod) is a misconfiguration and is raised with the API server's words.
 """

@@ -18,9 +18,9 @@ from typing import Any, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from rollout.analysis import SignalState
 from rollout.errors import ExternalError, truncate
 from rollout.samples import CounterReading, NodeCounts, group_counts, sum_deltas
+from rollout.verdicts import SignalState
 
 REQUESTS = "kubelet_topology_manager_admission_requests_total"
 ERRORS = "kubelet_topology_manager_admission_errors_total"

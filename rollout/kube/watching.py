@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from rollout.analysis import SignalState
 from rollout.samples import AdmissionSample, count_window, group_counts, is_admission_reason
+from rollout.verdicts import SignalState
 
 
 def _ts(value: Any) -> float | None:

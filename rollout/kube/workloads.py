@@ -1,6 +1,7 @@
 """Read-only reads for the admission preview: Nodes, pods and controllers as plain dicts.
 
-Why dicts: ``rollout.previewing`` is pure and reads objects as the API serves them (camelCase),
+Why dicts: ``rollout.change.previewing`` is pure and reads objects as the API serves them
+(camelCase),
 so the client's models are serialized here and nothing else sees them.
 """
 

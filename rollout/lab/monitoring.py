@@ -12,7 +12,7 @@ What runs, all on 127.0.0.1 with ports of their own (several labs may run at onc
   lab's admin client certificate, relabelling the node name into label ``node`` (as
   kube-prometheus does); it also scrapes ``rollout serve``'s ``/metrics``. Its rules are the
   groups of the PrometheusRule rollout ships (``rollout/data/prometheus-rule.yaml``), converted
-  when the lab starts (:func:`rollout.alerting.rules_file`).
+  when the lab starts (:func:`rollout.gate.alerting.rules_file`).
 * **Alertmanager** routes alerts labelled ``rollout="rollback"`` to ``rollout serve``'s
   ``/webhook`` with the bearer token from the lab's token file; the rest go to a null receiver.
 * **rollout serve**, with the token file in ``<lab>/monitoring/serve-token`` and the journals of
@@ -44,8 +44,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rollout.alerting import ROUTE_LABEL, dump_yaml, rules_file, shipped_rule_text
 from rollout.errors import LabError
+from rollout.gate.alerting import ROUTE_LABEL, dump_yaml, rules_file, shipped_rule_text
 from rollout.lab.controlplane import free_port
 
 #: The pinned versions (tools/prombin/go.mod, tools/ambin/go.mod; a unit test keeps them equal).

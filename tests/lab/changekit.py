@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rollout.journal import Journal, replay
+from rollout.change.journal import Journal, replay
 from rollout.lab.cluster import LAB_INTENT, Lab
 
 ROLLOUT = str(Path(sys.executable).parent / "rollout")

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from rollout.journal import Journal, replay
+from rollout.change.journal import Journal, replay
+from rollout.change.windows import DAY_NAMES
 from rollout.lab.cluster import Lab, plan_text
-from rollout.windows import DAY_NAMES
 from tests.lab.test_rbac import restricted_kubeconfig as restricted_kubeconfig
 
 pytestmark = pytest.mark.lab

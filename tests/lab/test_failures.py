@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 import yaml
 
+from rollout.change.journal import Journal, new_change_id, replay
+from rollout.change.orchestrator import apply_node
+from rollout.change.planning import DrainPolicy
+from rollout.change.restoring import Context
 from rollout.errors import NodeOperationError
-from rollout.journal import Journal, new_change_id, replay
 from rollout.lab.cluster import Lab
 from rollout.models import NodeState
-from rollout.orchestrator import apply_node
-from rollout.planning import DrainPolicy
-from rollout.restoring import Context
 from tests.lab import changekit as ck
 
 pytestmark = pytest.mark.lab
@@ -90,10 +90,10 @@ def test_kubelet_refusing_new_config_is_restored_automatically(
 ) -> None:
     """The change forgets to reset the CPU manager checkpoint (as a wrong render would): the lab
     kubelet refuses to start, as the real one does; the node is restored and healthy again."""
+    from rollout.change.shipping import PlaybookNodeRunner
     from rollout.kube.client import connect
     from rollout.kube.cluster import KubeCluster
     from rollout.models import NodeChange
-    from rollout.shipping import PlaybookNodeRunner
 
     names, _, _ = _setup(lab, lab_nodes, tmp_path)
     node = names[0]

@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from rollout.analysis import GateConfig, Outcome, evaluate
-from rollout.journal import Journal
+from rollout.change.journal import Journal
+from rollout.gate.analysis import GateConfig, Outcome, evaluate
 from rollout.lab.cluster import Lab
 from tests.lab import changekit as ck
 from tests.lab.test_lab_kubelet import STATIC, _configure, _wait_policy

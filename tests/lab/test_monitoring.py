@@ -30,13 +30,13 @@ from typing import Any
 
 import pytest
 
-from rollout.alerting import rules_file, shipped_rule_text
-from rollout.analysis import GateConfig, Outcome, PrometheusSource, evaluate
-from rollout.journal import Journal, replay
+from rollout.change.journal import Journal, replay
+from rollout.gate.alerting import rules_file, shipped_rule_text
+from rollout.gate.analysis import GateConfig, Outcome, PrometheusSource, evaluate
+from rollout.gate.prometheus import PrometheusSignal
 from rollout.lab import monitoring as mon
 from rollout.lab.cluster import Lab
 from rollout.lab.controlplane import free_port
-from rollout.prometheus import PrometheusSignal
 from tests.lab import changekit as ck
 from tests.lab.conftest import IN_CI
 from tests.lab.test_gate import (
@@ -201,8 +201,8 @@ def _gate_metrics_endpoint(lab: Lab, node: str, monitoring: Any) -> tuple[Any, A
     """The gate run as ``rollout watch --listen`` runs it (its metrics served over HTTP and
     scraped by the lab Prometheus), so the dashboard's gate panels have a source."""
     from rollout.cli.gate import build_soak_gate
+    from rollout.gate.serve import AlertReceiver, GateMetrics, make_server
     from rollout.kube.client import connect
-    from rollout.serve import AlertReceiver, GateMetrics, make_server
 
     metrics = GateMetrics()
     server = make_server(("127.0.0.1", 0), "unused-token", AlertReceiver(lambda *a: None, metrics))

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from rollout.alerting import (
+from rollout.change.journal import ChangeStatus, NodeStatus
+from rollout.errors import InputError
+from rollout.gate.alerting import (
     ROUTE_LABEL,
     dump_yaml,
     owner_of,
@@ -15,8 +17,6 @@ from rollout.alerting import (
     rules_file,
     shipped_rule_text,
 )
-from rollout.errors import InputError
-from rollout.journal import ChangeStatus, NodeStatus
 from rollout.lab.monitoring import (
     ALERTMANAGER_MODULE_VERSION,
     INTERVALS,

@@ -1,10 +1,11 @@
-"""The gate's pure counting and verdict (rollout.samples, rollout.analysis), table-driven."""
+"""The gate's pure counting and verdict (rollout.samples, rollout.gate.analysis), table-driven."""
 
 from __future__ import annotations
 
 import pytest
 
-from rollout.analysis import (
+from rollout.errors import InputError
+from rollout.gate.analysis import (
     Baseline,
     GateConfig,
     OnFailure,
@@ -13,7 +14,6 @@ from rollout.analysis import (
     evaluate,
     parse_gate_config,
 )
-from rollout.errors import InputError
 from rollout.samples import (
     AdmissionSample,
     CounterReading,
@@ -364,7 +364,7 @@ def test_rejections_only_signal_fails_on_any_rejection_and_never_holds() -> None
     assert "prometheus: 2 admissions rejected on a [TopologyAffinityError: 2]" in v.reason
 
 
-# ---------------------------------------------------------------- the soak loop (rollout.gate)
+# ------------------------------------------------------- the soak loop (rollout.gate.soaking)
 
 
 class FakeClock:
@@ -414,7 +414,7 @@ class FakeProbes:
 
 
 def run_gate(counts_at: object, **cfg: object) -> tuple[object, ...]:
-    from rollout.gate import SoakGate
+    from rollout.gate.soaking import SoakGate
 
     clock = FakeClock()
     sig_ = ScriptedSignal(counts_at)
@@ -478,7 +478,7 @@ def test_no_traffic_without_probes_holds() -> None:
     ("policy", "expected"), [("rollback-affected", ["a"]), ("rollback-group", ["a", "b"])]
 )
 def test_rollback_targets_follow_the_policy(policy: str, expected: list[str]) -> None:
-    from rollout.gate import rollback_targets
+    from rollout.gate.soaking import rollback_targets
 
     cfg = parse_gate_config({"onFailure": policy})
     v = evaluate(cfg, [sig({"a": nc(5, 3), "b": nc(5)})], now=0)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from rollout.change.journal import CHANGE_STEP, Journal
 from rollout.cli import cli
-from rollout.journal import CHANGE_STEP, Journal
 from rollout.models import Path as StepPath
 from rollout.models import Phase
 

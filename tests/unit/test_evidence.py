@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from rollout.evidence import (
+from rollout.evidence.checks import (
     Collection,
     Status,
     build_collection,

@@ -10,17 +10,17 @@ from typing import Any
 
 import pytest
 
-from rollout.analysis import GateConfig, NodeCounts, OnFailure, Outcome, SignalState
+from rollout.change.journal import Journal, replay
+from rollout.change.orchestrator import run_change
+from rollout.change.plan import load_plan
+from rollout.change.planning import DrainPolicy, Strategy, make_batches
+from rollout.change.restoring import Context
 from rollout.errors import NodeOperationError
-from rollout.gate import RollbackPolicyGate, SoakGate
-from rollout.journal import Journal, replay
+from rollout.gate.analysis import GateConfig, NodeCounts, OnFailure, Outcome, SignalState
+from rollout.gate.soaking import RollbackPolicyGate, SoakGate
 from rollout.lab.cluster import plan_text
 from rollout.lab.nodes import LabNode
 from rollout.models import Phase
-from rollout.orchestrator import run_change
-from rollout.plan import load_plan
-from rollout.planning import DrainPolicy, Strategy, make_batches
-from rollout.restoring import Context
 from tests.unit.fakes_change import (
     CONF,
     NEW,
@@ -146,7 +146,7 @@ def test_no_traffic_holds_and_says_what_it_waits_for(tmp_path: Path) -> None:
 
 
 def test_lab_plan_has_a_demo_gate(tmp_path: Path) -> None:
-    from rollout.analysis import parse_gate_config
+    from rollout.gate.analysis import parse_gate_config
 
     p = tmp_path / "plan.yaml"
     p.write_text(plan_text([LabNode("n1", 1, "kubeadm", "t")], "demo"))
@@ -158,8 +158,8 @@ def test_lab_plan_has_a_demo_gate(tmp_path: Path) -> None:
 
 def test_soak_progress_reports_changes_not_every_interval() -> None:
     """A quiet soak prints one line per verdict change, not one per interval."""
-    from rollout.analysis import Baseline, GateConfig, SignalState
-    from rollout.gate import SoakGate
+    from rollout.gate.analysis import Baseline, GateConfig, SignalState
+    from rollout.gate.soaking import SoakGate
 
     class Quiet:
         name = "api"
@@ -192,8 +192,8 @@ def test_soak_progress_reports_changes_not_every_interval() -> None:
 def test_soak_gate_passes_the_predicted_rejections_to_the_verdict() -> None:
     """apply's gate gets preflight's predicted (node, owner) pairs; the Failed reason says which
     rejection was expected and which was not."""
-    from rollout.analysis import Baseline, GateConfig
-    from rollout.gate import SoakGate
+    from rollout.gate.analysis import Baseline, GateConfig
+    from rollout.gate.soaking import SoakGate
 
     counts = {
         "n1": NodeCounts(5, {TAE: 1}, ("ReplicaSet/ml/train-1",)),

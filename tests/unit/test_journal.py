@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout.errors import InputError
-from rollout.journal import (
+from rollout.change.journal import (
     CHANGE_STEP,
     Entry,
     Journal,
@@ -19,6 +18,7 @@ from rollout.journal import (
     replay,
     state_dir,
 )
+from rollout.errors import InputError
 from rollout.models import NodeState, Phase, Step
 from rollout.models import Path as StepPath
 
@@ -130,7 +130,7 @@ def test_failpoint_kills_the_process_right_after_the_named_entry_is_on_disk(
 
     code = (
         "import sys; from datetime import UTC, datetime; from pathlib import Path\n"
-        "from rollout.journal import Journal; from rollout.models import Phase\n"
+        "from rollout.change.journal import Journal; from rollout.models import Phase\n"
         "j = Journal.create(Path(sys.argv[1]), 'c'); now = datetime.now(UTC)\n"
         "for step in ('cordon', 'drain', 'backup'):\n"
         "    j.append(step, Phase.BEGIN, now=now, node='n1')\n"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from rollout.change.plan import load_plan
 from rollout.kubelet import distributions as dist
 from rollout.kubelet.cpuset import format_cpus as cpulist
 from rollout.lab import shim
@@ -17,7 +18,6 @@ from rollout.lab.cluster import canary_count, inventory_text, plan_text
 from rollout.lab.nodes import LabNode, NodeShape, sysfs_tree
 from rollout.lab.relay import Endpoint
 from rollout.lab.seeds import DISTRIBUTIONS, LAYOUTS, SeedContext, seed_files
-from rollout.plan import load_plan
 
 CTX = SeedContext("n1", "10.213.1.2", "apiVersion: v1\nkind: Config\n", "-----BEGIN CERT")
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from rollout.change.journal import Journal, replay
+from rollout.change.orchestrator import NoGate, apply_node, resume, rollback, run_change
+from rollout.change.planning import DrainPolicy, Strategy, make_batches
+from rollout.change.restoring import Context
 from rollout.errors import NodeOperationError
-from rollout.journal import Journal, replay
 from rollout.models import NodeState, VerdictStatus
-from rollout.orchestrator import NoGate, apply_node, resume, rollback, run_change
-from rollout.planning import DrainPolicy, Strategy, make_batches
-from rollout.restoring import Context
 from tests.unit.fakes_change import (
     CONF,
     EXPECTED,

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from rollout.change.journal import replay
+from rollout.change.orchestrator import NoGate, run_change
+from rollout.change.planning import Strategy, make_batches
 from rollout.errors import NodeFilesChangedError, PreflightError
-from rollout.journal import replay
 from rollout.models import NodeChange, NodeState
-from rollout.orchestrator import NoGate, run_change
-from rollout.planning import Strategy, make_batches
 from rollout.protocols import RunResult
 from tests.unit.fakes_change import CONF, NEW, OLD, make_change
 from tests.unit.test_orchestrator import NODES, _setup

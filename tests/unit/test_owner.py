@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from rollout.change.journal import Journal, replay
+from rollout.change.orchestrator import NoGate, run_change
+from rollout.change.planning import DrainPolicy, Strategy, make_batches
+from rollout.change.restoring import Context
 from rollout.errors import LeaseLostError, NodeOperationError
 from rollout.interrupt import Interrupt, StopReason, StopRequested
-from rollout.journal import Journal, replay
 from rollout.models import NodeState, Verdict, VerdictStatus
-from rollout.orchestrator import NoGate, run_change
-from rollout.planning import DrainPolicy, Strategy, make_batches
-from rollout.restoring import Context
 from tests.unit.fakes_change import (
     CONF,
     OLD,

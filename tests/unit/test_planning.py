@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rollout.errors import InputError, Location
-from rollout.models import NodeFacts, NodeInfo, PdbRef, PodRef
-from rollout.planning import (
+from rollout.change.planning import (
     Strategy,
     backoff_delay,
     blocking_pdbs,
@@ -16,6 +14,8 @@ from rollout.planning import (
     make_batches,
     parse_strategy,
 )
+from rollout.errors import InputError, Location
+from rollout.models import NodeFacts, NodeInfo, PdbRef, PodRef
 
 
 def loc(field: str) -> Location:

@@ -1,4 +1,4 @@
-"""The admission preview (rollout.previewing): scheduling match and predictions, from real
+"""The admission preview (rollout.change.previewing): scheduling match and predictions, from real
 Pod, Deployment and Node dicts as the API serves them."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from rollout.kubelet.facts import node_facts_from_dict
-from rollout.previewing import (
+from rollout.change.previewing import (
     decide,
     fleet_misfits,
     lands_on,
@@ -18,6 +17,7 @@ from rollout.previewing import (
     workload_of,
     workloads,
 )
+from rollout.kubelet.facts import node_facts_from_dict
 
 # two NUMA nodes of 8 CPUs, 4 GPUs each (the lab's shape)
 FACTS = node_facts_from_dict(

@@ -8,10 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from rollout.journal import Entry, Journal
+from rollout.change.journal import Entry, Journal
+from rollout.change.progress import (
+    Board,
+    ObservedJournal,
+    Progress,
+    plain_line,
+    resolve_mode,
+    table,
+)
 from rollout.models import Path as StepPath
 from rollout.models import Phase
-from rollout.progress import Board, ObservedJournal, Progress, plain_line, resolve_mode, table
 
 T = "2026-12-01T10:00:05.000+00:00"
 

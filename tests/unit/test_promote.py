@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from rollout.change.journal import Journal, replay
+from rollout.change.orchestrator import continue_change, rollback, run_change
+from rollout.change.planning import Batch, DrainPolicy, Strategy, make_batches
+from rollout.change.restoring import Context
 from rollout.cli.change import last_gate, promote_refusal
 from rollout.errors import NodeOperationError
-from rollout.journal import Journal, replay
 from rollout.models import NodeState, Phase, VerdictStatus
-from rollout.orchestrator import continue_change, rollback, run_change
-from rollout.planning import Batch, DrainPolicy, Strategy, make_batches
-from rollout.restoring import Context
 from tests.unit.fakes_change import (
     CONF,
     OLD,
@@ -101,7 +101,7 @@ def test_promote_is_refused_unless_the_canary_is_applied_and_passed(tmp_path: Pa
 
 
 def test_report_shows_the_promotion(tmp_path: Path) -> None:
-    from rollout.report import build_report, render
+    from rollout.evidence.report import build_report, render
 
     ctx = _held(tmp_path)
     changes = {n: make_change(n) for n in NODES}

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from rollout.change.journal import Journal, replay
+from rollout.change.orchestrator import rollback
 from rollout.errors import InputError
-from rollout.journal import Journal, replay
+from rollout.evidence.report import build_report, load_report, rate_points, render, state_spans
 from rollout.models import Phase
-from rollout.orchestrator import rollback
-from rollout.report import build_report, load_report, rate_points, render, state_spans
 from tests.unit.fakes_change import CONF, NEW, OLD
 from tests.unit.test_orchestrator import _run, _setup
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rollout.journal import Journal
-from rollout.report import load_report, render, state_spans
+from rollout.change.journal import Journal
+from rollout.evidence.report import load_report, render, state_spans
 from tests.unit.test_report import journal as journal
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from rollout.alerting import dump_yaml, rules_file, shipped_rule_text
+from rollout.gate.alerting import dump_yaml, rules_file, shipped_rule_text
 from rollout.lab.monitoring import find_monitoring_bin_dir
 
 IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false")

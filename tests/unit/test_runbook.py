@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from rollout.change.plan import parse_plan
+from rollout.change.planning import parse_strategy
+from rollout.change.preparing import Inventory
+from rollout.change.previewing import NodePreview, preview_node
 from rollout.cli import cli
 from rollout.errors import InputError
-from rollout.plan import parse_plan
-from rollout.planning import parse_strategy
-from rollout.preparing import Inventory
-from rollout.previewing import NodePreview, preview_node
-from rollout.runbook import GO_RULE, Preflight, build_runbook, preview_section, render
+from rollout.evidence.runbook import GO_RULE, Preflight, build_runbook, preview_section, render
 from tests.unit.test_previewing import FACTS, NODE, SINGLE, _deployment, _pod, _replicaset, _spec
 
 PLAN = """\
@@ -276,10 +276,10 @@ def test_cli_runbook_shows_the_preview_preflight_computed(
     """Wiring only (the live reads are stand-ins here; tests/lab/test_preview_lab.py reads a real
     cluster): the previews preflight computed reach the runbook, also when preflight refuses."""
     import rollout.ansible.runner
+    import rollout.change.preparing
     import rollout.kube.canaries
     import rollout.kube.client
-    import rollout.preparing
-    from rollout.preparing import Prepared, PreviewedRefusal
+    from rollout.change.preparing import Prepared, PreviewedRefusal
 
     previews = _previews(6 if refused else 2)
 
@@ -307,7 +307,7 @@ def test_cli_runbook_shows_the_preview_preflight_computed(
     monkeypatch.setattr(rollout.kube.client, "connect", lambda *_: object())
     monkeypatch.setattr(rollout.kube.canaries, "canaries_in_progress", lambda _: [])
     monkeypatch.setattr(rollout.ansible.runner, "AnsibleRunner", Runner)
-    monkeypatch.setattr(rollout.preparing, "prepare", prepare)
+    monkeypatch.setattr(rollout.change.preparing, "prepare", prepare)
     plan, inv = tmp_path / "plan.yaml", tmp_path / "inv.ini"
     plan.write_text(PLAN)
     inv.write_text(INVENTORY)

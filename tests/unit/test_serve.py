@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from rollout.errors import ExternalError, InputError
-from rollout.serve import AlertReceiver, make_server, parse_listen, read_token
+from rollout.gate.serve import AlertReceiver, make_server, parse_listen, read_token
 
 TOKEN = "s3cret-token"
 
@@ -204,7 +204,7 @@ def _journal(root: Path, cid: str, node_states: dict[str, str], plan: Path | Non
     """A real journal on disk: begin, then the steps each node went through."""
     from datetime import UTC, datetime
 
-    from rollout.journal import CHANGE_STEP, Journal
+    from rollout.change.journal import CHANGE_STEP, Journal
     from rollout.models import Path as StepPath
     from rollout.models import Phase, Step
 
@@ -228,7 +228,7 @@ def _journal(root: Path, cid: str, node_states: dict[str, str], plan: Path | Non
 
 @pytest.fixture
 def by_node(tmp_path: Path) -> Iterator[tuple[str, FakeTrigger, AlertReceiver, Path]]:
-    from rollout.owning import JournalOwners, journal_recorder
+    from rollout.gate.owning import JournalOwners, journal_recorder
 
     root = tmp_path / "state"
     trigger = FakeTrigger()
@@ -258,7 +258,7 @@ B = "20261130T110000Z-bbbbbb"
 def test_alert_on_a_node_rolls_back_the_change_owning_it(
     by_node: tuple[str, FakeTrigger, AlertReceiver, Path],
 ) -> None:
-    from rollout.journal import Journal
+    from rollout.change.journal import Journal
 
     url, trigger, _, root = by_node
     _journal(root, A, {"n1": "restored", "n2": "applied"})
@@ -304,7 +304,7 @@ def test_alert_on_a_node_no_change_owns_is_200_counted_and_changes_nothing(
     assert trigger.calls == []
     text = receiver.metrics.exposition().decode()
     assert 'rollout_webhook_alerts_total{action="unowned"} 1.0' in text
-    from rollout.journal import Journal
+    from rollout.change.journal import Journal
 
     assert not [e for e in Journal.open(root, B).entries() if e.step == "trigger"]
 
@@ -340,8 +340,8 @@ def test_rollback_group_plan_rolls_back_the_batch(
 
 
 def test_node_states_come_from_the_newest_change_touching_each_node(tmp_path: Path) -> None:
-    from rollout.owning import export_node_states, node_states
-    from rollout.serve import GateMetrics
+    from rollout.gate.owning import export_node_states, node_states
+    from rollout.gate.serve import GateMetrics
 
     root = tmp_path / "state"
     _journal(root, A, {"n1": "applied", "n2": "applied"})

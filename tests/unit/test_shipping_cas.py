@@ -12,12 +12,12 @@ import pytest
 
 from rollout.ansible.payloads import ABSENT
 from rollout.ansible.runner import HostResult
+from rollout.change.plan import load_plan
+from rollout.change.preparing import Inventory, node_change, node_files_of
+from rollout.change.shipping import _apply_payload, _result
 from rollout.errors import InputError
 from rollout.lab.cluster import LAB_INTENT
 from rollout.models import NodeChange
-from rollout.plan import load_plan
-from rollout.preparing import Inventory, node_change, node_files_of
-from rollout.shipping import _apply_payload, _result
 
 CONFIG = "/var/lib/kubelet/config.yaml"
 TEXT = b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"

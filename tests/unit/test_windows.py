@@ -7,9 +7,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from rollout.change.plan import parse_plan
+from rollout.change.windows import forward_allowed, guard, is_open, next_opening, parse_windows
 from rollout.errors import InputError
-from rollout.plan import parse_plan
-from rollout.windows import forward_allowed, guard, is_open, next_opening, parse_windows
 
 UTC = ZoneInfo("UTC")
 BERLIN = ZoneInfo("Europe/Berlin")

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from rollout.change.journal import CHANGE_STEP, replay
+from rollout.change.orchestrator import NoGate, rollback, run_change
+from rollout.change.planning import Strategy, make_batches
+from rollout.change.restoring import Context
+from rollout.change.windows import DAY_NAMES, Decision, guard, parse_windows
 from rollout.errors import PreflightError
-from rollout.journal import CHANGE_STEP, replay
 from rollout.models import NodeState
-from rollout.orchestrator import NoGate, rollback, run_change
-from rollout.planning import Strategy, make_batches
-from rollout.restoring import Context
-from rollout.windows import DAY_NAMES, Decision, guard, parse_windows
 from tests.unit.fakes_change import CONF, OLD, make_change
 from tests.unit.test_orchestrator import NODES, _setup
 

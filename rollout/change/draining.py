@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rollout.change.planning import DrainPolicy, backoff_delay, evictable
 from rollout.errors import EvictionBlockedError
 from rollout.models import PodRef
-from rollout.planning import DrainPolicy, backoff_delay, evictable
 from rollout.protocols import Clock, Cluster, Eviction
 
 _POLL_S = 0.25

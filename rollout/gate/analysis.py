@@ -22,7 +22,8 @@ The rules, in the order they are applied:
 Across nodes and signals the worst wins: Failed > Error > Inconclusive > Successful.
 
 A Failed reason names the owners of the rejected pods. Given the (node, owner) pairs preflight's
-admission preview predicted rejected (``rollout.previewing.predicted_rejections``), each owner is
+admission preview predicted rejected (``rollout.change.previewing.predicted_rejections``), each
+owner is
 marked "expected: predicted by the preview" or "not predicted: investigate": a surprise is worth
 more attention than an expected rejection. Without a preview (``rollout watch``) they are listed
 unmarked.
@@ -32,38 +33,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from rollout.durations import parse_go_duration
 from rollout.errors import InputError, Location
 from rollout.samples import NodeCounts, group_counts
-
-
-class Outcome(StrEnum):
-    """The four verdicts (argo-rollouts' vocabulary). ``VerdictStatus`` is the same enum."""
-
-    SUCCESSFUL = "Successful"
-    INCONCLUSIVE = "Inconclusive"
-    ERROR = "Error"
-    FAILED = "Failed"
-
-    @property
-    def severity(self) -> int:
-        return _SEVERITY[self]
-
-
-_SEVERITY = {
-    Outcome.SUCCESSFUL: 0,
-    Outcome.INCONCLUSIVE: 1,
-    Outcome.ERROR: 2,
-    Outcome.FAILED: 3,
-}
-
-
-#: The name the orchestrator's models use for the same enum.
-VerdictStatus = Outcome
+from rollout.verdicts import Finding, Outcome, SignalState, Verdict, VerdictStatus
 
 
 class Baseline(StrEnum):
@@ -257,94 +234,6 @@ def parse_gate_config(
     return cfg
 
 
-@dataclass(frozen=True)
-class SignalState:
-    """What one signal (``api``, ``kubelet``, ``prometheus``) says at evaluation time.
-
-    Attributes:
-        name: the signal's name, used in reasons.
-        counts: per canary node, over the window (the last good data if the latest read failed).
-        baseline: the baseline's counts (control group over the same window, or the canary nodes
-            before the change); None when there is no baseline.
-        consecutive_errors: reads that failed in a row, up to now.
-        last_error: the latest failure's message.
-        has_data: False until the signal has delivered one good read.
-        rejections_only: the signal counts rejections but not admissions (a Prometheus query):
-            any rejection above the baseline fails, and no rejection is no objection (it can
-            never make the gate Inconclusive; the admission count comes from the other signals).
-    """
-
-    name: str
-    counts: Mapping[str, NodeCounts]
-    baseline: NodeCounts | None = None
-    consecutive_errors: int = 0
-    last_error: str | None = None
-    has_data: bool = True
-    rejections_only: bool = False
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One signal's verdict, with the nodes it concerns and a reason a person can read."""
-
-    signal: str
-    outcome: Outcome
-    reason: str
-    nodes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The gate's decision at one moment, and why.
-
-    This is the type the orchestrator's ``Gate.evaluate`` returns (``status`` and ``reason`` are
-    what it reads; ``rollout.models.Verdict`` names this class).
-
-    ``failed_nodes`` are the nodes a Failed verdict rolls back under ``rollback-affected``;
-    ``waiting_for`` says what an Inconclusive or Error verdict holds for.
-    """
-
-    status: Outcome
-    reason: str
-    at: float = 0.0
-    failed_nodes: tuple[str, ...] = ()
-    waiting_for: str = ""
-    findings: tuple[Finding, ...] = ()
-    inputs: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def outcome(self) -> Outcome:
-        """The verdict's value (``status`` under the name the analysis code uses)."""
-        return self.status
-
-    @property
-    def passed(self) -> bool:
-        return self.status is Outcome.SUCCESSFUL
-
-    @property
-    def holds(self) -> bool:
-        return self.status in (Outcome.INCONCLUSIVE, Outcome.ERROR)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "outcome": str(self.status),
-            "reason": self.reason,
-            "at": self.at,
-            "failedNodes": list(self.failed_nodes),
-            "waitingFor": self.waiting_for,
-            "findings": [
-                {
-                    "signal": f.signal,
-                    "outcome": str(f.outcome),
-                    "reason": f.reason,
-                    "nodes": list(f.nodes),
-                }
-                for f in self.findings
-            ],
-            "inputs": dict(self.inputs),
-        }
-
-
 def _pct(x: float) -> str:
     p = x * 100
     return f"{p:.0f}%" if abs(p - round(p)) < 0.05 else f"{p:.1f}%"
@@ -516,3 +405,12 @@ def evaluate(
         },
     }
     return Verdict(outcome, reason, now, failed, waiting, findings, inputs)
+
+
+__all__ = [  # the verdict types are re-exported: they are the analysis' vocabulary
+    "Finding",
+    "Outcome",
+    "SignalState",
+    "Verdict",
+    "VerdictStatus",
+]

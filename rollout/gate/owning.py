@@ -1,6 +1,6 @@
 """Reads who owns a node from the journals on disk (and the Lease), for ``rollout serve``.
 
-Why a module of its own: the decision is pure (:func:`rollout.alerting.owner_of`); this is the
+Why a module of its own: the decision is pure (:func:`rollout.gate.alerting.owner_of`); this is the
 I/O around it — replaying every change's journal under the state directory, reading each
 change's plan for its ``onFailure`` policy, asking the cluster which change holds the Lease —
 and journaling the ``trigger`` record an alert causes. ``rollout serve`` must run with the same
@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rollout.alerting import Owner, owner_of
+from rollout.change.journal import ChangeStatus, Journal, read_entries, replay
 from rollout.errors import RolloutError
-from rollout.journal import ChangeStatus, Journal, read_entries, replay
+from rollout.gate.alerting import Owner, owner_of
 from rollout.models import NodeState, Phase
 
 LeaseReader = Callable[[], str | None]
@@ -42,8 +42,8 @@ def change_statuses(root: Path) -> list[ChangeStatus]:
 def rolls_back_group(status: ChangeStatus) -> bool:
     """Whether the change's plan says ``gate.onFailure: rollback-group`` (False when the plan is
     gone or unreadable: an alert then rolls back only its own node, the smaller act)."""
-    from rollout.analysis import parse_gate_config
-    from rollout.plan import load_plan
+    from rollout.change.plan import load_plan
+    from rollout.gate.analysis import parse_gate_config
 
     plan_file = status.info.get("plan")
     if not plan_file or not Path(str(plan_file)).is_file():
@@ -59,10 +59,10 @@ def rolls_back_group(status: ChangeStatus) -> bool:
 
 
 class JournalOwners:
-    """``rollout.serve.OwnerResolver`` over the journals in ``root`` and the cluster Lease.
+    """``rollout.gate.serve.OwnerResolver`` over the journals in ``root`` and the cluster Lease.
 
     Args:
-        root: the state directory (``rollout.journal.state_dir()``).
+        root: the state directory (``rollout.change.journal.state_dir()``).
         lease: returns the change id the live Lease names (None: no live Lease, or unknown).
     """
 

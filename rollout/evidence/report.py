@@ -3,7 +3,8 @@
 Why from the journal: the report must say what was run, not what someone remembers. Everything in
 it is derived from the change's journal entries — every node's state over time, each gate
 decision with the counts it saw, each file with its hash before and after — plus the evidence
-checks over the node data collected around the change (``rollout.evidence``). Building the report
+checks over the node data collected around the change (``rollout.evidence.checks``). Building the
+report
 is pure (entries and collections in, a :class:`Report` out); rendering is Jinja2 into Markdown, one
 self-contained HTML page with inline SVG, or JSON.
 """
@@ -17,11 +18,11 @@ from datetime import datetime
 from pathlib import Path as FsPath
 from typing import Any
 
+from rollout.change.journal import CHANGE_STEP, Entry, Journal, NodeStatus, _apply_entry, replay
 from rollout.errors import InputError, Location
-from rollout.evidence import Check, Collection, evaluate, overall, parse_collections
-from rollout.journal import CHANGE_STEP, Entry, Journal, NodeStatus, _apply_entry, replay
-from rollout.svg import rejection_chart, state_timeline
-from rollout.templating import render_template
+from rollout.evidence.checks import Check, Collection, evaluate, overall, parse_collections
+from rollout.evidence.svg import rejection_chart, state_timeline
+from rollout.evidence.templating import render_template
 
 EVIDENCE_FILE = "evidence.json"
 

@@ -22,7 +22,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rollout.analysis import PrometheusSource, SignalState
+from rollout.gate.analysis import PrometheusSource, SignalState
 from rollout.samples import NodeCounts
 
 Fetch = Callable[[str, float], bytes]

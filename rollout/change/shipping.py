@@ -151,7 +151,7 @@ class PlaybookNodeRunner:
                 try:
                     self._vars = json.loads(saved.read_text(encoding="utf-8"))
                 except (OSError, ValueError):
-                    from rollout.preparing import read_inventory
+                    from rollout.change.preparing import read_inventory
 
                     hv = read_inventory(self.inventory).hostvars
                     self._vars = {h: _connection_vars(v) for h, v in hv.items()}

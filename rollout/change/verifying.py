@@ -14,9 +14,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from rollout.change.planning import device_resources
 from rollout.errors import NodeOperationError, RolloutError
 from rollout.kubelet.cpuset import CPUSetError, parse
-from rollout.planning import device_resources
 from rollout.protocols import Clock, Cluster
 
 WATCHED = (

@@ -21,7 +21,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from rollout.analysis import (
+from rollout.errors import RolloutError
+from rollout.gate.analysis import (
     Baseline,
     GateConfig,
     Outcome,
@@ -30,7 +31,6 @@ from rollout.analysis import (
     Verdict,
     evaluate,
 )
-from rollout.errors import RolloutError
 
 
 class Signal(Protocol):
@@ -66,7 +66,7 @@ class Recorder(Protocol):
 
 
 class MetricsSink(Protocol):
-    """Counts verdicts and rejections for ``/metrics`` (``rollout.serve.GateMetrics``)."""
+    """Counts verdicts and rejections for ``/metrics`` (``rollout.gate.serve.GateMetrics``)."""
 
     def observe(self, verdict: Verdict) -> None: ...
 

@@ -16,14 +16,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from rollout.draining import drain
+from rollout.change.draining import drain
+from rollout.change.journal import Journal, NodeStatus
+from rollout.change.planning import DrainPolicy
+from rollout.change.verifying import verify
 from rollout.errors import ExternalError, InputError, NodeOperationError, RolloutError
 from rollout.interrupt import Interrupt, InterruptibleClock
-from rollout.journal import Journal, NodeStatus
 from rollout.models import FileBackup, NodeChange, Path, Phase, Step
-from rollout.planning import DrainPolicy
 from rollout.protocols import Clock, Cluster, NodeRunner, RestoreFile, RunResult
-from rollout.verifying import verify
 
 
 @dataclass

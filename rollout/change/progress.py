@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol, TextIO
 
-from rollout.journal import Entry, Journal
+from rollout.change.journal import Entry, Journal
 from rollout.models import Path as StepPath
 from rollout.models import Phase
 

@@ -15,7 +15,8 @@ Rules, because a webhook that rolls back production nodes must be boring:
   at most one rollback, and one change is rolled back at most once per server.
 * **The change is found from the alert.** A kubelet counter knows its node, not the change: an
   alert with label ``node`` (never guessed from ``instance``) rolls back the change that owns that
-  node now (:func:`rollout.alerting.owner_of`: the newest change whose journal touched it, while
+  node now (:func:`rollout.gate.alerting.owner_of`: the newest change whose journal touched it,
+  while
   the node carries its files), that node or its batch per the plan's ``onFailure``. An alert that
   names a change (label or annotation ``change_id``) rolls back that change. Alerts for nodes no
   change owns, or that name neither, are answered 200, logged and counted
@@ -44,8 +45,8 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from rollout.alerting import Owner
 from rollout.errors import InputError, Location, RolloutError
+from rollout.gate.alerting import Owner
 
 #: Names of the metrics rollout exports (the monitoring assets are checked against this list).
 ROLLOUT_METRICS = (
@@ -158,7 +159,8 @@ def fingerprint_of(alert: Mapping[str, Any]) -> str:
 
 
 class OwnerResolver(Protocol):
-    """The change that owns a node now (``rollout.alerting.owner_of`` over journals + Lease)."""
+    """The change that owns a node now (``rollout.gate.alerting.owner_of`` over journals +
+    Lease)."""
 
     def __call__(self, node: str) -> Owner | None: ...
 

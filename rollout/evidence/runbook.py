@@ -18,12 +18,12 @@ from datetime import time as dtime
 from enum import Enum
 from typing import Any
 
-from rollout.analysis import GateConfig, parse_gate_config
-from rollout.plan import Plan
-from rollout.planning import Batch, Strategy, make_batches, parse_strategy
-from rollout.previewing import NodePreview, fleet_misfits
-from rollout.templating import render_template
-from rollout.windows import Window, forward_allowed, parse_windows
+from rollout.change.plan import Plan
+from rollout.change.planning import Batch, Strategy, make_batches, parse_strategy
+from rollout.change.previewing import NodePreview, fleet_misfits
+from rollout.change.windows import Window, forward_allowed, parse_windows
+from rollout.evidence.templating import render_template
+from rollout.gate.analysis import GateConfig, parse_gate_config
 
 IGNORED_GROUPS = ("all", "ungrouped")
 
@@ -202,7 +202,7 @@ def build_runbook(
 
     Args:
         plan: the parsed plan.
-        inventory: a ``rollout.preparing.Inventory`` (hosts, groups, ``node_of``).
+        inventory: a ``rollout.change.preparing.Inventory`` (hosts, groups, ``node_of``).
         now: generation time (timezone-aware); decides what the window section says.
         preflight: preflight results, or ``Preflight(ran=False)`` offline.
         warnings: application canaries in progress and other warnings.

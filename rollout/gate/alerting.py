@@ -25,8 +25,8 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
+from rollout.change.journal import ChangeStatus
 from rollout.errors import InputError, Location, ParseError
-from rollout.journal import ChangeStatus
 from rollout.models import NodeState
 
 RULE_RESOURCE = "prometheus-rule.yaml"

@@ -4,7 +4,8 @@ Why one place: the operator must see *all* reasons a change is refused at once, 
 written (not even a journal) until every check passed. This module gathers the facts (inventory,
 API server version and discovery, Nodes, pods, PDBs, ResourceSlices, node facts through the facts
 playbook), renders and lints each node's files, and hands the plain data to the pure checks in
-``rollout.planning``. The result, :class:`Prepared`, is what ``--dry-run`` prints and what the
+``rollout.change.planning``. The result, :class:`Prepared`, is what ``--dry-run`` prints and what
+the
 orchestrator runs.
 """
 
@@ -24,17 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from rollout.ansible.payloads import ABSENT
-from rollout.errors import InputError, Location, PreflightError, RolloutError
-from rollout.kube import nodes as kn
-from rollout.kubelet.facts import node_facts_from_dict
-from rollout.kubelet.findings import Severity
-from rollout.kubelet.intent import build_intent
-from rollout.kubelet.loading import effective, node_from_files
-from rollout.kubelet.render import render
-from rollout.kubelet.validation import validate
-from rollout.models import NodeChange, NodeFacts, NodeInfo, PodRef
-from rollout.plan import Plan
-from rollout.planning import (
+from rollout.change.plan import Plan
+from rollout.change.planning import (
     Batch,
     Strategy,
     blocking_pdbs,
@@ -45,8 +37,17 @@ from rollout.planning import (
     make_batches,
     parse_strategy,
 )
-from rollout.previewing import NodePreview, decide, fleet_misfits, preview_node
-from rollout.verifying import WATCHED
+from rollout.change.previewing import NodePreview, decide, fleet_misfits, preview_node
+from rollout.change.verifying import WATCHED
+from rollout.errors import InputError, Location, PreflightError, RolloutError
+from rollout.kube import nodes as kn
+from rollout.kubelet.facts import node_facts_from_dict
+from rollout.kubelet.findings import Severity
+from rollout.kubelet.intent import build_intent
+from rollout.kubelet.loading import effective, node_from_files
+from rollout.kubelet.render import render
+from rollout.kubelet.validation import validate
+from rollout.models import NodeChange, NodeFacts, NodeInfo, PodRef
 
 
 @dataclass(frozen=True)
@@ -439,7 +440,7 @@ def _previews(
     raw_facts: Mapping[str, Mapping[str, Any]],
     facts_dir: Path,
 ) -> list[NodePreview]:
-    """The admission preview of every node that moves (``rollout.previewing``)."""
+    """The admission preview of every node that moves (``rollout.change.previewing``)."""
     objects = cluster.node_objects()
     controllers = cluster.controllers()
     out = []

@@ -16,7 +16,21 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from rollout.draining import drain
+from rollout.change.draining import drain
+from rollout.change.journal import CHANGE_STEP, ChangeStatus, NodeStatus, replay
+from rollout.change.planning import Batch, device_resources
+from rollout.change.restoring import (
+    Context,
+    change_from_record,
+    change_record,
+    in_parallel,
+    restore_node,
+    restore_nodes,
+    run_many,
+    wrap,
+)
+from rollout.change.verifying import WATCHED, config_subset, verify
+from rollout.change.windows import Decision
 from rollout.errors import (
     InputError,
     LeaseLostError,
@@ -26,7 +40,6 @@ from rollout.errors import (
     RolloutError,
 )
 from rollout.interrupt import StopReason, StopRequested
-from rollout.journal import CHANGE_STEP, ChangeStatus, NodeStatus, replay
 from rollout.models import (
     FileBackup,
     NodeChange,
@@ -37,20 +50,7 @@ from rollout.models import (
     Verdict,
     VerdictStatus,
 )
-from rollout.planning import Batch, device_resources
 from rollout.protocols import Gate
-from rollout.restoring import (
-    Context,
-    change_from_record,
-    change_record,
-    in_parallel,
-    restore_node,
-    restore_nodes,
-    run_many,
-    wrap,
-)
-from rollout.verifying import WATCHED, config_subset, verify
-from rollout.windows import Decision
 
 
 class NoGate:
@@ -297,7 +297,8 @@ def run_change(
 ) -> ChangeStatus:
     """Apply the change batch by batch; the gate decides after the last canary batch.
 
-    ``forward`` (``rollout.windows.guard``) is asked before each batch: refused before the first,
+    ``forward`` (``rollout.change.windows.guard``) is asked before each batch: refused before the
+    first,
     the change does not start (PreflightError, nothing journaled); refused later, the batch in
     flight has finished and the change holds. Its decision (and any forced reason) is journaled.
 

@@ -1,0 +1,13 @@
+"""The change: plan, batches, preflight, the apply / promote / rollback / resume engine, journal.
+
+Owns everything from a plan file to nodes on the new config (or restored): ``plan`` (the plan
+file's schema), ``planning`` (batches), ``preparing`` (preflight: facts, render, lint, preview),
+``previewing`` (the admission preview), ``orchestrator`` (the engine), ``draining``,
+``shipping`` (node writes through the playbooks), ``verifying``, ``restoring``, ``windows``,
+``journal`` and ``progress``.
+
+May import: ``rollout.kube``, ``rollout.ansible``, ``rollout.kubelet`` and the bottom modules
+(``errors``, ``models``, ``protocols``, ``verdicts``, ``samples``, ``interrupt``, ``durations``,
+``assets``). Never ``gate``, ``evidence``, ``lab`` or ``cli``: the engine asks the gate through
+the ``Gate`` Protocol, and the CLI wires the two together.
+"""
