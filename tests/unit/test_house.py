@@ -1,6 +1,7 @@
 """The house rules CI enforces: ruff (lint + format), mypy --strict on rollout/, and the
-import-linter contracts (only rollout.kube imports kubernetes; only rollout.ansible imports
-ansible_runner) and vulture (no dead code; vulture_whitelist.py says why each listed name is
+import-linter contracts (one direction of imports over every package; only rollout.kube imports
+kubernetes; only rollout.ansible imports ansible_runner) and vulture (no dead code;
+vulture_whitelist.py says why each listed name is
 used). ansible-lint and yamllint run in test_playbooks_lint.py."""
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def test_house_tool_is_clean(cmd: list[str]) -> None:
 def test_import_contracts_cover_every_module_without_loopholes() -> None:
     """ "Only rollout.kube imports kubernetes" and "only rollout.ansible imports ansible_runner"
     hold for the whole package, indirect chains included (a mutation check, done by hand when
-    this was written: `import kubernetes` in rollout/restoring.py breaks the first contract)."""
+    this was written: `import kubernetes` in rollout/change/restoring.py breaks the first
+    contract)."""
     import tomllib
 
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
@@ -54,3 +56,22 @@ def test_import_contracts_cover_every_module_without_loopholes() -> None:
                 }, c["name"]
                 seen.add(mod)
     assert seen == set(owners)
+
+
+def test_layers_contract_covers_every_package_and_module() -> None:
+    """Every package and top-level module of rollout/ sits in one layer of the layers contract,
+    so no module can import upward unnoticed (a new module must be placed in a layer)."""
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    layers = [c for c in config["contracts"] if c["type"] == "layers"]
+    assert len(layers) == 1
+    assert not layers[0].get("allow_indirect_imports", False)
+    listed = {name.strip() for layer in layers[0]["layers"] for name in layer.split("|")}
+    pkg = REPO / "rollout"
+    present = {
+        f"rollout.{p.stem}"
+        for p in pkg.iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
+    }
+    assert present == listed, (sorted(present - listed), sorted(listed - present))
