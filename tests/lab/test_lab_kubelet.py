@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from rollout.kubelet import checkpoints as ck
+from rollout.kubelet import memory_state as mck
 from rollout.lab.cluster import Lab
 from rollout.lab.kubelet.klog import unquote
 from tests.lab.changekit import wait_for as _wait
@@ -309,8 +310,8 @@ def test_policy_change_without_reset_exits_1_with_the_kubelets_words(tmp_path: P
 def test_memory_policy_change_without_reset_exits_1(tmp_path: Path) -> None:
     root = _node_root(tmp_path, {"memoryManagerPolicy": "None"})
     kdir = root / "var/lib/kubelet"
-    ms = ck.memory_machine_state({0: 1 << 39, 1: 1 << 39}, {0: 1 << 30})
-    (kdir / ck.MEMORY_STATE_FILE).write_text(ck.render_memory(ck.memory_checkpoint("Static", ms)))
+    ms = mck.memory_machine_state({0: 1 << 39, 1: 1 << 39}, {0: 1 << 30})
+    (kdir / ck.MEMORY_STATE_FILE).write_text(mck.render_memory(mck.memory_checkpoint("Static", ms)))
     r = _run(root)
     assert r.returncode == 1
     assert (

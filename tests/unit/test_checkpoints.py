@@ -7,6 +7,7 @@ import json
 import pytest
 
 from rollout.kubelet import checkpoints as ck
+from rollout.kubelet import memory_state as mck
 
 CPU_PATH = "/var/lib/kubelet/cpu_manager_state"
 MEM_PATH = "/var/lib/kubelet/memory_manager_state"
@@ -31,11 +32,11 @@ def test_cpu_checksum_matches_kubelet_vectors(
 def test_memory_checksum_matches_kubelet_vector() -> None:
     # memorymanager/state/state_checkpoint_test.go "Restore checkpoint from v1": the V1 struct has
     # no PodEntries field; everything else in the hashed text is shared with the V2 struct.
-    table = ck.MemoryTable(2048, 512, 1536, 512, 1024)
-    cp = ck.MemoryCheckpoint(
+    table = mck.MemoryTable(2048, 512, 1536, 512, 1024)
+    cp = mck.MemoryCheckpoint(
         "static",
-        {0: ck.NUMAState(0, {"memory": table}, ())},
-        {"pod": {"container1": (ck.MemoryBlock((0,), "memory", 512),)}},
+        {0: mck.NUMAState(0, {"memory": table}, ())},
+        {"pod": {"container1": (mck.MemoryBlock((0,), "memory", 512),)}},
     )
     v1_text = cp.spew().replace(" PodEntries:(state.PodMemoryAssignments)map[]", "")
     assert ck.fnv32a(v1_text) == 4215593881
@@ -125,22 +126,22 @@ def test_cpu_start_errors(
 
 
 def test_memory_round_trip_and_errors() -> None:
-    ms = ck.memory_machine_state({0: 1 << 30, 1: 1 << 30}, {0: 100 << 20})
-    cp = ck.memory_checkpoint("Static", ms)
-    assert ck.parse_memory(ck.render_memory(cp)) == cp
-    assert ck.memory_start_error(MEM_PATH, "Static", cp, ms) is None
-    other = ck.memory_machine_state({0: 1 << 30, 1: 1 << 30}, {0: 200 << 20})
-    assert ck.memory_start_error(MEM_PATH, "Static", cp, other) == (
+    ms = mck.memory_machine_state({0: 1 << 30, 1: 1 << 30}, {0: 100 << 20})
+    cp = mck.memory_checkpoint("Static", ms)
+    assert mck.parse_memory(mck.render_memory(cp)) == cp
+    assert mck.memory_start_error(MEM_PATH, "Static", cp, ms) is None
+    other = mck.memory_machine_state({0: 1 << 30, 1: 1 << 30}, {0: 200 << 20})
+    assert mck.memory_start_error(MEM_PATH, "Static", cp, other) == (
         "[memorymanager] the expected machine state is different from the real one"
     )
-    none = ck.memory_checkpoint("None", {})
-    assert ck.memory_start_error(MEM_PATH, "Static", none, ms) == (
+    none = mck.memory_checkpoint("None", {})
+    assert mck.memory_start_error(MEM_PATH, "Static", none, ms) == (
         'could not restore state from checkpoint: [memorymanager] configured policy "Static" '
         'differs from state checkpoint policy "None", please drain this node and delete the '
         f'memory manager checkpoint file "{MEM_PATH}" before restarting Kubelet'
     )
     with pytest.raises(ck.CheckpointError, match="corrupted"):
-        ck.parse_memory(ck.render_memory(cp).replace(str(cp.checksum), "7"))
+        mck.parse_memory(mck.render_memory(cp).replace(str(cp.checksum), "7"))
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from typing import Any
 from rollout.kubelet import checkpoints as ck
 from rollout.kubelet import cpuset
 from rollout.kubelet import device_checkpoint as dck
+from rollout.kubelet import memory_state as mck
 from rollout.lab.kubelet import admission as adm
 from rollout.lab.kubelet import node as nodeapi
 from rollout.lab.kubelet.klog import log
@@ -188,9 +189,9 @@ class ManagerState:
         node_path = f"{self.node_root_dir.rstrip('/')}/{ck.MEMORY_STATE_FILE}"
         if path.exists():
             try:
-                state = ck.parse_memory(path.read_text())
+                state = mck.parse_memory(path.read_text())
             except (OSError, ck.CheckpointError) as e:
-                err = ck.MEMORY_RESTORE_ERROR.format(err=str(e), path=node_path)
+                err = mck.MEMORY_RESTORE_ERROR.format(err=str(e), path=node_path)
                 self._fail(
                     "memory_manager.go:210",
                     "start memory manager error: ",
@@ -200,7 +201,7 @@ class ManagerState:
                 )
                 return
             expected = self._expected_memory(state.entries)
-            err2 = ck.memory_start_error(node_path, self.policy.memory, state, expected)
+            err2 = mck.memory_start_error(node_path, self.policy.memory, state, expected)
             if err2 is not None:
                 self._fail(
                     "memory_manager.go:210",
@@ -219,8 +220,8 @@ class ManagerState:
                 self.allocations[uid] = adm.Allocation(prev.cpus, prev.gpus, mem)
         self._write_memory()
 
-    def _expected_memory(self, entries: Mapping[str, Any]) -> dict[int, ck.NUMAState]:
-        base = ck.memory_machine_state(
+    def _expected_memory(self, entries: Mapping[str, Any]) -> dict[int, mck.NUMAState]:
+        base = mck.memory_machine_state(
             {n.id: n.memory for n in self.machine.numa}, self.machine.reserved_memory
         )
         counts: dict[int, int] = {}
@@ -235,14 +236,14 @@ class ManagerState:
         out = {}
         for n, s in base.items():
             t = s.memory_map["memory"]
-            table = ck.MemoryTable(
+            table = mck.MemoryTable(
                 t.total,
                 t.system_reserved,
                 t.allocatable,
                 used.get(n, 0),
                 t.allocatable - used.get(n, 0),
             )
-            out[n] = ck.NUMAState(counts.get(n, 0), {"memory": table}, s.cells)
+            out[n] = mck.NUMAState(counts.get(n, 0), {"memory": table}, s.cells)
         return out
 
     def _restore_devices(self) -> None:
@@ -301,18 +302,18 @@ class ManagerState:
 
     def _write_memory(self) -> None:
         if self.policy.memory != "Static":
-            cp = ck.memory_checkpoint(self.policy.memory, {})
+            cp = mck.memory_checkpoint(self.policy.memory, {})
         else:
             entries = {
                 uid: {
-                    c: tuple(ck.MemoryBlock((n,), "memory", b) for n, b in sorted(per.items()))
+                    c: tuple(mck.MemoryBlock((n,), "memory", b) for n, b in sorted(per.items()))
                     for c, per in a.memory.items()
                 }
                 for uid, a in self.allocations.items()
                 if a.memory
             }
-            cp = ck.memory_checkpoint("Static", self._expected_memory(entries), entries)
-        self._atomic(self.state_dir / ck.MEMORY_STATE_FILE, ck.render_memory(cp))
+            cp = mck.memory_checkpoint("Static", self._expected_memory(entries), entries)
+        self._atomic(self.state_dir / ck.MEMORY_STATE_FILE, mck.render_memory(cp))
 
     def _write_devices(self) -> None:
         m = self.machine
