@@ -15,7 +15,7 @@ from typing import Any
 
 from rollout.errors import InputError, Location, suggest
 from rollout.kubelet.distributions import DISTRIBUTIONS
-from rollout.kubelet.loading import parse_document
+from rollout.kubelet.documents import parse_document
 
 API_VERSION = "rollout.dev/v1alpha1"
 KIND = "RolloutPlan"

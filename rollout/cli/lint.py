@@ -16,9 +16,10 @@ import click
 
 from rollout.cli.options import output_option
 from rollout.errors import InputError
+from rollout.kubelet.documents import load_file
 from rollout.kubelet.facts import NodeFacts, load_node_facts
 from rollout.kubelet.findings import Finding, Severity
-from rollout.kubelet.loading import effective, effective_from_config, load_file, load_node
+from rollout.kubelet.loading import effective, effective_from_config, load_node
 from rollout.kubelet.options import parse_version
 from rollout.kubelet.validation import validate
 

@@ -2,32 +2,28 @@
 
 The kubelet builds its configuration in layers: built-in defaults, the ``--config`` file, every
 ``.conf`` drop-in under ``--config-dir`` in lexical order (JSON merge patch: maps merged key-wise,
-lists replaced, ``null`` deletes), then command-line flags. ``effective`` reproduces that order so
-render
-can prove that our setting is the one that wins, and lint can name the file and line that set a
-value.
+lists replaced, ``null`` deletes), then command-line flags. ``effective`` reproduces that order
+so render can prove that our setting is the one that wins, and lint can name the file and line
+that set a value.
 
-Parsing uses PyYAML's libyaml-backed loader (about 15x faster than a round-trip parser; render runs
-on
-thousands of nodes); edits that must keep comments and quoting are text edits in ``yamledit``.
+Parsing one file is :mod:`rollout.kubelet.documents`; edits that must keep comments and quoting
+are text edits in ``yamledit``.
 """
 
 from __future__ import annotations
 
 import copy
 import fnmatch
-import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
-from rollout.errors import InputError, Location, ParseError
+from rollout.errors import InputError, Location
 from rollout.kubelet import cpuset
 from rollout.kubelet.distributions import SNAP_VARS, Distribution, get
+from rollout.kubelet.documents import Document, clone, parsed
 from rollout.kubelet.flags import (
     Flag,
     apply_flags,
@@ -36,8 +32,6 @@ from rollout.kubelet.flags import (
     kubelet_arg_flags,
     split_args,
 )
-
-_Loader: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 OriginKind = Literal["default", "file", "dropin", "flag"]
 
@@ -70,16 +64,6 @@ class Origin:
     file: str | None
     line: int | None
     kind: OriginKind
-
-
-@dataclass(frozen=True)
-class Document:
-    """A parsed KubeletConfiguration (or config.yaml) file: values plus a line for each dotted
-    field."""
-
-    path: str
-    data: dict[str, Any]
-    lines: Mapping[str, int]
 
 
 @dataclass(frozen=True)
@@ -126,105 +110,6 @@ class EffectiveConfig:
 
     def as_json(self) -> str:
         return json.dumps(self.config, indent=2, sort_keys=True) + "\n"
-
-
-# ---------------------------------------------------------------- parsing
-
-
-def _where(e: yaml.MarkedYAMLError) -> int | None:
-    mark = e.problem_mark or e.context_mark
-    return mark.line + 1 if mark else None
-
-
-def parse_document(text: str, path: str, fmt: Literal["yaml", "json"] | None = None) -> Document:
-    """Parse YAML or JSON text into a mapping, with the 1-based line of every dotted field.
-
-    Raises:
-        ParseError: malformed text, or a document that is not a mapping (file and line named).
-    """
-    if fmt == "json" or (fmt is None and text.lstrip().startswith("{")):
-        try:
-            data = json.loads(text) if text.strip() else {}
-        except json.JSONDecodeError as e:
-            raise ParseError(f"invalid JSON: {e.msg}", Location(file=path, line=e.lineno)) from e
-    try:
-        loader = _Loader(text)
-        try:
-            node = loader.get_single_node()
-            if fmt != "json" and not (fmt is None and text.lstrip().startswith("{")):
-                data = loader.construct_document(node) if node is not None else {}
-        finally:
-            loader.dispose()
-    except yaml.MarkedYAMLError as e:
-        raise ParseError(
-            f"invalid YAML: {e.problem or e}", Location(file=path, line=_where(e))
-        ) from e
-    except yaml.YAMLError as e:
-        raise ParseError(f"invalid YAML: {e}", Location(file=path)) from e
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ParseError(
-            f"expected a mapping at the top level, got {type(data).__name__}",
-            Location(file=path, line=1),
-        )
-    lines: dict[str, int] = {}
-    if isinstance(node, yaml.MappingNode):
-        _collect_lines(node, "", lines)
-    return Document(path, data, lines)
-
-
-def _clone(v: Any) -> Any:
-    """A deep copy of parsed YAML/JSON data (dicts, lists, scalars): several times faster than
-    ``copy.deepcopy``, which preflight would otherwise pay a few times per node."""
-    if isinstance(v, dict):
-        return {k: _clone(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_clone(x) for x in v]
-    return v
-
-
-@functools.lru_cache(maxsize=512)
-def _parsed(text: str, path: str) -> Document:
-    """``parse_document`` for the readers here, which never mutate ``data``: a fleet's nodes
-    mostly hold the same bytes, and preflight parses each file a few times per node (effective
-    config before, render, after), so 1,000 nodes parse a handful of distinct documents."""
-    return parse_document(text, path)
-
-
-def _collect_lines(node: yaml.MappingNode, prefix: str, out: dict[str, int]) -> None:
-    for key, value in node.value:
-        if not isinstance(key, yaml.ScalarNode):
-            continue
-        dotted = f"{prefix}{key.value}"
-        out.setdefault(dotted, key.start_mark.line + 1)
-        if isinstance(value, yaml.MappingNode):
-            _collect_lines(value, dotted + ".", out)
-        elif isinstance(value, yaml.SequenceNode):
-            for i, item in enumerate(value.value):
-                out.setdefault(f"{dotted}[{i}]", item.start_mark.line + 1)
-                if isinstance(item, yaml.MappingNode):
-                    _collect_lines(item, f"{dotted}[{i}].", out)
-
-
-def load_file(
-    path: Path | str, display: str | None = None
-) -> tuple[dict[str, Any], dict[str, int]]:
-    """Load one KubeletConfiguration file: ``(data, line of each dotted field)``.
-
-    Raises:
-        InputError: the file is missing or unreadable. ParseError: malformed YAML/JSON.
-    """
-    p = Path(path)
-    name = display or str(p)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError as e:
-        raise InputError("no such file", Location(file=name)) from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read: {e}", Location(file=name)) from e
-    doc = parse_document(text, name, "json" if p.suffix == ".json" else None)
-    return doc.data, dict(doc.lines)
 
 
 # ---------------------------------------------------------------- node files
@@ -319,7 +204,7 @@ def node_flags(node: NodeFiles) -> list[Flag]:
             elif ff.format == "args":
                 flags.extend(args_file_flags(text, path, SNAP_VARS))
             else:
-                doc = _parsed(text, path)
+                doc = parsed(text, path)
                 if "kubelet-arg" in doc.data:
                     value = doc.data["kubelet-arg"]
                     n = len(value) if isinstance(value, list) else 1
@@ -340,7 +225,7 @@ def node_flags(node: NodeFiles) -> list[Flag]:
 def merge_patch(base: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch, as the kubelet applies drop-ins: maps merged, lists replaced."""
     if not isinstance(patch, dict):
-        return _clone(patch)
+        return clone(patch)
     result = dict(base) if isinstance(base, dict) else {}
     for k, v in patch.items():
         if v is None:
@@ -450,8 +335,8 @@ def effective(node: NodeFiles) -> EffectiveConfig:
     if config_file:
         text = node.text(config_file)
         if text is not None:
-            doc = _parsed(text, config_file)
-            config = _clone(doc.data)
+            doc = parsed(text, config_file)
+            config = clone(doc.data)
             origins = {k: Origin(config_file, doc.lines.get(k), "file") for k in config}
     dropins: list[str] = []
     if config_dir:
@@ -460,7 +345,7 @@ def effective(node: NodeFiles) -> EffectiveConfig:
                 continue
             text = node.text(path)
             assert text is not None
-            doc = _parsed(text, path)
+            doc = parsed(text, path)
             _check_kind(doc)
             config = merge_patch(config, doc.data)
             for k in doc.data:
