@@ -29,6 +29,8 @@ from rollout.lab import monitoring as mon
 from rollout.lab import nodes as n
 from rollout.lab import realnode
 from rollout.lab.controlplane import ControlPlane, ControlPlaneError, find_bin_dir, missing_binaries
+from rollout.lab.hardware import NodeShape
+from rollout.lab.network import lab_namespaces
 from rollout.lab.seeds import DISTRIBUTIONS
 
 Progress = Callable[[str], None]
@@ -411,7 +413,7 @@ class Lab:
         names: Sequence[str],
         distributions: Sequence[str] = ("kubeadm",),
         *,
-        shape: n.NodeShape | None = None,
+        shape: NodeShape | None = None,
         wait_ready: bool = True,
         timeout: float = 60.0,
         progress: Progress = lambda _m: None,
@@ -638,7 +640,7 @@ class Lab:
         count: int = 4,
         distributions: Sequence[str] = ("kubeadm",),
         *,
-        shape: n.NodeShape | None = None,
+        shape: NodeShape | None = None,
         progress: Progress = lambda _m: None,
         timeout: float = 90.0,
         monitoring: bool = False,
@@ -679,7 +681,7 @@ class Lab:
         self.remove_nodes(list(self.nodes), delete_objects=False)
         # namespaces of nodes that never made it into the state file (a `lab up` killed while
         # starting a node): their names say they are this lab's
-        for netns in n.lab_namespaces(self.name):
+        for netns in lab_namespaces(self.name):
             n.stop_node(netns)
         if self.relay_pid and _cmd_has(self.relay_pid, "rollout.lab.relay"):
             _term([self.relay_pid])

@@ -32,7 +32,6 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -44,65 +43,18 @@ from pathlib import Path
 
 from rollout import assets
 from rollout.errors import LabError
-from rollout.kubelet.cpuset import format_cpus
+from rollout.lab.hardware import NodeShape, sysfs_tree
+from rollout.lab.network import (
+    NET_PREFIX,
+    delete_network,
+    netns_pids,
+    run,
+    used_indexes,
+)
 from rollout.lab.seeds import DISTRIBUTIONS, LAYOUTS, SeedContext, seed_files
 
-NET_PREFIX = "10.213"
 KUBELET_PORT = 10250
 OVERLAYS = ("/etc", "/var", "/usr/lib/systemd")
-
-
-@dataclass(frozen=True)
-class NodeShape:
-    """Simulated hardware of a node: CPU numbering as Linux does it (thread-major)."""
-
-    sockets: int = 2
-    cores_per_socket: int = 16
-    threads_per_core: int = 2
-    gpus_per_numa: int = 4
-    memory_bytes: int = 1 << 40
-    cpu_model: str = "Intel(R) Xeon(R) Platinum 8480+ (lab)"
-    max_pods: int = 110
-
-    @property
-    def cpus(self) -> int:
-        return self.sockets * self.cores_per_socket * self.threads_per_core
-
-    def numa_cpus(self, numa: int) -> list[int]:
-        """CPU ids of NUMA node ``numa`` (one NUMA node per socket; sibling = id + cores)."""
-        cores = self.sockets * self.cores_per_socket
-        first = numa * self.cores_per_socket
-        return [
-            t * cores + first + c
-            for t in range(self.threads_per_core)
-            for c in range(self.cores_per_socket)
-        ]
-
-    def topology(self) -> dict[str, object]:
-        """The ``topology`` block of node.json."""
-        per_numa_mem = self.memory_bytes // self.sockets
-        return {
-            "cpuModel": self.cpu_model,
-            "sockets": self.sockets,
-            "coresPerSocket": self.cores_per_socket,
-            "threadsPerCore": self.threads_per_core,
-            "numaNodes": [
-                {
-                    "id": n,
-                    "cpus": format_cpus(self.numa_cpus(n)),
-                    "memoryBytes": per_numa_mem,
-                    "gpus": [
-                        f"GPU-{n * self.gpus_per_numa + g}" for g in range(self.gpus_per_numa)
-                    ],
-                    "gpuPciAddresses": [_gpu_pci(n, g) for g in range(self.gpus_per_numa)],
-                }
-                for n in range(self.sockets)
-            ],
-        }
-
-
-def _gpu_pci(numa: int, g: int) -> str:
-    return f"0000:{0x18 + numa * 0x80 + g * 0x10:02x}:00.0"
 
 
 @dataclass(frozen=True)
@@ -171,62 +123,6 @@ class NodeProcs:
     def root(self) -> Path:
         """The node's filesystem as the node sees it."""
         return Path(f"/proc/{self.holder_pid}/root")
-
-
-def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(args, check=check, capture_output=True, text=True, timeout=30)
-    except subprocess.CalledProcessError as e:
-        raise LabError(f"{' '.join(args)}: {e.stderr.strip() or e}") from e
-
-
-def used_indexes() -> set[int]:
-    """Lab-range indexes already taken by any lab on this machine (host-side veths ``rl<i>h``)."""
-    out = _run("ip", "-o", "link", "show", check=False).stdout
-    used: set[int] = set()
-    for line in out.splitlines():
-        name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
-        if name.startswith("rl") and name.endswith("h") and name[2:-1].isdigit():
-            used.add(int(name[2:-1]))
-    # Also any host-side address already in the lab range, whatever the link is called (a lab
-    # from an older build, or a veth being torn down): an index is free only when both say so.
-    addrs = _run("ip", "-o", "-4", "addr", "show", check=False).stdout
-    for m in re.finditer(rf"inet {re.escape(NET_PREFIX)}\.(\d+)\.\d+/", addrs):
-        used.add(int(m.group(1)))
-    return used
-
-
-def sysfs_tree(shape: NodeShape, root: Path) -> None:
-    """Write a sysfs-like tree the facts playbook reads as on real hardware:
-
-    ``node/nodeN/{cpulist,meminfo}``, ``node/{online,possible}`` (bound over
-    ``/sys/devices/system/node``) and ``pci/<addr>/{vendor,device,class,numa_node}`` for the GPUs
-    (bound over ``/sys/bus/pci/devices``).
-    """
-    node_dir, pci = root / "node", root / "pci"
-    online = f"0-{shape.sockets - 1}" if shape.sockets > 1 else "0"
-    for d in (node_dir, pci):
-        d.mkdir(parents=True, exist_ok=True)
-    for f in ("online", "possible", "has_cpu", "has_memory", "has_normal_memory"):
-        (node_dir / f).write_text(online + "\n")
-    kib = shape.memory_bytes // shape.sockets // 1024
-    for n in range(shape.sockets):
-        nd = node_dir / f"node{n}"
-        nd.mkdir(exist_ok=True)
-        (nd / "cpulist").write_text(format_cpus(shape.numa_cpus(n)) + "\n")
-        (nd / "meminfo").write_text(
-            f"Node {n} MemTotal:       {kib} kB\nNode {n} MemFree:        {kib * 9 // 10} kB\n"
-        )
-        (nd / "distance").write_text(
-            " ".join("10" if m == n else "21" for m in range(shape.sockets)) + "\n"
-        )
-        for g in range(shape.gpus_per_numa):
-            gd = pci / _gpu_pci(n, g)
-            gd.mkdir(exist_ok=True)
-            (gd / "vendor").write_text("0x10de\n")
-            (gd / "device").write_text("0x2330\n")  # H100 SXM5
-            (gd / "class").write_text("0x030200\n")
-            (gd / "numa_node").write_text(f"{n}\n")
 
 
 def node_config(node: LabNode, socket_path: Path, kubeconfig_path: str) -> dict[str, object]:
@@ -443,33 +339,26 @@ def create_network(
         if not free:
             raise LabError(f"no free addresses left in the lab range {NET_PREFIX}.0.0/16")
         node = LabNode(name, free[0], distribution, lab, shape or NodeShape())
-        _run("ip", "netns", "add", node.netns)
+        run("ip", "netns", "add", node.netns)
         try:
-            _run("ip", "link", "add", node.veth_host, "type", "veth", "peer", "name",
+            run("ip", "link", "add", node.veth_host, "type", "veth", "peer", "name",
                  node.veth_node)  # fmt: skip
         except LabError:
-            _run("ip", "netns", "del", node.netns, check=False)
+            run("ip", "netns", "del", node.netns, check=False)
             raise
         try:
-            _run("ip", "link", "set", node.veth_node, "netns", node.netns)
-            _run("ip", "addr", "add", f"{node.host_ip}/30", "dev", node.veth_host)
-            _run("ip", "link", "set", node.veth_host, "up")
-            _run("ip", "-n", node.netns, "addr", "add", f"{node.ip}/30", "dev", node.veth_node)
-            _run("ip", "-n", node.netns, "link", "set", node.veth_node, "up")
-            _run("ip", "-n", node.netns, "link", "set", "lo", "up")
+            run("ip", "link", "set", node.veth_node, "netns", node.netns)
+            run("ip", "addr", "add", f"{node.host_ip}/30", "dev", node.veth_host)
+            run("ip", "link", "set", node.veth_host, "up")
+            run("ip", "-n", node.netns, "addr", "add", f"{node.ip}/30", "dev", node.veth_node)
+            run("ip", "-n", node.netns, "link", "set", node.veth_node, "up")
+            run("ip", "-n", node.netns, "link", "set", "lo", "up")
         except LabError:
             # the pair was created by us just above: safe to delete by name
-            _run("ip", "link", "del", node.veth_host, check=False)
-            _run("ip", "netns", "del", node.netns, check=False)
+            run("ip", "link", "del", node.veth_host, check=False)
+            run("ip", "netns", "del", node.netns, check=False)
             raise
     return node
-
-
-def delete_network(netns: str) -> None:
-    """Delete the namespace. The node end of the veth pair lives in it, so the pair (and the host
-    end) goes with it; the host end is never deleted by name, since after the namespace is gone
-    another lab may already have created a veth with the same name."""
-    _run("ip", "netns", "del", netns, check=False)
 
 
 def start_node(
@@ -598,20 +487,6 @@ def _cmdline(pid: int) -> list[str]:
 def _kill(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-
-
-def netns_pids(netns: str) -> list[int]:
-    """PIDs of processes inside the lab's network namespace ``netns``."""
-    out = _run("ip", "netns", "pids", netns, check=False).stdout
-    return [int(p) for p in out.split() if p.isdigit()]
-
-
-def lab_namespaces(lab: str) -> list[str]:
-    """Network namespaces named after lab ``lab`` (``rollout-<lab>-<index>``)."""
-    out = _run("ip", "netns", "list", check=False).stdout
-    names = [line.split()[0] for line in out.splitlines() if line.strip()]
-    prefix = f"rollout-{lab}-"
-    return [x for x in names if x.startswith(prefix) and x[len(prefix) :].isdigit()]
 
 
 def stop_node(netns: str, timeout: float = 10.0) -> None:

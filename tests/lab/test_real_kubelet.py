@@ -17,7 +17,8 @@ from rollout.kubelet import quantity
 from rollout.kubelet.cpuset import parse
 from rollout.lab import realnode
 from rollout.lab.cluster import Lab
-from rollout.lab.nodes import NodeShape, netns_pids
+from rollout.lab.hardware import NodeShape
+from rollout.lab.network import netns_pids
 from tests.lab.changekit import wait_for as _wait
 
 REJECTED = "Pod was rejected: Resources cannot be allocated with Topology locality"

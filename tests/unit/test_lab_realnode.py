@@ -9,7 +9,8 @@ import pytest
 from rollout.kubelet import distributions
 from rollout.kubelet.cpuset import parse
 from rollout.lab import realnode
-from rollout.lab.nodes import LabNode, NodeShape, node_config
+from rollout.lab.hardware import NodeShape
+from rollout.lab.nodes import LabNode, node_config
 from rollout.lab.seeds import DISTRIBUTIONS, SeedContext, seed_files
 
 CTX = SeedContext("n1", "10.213.1.2", "apiVersion: v1\nkind: Config\n", "-----BEGIN CERT")
