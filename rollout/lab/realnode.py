@@ -424,6 +424,13 @@ def main(argv: list[str] | None = None) -> int:
         ],
         None,
     )
+    # The kubelet's working directory must be an empty directory of the node's own: its container
+    # log cleanup globs "<CRI log path>*", and the fake CRI reports an empty log path, so the glob
+    # is "*" relative to the working directory; from "/" (the shim's) that unlinked the host's
+    # /bin symlink on every container removal (the first entry; "dev" then stopped it).
+    cwd = STATE_DIR / "kubelet-cwd"
+    cwd.mkdir(parents=True, exist_ok=True)
+    os.chdir(cwd)
     print("rollout lab: exec " + " ".join(cmd), file=sys.stderr, flush=True)
     os.execv(cmd[0], cmd)
     return 0  # pragma: no cover

@@ -20,6 +20,7 @@ changed and checks it.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,7 @@ import pytest
 from rollout.kubelet import checkpoints as kc
 from rollout.kubelet.cpuset import parse as cpus
 from rollout.lab.cluster import LAB_INTENT, Lab
+from rollout.lab.nodes import netns_pids
 from tests.lab import changekit as ck
 
 pytestmark = [pytest.mark.lab]
@@ -97,6 +99,13 @@ def _records(state: Path, kind: str) -> list[Any]:
     j = ck.latest_journal(state)
     assert j is not None
     return [e for e in j.entries() if e.step == kind]
+
+
+def _exe(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return ""
 
 
 def _kubelet_version(lab: Lab, node: str) -> str:
@@ -210,3 +219,52 @@ def test_config_the_real_kubelet_refuses_is_restored_quoting_the_kubelet(
     assert not ck.unschedulable(lab, canary)
     lab.wait_ready(real, timeout=60)
     print(f"real kubelet refusal + automatic restore: {time.monotonic() - started:.1f}s")
+
+
+@pytest.mark.timeout(120)
+def test_removing_a_container_leaves_the_host_root_alone(lab: Lab, real: list[str]) -> None:
+    """The kubelet's container log cleanup globs ``<CRI log path>*``; the fake CRI reports an
+    empty path, so the glob is ``*`` in the kubelet's working directory. From ``/`` that unlinked
+    the host's ``/bin`` symlink on every container removal (found by this module's neighbours);
+    the kubelet now runs in an empty directory of the node's own."""
+    node = real[1]
+    root_before = sorted(os.listdir("/"))
+    bin_link = os.readlink("/bin") if os.path.islink("/bin") else None
+    pids = [p for p in netns_pids(lab.nodes[node].node.netns) if _exe(p).endswith("/kubelet")]
+    assert pids, "no kubelet process in the node"
+    assert all(os.readlink(f"/proc/{p}/cwd").endswith("/rollout-lab/kubelet-cwd") for p in pids)
+    ns = "default"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "log-cleanup"},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "registry.invalid/pause:3.10",
+                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                }
+            ],
+        },
+    }
+    code, out = lab.api.request("POST", f"/api/v1/namespaces/{ns}/pods", pod)
+    assert code == 201, out
+
+    def running() -> bool:
+        code, p = lab.api.request("GET", f"/api/v1/namespaces/{ns}/pods/log-cleanup")
+        return code == 200 and p.get("status", {}).get("phase") == "Running"
+
+    ck.wait_for(running, 60, "the pod running")
+    code, out = lab.api.request("DELETE", f"/api/v1/namespaces/{ns}/pods/log-cleanup")
+    assert code == 200, out
+    # the kubelet removes the container, then confirms the deletion: the object goes away
+    ck.wait_for(
+        lambda: lab.api.request("GET", f"/api/v1/namespaces/{ns}/pods/log-cleanup")[0] == 404,
+        60,
+        "the pod deleted by the kubelet",
+    )
+    assert sorted(os.listdir("/")) == root_before
+    assert (os.readlink("/bin") if os.path.islink("/bin") else None) == bin_link

@@ -116,7 +116,7 @@ def _outcome(lab: Lab, ns: str, name: str) -> Any:
 @pytest.mark.lab
 @pytest.mark.timeout(300)
 def test_sim_and_real_kubelet_agree(lab: Lab, lab_nodes: Any, namespace: str) -> None:
-    (sim,) = lab_nodes(1).names
+    (sim,) = lab_nodes(1, kubelet="sim").names
     (real,) = lab_nodes(1, kubelet="real").names
     nodes = {"sim": sim, "real": real}
 
