@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from rollout.lab.cluster import Lab
-from rollout.lab.nodes import netns_pids
+from rollout.lab.network import netns_pids
 
 
 def _rss_kib(pid: int) -> int:

@@ -16,6 +16,7 @@ import click
 from rollout.cli.options import output_option
 from rollout.errors import LabError
 from rollout.lab.cluster import Lab
+from rollout.lab.realnode import KUBELET_VERSIONS
 from rollout.lab.seeds import DISTRIBUTIONS
 
 name_option = click.option(
@@ -77,10 +78,17 @@ def lab() -> None:
 @click.option(
     "--kubelet",
     type=click.Choice(["sim", "real"]),
-    default="sim",
-    show_default=True,
-    help="Which kubelet the nodes run: the simulation, or the real kubelet binary of the lab's "
-    "version against a fake container runtime (built once; docs/lab-real-kubelet.md).",
+    default=None,
+    help="Which kubelet the nodes run: the simulation (default), or the real kubelet binary "
+    "against a fake container runtime (built once per version; docs/lab-real-kubelet.md).",
+)
+@click.option(
+    "--kubelet-version",
+    metavar="MINOR",
+    default=None,
+    help=f"The real kubelet's version ({', '.join(KUBELET_VERSIONS)}; implies --kubelet real; "
+    "default: the control plane's). Built once per version; the control plane stays at the "
+    "lab's version, and a kubelet newer than it is refused (version skew policy).",
 )
 @name_option
 @workdir_option
@@ -89,7 +97,8 @@ def up(
     count: int,
     dists: tuple[str, ...],
     monitoring: bool,
-    kubelet: str,
+    kubelet: str | None,
+    kubelet_version: str | None,
     name: str,
     workdir: Path | None,
     output: str,
@@ -107,11 +116,19 @@ def up(
       rollout lab up --nodes 2 --name ci -o json | jq -r .kubeconfig
       rollout lab up --nodes 4 --monitoring && eval "$(rollout lab env)"
       rollout lab up --nodes 2 --kubelet real
+      rollout lab up --nodes 1 --kubelet-version 1.35 --name skew
     """
     t0 = time.monotonic()
+    if kubelet is None:
+        kubelet = "real" if kubelet_version else "sim"
     lab_ = Lab(name, workdir)
     lab_.up(
-        count, _distributions(dists), progress=_progress, monitoring=monitoring, kubelet=kubelet
+        count,
+        _distributions(dists),
+        progress=_progress,
+        monitoring=monitoring,
+        kubelet=kubelet,
+        kubelet_version=kubelet_version,
     )
     seconds = time.monotonic() - t0
     _progress(f"lab {name} up in {seconds:.1f}s; {lab_.dir}")

@@ -48,6 +48,7 @@ DEFAULTS: dict[str, Any] = {
         "nodefs.available": "10%",
         "nodefs.inodesFree": "5%",
         "imagefs.available": "15%",
+        "imagefs.inodesFree": "5%",
     },
     "maxPods": 110,
     "healthzPort": 10248,

@@ -51,6 +51,7 @@ DEFAULTS: dict[str, Any] = {
         "nodefs.available": "10%",
         "nodefs.inodesFree": "5%",
         "imagefs.available": "15%",
+        "imagefs.inodesFree": "5%",
     },
 }
 

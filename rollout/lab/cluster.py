@@ -28,7 +28,13 @@ from rollout.errors import LabError
 from rollout.lab import monitoring as mon
 from rollout.lab import nodes as n
 from rollout.lab import realnode
-from rollout.lab.controlplane import ControlPlane, ControlPlaneError, find_bin_dir, missing_binaries
+from rollout.lab.controlplane import (
+    K8S_VERSION,
+    ControlPlane,
+    ControlPlaneError,
+    find_bin_dir,
+    missing_binaries,
+)
 from rollout.lab.hardware import NodeShape
 from rollout.lab.network import lab_namespaces
 from rollout.lab.seeds import DISTRIBUTIONS
@@ -89,6 +95,21 @@ def build_monitoring_binaries(progress: Progress) -> Path:
         return d
     progress(f"building Prometheus and Alertmanager into {d} (first time only; takes a while)")
     return _run_build("build-monitoring-binaries.sh", progress)
+
+
+def check_kubelet(kubelet: str, kubelet_version: str | None, control_plane: str) -> str | None:
+    """The full kubelet version a ``real`` lab node runs (``None`` for the sim); raises
+    :class:`LabError` for an unknown kind, an unknown version, a version for the simulation (it
+    has none) or one the version skew policy forbids (:func:`realnode.kubelet_version`)."""
+    if kubelet not in realnode.KINDS:
+        raise LabError(f"unknown kubelet {kubelet!r}; valid: {', '.join(realnode.KINDS)}")
+    if kubelet != "real":
+        if kubelet_version:
+            raise LabError(
+                "--kubelet-version needs --kubelet real: the simulated kubelet has no version"
+            )
+        return None
+    return realnode.kubelet_version(kubelet_version, control_plane)
 
 
 def canary_count(total: int) -> int:
@@ -418,20 +439,22 @@ class Lab:
         timeout: float = 60.0,
         progress: Progress = lambda _m: None,
         kubelet: str = "sim",
+        kubelet_version: str | None = None,
     ) -> list[n.LabNode]:
         """Create, seed and start nodes (round-robin over ``distributions``); wait for Ready.
-        ``kubelet``: ``sim`` (the simulated kubelet) or ``real`` (:mod:`rollout.lab.realnode`)."""
+        ``kubelet``: ``sim`` (the simulated kubelet) or ``real`` (:mod:`rollout.lab.realnode`);
+        ``kubelet_version`` (real only): a minor of :data:`realnode.KUBELET_VERSIONS`, checked
+        against the control plane's version by the skew policy before anything starts."""
         cp = self._require_cp()
-        if kubelet not in realnode.KINDS:
-            raise LabError(f"unknown kubelet {kubelet!r}; valid: {', '.join(realnode.KINDS)}")
-        kubelet_bin = realnode.build(progress) if kubelet == "real" else None
+        version = str(cp.version().get("gitVersion", ""))
+        wanted = check_kubelet(kubelet, kubelet_version, version)
         for d in distributions:
             if d not in DISTRIBUTIONS:
                 raise LabError(f"unknown distribution {d!r}; valid: {', '.join(DISTRIBUTIONS)}")
         dup = [x for x in names if x in self.nodes]
         if dup:
             raise LabError(f"node names already in this lab: {', '.join(dup)}")
-        version = str(cp.version().get("gitVersion", ""))
+        kubelet_bin = realnode.build(progress, wanted) if kubelet == "real" else None
         created: list[n.LabNode] = []
         try:
             for k, name in enumerate(names):
@@ -646,9 +669,12 @@ class Lab:
         monitoring: bool = False,
         state_dir: Path | None = None,
         kubelet: str = "sim",
+        kubelet_version: str | None = None,
     ) -> None:
         """Start everything and write ``inventory.ini`` and ``plan.yaml`` (and, with
-        ``monitoring``, Prometheus, Alertmanager and ``rollout serve``)."""
+        ``monitoring``, Prometheus, Alertmanager and ``rollout serve``). An unknown kubelet or
+        kubelet version is refused before anything starts."""
+        check_kubelet(kubelet, kubelet_version, K8S_VERSION)
         self.start_control_plane(progress)
         try:
             if monitoring:
@@ -661,6 +687,7 @@ class Lab:
                 progress=progress,
                 timeout=timeout,
                 kubelet=kubelet,
+                kubelet_version=kubelet_version,
             )
             self.inventory.write_text(
                 inventory_text(made, self.ssh_key, f"lab {self.name} in {self.dir}")

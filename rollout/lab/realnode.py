@@ -90,27 +90,96 @@ def current_flags(files: Mapping[str, str]) -> dict[str, str]:
     return {path: pattern.sub("", text) for path, text in files.items()}
 
 
+# ------------------------------------------------------------------------------- versions
+#: The kubelet versions ``rollout lab up --kubelet-version MINOR`` builds and runs: per minor, the
+#: patch release the lab pins (each listed by the Go module proxy's ``go list -m -versions
+#: k8s.io/kubernetes``). The lab's own minor maps to the control plane's version (a unit test
+#: checks).
+KUBELET_VERSIONS = {
+    "1.34": "v1.34.4",
+    "1.35": "v1.35.4",
+    "1.36": "v1.36.3",
+    "1.37": "v1.37.2",
+}
+#: The Kubernetes version skew policy: a kubelet may be up to this many minor versions older than
+#: kube-apiserver, and never newer.
+MAX_KUBELET_SKEW = 3
+
+
+def _minor(version: str) -> int:
+    m = re.fullmatch(r"v?1\.(\d+)(?:\.\d+)?", version.strip())
+    if not m:
+        raise LabError(f"not a Kubernetes version: {version!r}")
+    return int(m.group(1))
+
+
+def kubelet_version(spec: str | None, control_plane: str) -> str:
+    """The full kubelet version for ``--kubelet-version SPEC`` (``1.35``, ``v1.35`` or the pinned
+    ``v1.35.4``) against a control plane of version ``control_plane``; ``None``: the control
+    plane's own version. Raises :class:`LabError`, before anything is built or started, for a
+    version the lab does not build or one the skew policy forbids."""
+    if spec is None or not spec.strip():
+        return control_plane
+    valid = ", ".join(KUBELET_VERSIONS)
+    m = re.fullmatch(r"v?(1\.\d+)(\.\d+)?", spec.strip())
+    full = KUBELET_VERSIONS.get(m.group(1)) if m else None
+    if full is None or (m and m.group(2) and "v" + m.group(1) + m.group(2) != full):
+        raise LabError(
+            f"unknown kubelet version {spec!r}; the lab builds {valid} "
+            f"({', '.join(KUBELET_VERSIONS.values())})"
+        )
+    k, cp = _minor(full), _minor(control_plane)
+    if k > cp:
+        raise LabError(
+            f"kubelet {full} is newer than the lab's control plane {control_plane}: the Kubernetes "
+            "version skew policy never allows a kubelet newer than kube-apiserver (it may be up "
+            f"to {MAX_KUBELET_SKEW} minor versions older); the lab's control plane is always "
+            f"{control_plane} (tools/k8sbin/K8S_VERSION), so choose 1.{cp} or older"
+        )
+    if cp - k > MAX_KUBELET_SKEW:
+        raise LabError(
+            f"kubelet {full} is {cp - k} minor versions older than the lab's control plane "
+            f"{control_plane}: the Kubernetes version skew policy allows at most "
+            f"{MAX_KUBELET_SKEW}"
+        )
+    return full
+
+
 # ------------------------------------------------------------------------------- build
-def find_kubelet_bin_dir() -> Path:
-    """``$ROLLOUT_LAB_KUBELET_BIN``, else the version-keyed dir ``tools/build-lab-kubelet.sh``
-    fills (``${ROLLOUT_LAB_CACHE:-~/.cache/rollout-lab}/kubelet-<version>/bin``)."""
+def _cache() -> Path:
+    return Path(os.environ.get("ROLLOUT_LAB_CACHE") or Path.home() / ".cache" / "rollout-lab")
+
+
+def lab_version() -> str:
+    """The lab's Kubernetes version (the control plane's; ``tools/k8sbin/K8S_VERSION``)."""
+    return (assets.lab_tools() / "k8sbin" / "K8S_VERSION").read_text().strip()
+
+
+def find_kubelet_bin_dir(version: str | None = None) -> Path:
+    """For the lab's version (the default): ``$ROLLOUT_LAB_KUBELET_BIN``, else the version-keyed
+    dir ``tools/build-lab-kubelet.sh`` fills (``${ROLLOUT_LAB_CACHE:-~/.cache/rollout-lab}/
+    kubelet-<version>/bin``); for another ``version``, always its cache dir."""
+    own = lab_version()
+    version = version or own
     env = os.environ.get("ROLLOUT_LAB_KUBELET_BIN")
-    if env:
+    if env and version == own:
         return Path(env)
-    version = (assets.lab_tools() / "k8sbin" / "K8S_VERSION").read_text().strip()
-    cache = Path(os.environ.get("ROLLOUT_LAB_CACHE") or Path.home() / ".cache" / "rollout-lab")
-    return cache / f"kubelet-{version}" / "bin"
+    return _cache() / f"kubelet-{version}" / "bin"
 
 
 def missing(bin_dir: Path) -> list[str]:
     return [b for b in BINARIES if not os.access(bin_dir / b, os.X_OK)]
 
 
-def build(progress: Any = lambda _m: None) -> Path:
-    """Build (or reuse) the real kubelet and the node fakes; returns their bin dir."""
+def build(progress: Any = lambda _m: None, version: str | None = None) -> Path:
+    """Build (or reuse) the real kubelet of ``version`` (default: the lab's) and the node fakes;
+    returns their bin dir."""
     script = assets.lab_tools() / "build-lab-kubelet.sh"
-    progress("real kubelet: tools/build-lab-kubelet.sh (builds once per version)")
-    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
+    version = version or lab_version()
+    progress(f"real kubelet {version}: tools/build-lab-kubelet.sh (builds once per version)")
+    proc = subprocess.run(
+        ["bash", str(script), version], capture_output=True, text=True, check=False
+    )
     if proc.returncode != 0:
         raise LabError(f"{script} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     bin_dir = Path(proc.stdout.strip().splitlines()[-1])
@@ -355,6 +424,13 @@ def main(argv: list[str] | None = None) -> int:
         ],
         None,
     )
+    # The kubelet's working directory must be an empty directory of the node's own: its container
+    # log cleanup globs "<CRI log path>*", and the fake CRI reports an empty log path, so the glob
+    # is "*" relative to the working directory; from "/" (the shim's) that unlinked the host's
+    # /bin symlink on every container removal (the first entry; "dev" then stopped it).
+    cwd = STATE_DIR / "kubelet-cwd"
+    cwd.mkdir(parents=True, exist_ok=True)
+    os.chdir(cwd)
     print("rollout lab: exec " + " ".join(cmd), file=sys.stderr, flush=True)
     os.execv(cmd[0], cmd)
     return 0  # pragma: no cover

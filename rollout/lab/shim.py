@@ -242,7 +242,7 @@ def show(unit: Unit | None, name: str) -> dict[str, str]:
     }
 
 
-def _status_text(unit: Unit) -> str:
+def _status_text(unit: Unit, lines_shown: int = 10) -> str:
     p = show(unit, unit.name)
     lines = [
         f"● {unit.name}.service - {unit.description}",
@@ -255,7 +255,8 @@ def _status_text(unit: Unit) -> str:
     if p["MainPID"] != "0":
         lines.append(f"   Main PID: {p['MainPID']}")
     try:
-        tail = Path(unit.log).read_text(errors="replace").splitlines()[-10:]
+        tail = Path(unit.log).read_text(errors="replace").splitlines()[-lines_shown:]
+        tail = tail if lines_shown > 0 else []
     except OSError:
         tail = []
     if tail:
@@ -283,10 +284,15 @@ def systemctl(argv: list[str]) -> int:
     """Run one ``systemctl`` command line; returns the exit code systemctl would."""
     props: list[str] = []
     value_only = quiet = False
+    lines = 10
     words: list[str] = []
     it = iter(argv)
     for a in it:
-        if a in ("-p", "--property"):
+        if a in ("-n", "--lines") or a.startswith("--lines="):
+            # how many log lines `status` shows (systemd's default is 10)
+            value = a.split("=", 1)[1] if "=" in a else next(it, "10")
+            lines = int(value) if value.isdigit() else 10
+        elif a in ("-p", "--property"):
             props.extend(next(it, "").split(","))
         elif a.startswith("--property="):
             props.extend(a.split("=", 1)[1].split(","))
@@ -352,7 +358,7 @@ def systemctl(argv: list[str]) -> int:
             return 4
         rc = 0
         for n in names:
-            print(_status_text(units[n]))
+            print(_status_text(units[n], lines))
             rc = rc if active_state(n)[0] == "active" else 3
         return rc
     if verb not in (

@@ -2,7 +2,8 @@
 
 * ``lab`` (session): control plane + API relay, started once. Skipped only when the binaries are
   missing and ``CI`` is not set; in CI a missing lab is a failure.
-* ``lab_nodes`` (function): a factory ``lab_nodes(count=2, distribution="kubeadm", ready=True)``
+* ``lab_nodes`` (function): a factory ``lab_nodes(count=2, distribution="kubeadm", ready=True,
+  kubelet=$ROLLOUT_LAB_KUBELET or "sim")``
   returning :class:`Nodes` (names unique to the test, an inventory file for them); all are torn
   down (processes, namespaces, Node objects) after the test.
 * ``namespace`` (function): a fresh Kubernetes namespace, deleted after the test.
@@ -83,8 +84,10 @@ def lab_nodes(
     slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:20].strip("-")
 
     def make(
-        count: int = 2, distribution: str = "kubeadm", ready: bool = True, kubelet: str = "sim"
+        count: int = 2, distribution: str = "kubeadm", ready: bool = True, kubelet: str = ""
     ) -> Nodes:
+        # $ROLLOUT_LAB_KUBELET=real runs every test that does not choose a kind on real kubelets
+        kubelet = kubelet or os.environ.get("ROLLOUT_LAB_KUBELET", "sim")
         prefix = f"t{next(_counter)}-{slug}"
         names = [f"{prefix}-{i}" for i in range(1, count + 1)]
         made.extend(names)

@@ -101,8 +101,10 @@ def test_node_ready_lease_configz_and_metrics(lab: Lab, lab_nodes: Any) -> None:
     lease = _get(lab, f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}")
     assert lease["spec"]["holderIdentity"] == node
     cfg = _wait(lambda: _configz(lab, node), 10, "configz through the node proxy")
-    # the kubelet serves the versioned config without TypeMeta; defaults are filled in
-    assert "kind" not in cfg and cfg["cpuManagerPolicy"] == "none"
+    # as the real kubelet serves it: the versioned config with its TypeMeta, defaults filled in
+    # (kubeadm's "0s" durations included)
+    assert cfg["kind"] == "KubeletConfiguration" and cfg["cpuManagerPolicy"] == "none"
+    assert cfg["runtimeRequestTimeout"] == "2m0s" and cfg["port"] == 10250
     code, text = lab.api.request("GET", f"/api/v1/nodes/{node}/proxy/metrics")
     assert code == 200 and "kubelet_topology_manager_admission_requests_total 0" in text
     code, body = lab.api.request("GET", f"/api/v1/nodes/{node}/proxy/healthz")

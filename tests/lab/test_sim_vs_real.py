@@ -28,76 +28,11 @@ LAB_FLAG_FIELDS = {
     "tlsPrivateKeyFile",
     "containerRuntimeEndpoint",
 }
-# Known difference (docs/lab-real-kubelet.md, "Known differences"): the real /configz is the config
-# after the kubelet's defaulting (SetDefaults_KubeletConfiguration: a "0s" or absent field gets its
-# default, e.g. runtimeRequestTimeout 2m0s) and carries apiVersion/kind; the sim serves the merged
-# files as written, without defaults. cgroupDriver: the real kubelet takes the runtime's (the fake
-# CRI says cgroupfs; the node's file says systemd).
-SIM_NOT_DEFAULTED = frozenset(
-    [
-        "address",
-        "apiVersion",
-        "authentication",
-        "authorization",
-        "configMapAndSecretChangeDetectionStrategy",
-        "containerLogMaxFiles",
-        "containerLogMaxSize",
-        "containerLogMaxWorkers",
-        "containerLogMonitorInterval",
-        "contentType",
-        "cpuCFSQuota",
-        "cpuCFSQuotaPeriod",
-        "crashLoopBackOff",
-        "enableControllerAttachDetach",
-        "enableDebugFlagsHandler",
-        "enableDebuggingHandlers",
-        "enableProfilingHandler",
-        "enableServer",
-        "enableSystemLogHandler",
-        "enableSystemLogQuery",
-        "eventBurst",
-        "eventRecordQPS",
-        "evictionHard",
-        "evictionPressureTransitionPeriod",
-        "fileCheckFrequency",
-        "hairpinMode",
-        "httpCheckFrequency",
-        "imageGCHighThresholdPercent",
-        "imageGCLowThresholdPercent",
-        "imageMinimumGCAge",
-        "imagePullCredentialsVerificationPolicy",
-        "iptablesDropBit",
-        "iptablesMasqueradeBit",
-        "kind",
-        "kubeAPIBurst",
-        "kubeAPIQPS",
-        "logging",
-        "makeIPTablesUtilChains",
-        "maxOpenFiles",
-        "memoryReservationPolicy",
-        "memoryThrottlingFactor",
-        "mergeDefaultEvictionSettings",
-        "nodeLeaseDurationSeconds",
-        "nodeStatusMaxImages",
-        "nodeStatusReportFrequency",
-        "nodeStatusUpdateFrequency",
-        "oomScoreAdj",
-        "podLogsDir",
-        "podPidsLimit",
-        "port",
-        "registerNode",
-        "registryBurst",
-        "registryPullQPS",
-        "runtimeRequestTimeout",
-        "seccompDefault",
-        "serializeImagePulls",
-        "streamingConnectionIdleTimeout",
-        "syncFrequency",
-        "volumePluginDir",
-        "volumeStatsAggPeriod",
-        "cgroupDriver",
-    ]
-)
+# Known difference (docs/lab-real-kubelet.md, "Known differences"): the real kubelet takes the
+# runtime's cgroup driver (the fake CRI says cgroupfs; the node's file says systemd). The sim's
+# /configz applies the kubelet's defaulting (rollout/lab/kubelet/defaults.py), so no other field
+# may differ.
+SIM_DIFFERS = frozenset(["cgroupDriver"])
 # what the tool changes and verifies: these must agree exactly
 MANAGER_FIELDS = (
     "cpuManagerPolicy",
@@ -181,7 +116,7 @@ def _outcome(lab: Lab, ns: str, name: str) -> Any:
 @pytest.mark.lab
 @pytest.mark.timeout(300)
 def test_sim_and_real_kubelet_agree(lab: Lab, lab_nodes: Any, namespace: str) -> None:
-    (sim,) = lab_nodes(1).names
+    (sim,) = lab_nodes(1, kubelet="sim").names
     (real,) = lab_nodes(1, kubelet="real").names
     nodes = {"sim": sim, "real": real}
 
@@ -189,7 +124,7 @@ def test_sim_and_real_kubelet_agree(lab: Lab, lab_nodes: Any, namespace: str) ->
     cz = {k: _wait(lambda n=n: _configz(lab, n), 30, f"{n} configz") for k, n in nodes.items()}
     fs, fr = _flat(cz["sim"]), _flat(cz["real"])
     differ = {k.split(".")[0] for k in set(fs) | set(fr) if fs.get(k) != fr.get(k)}
-    unknown = differ - LAB_FLAG_FIELDS - SIM_NOT_DEFAULTED
+    unknown = differ - LAB_FLAG_FIELDS - SIM_DIFFERS
     assert unknown == set(), {k: (cz["sim"].get(k), cz["real"].get(k)) for k in unknown}
     assert {k: cz["sim"].get(k) for k in MANAGER_FIELDS} == {
         k: cz["real"].get(k) for k in MANAGER_FIELDS

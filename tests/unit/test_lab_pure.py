@@ -164,6 +164,20 @@ def test_shim_unknown_unit(shim_env: Path, capsys: pytest.CaptureFixture[str]) -
     assert shim.systemctl(["status", "docker"]) == 4
 
 
+def test_shim_status_shows_as_many_log_lines_as_asked(
+    shim_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (shim_env / "kubelet.log").write_text("".join(f"line {i}\n" for i in range(30)))
+    assert shim.systemctl(["status", "kubelet"]) == 3  # not running
+    out = capsys.readouterr().out
+    assert "line 19" not in out and "line 20" in out and "line 29" in out  # systemd's 10
+    assert shim.systemctl(["status", "--no-pager", "--lines=25", "kubelet"]) == 3
+    out = capsys.readouterr().out
+    assert "line 4\n" not in out and "line 5\n" in out
+    assert shim.systemctl(["status", "-n", "0", "kubelet"]) == 3
+    assert "line" not in capsys.readouterr().out
+
+
 def test_shim_daemon_reload_and_enable(shim_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert shim.systemctl(["daemon-reload"]) == 0
     assert shim.systemctl(["disable", "kubelet"]) == 0

@@ -56,9 +56,13 @@ class FakeNode(step.Node):  # type: ignore[misc,name-defined]
             },
         )
         self.calls: list[tuple[str, ...]] = []
+        self.said: str | None = None
 
     def systemctl(self, _stepname: str, *args: str) -> None:
         self.calls.append(args)
+
+    def kubelet_said(self, _svc: str) -> str | None:
+        return self.said
 
 
 @pytest.fixture(autouse=True)
@@ -283,6 +287,46 @@ def test_a_kubelet_that_never_gets_healthy_names_the_step_and_says_files_were_wr
     )
     assert out["failed"] and out["failedStep"] == "healthz" and out["written"] is True
     assert out["refused"] is False
+    assert "the kubelet logged" not in out["msg"]  # it logged no error
+
+
+def test_a_kubelet_that_refuses_its_config_is_quoted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, _, before = _node(tmp_path)
+
+    def unhealthy(*a: object) -> tuple[str, float]:
+        raise step.StepError("healthz", "the kubelet's healthz endpoint did not answer ok")
+
+    monkeypatch.setattr(step, "healthz", unhealthy)
+    node = FakeNode()
+    node.said = '"command failed" err="failed to run Kubelet: bad"'
+    out = step.run_step(
+        node, "apply", _apply_payload(tmp_path, [_file(config, b"new\n", sha(before))])
+    )
+    assert out["failedStep"] == "healthz"
+    assert out["msg"].endswith(
+        'did not answer ok; the kubelet logged: "command failed" err="failed to run Kubelet: bad"'
+    )
+
+
+def test_last_error_reads_klog_lines_from_the_journal_or_a_log_file() -> None:
+    status = "\n".join(
+        [
+            "● kubelet.service - kubelet",
+            "     Active: activating (auto-restart)",
+            'E1201 08:12:00.100000    1234 server.go:1] "first" err="old"',
+            'I1201 08:12:00.200000    1234 server.go:2] "Starting"',
+            "Dec 01 08:12:01 n1 kubelet[1240]: E1201 08:12:01.123456    1240 run.go:72] "
+            '"command failed" err="failed to run Kubelet: could not restore state"',
+            "Dec 01 08:12:01 n1 systemd[1]: kubelet.service: Main process exited",
+        ]
+    )
+    assert step.last_error(status) == (
+        '"command failed" err="failed to run Kubelet: could not restore state"'
+    )
+    assert step.last_error("I1201 08:12:00.200000 1 x.go:2] ok\n") is None
+    assert step.last_error("") is None
 
 
 def test_the_read_only_check_reports_digests_and_writes_nothing(tmp_path: Path) -> None:

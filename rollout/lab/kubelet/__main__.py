@@ -64,9 +64,11 @@ class LabKubelet:
 
     # ---------------------------------------------------------------- HTTP endpoints
     def configz(self) -> dict[str, Any]:
-        """As the kubelet serves it: the versioned config without its (empty) TypeMeta."""
-        cfg = {k: v for k, v in self.config.items() if k not in ("apiVersion", "kind")}
-        return {"kubeletconfig": cfg}
+        """As the kubelet serves it: the merged config after the kubelet's defaulting, with its
+        apiVersion and kind (:mod:`rollout.lab.kubelet.defaults`)."""
+        from rollout.lab.kubelet.defaults import defaulted
+
+        return {"kubeletconfig": defaulted(self.config)}
 
     def metrics_text(self) -> str:
         return self.metrics.render()

@@ -72,6 +72,7 @@ import hashlib
 import json
 import os
 import pwd
+import re
 import shlex
 import shutil
 import ssl
@@ -310,6 +311,21 @@ def healthz(url, ca_path, retries, delay, timeout):
     )
 
 
+# a klog error line ("E1201 08:12:00.123456    1234 run.go:72] ..."), alone or after a journal
+# prefix ("Dec 01 08:12:00 host kubelet[1234]: E1201 ...")
+KLOG_ERROR = re.compile(r"(?:^|\s)E\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [^\]]*\] (.*)$")
+
+
+def last_error(log_text):
+    """The kubelet's last logged error (its klog ``E`` line, header stripped), or ``None``."""
+    found = None
+    for line in log_text.splitlines():
+        m = KLOG_ERROR.search(line.rstrip())
+        if m:
+            found = m.group(1).strip()
+    return found
+
+
 class Node:
     """The systemctl and healthz side, with timings."""
 
@@ -362,16 +378,42 @@ class Node:
                 os.unlink(path)
                 removed.append(path)
         self.timed("start", self.systemctl, "start", "start", svc)
-        body, _ = self.timed(
-            "healthz",
-            healthz,
-            payload["healthz_url"],
-            payload.get("healthz_ca_path"),
-            self.p["healthz_retries"],
-            self.p["healthz_delay"],
-            self.p["healthz_timeout"],
-        )
+        try:
+            body, _ = self.timed(
+                "healthz",
+                healthz,
+                payload["healthz_url"],
+                payload.get("healthz_ca_path"),
+                self.p["healthz_retries"],
+                self.p["healthz_delay"],
+                self.p["healthz_timeout"],
+            )
+        except StepError as e:
+            said = self.kubelet_said(svc)
+            if said:  # why it did not come up, in the kubelet's own words
+                raise StepError(e.step, "%s; the kubelet logged: %s" % (e, said)) from e
+            raise
         return removed, body
+
+    def kubelet_said(self, svc):
+        """The last error the unit logged (``systemctl status``: the journal's tail), or None."""
+        if self.module is not None:
+            exe = self.module.get_bin_path("systemctl")
+        else:
+            exe = shutil.which("systemctl")
+        if not exe:
+            return None
+        try:
+            r = subprocess.run(
+                [exe, "status", "--no-pager", "--full", "--lines=200", svc],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return last_error(r.stdout or "")
 
 
 def apply(node, payload):
