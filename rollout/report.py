@@ -20,6 +20,7 @@ from typing import Any
 from rollout.errors import InputError, Location
 from rollout.evidence import Check, Collection, evaluate, overall, parse_collections
 from rollout.journal import CHANGE_STEP, Entry, Journal, NodeStatus, _apply_entry, replay
+from rollout.models import Phase
 from rollout.svg import rejection_chart, state_timeline
 from rollout.templating import render_template
 
@@ -133,6 +134,8 @@ def _counts(inputs: Mapping[str, Any]) -> tuple[str, int, int] | None:
 def _decision(e: Entry) -> GateDecision | None:
     d = e.data
     if e.step == "gate":
+        if e.phase is not Phase.DONE:
+            return None  # the soak began; the verdict is the done entry
         return GateDecision(
             e.ts, "gate", str(d.get("status", "")), str(d.get("reason", "")),
             tuple(d.get("nodes") or ()),

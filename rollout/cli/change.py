@@ -626,7 +626,7 @@ def _resume_later_batches(
     """The batches an interrupted apply / promote had not started: rendered again from the plan
     (its intent checked unchanged), the gate where that command would have run it."""
     from rollout.models import NodeState
-    from rollout.orchestrator import continue_change
+    from rollout.orchestrator import continue_change, unfinished_gate
     from rollout.planning import Batch
     from rollout.preparing import read_inventory
 
@@ -638,37 +638,44 @@ def _resume_later_batches(
         for b in info.get("batches", ())
     ]
     todo = [b for b in pending if b]
-    if not todo:
+    plan_file = info.get("plan")
+    plan = load_plan(str(plan_file)) if plan_file and Path(str(plan_file)).is_file() else None
+    # a gate the crash cut short (or whose verdict was not acted on) is settled first
+    has_gate = plan is not None and gate_config(plan) is not None
+    regate = unfinished_gate(ctx.journal.entries(), has_gate)
+    if not todo and regate is None:
         return settled
-    plan = load_plan(str(_info_path(ctx.journal, "plan", None)))
+    if plan is None:
+        plan = load_plan(str(_info_path(ctx.journal, "plan", None)))  # names what is missing
     if info.get("intentSha256") and info["intentSha256"] != intent_digest(plan):
         raise PreflightError(
             f"the plan {plan.path} renders another intent than change {before.change} "
             "started with; its settled nodes stay as they are, the rest is not started"
         )
     inv = read_inventory(_info_path(ctx.journal, "inventory", inventory))
-    prepared = _preflight(plan, inv, lock.api, False)
+    prepared = _preflight(plan, inv, lock.api, False) if todo else None
     canary = set(info.get("canary", ()))
     batches = [Batch(tuple(b), bool(canary & set(b))) for b in todo]
-    has_gate = gate_config(plan) is not None
     if info.get("promotion"):  # promote gates after each batch when the plan has a gate
         gate_at = {i: b.nodes for i, b in enumerate(batches)} if has_gate else {}
     else:  # apply gates once, after its last canary batch, over the whole canary
         last = max((i for i, b in enumerate(batches) if b.canary), default=None)
         gate_at = {last: tuple(canary)} if last is not None else {}
-    predicted = predicted_rejections(prepared.previews)
+    predicted = predicted_rejections(prepared.previews) if prepared is not None else None
     gate = gate_for(
         plan, lock.api, ctx.journal, output, inv, ctx.on_event, lock.interrupt, predicted
     )
-    ctx.on_event(f"resuming the batches not started: {', '.join(n for b in todo for n in b)}")
+    if todo:
+        ctx.on_event(f"resuming the batches not started: {', '.join(n for b in todo for n in b)}")
     return continue_change(
         ctx,
-        prepared.changes,
+        prepared.changes if prepared is not None else {},
         batches,
         gate,
         {**info, "resumed": True},
         gate_at=gate_at,
         canary_only=bool(info.get("canaryOnly")),
+        regate=regate,
     )
 
 
@@ -689,7 +696,7 @@ def status_cmd(change: str | None, output: str) -> None:
 
 def last_gate(journal: Journal) -> Mapping[str, Any] | None:
     """The last ``gate`` entry's data (``status``, ``reason``, ``nodes``), or None."""
-    gates = [e for e in journal.entries() if e.step == "gate"]
+    gates = [e for e in journal.entries() if e.step == "gate" and e.phase is Phase.DONE]
     return gates[-1].data if gates else None
 
 
