@@ -562,8 +562,12 @@ def _stopped(ctx: Context, reason: StopReason) -> ChangeStatus:
             "nodes": list(reason.nodes) if reason.nodes else None,
             "request": reason.request_id,
             "seenAt": reason.at,
+            **({"force": True} if reason.force else {}),
         },
     )
+    if reason.force and hasattr(ctx.runner, "force_restore"):
+        # ``rollout rollback --force`` handed over: overwrite as the command itself would
+        ctx.runner.force_restore = True
     done: set[str] = set()
     errors: dict[str, RolloutError] = {}
     while True:

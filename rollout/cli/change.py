@@ -519,17 +519,24 @@ def rollback_cmd(
     api = connect(kubeconfig, context)
     by = requested_by or holder_identity()
     requested_at = time.time()
-    handed = hand_over(api, lock_namespace, change, list(nodes) or None, by)
+    handed = hand_over(api, lock_namespace, change, list(nodes) or None, by, force)
     if handed is not None:
         _echo(
             f"change {change} is owned by {handed.owner}: rollback handed to it "
-            f"(request {handed.request.id})"
+            f"(request {handed.request.id}{', --force' if handed.request.force else ''})"
         )
+        if handed.request.force != force:
+            _echo(
+                "warning: joined a pending request "
+                + ("with --force" if handed.request.force else "without --force")
+                + "; the first request decides whether edited files are overwritten"
+            )
         result: dict[str, Any] = {
             "change": change,
             "handedTo": handed.owner,
             "request": handed.request.id,
             "nodes": list(handed.request.nodes) if handed.request.nodes else None,
+            "force": handed.request.force,
             "requestedAt": requested_at,
         }
         if no_wait:
