@@ -591,9 +591,11 @@ def resume_cmd(
     kubeconfig: str | None,
     context: str | None,
 ) -> None:
-    """Finish an interrupted change: each node in flight is finished or restored, then the
-    batches the interrupted apply or promote had not started yet are run (with the gate where
-    that command would have run it), unless a node had failed (the change had stopped).
+    """Finish an interrupted change: each node in flight is finished or restored (a node caught
+    before any file was written gets its cordon undone and runs again in its batch), a gate the
+    crash cut short is soaked again, then the batches the interrupted apply or promote had not
+    started yet are run (with the gate where that command would have run it), unless a node had
+    failed (the change had stopped).
 
     \b
     Examples:
@@ -638,10 +640,23 @@ def _resume_later_batches(
     from rollout.preparing import read_inventory
 
     info = before.info
-    if any(s.state in (NodeState.RESTORED, NodeState.FAILED) for s in settled.nodes.values()):
+    # a node the crash caught on the forward path before any file was written (no step failed):
+    # resume undid its cordon; the interrupted command would have gone on with it, so resume
+    # runs it again in its batch
+    cut = {
+        n
+        for n, s in before.nodes.items()
+        if s.state is NodeState.APPLYING and not s.files_touched and s.phase is not Phase.FAILED
+    }
+    if any(
+        s.state in (NodeState.RESTORED, NodeState.FAILED) and n not in cut
+        for n, s in settled.nodes.items()
+    ):
         return settled  # a node failed forward: the interrupted command would have stopped
+    if any(settled.nodes[n].state is not NodeState.RESTORED for n in cut):
+        return settled  # its cordon could not be undone: resume failed (raised before here)
     pending = [
-        [n for n in b if settled.nodes[n].state is NodeState.PENDING]
+        [n for n in b if settled.nodes[n].state is NodeState.PENDING or n in cut]
         for b in info.get("batches", ())
     ]
     todo = [b for b in pending if b]
