@@ -659,8 +659,12 @@ def settle_node(ctx: Context, s: NodeStatus) -> None:
     restore_node(ctx, s)
 
 
-def resume(ctx: Context) -> ChangeStatus:
+def resume(ctx: Context, end: bool = True) -> ChangeStatus:
     """Settle every node of an interrupted change: each ends applied, restored, or untouched.
+
+    ``end`` False: the change's ``resumed`` end is not journaled (the caller goes on with the
+    change and ends it itself; a crash before that leaves the change running, so the next
+    ``resume`` goes on too).
 
     Raises:
         NodeOperationError: a node could not be settled; every node's state named.
@@ -677,4 +681,9 @@ def resume(ctx: Context) -> ChangeStatus:
         what = "; ".join(str(e) for e in errors.values())
         final = _end(ctx, "resume-failed", what, Phase.FAILED)
         raise NodeOperationError(f"resume failed: {what}\nnode states:\n{summary(final)}")
+    return end_resumed(ctx) if end else replay(ctx.journal.entries())
+
+
+def end_resumed(ctx: Context) -> ChangeStatus:
+    """Journal the end of a resume that had nothing more to run."""
     return _end(ctx, "resumed", "every node settled")

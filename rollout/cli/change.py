@@ -606,9 +606,11 @@ def resume_cmd(
     before = replay(journal.entries(), journal.change_id)
 
     def work(ctx: Context, lock: Any) -> ChangeStatus:
-        settled = resume(ctx)
         if before.outcome != "running":
-            return settled  # it had ended (held, completed, stopped): nothing more to start
+            return resume(ctx)  # it had ended (held, completed, stopped): nothing more to start
+        # the change stays running until it goes on or ends here: a crash in between leaves
+        # it to the next resume, which goes on with it
+        settled = resume(ctx, end=False)
         return _resume_later_batches(ctx, lock, before, settled, inventory, output)
 
     _settle_command(
@@ -635,7 +637,7 @@ def _resume_later_batches(
     """The batches an interrupted apply / promote had not started: rendered again from the plan
     (its intent checked unchanged), the gate where that command would have run it."""
     from rollout.models import NodeState
-    from rollout.orchestrator import continue_change, unfinished_gate
+    from rollout.orchestrator import continue_change, end_resumed, unfinished_gate
     from rollout.planning import Batch
     from rollout.preparing import read_inventory
 
@@ -652,9 +654,8 @@ def _resume_later_batches(
         s.state in (NodeState.RESTORED, NodeState.FAILED) and n not in cut
         for n, s in settled.nodes.items()
     ):
-        return settled  # a node failed forward: the interrupted command would have stopped
-    if any(settled.nodes[n].state is not NodeState.RESTORED for n in cut):
-        return settled  # its cordon could not be undone: resume failed (raised before here)
+        # a node failed forward: the interrupted command would have stopped
+        return end_resumed(ctx)
     pending = [
         [n for n in b if settled.nodes[n].state is NodeState.PENDING or n in cut]
         for b in info.get("batches", ())
@@ -666,7 +667,7 @@ def _resume_later_batches(
     has_gate = plan is not None and gate_config(plan) is not None
     regate = unfinished_gate(ctx.journal.entries(), has_gate)
     if not todo and regate is None:
-        return settled
+        return end_resumed(ctx)
     if plan is None:
         plan = load_plan(str(_info_path(ctx.journal, "plan", None)))  # names what is missing
     if info.get("intentSha256") and info["intentSha256"] != intent_digest(plan):
