@@ -31,6 +31,8 @@ class StopReason:
         lost: True when the Lease was lost (no rollback: finish or restore in flight, then exit).
         request_id: the hand-over request's id (None for a lost Lease).
         at: wall-clock time (epoch seconds) the owner saw it (set by :meth:`Interrupt.request`).
+        force: the request asked ``--force`` (the restore overwrites files edited after our write);
+            the first request decides, a later one joining it does not change it.
     """
 
     by: str
@@ -38,6 +40,7 @@ class StopReason:
     lost: bool = False
     request_id: str | None = None
     at: float = 0.0
+    force: bool = False
 
 
 class StopRequested(RolloutError):
@@ -76,6 +79,7 @@ class Interrupt:
                     lost=old.lost or reason.lost,
                     request_id=old.request_id or reason.request_id,
                     at=old.at,
+                    force=old.force if old.request_id else reason.force,
                 )
             elif not reason.at:
                 reason = replace(reason, at=time.time())

@@ -13,11 +13,12 @@ proven end to end in the lab.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from rollout.change.draining import drain
-from rollout.change.journal import CHANGE_STEP, ChangeStatus, NodeStatus, replay
+from rollout.change.journal import CHANGE_STEP, ChangeStatus, Entry, NodeStatus, replay
 from rollout.change.planning import Batch, device_resources
 from rollout.change.restoring import (
     Context,
@@ -51,6 +52,10 @@ from rollout.models import (
     VerdictStatus,
 )
 from rollout.protocols import Gate
+
+GATE_STEP = "gate"
+"""The step name of gate entries (node is None): ``begin`` when the soak starts (``nodes``),
+``done`` with the verdict (``status``, ``reason``, ``nodes``)."""
 
 
 class NoGate:
@@ -345,13 +350,15 @@ def continue_change(
     forward: Callable[[datetime], Decision] | None = None,
     gate_at: Mapping[int, Sequence[str]] | None = None,
     canary_only: bool = False,
+    regate: UnfinishedGate | None = None,
 ) -> ChangeStatus:
     """Run more batches in an existing change (``promote``, and ``resume`` of later batches).
 
     A change-level ``begin`` with ``info`` (the whole change's nodes and batches, and what
     started this part) is journaled first, so ``status`` shows it; then the batches, with the
     ``gate`` after each one when there is one (or after the batches ``gate_at`` names, over the
-    nodes it names; with ``canary_only`` the change holds after the last of them). Same rules as
+    nodes it names; with ``canary_only`` the change holds after the last of them; ``regate``, a
+    gate a crash cut short, is settled first: see :func:`unfinished_gate`). Same rules as
     :func:`run_change`: a node failure restores it and stops, a handed-over rollback or a lost
     Lease stops forward work.
 
@@ -362,7 +369,9 @@ def continue_change(
     if gate_at is None:
         gate_at = {i: tuple(b.nodes) for i, b in enumerate(batches)} if gate is not None else {}
     try:
-        return _batches(ctx, changes, batches, gate or NoGate(), canary_only, gate_at, forward)
+        return _batches(
+            ctx, changes, batches, gate or NoGate(), canary_only, gate_at, forward, regate
+        )
     except StopRequested as e:
         return _stopped(ctx, e.reason)
 
@@ -375,10 +384,24 @@ def _batches(
     canary_only: bool,
     gate_at: Mapping[int, Sequence[str]],
     forward: Callable[[datetime], Decision] | None,
+    regate: UnfinishedGate | None = None,
 ) -> ChangeStatus:
     """The batch loop: the gate runs after batch ``i`` over ``gate_at[i]``; with
     ``canary_only`` the change holds after the last gate. Raises StopRequested once forward work
-    must stop."""
+    must stop.
+
+    ``regate``: a gate the interrupted command had begun (or was due to begin) and not acted on,
+    settled before the first batch (``resume``): soaked again, or its recorded verdict acted on.
+    """
+    if regate is not None:
+        which = "the canary" if regate.canary else "the last batch"
+        again = "soaking again" if regate.verdict is None else "acting on its recorded verdict"
+        ctx.on_event(f"gate over {', '.join(regate.nodes)} was cut short by a crash: {again}")
+        held = _gate(ctx, gate, list(regate.nodes), which, regate.verdict)
+        if held is not None:
+            return held
+        if canary_only and not gate_at:
+            return _end(ctx, "held", f"canary applied; holding (gate: {_last_reason(ctx)})")
     for i, batch in enumerate(batches):
         ctx.interrupt.check()
         if forward is not None and i > 0 and not (window := forward(ctx.clock.now())).allowed:
@@ -395,34 +418,124 @@ def _batches(
             raise NodeOperationError(text)
         if i not in gate_at:
             continue
-        canary = list(gate_at[i])
-        verdict = gate.evaluate(ctx.journal.change_id, canary)
-        ctx.journal.append(
-            "gate",
-            Phase.DONE,
-            now=ctx.clock.now(),
-            data={"status": verdict.status.value, "reason": verdict.reason, "nodes": canary},
-        )
-        ctx.on_event(f"gate: {verdict.status.value}: {verdict.reason}")
-        if verdict.status is VerdictStatus.FAILED:
-            # the gate names what to restore (its onFailure policy); by default the whole canary
-            targets = [n for n in canary if n in verdict.failed_nodes] or canary
-            errors = _restore_many(ctx, targets, replay(ctx.journal.entries()))
-            which = "the canary" if batch.canary else f"batch {i + 1}"
-            what = f"gate failed {which}: {verdict.reason}; restored {', '.join(targets)}"
-            if errors:
-                what += "; restore failed: " + "; ".join(str(e) for e in errors.values())
-            if ctx.interrupt.reason() is not None:  # a request came meanwhile: settle it too
-                raise StopRequested(ctx.interrupt.reason())  # type: ignore[arg-type]
-            status = _end(ctx, "rolled-back", what, Phase.FAILED)
-            raise NodeOperationError(f"{what}\nnode states:\n{summary(status)}")
-        ctx.interrupt.check()
-        if verdict.status is not VerdictStatus.SUCCESSFUL:
-            return _end(ctx, "held", f"gate {verdict.status.value}: {verdict.reason}; holding")
+        which = "the canary" if batch.canary else f"batch {i + 1}"
+        held = _gate(ctx, gate, list(gate_at[i]), which)
+        if held is not None:
+            return held
         if canary_only and i == max(gate_at):
-            return _end(ctx, "held", f"canary applied; holding (gate: {verdict.reason})")
+            return _end(ctx, "held", f"canary applied; holding (gate: {_last_reason(ctx)})")
     ctx.interrupt.check()
     return _end(ctx, "completed", f"{len(changes)} node(s) applied")
+
+
+def _gate(
+    ctx: Context,
+    gate: Gate,
+    nodes: Sequence[str],
+    which: str,
+    recorded: Verdict | None = None,
+) -> ChangeStatus | None:
+    """Soak the gate over ``nodes`` (journaled ``gate`` begin, then the verdict as ``gate`` done)
+    and act on the verdict: Failed restores the nodes it names and raises, anything else but
+    Successful holds (returns the held status). None: go on. With ``recorded``, a verdict the
+    interrupted command journaled but had not acted on is acted on without soaking again.
+
+    Raises:
+        NodeOperationError: the gate failed; the nodes it named were restored.
+        StopRequested: forward work must stop (a handed-over rollback, a lost Lease).
+    """
+    if recorded is None:
+        ctx.journal.append(GATE_STEP, Phase.BEGIN, now=ctx.clock.now(), data={"nodes": nodes})
+        verdict = gate.evaluate(ctx.journal.change_id, nodes)
+        ctx.journal.append(
+            GATE_STEP,
+            Phase.DONE,
+            now=ctx.clock.now(),
+            data={"status": verdict.status.value, "reason": verdict.reason, "nodes": nodes},
+        )
+    else:
+        verdict = recorded
+    ctx.on_event(f"gate: {verdict.status.value}: {verdict.reason}")
+    if verdict.status is VerdictStatus.FAILED:
+        # the gate names what to restore (its onFailure policy); by default all of its nodes
+        targets = [n for n in nodes if n in verdict.failed_nodes] or list(nodes)
+        status = replay(ctx.journal.entries())
+        targets = [n for n in targets if status.nodes[n].state is not NodeState.RESTORED]
+        errors = _restore_many(ctx, targets, status)
+        what = f"gate failed {which}: {verdict.reason}; restored {', '.join(targets)}"
+        if errors:
+            what += "; restore failed: " + "; ".join(str(e) for e in errors.values())
+        if ctx.interrupt.reason() is not None:  # a request came meanwhile: settle it too
+            raise StopRequested(ctx.interrupt.reason())  # type: ignore[arg-type]
+        status = _end(ctx, "rolled-back", what, Phase.FAILED)
+        raise NodeOperationError(f"{what}\nnode states:\n{summary(status)}")
+    ctx.interrupt.check()
+    if verdict.status is not VerdictStatus.SUCCESSFUL:
+        return _end(ctx, "held", f"gate {verdict.status.value}: {verdict.reason}; holding")
+    return None
+
+
+def _last_reason(ctx: Context) -> str:
+    done = [e for e in ctx.journal.entries() if e.step == GATE_STEP and e.phase is Phase.DONE]
+    return str(done[-1].data.get("reason", "")) if done else ""
+
+
+@dataclass(frozen=True)
+class UnfinishedGate:
+    """A gate the interrupted command owed and had not acted on (see :func:`unfinished_gate`).
+
+    Attributes:
+        nodes: the nodes the gate is over.
+        canary: whether it is the canary's gate.
+        verdict: the verdict it journaled but had not acted on (None: no verdict: soak again).
+    """
+
+    nodes: tuple[str, ...]
+    canary: bool
+    verdict: Verdict | None = None
+
+
+def unfinished_gate(entries: Sequence[Entry], has_gate: bool) -> UnfinishedGate | None:
+    """The gate an interrupted change owes before anything else may go on (pure).
+
+    The gate points are those of the command that was interrupted: ``apply`` gates once over the
+    canary after its last canary batch (a plan without a gate journals a Successful verdict
+    too); ``promote`` gates after each promoted batch when the plan has a gate. The latest gate
+    point whose nodes are all applied is owed when it has no ``gate`` verdict (the soak was cut:
+    soak again), or when its verdict is not Successful (the command died before acting on it).
+    None: the change has ended, or no gate is owed.
+    """
+    status = replay(entries)
+    if status.outcome != "running":
+        return None
+    info = status.info
+    canary = tuple(info.get("canary", ()))
+    promotion = info.get("promotion")
+    if promotion:
+        points = [tuple(b) for b in promotion.get("batches", ())] if has_gate else []
+    else:
+        points = [canary] if canary else []
+    verdicts = {
+        tuple(e.data.get("nodes") or ()): e
+        for e in entries
+        if e.step == GATE_STEP and e.phase is Phase.DONE
+    }
+    triggers = [e for e in entries if e.step == "trigger" and e.data.get("trigger") == "gate"]
+    for point in reversed(points):
+        if not point or any(
+            n not in status.nodes or status.nodes[n].state is not NodeState.APPLIED for n in point
+        ):
+            continue
+        recorded = verdicts.get(point)
+        if recorded is None:
+            return UnfinishedGate(point, point == canary)
+        outcome = VerdictStatus(str(recorded.data.get("status")))
+        if outcome is VerdictStatus.SUCCESSFUL:
+            return None
+        failed = tuple(triggers[-1].data.get("nodes") or ()) if triggers else ()
+        verdict = Verdict(outcome, str(recorded.data.get("reason", "")), failed_nodes=failed)
+        return UnfinishedGate(point, point == canary, verdict)
+    return None
 
 
 def _stopped(ctx: Context, reason: StopReason) -> ChangeStatus:
@@ -450,8 +563,12 @@ def _stopped(ctx: Context, reason: StopReason) -> ChangeStatus:
             "nodes": list(reason.nodes) if reason.nodes else None,
             "request": reason.request_id,
             "seenAt": reason.at,
+            **({"force": True} if reason.force else {}),
         },
     )
+    if reason.force and hasattr(ctx.runner, "force_restore"):
+        # ``rollout rollback --force`` handed over: overwrite as the command itself would
+        ctx.runner.force_restore = True
     done: set[str] = set()
     errors: dict[str, RolloutError] = {}
     while True:
@@ -543,8 +660,12 @@ def settle_node(ctx: Context, s: NodeStatus) -> None:
     restore_node(ctx, s)
 
 
-def resume(ctx: Context) -> ChangeStatus:
+def resume(ctx: Context, end: bool = True) -> ChangeStatus:
     """Settle every node of an interrupted change: each ends applied, restored, or untouched.
+
+    ``end`` False: the change's ``resumed`` end is not journaled (the caller goes on with the
+    change and ends it itself; a crash before that leaves the change running, so the next
+    ``resume`` goes on too).
 
     Raises:
         NodeOperationError: a node could not be settled; every node's state named.
@@ -561,4 +682,9 @@ def resume(ctx: Context) -> ChangeStatus:
         what = "; ".join(str(e) for e in errors.values())
         final = _end(ctx, "resume-failed", what, Phase.FAILED)
         raise NodeOperationError(f"resume failed: {what}\nnode states:\n{summary(final)}")
+    return end_resumed(ctx) if end else replay(ctx.journal.entries())
+
+
+def end_resumed(ctx: Context) -> ChangeStatus:
+    """Journal the end of a resume that had nothing more to run."""
     return _end(ctx, "resumed", "every node settled")

@@ -520,17 +520,24 @@ def rollback_cmd(
     api = connect(kubeconfig, context)
     by = requested_by or holder_identity()
     requested_at = time.time()
-    handed = hand_over(api, lock_namespace, change, list(nodes) or None, by)
+    handed = hand_over(api, lock_namespace, change, list(nodes) or None, by, force)
     if handed is not None:
         _echo(
             f"change {change} is owned by {handed.owner}: rollback handed to it "
-            f"(request {handed.request.id})"
+            f"(request {handed.request.id}{', --force' if handed.request.force else ''})"
         )
+        if handed.request.force != force:
+            _echo(
+                "warning: joined a pending request "
+                + ("with --force" if handed.request.force else "without --force")
+                + "; the first request decides whether edited files are overwritten"
+            )
         result: dict[str, Any] = {
             "change": change,
             "handedTo": handed.owner,
             "request": handed.request.id,
             "nodes": list(handed.request.nodes) if handed.request.nodes else None,
+            "force": handed.request.force,
             "requestedAt": requested_at,
         }
         if no_wait:
@@ -585,9 +592,11 @@ def resume_cmd(
     kubeconfig: str | None,
     context: str | None,
 ) -> None:
-    """Finish an interrupted change: each node in flight is finished or restored, then the
-    batches the interrupted apply or promote had not started yet are run (with the gate where
-    that command would have run it), unless a node had failed (the change had stopped).
+    """Finish an interrupted change: each node in flight is finished or restored (a node caught
+    before any file was written gets its cordon undone and runs again in its batch), a gate the
+    crash cut short is soaked again, then the batches the interrupted apply or promote had not
+    started yet are run (with the gate where that command would have run it), unless a node had
+    failed (the change had stopped).
 
     \b
     Examples:
@@ -598,9 +607,11 @@ def resume_cmd(
     before = replay(journal.entries(), journal.change_id)
 
     def work(ctx: Context, lock: Any) -> ChangeStatus:
-        settled = resume(ctx)
         if before.outcome != "running":
-            return settled  # it had ended (held, completed, stopped): nothing more to start
+            return resume(ctx)  # it had ended (held, completed, stopped): nothing more to start
+        # the change stays running until it goes on or ends here: a crash in between leaves
+        # it to the next resume, which goes on with it
+        settled = resume(ctx, end=False)
         return _resume_later_batches(ctx, lock, before, settled, inventory, output)
 
     _settle_command(
@@ -626,50 +637,69 @@ def _resume_later_batches(
 ) -> ChangeStatus:
     """The batches an interrupted apply / promote had not started: rendered again from the plan
     (its intent checked unchanged), the gate where that command would have run it."""
-    from rollout.change.orchestrator import continue_change
+    from rollout.change.orchestrator import continue_change, end_resumed, unfinished_gate
     from rollout.change.planning import Batch
     from rollout.change.preparing import read_inventory
     from rollout.models import NodeState
 
     info = before.info
-    if any(s.state in (NodeState.RESTORED, NodeState.FAILED) for s in settled.nodes.values()):
-        return settled  # a node failed forward: the interrupted command would have stopped
+    # a node the crash caught on the forward path before any file was written (no step failed):
+    # resume undid its cordon; the interrupted command would have gone on with it, so resume
+    # runs it again in its batch
+    cut = {
+        n
+        for n, s in before.nodes.items()
+        if s.state is NodeState.APPLYING and not s.files_touched and s.phase is not Phase.FAILED
+    }
+    if any(
+        s.state in (NodeState.RESTORED, NodeState.FAILED) and n not in cut
+        for n, s in settled.nodes.items()
+    ):
+        # a node failed forward: the interrupted command would have stopped
+        return end_resumed(ctx)
     pending = [
-        [n for n in b if settled.nodes[n].state is NodeState.PENDING]
+        [n for n in b if settled.nodes[n].state is NodeState.PENDING or n in cut]
         for b in info.get("batches", ())
     ]
     todo = [b for b in pending if b]
-    if not todo:
-        return settled
-    plan = load_plan(str(_info_path(ctx.journal, "plan", None)))
+    plan_file = info.get("plan")
+    plan = load_plan(str(plan_file)) if plan_file and Path(str(plan_file)).is_file() else None
+    # a gate the crash cut short (or whose verdict was not acted on) is settled first
+    has_gate = plan is not None and gate_config(plan) is not None
+    regate = unfinished_gate(ctx.journal.entries(), has_gate)
+    if not todo and regate is None:
+        return end_resumed(ctx)
+    if plan is None:
+        plan = load_plan(str(_info_path(ctx.journal, "plan", None)))  # names what is missing
     if info.get("intentSha256") and info["intentSha256"] != intent_digest(plan):
         raise PreflightError(
             f"the plan {plan.path} renders another intent than change {before.change} "
             "started with; its settled nodes stay as they are, the rest is not started"
         )
     inv = read_inventory(_info_path(ctx.journal, "inventory", inventory))
-    prepared = _preflight(plan, inv, lock.api, False)
+    prepared = _preflight(plan, inv, lock.api, False) if todo else None
     canary = set(info.get("canary", ()))
     batches = [Batch(tuple(b), bool(canary & set(b))) for b in todo]
-    has_gate = gate_config(plan) is not None
     if info.get("promotion"):  # promote gates after each batch when the plan has a gate
         gate_at = {i: b.nodes for i, b in enumerate(batches)} if has_gate else {}
     else:  # apply gates once, after its last canary batch, over the whole canary
         last = max((i for i, b in enumerate(batches) if b.canary), default=None)
         gate_at = {last: tuple(canary)} if last is not None else {}
-    predicted = predicted_rejections(prepared.previews)
+    predicted = predicted_rejections(prepared.previews) if prepared is not None else None
     gate = gate_for(
         plan, lock.api, ctx.journal, output, inv, ctx.on_event, lock.interrupt, predicted
     )
-    ctx.on_event(f"resuming the batches not started: {', '.join(n for b in todo for n in b)}")
+    if todo:
+        ctx.on_event(f"resuming the batches not started: {', '.join(n for b in todo for n in b)}")
     return continue_change(
         ctx,
-        prepared.changes,
+        prepared.changes if prepared is not None else {},
         batches,
         gate,
         {**info, "resumed": True},
         gate_at=gate_at,
         canary_only=bool(info.get("canaryOnly")),
+        regate=regate,
     )
 
 
@@ -690,7 +720,7 @@ def status_cmd(change: str | None, output: str) -> None:
 
 def last_gate(journal: Journal) -> Mapping[str, Any] | None:
     """The last ``gate`` entry's data (``status``, ``reason``, ``nodes``), or None."""
-    gates = [e for e in journal.entries() if e.step == "gate"]
+    gates = [e for e in journal.entries() if e.step == "gate" and e.phase is Phase.DONE]
     return gates[-1].data if gates else None
 
 

@@ -23,6 +23,7 @@ from rollout.errors import InputError, Location
 from rollout.evidence.checks import Check, Collection, evaluate, overall, parse_collections
 from rollout.evidence.svg import rejection_chart, state_timeline
 from rollout.evidence.templating import render_template
+from rollout.models import Phase
 
 EVIDENCE_FILE = "evidence.json"
 
@@ -134,6 +135,8 @@ def _counts(inputs: Mapping[str, Any]) -> tuple[str, int, int] | None:
 def _decision(e: Entry) -> GateDecision | None:
     d = e.data
     if e.step == "gate":
+        if e.phase is not Phase.DONE:
+            return None  # the soak began; the verdict is the done entry
         return GateDecision(
             e.ts, "gate", str(d.get("status", "")), str(d.get("reason", "")),
             tuple(d.get("nodes") or ()),

@@ -91,17 +91,24 @@ class RollbackRequest:
         id: random id; the outcome names it.
         by: who asked (``user@host pid N`` or ``alert <fingerprint>``).
         nodes: the nodes to roll back (None: every node of the change).
+        force: ``rollout rollback --force``: the owner's restore overwrites node files edited
+            after the change wrote them, as the command would have done itself.
     """
 
     id: str
     by: str
     nodes: tuple[str, ...] | None = None
+    force: bool = False
 
     def to_json(self) -> str:
-        return json.dumps(
-            {"id": self.id, "by": self.by, "nodes": list(self.nodes) if self.nodes else None},
-            sort_keys=True,
-        )
+        obj: dict[str, Any] = {
+            "id": self.id,
+            "by": self.by,
+            "nodes": list(self.nodes) if self.nodes else None,
+        }
+        if self.force:
+            obj["force"] = True
+        return json.dumps(obj, sort_keys=True)
 
     @classmethod
     def parse(cls, raw: str | None) -> RollbackRequest | None:
@@ -111,7 +118,12 @@ class RollbackRequest:
         try:
             obj = json.loads(raw)
             nodes = obj.get("nodes")
-            return cls(str(obj["id"]), str(obj["by"]), tuple(nodes) if nodes else None)
+            return cls(
+                str(obj["id"]),
+                str(obj["by"]),
+                tuple(nodes) if nodes else None,
+                obj.get("force") is True,
+            )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -401,7 +413,9 @@ class LeaseLock:
             if self.request is None:
                 self.request_seen_at = time.monotonic()
             self.request = req
-            self.interrupt.request(StopReason(by=req.by, nodes=req.nodes, request_id=req.id))
+            self.interrupt.request(
+                StopReason(by=req.by, nodes=req.nodes, request_id=req.id, force=req.force)
+            )
 
     def _lose(self, why: str) -> None:
         if self.lost is None:
@@ -517,12 +531,19 @@ class HandOver:
 
 
 def hand_over(
-    api: Api, namespace: str, change_id: str, nodes: Sequence[str] | None, by: str
+    api: Api,
+    namespace: str,
+    change_id: str,
+    nodes: Sequence[str] | None,
+    by: str,
+    force: bool = False,
 ) -> HandOver | None:
     """Hand a rollback of ``change_id`` to its live owner through the Lease.
 
     A pending request is joined (same id, node sets merged; None means every node), so any
-    number of requesters give one rollback.
+    number of requesters give one rollback. ``force`` (``rollout rollback --force``) travels
+    with a new request; a joined request keeps the pending one's ``force`` (the returned
+    request says which; the caller tells its user when it differs from what they asked).
 
     Returns:
         The hand-over, or None when no live process owns the Lease (the caller takes it and
@@ -550,12 +571,15 @@ def hand_over(
         if pending is not None and (done is None or done.get("request") != pending.id):
             merged = None if pending.nodes is None or not nodes else (*pending.nodes, *nodes)
             req = RollbackRequest(
-                pending.id, pending.by, tuple(dict.fromkeys(merged)) if merged else None
+                pending.id,
+                pending.by,
+                tuple(dict.fromkeys(merged)) if merged else None,
+                pending.force,
             )
             if req == pending:
                 return HandOver(req, holder, _rv(lease))
         else:
-            req = RollbackRequest(secrets.token_hex(6), by, tuple(nodes) if nodes else None)
+            req = RollbackRequest(secrets.token_hex(6), by, tuple(nodes) if nodes else None, force)
         annotations[REQUEST_ANNOTATION] = req.to_json()
         lease["metadata"]["annotations"] = annotations
         try:

@@ -56,6 +56,9 @@ def test_requests_round_trip_and_bad_annotations_are_ignored() -> None:
     req = RollbackRequest("abc", "alert f00d (X)", ("n1", "n2"))
     assert RollbackRequest.parse(req.to_json()) == req
     assert RollbackRequest.parse(RollbackRequest("a", "b").to_json()) == RollbackRequest("a", "b")
+    forced = RollbackRequest("abc", "ops", None, force=True)
+    assert RollbackRequest.parse(forced.to_json()) == forced  # --force travels to the owner
+    assert "force" not in RollbackRequest("a", "b").to_json()  # unforced: the same JSON as before
     assert RollbackRequest.parse("not json") is None
     assert RollbackRequest.parse('{"by": "x"}') is None
     assert RollbackRequest.parse(None) is None
