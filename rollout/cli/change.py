@@ -144,8 +144,10 @@ def _context(
     drain: DrainPolicy,
     verify_timeout: float,
     progress: Progress | None = None,
+    hostvars: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Context:
-    """The orchestrator's context; with ``progress``, every journal entry and event feeds it."""
+    """The orchestrator's context; with ``progress``, every journal entry and event feeds it;
+    ``hostvars``: the inventory's variables when the caller has read them already."""
     from rollout.kube.cluster import KubeCluster
     from rollout.progress import ObservedJournal
     from rollout.shipping import PlaybookNodeRunner
@@ -153,7 +155,7 @@ def _context(
     on_event = progress.event if progress is not None else _echo
     return Context(
         cluster=KubeCluster(api),
-        runner=PlaybookNodeRunner(journal.dir / "ansible", inventory, on_event),
+        runner=PlaybookNodeRunner(journal.dir / "ansible", inventory, on_event, hostvars=hostvars),
         clock=SystemClock(),
         journal=journal if progress is None else ObservedJournal(journal, progress.entry),
         drain=drain,
@@ -325,7 +327,7 @@ def apply_cmd(
             )
         progress = _progress(progress_mode)
         progress.nodes(tuple(nodes))
-        ctx = _context(api, journal, inv.path, drain, verify_timeout, progress)
+        ctx = _context(api, journal, inv.path, drain, verify_timeout, progress, inv.hostvars)
         ctx.interrupt = lock.interrupt
         predicted = predicted_rejections(prepared.previews)
         gate = gate_for(plan, api, journal, output, inv, progress.event, lock.interrupt, predicted)
@@ -389,7 +391,9 @@ def _preflight(plan: Plan, inv: Any, api: Any, canary: bool, accept: bool = Fals
 
     with tempfile.TemporaryDirectory(prefix="rollout-preflight-") as tmp:
         facts_dir = Path(tmp) / "facts"
-        raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(inv.path, list(inv.hosts), facts_dir)
+        raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(
+            inv.path, list(inv.hosts), facts_dir, inv.hostvars
+        )
         return prepare(plan, inv, ClusterReader(api), raw, facts_dir, canary, accept)
 
 
@@ -834,7 +838,9 @@ def promote_cmd(
     with _locked(lock, journal.change_id):
         progress = _progress(progress_mode)
         progress.nodes(tuple(all_nodes))
-        ctx = _context(api, journal, inv.path, prepared.strategy.drain, verify_timeout, progress)
+        ctx = _context(
+            api, journal, inv.path, prepared.strategy.drain, verify_timeout, progress, inv.hostvars
+        )
         ctx.interrupt = lock.interrupt
         has_gate = gate_config(plan) is not None
         predicted = predicted_rejections(prepared.previews)
