@@ -106,6 +106,12 @@ class PlaybookNodeRunner:
 
         return handler
 
+    def per_node(self, hosts: Sequence[str]) -> bool:
+        """Whether a run per node costs no more than a shared one (the orchestrator then runs
+        each node of a batch through its whole forward path on its own): the apply goes over
+        plain ssh to every one of ``hosts``."""
+        return self.direct_apply and self._direct_targets(sorted(hosts)) is not None
+
     def apply(self, change: NodeChange, change_id: str, backup_dir: str) -> RunResult:
         """See ``NodeRunner.apply``."""
         return self.apply_many([change], change_id)[change.node]
