@@ -4,9 +4,10 @@ Why this shape: each node step is journaled before and after it runs, so any int
 record that says exactly what to finish or undo; where the node step goes over plain ssh each node
 of a batch runs its whole forward path on its own (a batch takes its slowest node's drain +
 restart + verify), else the nodes of a batch share one apply playbook run (Ansible's start-up paid
-once per batch) while every other step, and every outcome, stays per node; any failure on a node restores that node (``restoring.py``) and stops the rollout before
-another batch is touched; the canary batch ends at a
-:class:`~rollout.protocols.Gate` (the rejection-rate gate plugs in there). The loop sees the world
+once per batch) while every other step, and every outcome, stays per node; any failure on a
+node restores that node (``restoring.py``) and stops the rollout before another batch is touched;
+the canary batch ends at a :class:`~rollout.protocols.Gate` (the rejection-rate gate plugs in
+there). The loop sees the world
 only through the Protocols in ``rollout.protocols``, so its decisions are unit-tested with fakes and
 proven end to end in the lab.
 """

@@ -18,7 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,23 +76,43 @@ def read_inventory(path: Path) -> Inventory:
     Raises:
         InputError: the file is not a valid inventory, or holds no hosts.
     """
+    return start_inventory(path)()
+
+
+def start_inventory(path: Path) -> Callable[[], Inventory]:
+    """Start ``ansible-inventory --list`` (about a second of CPU) and return what waits for it
+    and parses its answer (:func:`read_inventory`), so a caller can do other work meanwhile.
+
+    Raises:
+        InputError: ``ansible-inventory`` is not installed (the returned function raises the
+            other errors of :func:`read_inventory`).
+    """
     exe = shutil.which("ansible-inventory", path=str(Path(sys.executable).parent)) or shutil.which(
         "ansible-inventory"
     )
     if exe is None:
         raise InputError("ansible-inventory not found", Location(file=str(path)))
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [exe, "-i", str(path), "--list"],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
         text=True,
         env={**os.environ, "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true"},
-        check=False,
     )
-    if proc.returncode != 0:
-        raise InputError(
-            f"not a valid inventory: {proc.stderr.strip()[-300:]}", Location(file=str(path))
-        )
-    data = json.loads(proc.stdout)
+
+    def finish() -> Inventory:
+        stdout, stderr = proc.communicate()
+        if proc.returncode != 0:
+            raise InputError(
+                f"not a valid inventory: {stderr.strip()[-300:]}", Location(file=str(path))
+            )
+        return _parse_inventory(path, json.loads(stdout))
+
+    return finish
+
+
+def _parse_inventory(path: Path, data: Mapping[str, Any]) -> Inventory:
     groups: dict[str, tuple[str, ...]] = {}
     order: list[str] = []
     for name, g in data.items():

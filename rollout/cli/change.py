@@ -270,7 +270,7 @@ def apply_cmd(
     from rollout.kube.canaries import canaries_in_progress
     from rollout.kube.client import connect
     from rollout.kube.leases import LeaseLock
-    from rollout.preparing import read_inventory
+    from rollout.preparing import start_inventory
 
     if not plan_path:
         raise InputError("no plan: pass --plan or set ROLLOUT_PLAN", Location(field="--plan"))
@@ -282,11 +282,17 @@ def apply_cmd(
     )
     if not dry_run and not (window := window_check(datetime.now(UTC))).allowed:
         raise PreflightError(window.reason)
-    inv = read_inventory(_inventory(inventory))
-    api = connect(kubeconfig, context)
-    lock = LeaseLock(api, lock_namespace)
-    lock.check()
-    for w in canaries_in_progress(api):
+    reading = start_inventory(_inventory(inventory))  # ~1 s of ansible-inventory, meanwhile:
+    try:
+        api = connect(kubeconfig, context)
+        lock = LeaseLock(api, lock_namespace)
+        lock.check()
+        in_progress = canaries_in_progress(api)
+    except RolloutError:
+        reading()  # a bad inventory is still the error reported first
+        raise
+    inv = reading()
+    for w in in_progress:
         _echo(f"warning: {w}")
     prepared = _preflight(plan, inv, api, canary, accept_rejections)
     for line in prepared.report:
