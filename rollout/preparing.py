@@ -191,34 +191,72 @@ class PreviewedRefusal(PreflightError):
 
 
 class ClusterReader:
-    """What preflight reads from the API server (the real one lives in ``rollout.kube``)."""
+    """What preflight reads from the API server (the real one lives in ``rollout.kube``).
+
+    :meth:`prefetch` reads what does not depend on the nodes' facts (run it while the facts are
+    gathered); each answer it got is then served once from memory instead of read again.
+    """
 
     def __init__(self, api: Any) -> None:
         self._kn = kn
         self.api = api
+        self._got: dict[tuple[str, str], Any] = {}
+
+    def _read(self, key: tuple[str, str], read: Callable[[], Any]) -> Any:
+        if key in self._got:
+            return self._got.pop(key)
+        return read()
+
+    def prefetch(self) -> None:
+        """Read the server version, ``resource.k8s.io`` versions, Nodes, PDBs, DRA drivers, node
+        objects, controllers and every node's pods now; any error is left for the real read to
+        raise."""
+        try:
+            versions = self.resource_versions()
+            got: dict[tuple[str, str], Any] = {
+                ("version", ""): self.version(),
+                ("resource_versions", ""): versions,
+                ("nodes", ""): self.nodes(),
+                ("pdbs", ""): self.pdbs(),
+                ("dra", ",".join(versions)): self.dra(versions),
+                ("node_objects", ""): self.node_objects(),
+                ("controllers", ""): self.controllers(),
+            }
+            for n in got[("nodes", "")]:
+                got[("pods", n)] = self.pods(n)
+        except Exception:  # prepare's own reads raise it, properly
+            return
+        self._got.update(got)
 
     def version(self) -> str:
-        return self._kn.server_version(self.api)
+        return str(self._read(("version", ""), lambda: self._kn.server_version(self.api)))
 
     def resource_versions(self) -> list[str]:
-        return self._kn.resource_api_versions(self.api)
+        return list(
+            self._read(("resource_versions", ""), lambda: self._kn.resource_api_versions(self.api))
+        )
 
     def nodes(self) -> dict[str, NodeInfo]:
-        return self._kn.list_nodes(self.api)
+        return dict(self._read(("nodes", ""), lambda: self._kn.list_nodes(self.api)))
 
     def pods(self, node: str) -> list[PodRef]:
-        return self._kn.pods_on_node(self.api, node)
+        return list(self._read(("pods", node), lambda: self._kn.pods_on_node(self.api, node)))
 
     def pdbs(self) -> list[Any]:
-        return self._kn.list_pdbs(self.api)
+        return list(self._read(("pdbs", ""), lambda: self._kn.list_pdbs(self.api)))
 
     def dra(self, versions: list[str]) -> dict[str, list[str]]:
-        return self._kn.dra_drivers_by_node(self.api, versions)
+        return dict(
+            self._read(
+                ("dra", ",".join(versions)),
+                lambda: self._kn.dra_drivers_by_node(self.api, versions),
+            )
+        )
 
     def node_objects(self) -> dict[str, dict[str, Any]]:
         from rollout.kube import workloads
 
-        return workloads.node_objects(self.api)
+        return dict(self._read(("node_objects", ""), lambda: workloads.node_objects(self.api)))
 
     def pod_objects(self, node: str) -> list[dict[str, Any]]:
         from rollout.kube import workloads
@@ -228,7 +266,7 @@ class ClusterReader:
     def controllers(self) -> list[dict[str, Any]]:
         from rollout.kube import workloads
 
-        return workloads.controller_objects(self.api)
+        return list(self._read(("controllers", ""), lambda: workloads.controller_objects(self.api)))
 
 
 def _gpu_model(raw: Mapping[str, Any]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -395,12 +396,19 @@ def _preflight(plan: Plan, inv: Any, api: Any, canary: bool, accept: bool = Fals
     from rollout.ansible.runner import AnsibleRunner
     from rollout.preparing import ClusterReader, prepare
 
+    reader = ClusterReader(api)
     with tempfile.TemporaryDirectory(prefix="rollout-preflight-") as tmp:
         facts_dir = Path(tmp) / "facts"
-        raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(
-            inv.path, list(inv.hosts), facts_dir, inv.hostvars
-        )
-        return prepare(plan, inv, ClusterReader(api), raw, facts_dir, canary, accept)
+        # the API reads that do not need the facts go on while the nodes answer
+        reads = threading.Thread(target=reader.prefetch, daemon=True)
+        reads.start()
+        try:
+            raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(
+                inv.path, list(inv.hosts), facts_dir, inv.hostvars
+            )
+        finally:
+            reads.join()
+        return prepare(plan, inv, reader, raw, facts_dir, canary, accept)
 
 
 def _existing(change: str | None) -> Journal:
