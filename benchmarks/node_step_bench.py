@@ -109,6 +109,23 @@ def forward_numbers(journal: Journal) -> dict[str, Any]:
     return {"batches": batches, "floorS": round(floor, 2), "changeBegin": _t(begin.ts)}
 
 
+def timeline(journal: Journal, started: float) -> dict[str, Any]:
+    """Where the time goes: per node, each forward step as [start, seconds] from the command's
+    start (the profile of one run, from the journal's before/after entries)."""
+    out: dict[str, Any] = {}
+    begun: dict[tuple[str, str], float] = {}
+    for e in journal.entries():
+        if not e.node or not e.path or e.path.value != "forward":
+            continue
+        t = _t(e.ts) - started
+        if e.phase.value == "begin":
+            begun[(e.node, e.step)] = t
+        elif (e.node, e.step) in begun:
+            b = begun.pop((e.node, e.step))
+            out.setdefault(e.node, {})[e.step] = [round(b, 2), round(t - b, 2)]
+    return out
+
+
 def restore_numbers(journal: Journal) -> dict[str, float]:
     """From the first restore-path entry to the last restore-path uncordon done; and the drain
     part of it (the slowest node's restore-path drain)."""
@@ -327,6 +344,8 @@ class Bench:
             "preflightS": round(fwd["changeBegin"] - started, 2),
             "floorS": fwd["floorS"],
             "batches": fwd["batches"],
+            "timeline": timeline(journal, started),
+            "end": round(wall, 2),
         }
         started = time.time()
         r = ck.cli(["rollback", "--change", change, "--yes"], self.env, 1800)
