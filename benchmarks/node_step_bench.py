@@ -481,7 +481,11 @@ def summarize(out: dict[str, Any]) -> dict[str, Any]:
                 for r in runs
                 if "loops" in r
             ]
-        pb = [r["loops"]["loopPlaybookWallS"] for r in runs if "loopPlaybookWallS" in r["loops"]]
+        pb = [
+            r["loops"]["loopPlaybookWallS"]
+            for r in runs
+            if "loopPlaybookWallS" in r.get("loops", {})
+        ]
         if pb:
             row["loopPlaybookWallS"] = _median(pb)
             row["loopPlaybook/rollout"] = round(row["loopPlaybookWallS"] / wall, 2)

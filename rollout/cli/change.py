@@ -283,19 +283,22 @@ def apply_cmd(
     )
     if not dry_run and not (window := window_check(datetime.now(UTC))).allowed:
         raise PreflightError(window.reason)
-    reading = start_inventory(_inventory(inventory))  # ~1 s of ansible-inventory, meanwhile:
+    # preflight's slow parts overlap: ansible-inventory (~1 s of CPU) and the API client's
+    # import, then the nodes' facts over ssh and the API connection, Lease check and reads
+    threading.Thread(target=_warm_kube_client, daemon=True).start()
+    inv = start_inventory(_inventory(inventory))()
+    facts = _Facts(inv)
     try:
         api = connect(kubeconfig, context)
         lock = LeaseLock(api, lock_namespace)
         lock.check()
         in_progress = canaries_in_progress(api)
-    except RolloutError:
-        reading()  # a bad inventory is still the error reported first
+    except BaseException:
+        facts.close()
         raise
-    inv = reading()
     for w in in_progress:
         _echo(f"warning: {w}")
-    prepared = _preflight(plan, inv, api, canary, accept_rejections)
+    prepared = _preflight(plan, inv, api, canary, accept_rejections, facts)
     for line in prepared.report:
         _echo(line)
     for w in prepared.warnings:
@@ -390,25 +393,74 @@ def intent_digest(plan: Plan) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _preflight(plan: Plan, inv: Any, api: Any, canary: bool, accept: bool = False) -> Any:
-    """Gather the nodes' facts and run every preflight check (``rollout.preparing.prepare``);
-    ``accept``: predicted rejections of running pods are not refusals."""
-    from rollout.ansible.runner import AnsibleRunner
+class _Facts:
+    """Every inventory host's facts, gathered in a thread from the moment the inventory is read
+    (over plain ssh that is mostly waiting on the nodes, so the API client's import and the
+    Lease check go on meanwhile)."""
+
+    def __init__(self, inv: Any) -> None:
+        from rollout.ansible.runner import AnsibleRunner
+
+        self._tmp = tempfile.TemporaryDirectory(prefix="rollout-preflight-")
+        self.dir = Path(self._tmp.name) / "facts"
+        self._runner = AnsibleRunner(Path(self._tmp.name) / "runner")
+        self._got: dict[str, Any] = {}
+        self._thread = threading.Thread(target=self._gather, args=(inv,), daemon=True)
+        self._thread.start()
+
+    def _gather(self, inv: Any) -> None:
+        try:
+            self._got["raw"] = self._runner.gather_facts(
+                inv.path, list(inv.hosts), self.dir, inv.hostvars
+            )
+        except BaseException as e:  # re-raised in the caller's thread by result()
+            self._got["error"] = e
+
+    def result(self) -> Any:
+        self._thread.join()
+        if "error" in self._got:
+            raise self._got["error"]
+        return self._got["raw"]
+
+    def close(self) -> None:
+        self._thread.join()
+        self._tmp.cleanup()
+
+
+def _warm_kube_client() -> None:
+    """Import the API client's classes (their models take 1.5-2 s of CPU to build, more on a
+    busy controller) in a thread while ansible-inventory and the facts' ssh calls run."""
+    from kubernetes import client
+
+    for name in ("CoreV1Api", "PolicyV1Api", "CoordinationV1Api", "CustomObjectsApi"):
+        getattr(client, name)
+
+
+def _preflight(
+    plan: Plan,
+    inv: Any,
+    api: Any,
+    canary: bool,
+    accept: bool = False,
+    facts: _Facts | None = None,
+) -> Any:
+    """Gather the nodes' facts (or use ``facts``, already under way) and run every preflight
+    check (``rollout.preparing.prepare``); ``accept``: predicted rejections of running pods are
+    not refusals."""
     from rollout.preparing import ClusterReader, prepare
 
     reader = ClusterReader(api)
-    with tempfile.TemporaryDirectory(prefix="rollout-preflight-") as tmp:
-        facts_dir = Path(tmp) / "facts"
-        # the API reads that do not need the facts go on while the nodes answer
-        reads = threading.Thread(target=reader.prefetch, daemon=True)
-        reads.start()
-        try:
-            raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(
-                inv.path, list(inv.hosts), facts_dir, inv.hostvars
-            )
-        finally:
-            reads.join()
-        return prepare(plan, inv, reader, raw, facts_dir, canary, accept)
+    # the API reads that do not need the facts go on while the nodes answer
+    reads = threading.Thread(target=reader.prefetch, daemon=True)
+    reads.start()
+    facts = facts or _Facts(inv)
+    try:
+        raw = facts.result()
+        reads.join()
+        return prepare(plan, inv, reader, raw, facts.dir, canary, accept)
+    finally:
+        reads.join()
+        facts.close()
 
 
 def _existing(change: str | None) -> Journal:
