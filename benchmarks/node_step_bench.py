@@ -4,7 +4,7 @@ side by side on one lab in one run, repeated for medians.
 Usage::
 
     .venv/bin/python benchmarks/node_step_bench.py [--sizes 8:2,16:4] [--rounds 3]
-        [--playbook-sizes 8] [--canaries 1,4] [--skip-loops]
+        [--playbook-sizes 8] [--playbook-rounds 1] [--canaries 1,4] [--skip-loops]
 
 On one lab of max(N) kubeadm nodes with 2 x max(N) small pods spread over them (so every drain
 evicts), each round runs, for every size N:maxUnavailable (the first N nodes; canary group = the
@@ -18,12 +18,14 @@ first batch):
 2. The operator's loop, one node at a time: ``kubectl drain``; one ``ssh`` that writes the same
    files, removes ``cpu_manager_state``, restarts the kubelet and waits for ``/healthz``;
    ``kubectl wait Ready``; poll ``/configz`` until the new policy shows; ``kubectl uncordon``.
-3. For the sizes in ``--playbook-sizes``: the same loop with ``ansible-playbook apply.yml`` per
-   node instead of the ssh. (Between runs the nodes are put back untimed.)
+3. For the sizes in ``--playbook-sizes`` (in the first ``--playbook-rounds`` rounds): the same
+   loop with ``ansible-playbook apply.yml`` per node instead of the ssh. (Between runs the nodes
+   are put back untimed.)
 
 Then, each round, for each canary size C: ``rollout apply --canary --yes`` with a C-node canary
 group, then ``rollout rollback --change ID --yes`` timed from the command's start (the trigger)
-to its exit, and from the journal: first restore entry to the last uncordon, drain excluded.
+to its exit and to the last node restored, Ready and uncordoned (the journal's last restore-path
+``uncordon`` ``done``), with and without the drain.
 
 Prints one JSON object with the raw numbers per round, the medians and the ratios of medians;
 the load average (``/proc/loadavg``) is recorded before every timed run.
@@ -126,15 +128,22 @@ def timeline(journal: Journal, started: float) -> dict[str, Any]:
     return out
 
 
-def restore_numbers(journal: Journal) -> dict[str, float]:
-    """From the first restore-path entry to the last restore-path uncordon done; and the drain
+def restore_numbers(journal: Journal, trigger: float) -> dict[str, float]:
+    """From the first restore-path entry to the last restore-path uncordon done (the node
+    restored, Ready with its old /configz, uncordoned); the same from the trigger; and the drain
     part of it (the slowest node's restore-path drain)."""
     entries = [e for e in journal.entries() if e.path and e.path.value == "restore"]
     start = _t(entries[0].ts)
     end = max(_t(e.ts) for e in entries if e.step == "uncordon" and e.phase.value == "done")
     drains = _spans(journal, "restore")
     drain = max((v for (_, s), v in drains.items() if s == "drain"), default=0.0)
-    return {"journalS": round(end - start, 2), "drainS": round(drain, 2)}
+    return {
+        "journalS": round(end - start, 2),
+        "drainS": round(drain, 2),
+        "triggerToFirstEntryS": round(start - trigger, 2),
+        "triggerToUncordonedS": round(end - trigger, 2),
+        "triggerToUncordonedWithoutDrainS": round(end - trigger - drain, 2),
+    }
 
 
 def _deployment(lab: Lab, ns: str, replicas: int) -> None:
@@ -367,14 +376,13 @@ class Bench:
         r = ck.cli(["rollback", "--change", cid, "--yes"], self.env, 1800)
         wall = time.time() - started
         assert r.returncode == 0, r.stderr
-        nums = restore_numbers(Journal.open(self.work / "state", cid))
+        nums = restore_numbers(Journal.open(self.work / "state", cid), started)
         return {
             "canaryNodes": size,
             "load": load,
             "triggerToExitS": round(wall, 2),
             **nums,
             "journalWithoutDrainS": round(nums["journalS"] - nums["drainS"], 2),
-            "triggerToExitWithoutDrainS": round(wall - nums["drainS"], 2),
         }
 
     def loops(self, n: int, journal: Journal, playbook: bool) -> dict[str, Any]:
@@ -501,10 +509,12 @@ def summarize(out: dict[str, Any]) -> dict[str, Any]:
             k: _median([c[k] for c in rows])
             for k in (
                 "triggerToExitS",
+                "triggerToFirstEntryS",
+                "triggerToUncordonedS",
+                "triggerToUncordonedWithoutDrainS",
                 "journalS",
                 "drainS",
                 "journalWithoutDrainS",
-                "triggerToExitWithoutDrainS",
             )
         }
     return summary
@@ -515,6 +525,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="8:2,16:4", help="N:maxUnavailable, comma-separated")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--playbook-sizes", default="8", help="sizes that also run the playbook loop")
+    ap.add_argument("--playbook-rounds", type=int, default=1, help="rounds with the playbook loop")
     ap.add_argument("--canaries", default="1,4")
     ap.add_argument("--skip-loops", action="store_true")
     args = ap.parse_args()
@@ -544,7 +555,8 @@ def main() -> None:
                 row[key] = {"rollout": rollout}
                 print(json.dumps({"round": i + 1, key: row[key]}), file=sys.stderr, flush=True)
                 if not args.skip_loops:
-                    row[key]["loops"] = bench.loops(n, journal, n in playbook_sizes)
+                    playbook = n in playbook_sizes and i < args.playbook_rounds
+                    row[key]["loops"] = bench.loops(n, journal, playbook)
                     print(json.dumps({"round": i + 1, key: row[key]["loops"]}), file=sys.stderr)
             row["canaryRollback"] = []
             for size in canaries:
