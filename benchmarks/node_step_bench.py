@@ -1,28 +1,34 @@
 """``rollout apply`` against an operator's loops and the physical floor, and the canary rollback,
-side by side on one lab in one run.
+side by side on one lab in one run, repeated for medians.
 
 Usage::
 
-    .venv/bin/python benchmarks/node_step_bench.py [--nodes 8] [--max-unavailable 2]
-        [--canaries 1,4] [--skip-loops]
+    .venv/bin/python benchmarks/node_step_bench.py [--sizes 8:2,16:4] [--rounds 3]
+        [--playbook-sizes 8] [--playbook-rounds 1] [--canaries 1,4] [--skip-loops]
 
-On one lab of N kubeadm nodes with 2N small pods spread over them (so every drain evicts):
+On one lab of max(N) kubeadm nodes with 2 x max(N) small pods spread over them (so every drain
+evicts), each round runs, for every size N:maxUnavailable (the first N nodes; canary group = the
+first batch):
 
-1. ``rollout apply --yes`` (all batches; canary group = the first batch), wall time; from the
-   journal: preflight (command start to the change's first entry), per batch the slowest node's
-   drain / apply / verify, the node step's own timings, and the floor: the sum over batches of
-   the slowest node's drain + kubelet restart (stop + start + /healthz, timed on the node) +
-   verify (Ready, /configz). Then ``rollout rollback`` of all N nodes (timed, reported).
+1. ``rollout apply --yes`` (all batches), wall time from the command's start; from the journal:
+   preflight (command start to the change's first entry), per batch the slowest node's drain /
+   apply / verify, the node step's own timings, and the **floor**: the sum over batches of the
+   slowest node's drain + kubelet restart (stop + start + /healthz, timed on the node by the node
+   step) + verify (Ready, /configz). Then ``rollout rollback`` of the N nodes (timed).
 2. The operator's loop, one node at a time: ``kubectl drain``; one ``ssh`` that writes the same
    files, removes ``cpu_manager_state``, restarts the kubelet and waits for ``/healthz``;
    ``kubectl wait Ready``; poll ``/configz`` until the new policy shows; ``kubectl uncordon``.
-3. The same loop with ``ansible-playbook apply.yml`` per node instead of the ssh.
-   (Between runs the nodes are put back untimed.)
-4. For each canary size C: ``rollout apply --canary --yes`` with a C-node canary group, then
-   ``rollout rollback --change ID --yes`` timed from the command's start (the trigger) to its
-   exit, and from the journal: restore path begin to the last uncordon, drain excluded.
+3. For the sizes in ``--playbook-sizes`` (in the first ``--playbook-rounds`` rounds): the same
+   loop with ``ansible-playbook apply.yml`` per node instead of the ssh. (Between runs the nodes
+   are put back untimed.)
 
-Prints one JSON object with the raw numbers and the ratios.
+Then, each round, for each canary size C: ``rollout apply --canary --yes`` with a C-node canary
+group, then ``rollout rollback --change ID --yes`` timed from the command's start (the trigger)
+to its exit and to the last node restored, Ready and uncordoned (the journal's last restore-path
+``uncordon`` ``done``), with and without the drain.
+
+Prints one JSON object with the raw numbers per round, the medians and the ratios of medians;
+the load average (``/proc/loadavg``) is recorded before every timed run.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import base64
 import json
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -104,15 +111,39 @@ def forward_numbers(journal: Journal) -> dict[str, Any]:
     return {"batches": batches, "floorS": round(floor, 2), "changeBegin": _t(begin.ts)}
 
 
-def restore_numbers(journal: Journal) -> dict[str, float]:
-    """From the first restore-path entry to the last restore-path uncordon done; and the drain
+def timeline(journal: Journal, started: float) -> dict[str, Any]:
+    """Where the time goes: per node, each forward step as [start, seconds] from the command's
+    start (the profile of one run, from the journal's before/after entries)."""
+    out: dict[str, Any] = {}
+    begun: dict[tuple[str, str], float] = {}
+    for e in journal.entries():
+        if not e.node or not e.path or e.path.value != "forward":
+            continue
+        t = _t(e.ts) - started
+        if e.phase.value == "begin":
+            begun[(e.node, e.step)] = t
+        elif (e.node, e.step) in begun:
+            b = begun.pop((e.node, e.step))
+            out.setdefault(e.node, {})[e.step] = [round(b, 2), round(t - b, 2)]
+    return out
+
+
+def restore_numbers(journal: Journal, trigger: float) -> dict[str, float]:
+    """From the first restore-path entry to the last restore-path uncordon done (the node
+    restored, Ready with its old /configz, uncordoned); the same from the trigger; and the drain
     part of it (the slowest node's restore-path drain)."""
     entries = [e for e in journal.entries() if e.path and e.path.value == "restore"]
     start = _t(entries[0].ts)
     end = max(_t(e.ts) for e in entries if e.step == "uncordon" and e.phase.value == "done")
     drains = _spans(journal, "restore")
     drain = max((v for (_, s), v in drains.items() if s == "drain"), default=0.0)
-    return {"journalS": round(end - start, 2), "drainS": round(drain, 2)}
+    return {
+        "journalS": round(end - start, 2),
+        "drainS": round(drain, 2),
+        "triggerToFirstEntryS": round(start - trigger, 2),
+        "triggerToUncordonedS": round(end - trigger, 2),
+        "triggerToUncordonedWithoutDrainS": round(end - trigger - drain, 2),
+    }
 
 
 def _deployment(lab: Lab, ns: str, replicas: int) -> None:
@@ -280,162 +311,258 @@ def _loop(lab: Lab, names: list[str], env: dict[str, str], apply_one: Any) -> fl
     return time.time() - started
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--nodes", type=int, default=8)
-    ap.add_argument("--max-unavailable", type=int, default=2)
-    ap.add_argument("--canaries", default="1,4")
-    ap.add_argument("--skip-loops", action="store_true")
-    args = ap.parse_args()
-    mu = args.max_unavailable
-    work = Path(tempfile.mkdtemp(prefix="node-step-bench-"))
-    lab = Lab(f"nsb{os.getpid() % 1000}", work / "lab")
-    lab.start_control_plane()
-    out: dict[str, Any] = {"nodes": args.nodes, "maxUnavailable": mu}
-    try:
-        names = [f"s{i}" for i in range(1, args.nodes + 1)]
-        lab.add_nodes(names, ["kubeadm"])
-        _deployment(lab, "bench", 2 * args.nodes)
-        inv = ck.inventory(lab, names, names[:mu], work / "inv.ini")
+def _load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def _median(xs: list[float]) -> float:
+    return round(statistics.median(xs), 2) if xs else float("nan")
+
+
+class Bench:
+    """One lab, its pods, and the runs; every timed run appends its raw numbers."""
+
+    def __init__(self, lab: Lab, work: Path, names: list[str]) -> None:
+        self.lab, self.work, self.all = lab, work, names
+        self.env = ck.env(lab, work / "state")
+        self.env["PATH"] = f"{BIN}:{self.env['PATH']}"
+
+    def files(self, n: int, canary: int, mu: int, tag: str) -> tuple[Path, Path]:
+        names = self.all[:n]
+        inv = ck.inventory(self.lab, names, names[:canary], self.work / f"inv-{tag}.ini")
         # the lab's fast-failure vars would shorten nothing on success; keep the role defaults
         inv.write_text(inv.read_text().replace(ck.FAST_VARS, ""))
-        plan = ck.plan(work / "plan.yaml", dict.fromkeys(names, "kubeadm"), mu)
-        env = ck.env(lab, work / "state")
-        env["PATH"] = f"{BIN}:{env['PATH']}"
+        plan = ck.plan(self.work / f"plan-{tag}.yaml", dict.fromkeys(names, "kubeadm"), mu)
+        return inv, plan
 
-        # 1. rollout apply
+    def apply(self, n: int, mu: int) -> tuple[dict[str, Any], Journal]:
+        inv, plan = self.files(n, mu, mu, f"{n}")
+        load = _load()
         started = time.time()
-        r = ck.cli(["apply", "--plan", str(plan), "-i", str(inv), "--yes", "-o", "json"], env, 1800)
-        tool = time.time() - started
+        r = ck.cli(
+            ["apply", "--plan", str(plan), "-i", str(inv), "--yes", "-o", "json"], self.env, 1800
+        )
+        wall = time.time() - started
         assert r.returncode == 0, r.stderr
         change = json.loads(r.stdout)["change"]
-        journal = Journal.open(work / "state", change)
+        journal = Journal.open(self.work / "state", change)
         fwd = forward_numbers(journal)
-        status = replay(journal.entries())
-        changes = {n: change_from_record(journal, n, status.nodes[n].record) for n in names}
-        originals = {
-            n: {
-                b.path: (journal.load_backup(n, b.sha256) if b.existed else None)
-                for b in status.nodes[n].backups
-            }
-            for n in names
-        }
-        out["rollout"] = {
-            "wallS": round(tool, 2),
+        out = {
+            "load": load,
+            "wallS": round(wall, 2),
             "preflightS": round(fwd["changeBegin"] - started, 2),
             "floorS": fwd["floorS"],
             "batches": fwd["batches"],
+            "timeline": timeline(journal, started),
+            "end": round(wall, 2),
         }
         started = time.time()
-        r = ck.cli(["rollback", "--change", change, "--yes"], env, 1800)
+        r = ck.cli(["rollback", "--change", change, "--yes"], self.env, 1800)
         assert r.returncode == 0, r.stderr
-        out["rollout"]["rollbackAllWallS"] = round(time.time() - started, 2)
-        print(json.dumps(out), file=sys.stderr, flush=True)
+        out["rollbackAllWallS"] = round(time.time() - started, 2)
+        return out, journal
 
-        if not args.skip_loops:
-            # 2. sequential kubectl + ssh loop
-            def by_ssh(n: str) -> None:
-                script = _write_script(dict(changes[n].files), changes[n])
-                subprocess.run(
-                    [*_ssh(lab, n), "bash -s"],
-                    input=script,
-                    text=True,
-                    check=True,
-                    capture_output=True,
-                )
+    def canary_rollback(self, size: int) -> dict[str, Any]:
+        inv, plan = self.files(len(self.all), size, size, f"c{size}")
+        r = ck.cli(
+            ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"],
+            self.env,
+            1800,
+        )
+        assert r.returncode == 0, r.stderr
+        cid = json.loads(r.stdout)["change"]
+        load = _load()
+        started = time.time()
+        r = ck.cli(["rollback", "--change", cid, "--yes"], self.env, 1800)
+        wall = time.time() - started
+        assert r.returncode == 0, r.stderr
+        nums = restore_numbers(Journal.open(self.work / "state", cid), started)
+        return {
+            "canaryNodes": size,
+            "load": load,
+            "triggerToExitS": round(wall, 2),
+            **nums,
+            "journalWithoutDrainS": round(nums["journalS"] - nums["drainS"], 2),
+        }
 
-            out["loopSshWallS"] = round(_loop(lab, names, env, by_ssh), 2)
-            print(json.dumps(out), file=sys.stderr, flush=True)
-            _put_back(lab, originals, changes)
-
-            # 3. the loop with ansible-playbook per node
-            pdir = work / "loop-payload"
-            pdir.mkdir()
-            for n, c in changes.items():
-                payload = ApplyPayload(
-                    change_id="loop",
-                    files=tuple(
-                        FileWrite(p, b, *c.mode[p], expect=c.expect[p])
-                        for p, b in sorted(c.files.items())
-                    ),
-                    service=c.service,
-                    checkpoint_reset=c.checkpoint_reset,
-                    healthz_url=c.healthz_url,
-                    backup_dir="/var/lib/rollout/backups/loop",
-                )
-                (pdir / f"{n}.json").write_text(json.dumps(payload.as_json()))
-            aenv = {**env, **ENV, "ANSIBLE_ROLES_PATH": str(REPO / "playbooks" / "roles")}
-
-            def by_playbook(n: str) -> None:
-                pb = subprocess.run(
-                    [
-                        str(BIN / "ansible-playbook"),
-                        "-i",
-                        str(inv),
-                        str(REPO / "playbooks" / "apply.yml"),
-                        "-l",
-                        n,
-                        "-e",
-                        "rollout_hosts=all",
-                        "-e",
-                        f"rollout_kubelet_payload_dir={pdir}",
-                        "-e",
-                        f"rollout_kubelet_result_dir={work / 'loop-results'}",
-                    ],
-                    env=aenv,
-                    check=False,
-                    capture_output=True,
-                    text=True,
-                    cwd=REPO / "playbooks",
-                )
-                if pb.returncode != 0:
-                    raise SystemExit(f"ansible-playbook failed on {n}:\n{pb.stdout[-3000:]}")
-
-            out["loopPlaybookWallS"] = round(_loop(lab, names, env, by_playbook), 2)
-            _put_back(lab, originals, changes)
-            for n in names:  # the loop's node-side backups would refuse a second "loop" change
-                subprocess.run(
-                    [*_ssh(lab, n), "rm -rf /var/lib/rollout/backups/loop"],
-                    check=True,
-                    capture_output=True,
-                )
-
-            w = out["rollout"]["wallS"]
-            out["ratios"] = {
-                "loopSsh/rollout": round(out["loopSshWallS"] / w, 2),
-                "loopPlaybook/rollout": round(out["loopPlaybookWallS"] / w, 2),
-                "rollout/floor": round(w / fwd["floorS"], 2) if fwd["floorS"] else None,
+    def loops(self, n: int, journal: Journal, playbook: bool) -> dict[str, Any]:
+        names = self.all[:n]
+        status = replay(journal.entries())
+        changes = {x: change_from_record(journal, x, status.nodes[x].record) for x in names}
+        originals = {
+            x: {
+                b.path: (journal.load_backup(x, b.sha256) if b.existed else None)
+                for b in status.nodes[x].backups
             }
-            out["addedPerNodeS"] = round((w - fwd["floorS"]) / args.nodes, 2)
+            for x in names
+        }
+        lab, env = self.lab, self.env
 
-        # 4. canary rollback: trigger -> all restored
-        out["canaryRollback"] = []
-        for size in [int(x) for x in args.canaries.split(",") if x]:
-            cinv = ck.inventory(lab, names, names[:size], work / f"inv-c{size}.ini")
-            cinv.write_text(cinv.read_text().replace(ck.FAST_VARS, ""))
-            cplan = ck.plan(work / f"plan-c{size}.yaml", dict.fromkeys(names, "kubeadm"), size)
-            r = ck.cli(
-                ["apply", "--plan", str(cplan), "-i", str(cinv), "--canary", "--yes", "-o", "json"],
-                env,
-                1800,
+        def by_ssh(x: str) -> None:
+            script = _write_script(dict(changes[x].files), changes[x])
+            subprocess.run(
+                [*_ssh(lab, x), "bash -s"], input=script, text=True, check=True, capture_output=True
             )
-            assert r.returncode == 0, r.stderr
-            cid = json.loads(r.stdout)["change"]
-            started = time.time()
-            r = ck.cli(["rollback", "--change", cid, "--yes"], env, 1800)
-            wall = time.time() - started
-            assert r.returncode == 0, r.stderr
-            nums = restore_numbers(Journal.open(work / "state", cid))
-            out["canaryRollback"].append(
-                {
-                    "canaryNodes": size,
-                    "triggerToExitS": round(wall, 2),
-                    **nums,
-                    "journalWithoutDrainS": round(nums["journalS"] - nums["drainS"], 2),
-                    "triggerToExitWithoutDrainS": round(wall - nums["drainS"], 2),
-                }
+
+        out: dict[str, Any] = {"load": _load()}
+        out["loopSshWallS"] = round(_loop(lab, names, env, by_ssh), 2)
+        _put_back(lab, originals, changes)
+        if not playbook:
+            return out
+        pdir = self.work / f"loop-payload-{n}"
+        pdir.mkdir(exist_ok=True)
+        for x, c in changes.items():
+            payload = ApplyPayload(
+                change_id="loop",
+                files=tuple(
+                    FileWrite(p, b, *c.mode[p], expect=c.expect[p])
+                    for p, b in sorted(c.files.items())
+                ),
+                service=c.service,
+                checkpoint_reset=c.checkpoint_reset,
+                healthz_url=c.healthz_url,
+                backup_dir="/var/lib/rollout/backups/loop",
             )
-            print(json.dumps(out["canaryRollback"][-1]), file=sys.stderr, flush=True)
+            (pdir / f"{x}.json").write_text(json.dumps(payload.as_json()))
+        aenv = {**env, **ENV, "ANSIBLE_ROLES_PATH": str(REPO / "playbooks" / "roles")}
+        inv, _ = self.files(n, 1, 1, f"loop{n}")
+
+        def by_playbook(x: str) -> None:
+            pb = subprocess.run(
+                [
+                    str(BIN / "ansible-playbook"),
+                    "-i",
+                    str(inv),
+                    str(REPO / "playbooks" / "apply.yml"),
+                    "-l",
+                    x,
+                    "-e",
+                    "rollout_hosts=all",
+                    "-e",
+                    f"rollout_kubelet_payload_dir={pdir}",
+                    "-e",
+                    f"rollout_kubelet_result_dir={self.work / 'loop-results'}",
+                ],
+                env=aenv,
+                check=False,
+                capture_output=True,
+                text=True,
+                cwd=REPO / "playbooks",
+            )
+            if pb.returncode != 0:
+                raise SystemExit(f"ansible-playbook failed on {x}:\n{pb.stdout[-3000:]}")
+
+        out["loadPlaybook"] = _load()
+        out["loopPlaybookWallS"] = round(_loop(lab, names, env, by_playbook), 2)
+        _put_back(lab, originals, changes)
+        for x in names:  # the loop's node-side backups would refuse a second "loop" change
+            subprocess.run(
+                [*_ssh(lab, x), "rm -rf /var/lib/rollout/backups/loop"],
+                check=True,
+                capture_output=True,
+            )
+        return out
+
+
+def summarize(out: dict[str, Any]) -> dict[str, Any]:
+    """Medians per size over the rounds, and ratios of medians."""
+    summary: dict[str, Any] = {}
+    for key in out["sizes"]:
+        runs = [r[key] for r in out["rounds"] if key in r]
+        n = int(key.split(":")[0])
+        wall = _median([r["rollout"]["wallS"] for r in runs])
+        floor = _median([r["rollout"]["floorS"] for r in runs])
+        row: dict[str, Any] = {
+            "rolloutWallS": wall,
+            "preflightS": _median([r["rollout"]["preflightS"] for r in runs]),
+            "floorS": floor,
+            "rollbackAllWallS": _median([r["rollout"]["rollbackAllWallS"] for r in runs]),
+            "rollout/floor": round(wall / floor, 2) if floor else None,
+            "addedPerNodeS": round((wall - floor) / n, 2),
+        }
+        ssh = [r["loops"]["loopSshWallS"] for r in runs if "loops" in r]
+        if ssh:
+            row["loopSshWallS"] = _median(ssh)
+            row["loopSsh/rollout"] = round(row["loopSshWallS"] / wall, 2)
+            row["loopSsh/rollout per round"] = [
+                round(r["loops"]["loopSshWallS"] / r["rollout"]["wallS"], 2)
+                for r in runs
+                if "loops" in r
+            ]
+        pb = [
+            r["loops"]["loopPlaybookWallS"]
+            for r in runs
+            if "loopPlaybookWallS" in r.get("loops", {})
+        ]
+        if pb:
+            row["loopPlaybookWallS"] = _median(pb)
+            row["loopPlaybook/rollout"] = round(row["loopPlaybookWallS"] / wall, 2)
+        summary[key] = row
+    for size in {c["canaryNodes"] for r in out["rounds"] for c in r.get("canaryRollback", [])}:
+        rows = [
+            c
+            for r in out["rounds"]
+            for c in r.get("canaryRollback", [])
+            if c["canaryNodes"] == size
+        ]
+        summary[f"canaryRollback:{size}"] = {
+            k: _median([c[k] for c in rows])
+            for k in (
+                "triggerToExitS",
+                "triggerToFirstEntryS",
+                "triggerToUncordonedS",
+                "triggerToUncordonedWithoutDrainS",
+                "journalS",
+                "drainS",
+                "journalWithoutDrainS",
+            )
+        }
+    return summary
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="8:2,16:4", help="N:maxUnavailable, comma-separated")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--playbook-sizes", default="8", help="sizes that also run the playbook loop")
+    ap.add_argument("--playbook-rounds", type=int, default=1, help="rounds with the playbook loop")
+    ap.add_argument("--canaries", default="1,4")
+    ap.add_argument("--skip-loops", action="store_true")
+    args = ap.parse_args()
+    sizes = [(int(a), int(b)) for a, b in (x.split(":") for x in args.sizes.split(",") if x)]
+    playbook_sizes = {int(x) for x in args.playbook_sizes.split(",") if x}
+    canaries = [int(x) for x in args.canaries.split(",") if x]
+    biggest = max(n for n, _ in sizes)
+    work = Path(tempfile.mkdtemp(prefix="node-step-bench-"))
+    lab = Lab(f"nsb{os.getpid() % 1000}", work / "lab")
+    lab.start_control_plane()
+    out: dict[str, Any] = {
+        "sizes": [f"{n}:{mu}" for n, mu in sizes],
+        "cpus": os.cpu_count(),
+        "rounds": [],
+    }
+    try:
+        names = [f"s{i}" for i in range(1, biggest + 1)]
+        lab.add_nodes(names, ["kubeadm"])
+        _deployment(lab, "bench", 2 * biggest)
+        bench = Bench(lab, work, names)
+        for i in range(args.rounds):
+            row: dict[str, Any] = {}
+            out["rounds"].append(row)
+            for n, mu in sizes:
+                key = f"{n}:{mu}"
+                rollout, journal = bench.apply(n, mu)
+                row[key] = {"rollout": rollout}
+                print(json.dumps({"round": i + 1, key: row[key]}), file=sys.stderr, flush=True)
+                if not args.skip_loops:
+                    playbook = n in playbook_sizes and i < args.playbook_rounds
+                    row[key]["loops"] = bench.loops(n, journal, playbook)
+                    print(json.dumps({"round": i + 1, key: row[key]["loops"]}), file=sys.stderr)
+            row["canaryRollback"] = []
+            for size in canaries:
+                row["canaryRollback"].append(bench.canary_rollback(size))
+                print(json.dumps(row["canaryRollback"][-1]), file=sys.stderr, flush=True)
+        out["summary"] = summarize(out)
         print(json.dumps(out, indent=2))
     finally:
         lab.down()

@@ -125,7 +125,9 @@ class NodeRunner(Protocol):
 
     The ``*_many`` methods serve a whole batch with one playbook run (Ansible's start-up is paid
     once per batch, not once per node); their results are per node, so one node failing or being
-    unreachable fails only that node.
+    unreachable fails only that node. A runner may also offer ``per_node(hosts) -> bool``: True
+    when a run per node costs no more than a shared one (the node step over plain ssh); the
+    orchestrator then takes each node of a batch through its forward path on its own.
     """
 
     def apply(self, change: NodeChange, change_id: str, backup_dir: str) -> RunResult:

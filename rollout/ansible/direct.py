@@ -12,6 +12,7 @@ with another connection plugin, ``become`` or a password falls back to the resto
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 import subprocess
@@ -23,10 +24,14 @@ from typing import Any
 from rollout import assets
 from rollout.ansible.runner import ENV
 
+#: The role's modules that can run without Ansible (each defines ``direct(args)``).
+STEP = "rollout_kubelet_step"
+FACTS = "rollout_node_facts"
 
-def _module() -> Path:
-    """The node-step module's source, from the shipped role."""
-    return assets.playbooks() / "roles" / "rollout_kubelet" / "library" / "rollout_kubelet_step.py"
+
+def _module(name: str = STEP) -> Path:
+    """A module's source, from the shipped role."""
+    return assets.playbooks() / "roles" / "rollout_kubelet" / "library" / f"{name}.py"
 
 
 #: Where Ansible and this module keep SSH master sockets (``%C``: ssh's hash of host, port, user),
@@ -40,7 +45,7 @@ CONTROL_PERSIST = "300s"
 # print its result as JSON.
 _BOOTSTRAP = (
     "import json,sys;d=json.load(sys.stdin);g={'__name__':'rollout_direct'};"
-    "exec(compile(d['source'],'rollout_kubelet_step.py','exec'),g);"
+    "exec(compile(d['source'],'rollout_module.py','exec'),g);"
     "print(json.dumps(g['direct'](d['args'])))"
 )
 
@@ -107,10 +112,12 @@ def target(name: str, hostvars: Mapping[str, Any]) -> Target | None:
     )
 
 
-def run_step(t: Target, args: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
-    """Run the node step module on ``t`` with ``args``; its result (``failed`` on any error,
-    ``unreachable`` when ssh itself failed)."""
-    stdin = json.dumps({"source": _module().read_text(encoding="utf-8"), "args": dict(args)})
+def run_step(
+    t: Target, args: Mapping[str, Any], timeout_s: float, module: str = STEP
+) -> dict[str, Any]:
+    """Run the role's ``module`` (the node step by default, or :data:`FACTS`) on ``t`` with
+    ``args``; its result (``failed`` on any error, ``unreachable`` when ssh itself failed)."""
+    stdin = json.dumps({"source": _source(module), "args": dict(args)})
     CONTROL_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         p = subprocess.run(
@@ -129,3 +136,9 @@ def run_step(t: Target, args: Mapping[str, Any], timeout_s: float) -> dict[str, 
             + (p.stderr.strip() or p.stdout.strip())[-400:],
         }
     return out if isinstance(out, dict) else {"failed": True, "msg": "malformed result"}
+
+
+@functools.cache
+def _source(module: str) -> str:
+    """A module's source, read once per process (every node of every batch sends the same)."""
+    return _module(module).read_text(encoding="utf-8")

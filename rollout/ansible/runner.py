@@ -409,15 +409,28 @@ class AnsibleRunner:
         )
 
     def gather_facts(
-        self, inventory: Path, hosts: Sequence[str] | None = None, out_dir: Path | None = None
+        self,
+        inventory: Path,
+        hosts: Sequence[str] | None = None,
+        out_dir: Path | None = None,
+        hostvars: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> dict[str, dict[str, Any]]:
-        """Run facts.yml; return each host's NodeFacts dict (files land under ``out_dir/<host>/``).
+        """Collect each host's NodeFacts dict (also written to ``out_dir/<host>.json``).
+
+        With ``hostvars`` (the inventory's, as ``ansible-inventory --list`` gives them) and every
+        host reachable with plain ssh, the facts module runs over one ssh call per host, all at
+        once (:func:`facts_direct`): no Ansible start-up, and each call leaves the SSH master
+        connection open for the apply, verify and restore that follow. Otherwise facts.yml runs.
 
         Raises:
             ExternalError: a host was unreachable or its facts could not be collected, naming it
                 (fail closed: a change is never planned on partial facts).
         """
         out = Path(out_dir) if out_dir else self.root / "facts"
+        if hosts and hostvars is not None:
+            direct_facts = facts_direct(hosts, hostvars, out, self.playbook_dir)
+            if direct_facts is not None:
+                return direct_facts
         result = self.run(
             "facts.yml", inventory, hosts, {"rollout_kubelet_facts_dir": str(out.resolve())}
         )
@@ -498,3 +511,75 @@ class AnsibleRunner:
             },
             on_event,
         )
+
+
+#: role variables (defaults/main.yml, overridable per host) -> the facts module's arguments
+FACTS_VARS = {
+    "rollout_kubelet_distribution_markers": "markers",
+    "rollout_kubelet_files": "kubelet_paths",
+    "rollout_kubelet_root_dirs": "checkpoint_dirs",
+    "rollout_kubelet_machine_file": "machine_file",
+    "rollout_kubelet_gpu_vendors": "gpu_vendors",
+    "rollout_kubelet_gpu_classes": "gpu_classes",
+}
+
+#: Bound on one facts call over ssh (reads a few files; the connection is the slow part).
+FACTS_TIMEOUT_S = 120.0
+
+
+def role_defaults(playbook_dir: Path) -> dict[str, Any]:
+    """The role's defaults (``roles/rollout_kubelet/defaults/main.yml``), as Ansible reads them."""
+    import yaml
+
+    path = playbook_dir / "roles" / "rollout_kubelet" / "defaults" / "main.yml"
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return dict(data) if isinstance(data, Mapping) else {}
+
+
+def facts_direct(
+    hosts: Sequence[str],
+    hostvars: Mapping[str, Mapping[str, Any]],
+    out: Path,
+    playbook_dir: Path,
+) -> dict[str, dict[str, Any]] | None:
+    """What facts.yml does, over one plain ssh call per host, all hosts at once; None when a host
+    needs more than plain ssh (then the playbook runs).
+
+    Raises:
+        ExternalError: as :meth:`AnsibleRunner.gather_facts`.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rollout.ansible import direct
+
+    defaults = role_defaults(playbook_dir)
+    jobs = {}
+    for h in hosts:
+        hv = hostvars.get(h, {})
+        t = direct.target(h, hv)
+        if t is None:
+            return None
+        args = {arg: hv.get(var, defaults.get(var)) for var, arg in FACTS_VARS.items()}
+        if any(v is None for v in args.values()) or "{{" in json.dumps(args):
+            return None  # a templated or missing role variable: only Ansible can render it
+        jobs[h] = (t, args)
+
+    def one(h: str) -> dict[str, Any]:
+        t, args = jobs[h]
+        return direct.run_step(t, args, FACTS_TIMEOUT_S, module=direct.FACTS)
+
+    with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
+        results = dict(zip(jobs, pool.map(one, jobs), strict=True))
+    bad = {h: r for h, r in results.items() if r.get("failed") or "node_facts" not in r}
+    if bad:
+        detail = "; ".join(
+            f"{h}: {'unreachable' if r.get('unreachable') else 'failed'}: {r.get('msg') or ''}"
+            for h, r in sorted(bad.items())
+        )
+        raise ExternalError(f"could not collect node facts: {detail}")
+    facts: dict[str, dict[str, Any]] = {}
+    for h in hosts:
+        data = dict(results[h]["node_facts"])
+        _write_json(out / f"{h}.json", data)
+        facts[h] = data
+    return facts

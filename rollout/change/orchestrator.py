@@ -1,11 +1,13 @@
 """The apply / rollback / resume loop: cordon, drain, write, restart, verify, uncordon, journaled.
 
 Why this shape: each node step is journaled before and after it runs, so any interruption leaves a
-record that says exactly what to finish or undo; the nodes of a batch share one apply playbook run
-(Ansible's start-up paid once per batch) while every other step, and every outcome, stays per
-node; any failure on a node restores that node (``restoring.py``) and stops the rollout before
-another batch is touched; the canary batch ends at a
-:class:`~rollout.protocols.Gate` (the rejection-rate gate plugs in there). The loop sees the world
+record that says exactly what to finish or undo; where the node step goes over plain ssh each node
+of a batch runs its whole forward path on its own (a batch takes its slowest node's drain +
+restart + verify), else the nodes of a batch share one apply playbook run (Ansible's start-up paid
+once per batch) while every other step, and every outcome, stays per node; any failure on a
+node restores that node (``restoring.py``) and stops the rollout before another batch is touched;
+the canary batch ends at a :class:`~rollout.protocols.Gate` (the rejection-rate gate plugs in
+there). The loop sees the world
 only through the Protocols in ``rollout.protocols``, so its decisions are unit-tested with fakes and
 proven end to end in the lab.
 """
@@ -51,7 +53,7 @@ from rollout.models import (
     Verdict,
     VerdictStatus,
 )
-from rollout.protocols import Gate
+from rollout.protocols import Gate, RunResult
 
 GATE_STEP = "gate"
 """The step name of gate entries (node is None): ``begin`` when the soak starts (``nodes``),
@@ -168,11 +170,17 @@ def apply_batch(
 ) -> dict[str, NodeOperationError | NodeFilesChangedError]:
     """The forward path on the nodes of one batch; every node that fails is restored.
 
-    Per node and in parallel: preflight, cordon, drain, backup (a node failing here is restored at
-    once: its files were never touched). Then one apply playbook run for every node that got
-    there, each node's ``apply`` journaled ``begin`` before the run and ``done`` / ``failed`` from
-    its own outcome (an unreachable node fails alone). Then per node and in parallel: verify,
-    uncordon. The nodes that failed apply or verify are restored together.
+    When the runner says a run per node costs no more than a shared one (``per_node``: the node
+    step goes over plain ssh), each node goes through its whole forward path in its own thread
+    (:func:`_pipelined`): a node drained early is written and restarted while another still
+    drains, so a batch takes its slowest node's drain + restart + verify, not the slowest drain
+    plus the slowest restart plus the slowest verify.
+
+    Otherwise, per node and in parallel: preflight, cordon, drain, backup (a node failing here is
+    restored at once: its files were never touched). Then one apply playbook run for every node
+    that got there, each node's ``apply`` journaled ``begin`` before the run and ``done`` /
+    ``failed`` from its own outcome (an unreachable node fails alone). Then per node and in
+    parallel: verify, uncordon. The nodes that failed apply or verify are restored together.
 
     Returns:
         The failed nodes, each with a NodeOperationError saying which step failed and whether
@@ -180,6 +188,9 @@ def apply_batch(
     """
     by_node = {c.node: c for c in changes}
     order = list(by_node)
+    cheap = getattr(ctx.runner, "per_node", None)
+    if callable(cheap) and cheap([c.host for c in changes]):
+        return _pipelined(ctx, by_node)
 
     def prepare(node: str) -> dict[str, str]:
         try:
@@ -199,32 +210,14 @@ def apply_batch(
         ready = []
     if ready:
         for node in ready:
-            ctx.record(node, Step.APPLY, Phase.BEGIN, Path.FORWARD)
-            c = by_node[node]
-            ctx.on_event(f"{node}: writing {len(c.files)} file(s) and restarting {c.service}")
+            _apply_begin(ctx, by_node[node])
         results = run_many(
             ready,
             lambda: ctx.runner.apply_many([by_node[n] for n in ready], ctx.journal.change_id),
         )
         for node in ready:
-            r = results[node]
-            if r.ok:
-                done = {
-                    "changed": r.changed,
-                    **({"nodeStep": dict(r.timings)} if r.timings else {}),
-                }
-                ctx.record(node, Step.APPLY, Phase.DONE, Path.FORWARD, done)
-            elif r.refused:  # compare-and-swap: nothing written; the restore only uncordons
-                ctx.record(
-                    node,
-                    Step.APPLY,
-                    Phase.FAILED,
-                    Path.FORWARD,
-                    {"message": r.message, "filesWritten": False},
-                )
-                late[node] = NodeFilesChangedError(r.message)
-            else:
-                late[node] = NodeOperationError(f"apply playbook failed on {node}: {r.message}")
+            if (err := _apply_outcome(ctx, node, results[node])) is not None:
+                late[node] = err
         applied = [n for n in ready if n not in late]
         _, verify_errors = in_parallel(
             applied, lambda n: _verify_and_uncordon(ctx, by_node[n], devices[n])
@@ -232,6 +225,59 @@ def apply_batch(
         late.update(verify_errors)
     if late:
         errors.update(_fail_and_restore(ctx, {n: late[n] for n in order if n in late}))
+    return {n: _as_node_error(errors[n]) for n in order if n in errors}
+
+
+def _apply_begin(ctx: Context, c: NodeChange) -> None:
+    ctx.record(c.node, Step.APPLY, Phase.BEGIN, Path.FORWARD)
+    ctx.on_event(f"{c.node}: writing {len(c.files)} file(s) and restarting {c.service}")
+
+
+def _apply_outcome(ctx: Context, node: str, r: RunResult) -> RolloutError | None:
+    """Journal one node's apply outcome; the error to restore it with, or None."""
+    if r.ok:
+        done = {"changed": r.changed, **({"nodeStep": dict(r.timings)} if r.timings else {})}
+        ctx.record(node, Step.APPLY, Phase.DONE, Path.FORWARD, done)
+        return None
+    if r.refused:  # compare-and-swap: nothing written; the restore only uncordons
+        ctx.record(
+            node,
+            Step.APPLY,
+            Phase.FAILED,
+            Path.FORWARD,
+            {"message": r.message, "filesWritten": False},
+        )
+        return NodeFilesChangedError(r.message)
+    return NodeOperationError(f"apply playbook failed on {node}: {r.message}")
+
+
+def _pipelined(
+    ctx: Context, by_node: Mapping[str, NodeChange]
+) -> dict[str, NodeOperationError | NodeFilesChangedError]:
+    """Each node of the batch through preflight, cordon, drain, backup, apply (a run of its
+    own), verify and uncordon in its own thread; a node that fails is restored at once, in its
+    thread, while the others go on. Same journal entries, same rules as the shared run: no
+    node's apply begins once forward work must stop (its files untouched, it is restored)."""
+
+    def node_path(node: str) -> None:
+        c = by_node[node]
+        try:
+            ctx.interrupt.check()  # no new node once forward work must stop
+        except StopRequested as e:
+            raise NodeOperationError(f"node {node}: not started: {e}") from e
+        try:
+            devices = _prepare(ctx, c)
+            ctx.interrupt.check()  # files untouched: a stop now restores the node
+            _apply_begin(ctx, c)
+            result = run_many([node], lambda: ctx.runner.apply_many([c], ctx.journal.change_id))
+            if (err := _apply_outcome(ctx, node, result[node])) is not None:
+                raise err
+            _verify_and_uncordon(ctx, c, devices)
+        except Exception as e:  # any failure, even an unexpected one, must restore the node
+            raise _fail_and_restore(ctx, {node: wrap(e)})[node] from e
+
+    order = list(by_node)
+    _, errors = in_parallel(order, node_path)
     return {n: _as_node_error(errors[n]) for n in order if n in errors}
 
 
@@ -273,8 +319,7 @@ def _apply_and_verify(
     """Apply (optionally), verify, and uncordon if we cordoned: the tail resume finishes."""
     node = change.node
     if run_apply:
-        ctx.record(node, Step.APPLY, Phase.BEGIN, Path.FORWARD)
-        ctx.on_event(f"{node}: writing {len(change.files)} file(s) and restarting {change.service}")
+        _apply_begin(ctx, change)
         result = run_many([node], lambda: ctx.runner.apply_many([change], ctx.journal.change_id))[
             node
         ]

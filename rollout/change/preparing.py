@@ -19,7 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,23 +77,43 @@ def read_inventory(path: Path) -> Inventory:
     Raises:
         InputError: the file is not a valid inventory, or holds no hosts.
     """
+    return start_inventory(path)()
+
+
+def start_inventory(path: Path) -> Callable[[], Inventory]:
+    """Start ``ansible-inventory --list`` (about a second of CPU) and return what waits for it
+    and parses its answer (:func:`read_inventory`), so a caller can do other work meanwhile.
+
+    Raises:
+        InputError: ``ansible-inventory`` is not installed (the returned function raises the
+            other errors of :func:`read_inventory`).
+    """
     exe = shutil.which("ansible-inventory", path=str(Path(sys.executable).parent)) or shutil.which(
         "ansible-inventory"
     )
     if exe is None:
         raise InputError("ansible-inventory not found", Location(file=str(path)))
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [exe, "-i", str(path), "--list"],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
         text=True,
         env={**os.environ, "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true"},
-        check=False,
     )
-    if proc.returncode != 0:
-        raise InputError(
-            f"not a valid inventory: {proc.stderr.strip()[-300:]}", Location(file=str(path))
-        )
-    data = json.loads(proc.stdout)
+
+    def finish() -> Inventory:
+        stdout, stderr = proc.communicate()
+        if proc.returncode != 0:
+            raise InputError(
+                f"not a valid inventory: {stderr.strip()[-300:]}", Location(file=str(path))
+            )
+        return _parse_inventory(path, json.loads(stdout))
+
+    return finish
+
+
+def _parse_inventory(path: Path, data: Mapping[str, Any]) -> Inventory:
     groups: dict[str, tuple[str, ...]] = {}
     order: list[str] = []
     for name, g in data.items():
@@ -172,34 +192,72 @@ class PreviewedRefusal(PreflightError):
 
 
 class ClusterReader:
-    """What preflight reads from the API server (the real one lives in ``rollout.kube``)."""
+    """What preflight reads from the API server (the real one lives in ``rollout.kube``).
+
+    :meth:`prefetch` reads what does not depend on the nodes' facts (run it while the facts are
+    gathered); each answer it got is then served once from memory instead of read again.
+    """
 
     def __init__(self, api: Any) -> None:
         self._kn = kn
         self.api = api
+        self._got: dict[tuple[str, str], Any] = {}
+
+    def _read(self, key: tuple[str, str], read: Callable[[], Any]) -> Any:
+        if key in self._got:
+            return self._got.pop(key)
+        return read()
+
+    def prefetch(self) -> None:
+        """Read the server version, ``resource.k8s.io`` versions, Nodes, PDBs, DRA drivers, node
+        objects, controllers and every node's pods now; any error is left for the real read to
+        raise."""
+        try:
+            versions = self.resource_versions()
+            got: dict[tuple[str, str], Any] = {
+                ("version", ""): self.version(),
+                ("resource_versions", ""): versions,
+                ("nodes", ""): self.nodes(),
+                ("pdbs", ""): self.pdbs(),
+                ("dra", ",".join(versions)): self.dra(versions),
+                ("node_objects", ""): self.node_objects(),
+                ("controllers", ""): self.controllers(),
+            }
+            for n in got[("nodes", "")]:
+                got[("pods", n)] = self.pods(n)
+        except Exception:  # prepare's own reads raise it, properly
+            return
+        self._got.update(got)
 
     def version(self) -> str:
-        return self._kn.server_version(self.api)
+        return str(self._read(("version", ""), lambda: self._kn.server_version(self.api)))
 
     def resource_versions(self) -> list[str]:
-        return self._kn.resource_api_versions(self.api)
+        return list(
+            self._read(("resource_versions", ""), lambda: self._kn.resource_api_versions(self.api))
+        )
 
     def nodes(self) -> dict[str, NodeInfo]:
-        return self._kn.list_nodes(self.api)
+        return dict(self._read(("nodes", ""), lambda: self._kn.list_nodes(self.api)))
 
     def pods(self, node: str) -> list[PodRef]:
-        return self._kn.pods_on_node(self.api, node)
+        return list(self._read(("pods", node), lambda: self._kn.pods_on_node(self.api, node)))
 
     def pdbs(self) -> list[Any]:
-        return self._kn.list_pdbs(self.api)
+        return list(self._read(("pdbs", ""), lambda: self._kn.list_pdbs(self.api)))
 
     def dra(self, versions: list[str]) -> dict[str, list[str]]:
-        return self._kn.dra_drivers_by_node(self.api, versions)
+        return dict(
+            self._read(
+                ("dra", ",".join(versions)),
+                lambda: self._kn.dra_drivers_by_node(self.api, versions),
+            )
+        )
 
     def node_objects(self) -> dict[str, dict[str, Any]]:
         from rollout.kube import workloads
 
-        return workloads.node_objects(self.api)
+        return dict(self._read(("node_objects", ""), lambda: workloads.node_objects(self.api)))
 
     def pod_objects(self, node: str) -> list[dict[str, Any]]:
         from rollout.kube import workloads
@@ -209,7 +267,7 @@ class ClusterReader:
     def controllers(self) -> list[dict[str, Any]]:
         from rollout.kube import workloads
 
-        return workloads.controller_objects(self.api)
+        return list(self._read(("controllers", ""), lambda: workloads.controller_objects(self.api)))
 
 
 def _gpu_model(raw: Mapping[str, Any]) -> str:

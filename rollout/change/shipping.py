@@ -1,12 +1,15 @@
-"""The orchestrator's ``NodeRunner`` Protocol over the apply and restore playbooks.
+"""The orchestrator's ``NodeRunner`` Protocol over the role's node step: plain ssh or playbooks.
 
-Why an adapter: the orchestrator speaks in ``NodeChange`` and ``RestoreFile``; the playbooks take
-per-host JSON payloads (``rollout.ansible.payloads``). The nodes of one batch share one playbook
-run (``forks`` = batch size): Ansible's start-up (~2 s of CPU) is paid once per batch, and the
-runs of a batch no longer compete for the controller's cores. Outcomes stay per host, so a node
-that fails or is unreachable fails alone. A restore prefers the metadata (mode, owner, group,
-directories we created) that the apply playbook recorded on the node, and always the bytes the
-journal holds.
+Why an adapter: the orchestrator speaks in ``NodeChange`` and ``RestoreFile``; the node step
+module takes per-host JSON payloads (``rollout.ansible.payloads``). Where every host of a call is
+reachable with plain ssh (``rollout.ansible.direct.target``), the module runs over one ssh call
+per host, all hosts at once, through the SSH master connection preflight's facts call opened: no
+Ansible start-up on the critical path (it cost ~7 s per batch on a busy 2-core controller). Other
+hosts (``become``, another connection plugin, templated variables) share one apply.yml /
+restore.yml run per batch (``forks`` = batch size). Either way the same module does the same
+work, so the playbooks stay the by-hand equivalent. Outcomes stay per host, so a node that fails
+or is unreachable fails alone. A restore prefers the metadata (mode, owner, group, directories we
+created) that the apply recorded on the node, and always the bytes the journal holds.
 """
 
 from __future__ import annotations
@@ -29,7 +32,13 @@ from rollout.ansible.payloads import (
     FileWrite,
     RestorePayload,
 )
-from rollout.ansible.runner import AnsibleRunner, HostResult, HostStatus, TaskEvent
+from rollout.ansible.runner import (
+    AnsibleRunner,
+    HostResult,
+    HostStatus,
+    TaskEvent,
+    _write_json,
+)
 from rollout.errors import RolloutError
 from rollout.models import NodeChange
 from rollout.protocols import RestoreFile, RunResult
@@ -60,7 +69,8 @@ def _result(h: HostResult | None, what: str, node: str) -> RunResult:
 
 
 class PlaybookNodeRunner:
-    """Runs apply.yml / restore.yml for the nodes of a batch, one playbook run per call."""
+    """Runs the node step for the nodes of a batch: over plain ssh where the hosts allow,
+    else one apply.yml / restore.yml run per call."""
 
     def __init__(
         self,
@@ -69,6 +79,8 @@ class PlaybookNodeRunner:
         on_event: Callable[[str], None] = lambda _m: None,
         force_restore: bool = False,
         direct_restore: bool = True,
+        direct_apply: bool = True,
+        hostvars: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.root = root
         self.inventory = inventory
@@ -78,8 +90,13 @@ class PlaybookNodeRunner:
         self.force_restore = force_restore
         #: restores run the node step over plain ssh (no Ansible start-up) where a host allows
         self.direct_restore = direct_restore
+        #: applies run the node step over plain ssh too (the same module apply.yml calls)
+        self.direct_apply = direct_apply
         self._vars: Mapping[str, Mapping[str, Any]] | None = None
         self._vars_lock = threading.Lock()
+        if hostvars is not None:  # the caller read the inventory already: keep its variables
+            self._vars = {h: _connection_vars(v) for h, v in hostvars.items()}
+            self._save_vars(self._vars)
 
     def _events(self, nodes: Mapping[str, str]) -> Callable[[TaskEvent], None]:
         def handler(e: TaskEvent) -> None:
@@ -88,6 +105,12 @@ class PlaybookNodeRunner:
                 self.on_event(f"{node}: {e.kind} at {e.task!r}: {e.message or ''}")
 
         return handler
+
+    def per_node(self, hosts: Sequence[str]) -> bool:
+        """Whether a run per node costs no more than a shared one (the orchestrator then runs
+        each node of a batch through its whole forward path on its own): the apply goes over
+        plain ssh to every one of ``hosts``."""
+        return self.direct_apply and self._direct_targets(sorted(hosts)) is not None
 
     def apply(self, change: NodeChange, change_id: str, backup_dir: str) -> RunResult:
         """See ``NodeRunner.apply``."""
@@ -100,6 +123,10 @@ class PlaybookNodeRunner:
             ExternalError: the playbook could not start at all (every node of the call failed).
         """
         payloads = {c.host: _apply_payload(c, change_id) for c in changes}
+        targets = self._direct_targets(sorted(payloads)) if self.direct_apply else None
+        if targets is not None:
+            hosts = self._apply_direct(change_id, payloads, targets)
+            return {c.node: _result(hosts.get(c.host), "apply over ssh", c.node) for c in changes}
         self._prefetch_hostvars()
         res = self.ansible.apply(
             self.inventory, change_id, payloads, self._events({c.host: c.node for c in changes})
@@ -108,6 +135,30 @@ class PlaybookNodeRunner:
             c.node: _result(res.playbook.hosts.get(c.host), "apply playbook", c.node)
             for c in changes
         }
+
+    def _apply_direct(
+        self,
+        change_id: str,
+        payloads: Mapping[str, ApplyPayload],
+        targets: Mapping[str, tuple[direct.Target, Mapping[str, Any]]],
+    ) -> dict[str, HostResult]:
+        """What apply.yml does, over one ssh call per node, all nodes at once: the same module
+        (compare-and-swap check, backup, atomic writes, restart, /healthz), the same payload
+        files next to the change (so ``ansible-playbook apply.yml`` can replay them by hand),
+        the same backup manifest kept on the controller."""
+        base = self.ansible.change_dir(change_id)
+        for host, payload in payloads.items():
+            _write_json(base / "apply" / f"{host}.json", payload.as_json())
+        results = self._run_direct(
+            "apply",
+            {h: {"action": "apply", "payload": p.as_json()} for h, p in payloads.items()},
+            targets,
+        )
+        for host, h in results.items():
+            manifest = (h.report or {}).get("manifest")
+            if isinstance(manifest, Mapping):
+                _write_json(base / "backups" / host / "manifest.json", manifest)
+        return results
 
     def restore(
         self, change: NodeChange, change_id: str, files: Sequence[RestoreFile]
@@ -124,7 +175,7 @@ class PlaybookNodeRunner:
             ExternalError: the playbook could not start at all (every node of the call failed).
         """
         payloads = {c.host: self._restore_payload(c, change_id, files) for c, files in items}
-        direct = self._direct_targets(sorted(payloads))
+        direct = self._direct_targets(sorted(payloads)) if self.direct_restore else None
         if direct is not None:
             hosts = self._restore_direct(change_id, payloads, direct)
             return {
@@ -155,11 +206,15 @@ class PlaybookNodeRunner:
 
                     hv = read_inventory(self.inventory).hostvars
                     self._vars = {h: _connection_vars(v) for h, v in hv.items()}
-                    saved.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-                    tmp = saved.with_name(saved.name + ".tmp")
-                    tmp.write_text(json.dumps(self._vars, sort_keys=True), encoding="utf-8")
-                    tmp.replace(saved)
+                    self._save_vars(self._vars)
             return self._vars
+
+    def _save_vars(self, hostvars: Mapping[str, Mapping[str, Any]]) -> None:
+        saved = self.root / "hostvars.json"
+        saved.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = saved.with_name(saved.name + ".tmp")
+        tmp.write_text(json.dumps(hostvars, sort_keys=True), encoding="utf-8")
+        tmp.replace(saved)
 
     def _prefetch_hostvars(self) -> None:
         """Read the connection variables in the background while the apply playbook runs."""
@@ -174,10 +229,8 @@ class PlaybookNodeRunner:
     def _direct_targets(
         self, hosts: Sequence[str]
     ) -> dict[str, tuple[direct.Target, Mapping[str, Any]]] | None:
-        """Each host's plain-ssh target and variables, or None (use the playbook) when direct
-        restores are off or any host needs more than plain ssh."""
-        if not self.direct_restore:
-            return None
+        """Each host's plain-ssh target and variables, or None (use the playbook) when any host
+        needs more than plain ssh."""
         try:
             hv = self._hostvars()
         except RolloutError:
@@ -197,14 +250,27 @@ class PlaybookNodeRunner:
         targets: Mapping[str, tuple[direct.Target, Mapping[str, Any]]],
     ) -> dict[str, HostResult]:
         """The restore module over one ssh call per node, all nodes at once."""
+        return self._run_direct(
+            "restore",
+            {
+                h: {"action": "restore", "payload": p.as_json(), "force": self.force_restore}
+                for h, p in payloads.items()
+            },
+            targets,
+        )
+
+    def _run_direct(
+        self,
+        what: str,
+        calls: Mapping[str, Mapping[str, Any]],
+        targets: Mapping[str, tuple[direct.Target, Mapping[str, Any]]],
+    ) -> dict[str, HostResult]:
+        """The node step module over one ssh call per host, all hosts at once; each host's
+        outcome as a playbook run would report it."""
 
         def one(host: str) -> HostResult:
             t, hv = targets[host]
-            args: dict[str, Any] = {
-                "action": "restore",
-                "payload": payloads[host].as_json(),
-                "force": self.force_restore,
-            }
+            args: dict[str, Any] = dict(calls[host])
             for var, arg in _ROLE_VARS.items():
                 if var in hv:
                     args[arg] = hv[var]
@@ -215,7 +281,7 @@ class PlaybookNodeRunner:
             elif res.get("failed"):
                 status = "failed"
             if status != "ok":
-                self.on_event(f"{host}: restore {status}: {res.get('msg') or ''}")
+                self.on_event(f"{host}: {what} {status}: {res.get('msg') or ''}")
             return HostResult(
                 host,
                 status,
@@ -225,8 +291,8 @@ class PlaybookNodeRunner:
                 report=res,
             )
 
-        with ThreadPoolExecutor(max_workers=max(1, len(payloads))) as pool:
-            return dict(zip(payloads, pool.map(one, payloads), strict=True))
+        with ThreadPoolExecutor(max_workers=max(1, len(calls))) as pool:
+            return dict(zip(calls, pool.map(one, calls), strict=True))
 
     def _backup(self, change_id: str, host: str) -> Backup | None:
         """The controller's copy of the node's backup manifest; also where releases that ran one

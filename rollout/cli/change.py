@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -145,8 +146,10 @@ def _context(
     drain: DrainPolicy,
     verify_timeout: float,
     progress: Progress | None = None,
+    hostvars: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Context:
-    """The orchestrator's context; with ``progress``, every journal entry and event feeds it."""
+    """The orchestrator's context; with ``progress``, every journal entry and event feeds it;
+    ``hostvars``: the inventory's variables when the caller has read them already."""
     from rollout.change.progress import ObservedJournal
     from rollout.change.shipping import PlaybookNodeRunner
     from rollout.kube.cluster import KubeCluster
@@ -154,7 +157,7 @@ def _context(
     on_event = progress.event if progress is not None else _echo
     return Context(
         cluster=KubeCluster(api),
-        runner=PlaybookNodeRunner(journal.dir / "ansible", inventory, on_event),
+        runner=PlaybookNodeRunner(journal.dir / "ansible", inventory, on_event, hostvars=hostvars),
         clock=SystemClock(),
         journal=journal if progress is None else ObservedJournal(journal, progress.entry),
         drain=drain,
@@ -266,7 +269,7 @@ def apply_cmd(
       rollout apply --yes --progress plain 2> apply.log
       rollout apply --canary --yes --accept-predicted-rejections
     """
-    from rollout.change.preparing import read_inventory
+    from rollout.change.preparing import start_inventory
     from rollout.kube.canaries import canaries_in_progress
     from rollout.kube.client import connect
     from rollout.kube.leases import LeaseLock
@@ -281,13 +284,24 @@ def apply_cmd(
     )
     if not dry_run and not (window := window_check(datetime.now(UTC))).allowed:
         raise PreflightError(window.reason)
-    inv = read_inventory(_inventory(inventory))
-    api = connect(kubeconfig, context)
-    lock = LeaseLock(api, lock_namespace)
-    lock.check()
-    for w in canaries_in_progress(api):
+    # preflight's slow parts overlap: ansible-inventory (~1 s of CPU) and the API client's
+    # import, then the nodes' facts over ssh and the API connection, Lease check and reads
+    from rollout.kube.client import warm_client
+
+    threading.Thread(target=warm_client, daemon=True).start()
+    inv = start_inventory(_inventory(inventory))()
+    facts = _Facts(inv)
+    try:
+        api = connect(kubeconfig, context)
+        lock = LeaseLock(api, lock_namespace)
+        lock.check()
+        in_progress = canaries_in_progress(api)
+    except BaseException:
+        facts.close()
+        raise
+    for w in in_progress:
         _echo(f"warning: {w}")
-    prepared = _preflight(plan, inv, api, canary, accept_rejections)
+    prepared = _preflight(plan, inv, api, canary, accept_rejections, facts)
     for line in prepared.report:
         _echo(line)
     for w in prepared.warnings:
@@ -326,7 +340,7 @@ def apply_cmd(
             )
         progress = _progress(progress_mode)
         progress.nodes(tuple(nodes))
-        ctx = _context(api, journal, inv.path, drain, verify_timeout, progress)
+        ctx = _context(api, journal, inv.path, drain, verify_timeout, progress, inv.hostvars)
         ctx.interrupt = lock.interrupt
         predicted = predicted_rejections(prepared.previews)
         gate = gate_for(plan, api, journal, output, inv, progress.event, lock.interrupt, predicted)
@@ -382,16 +396,65 @@ def intent_digest(plan: Plan) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _preflight(plan: Plan, inv: Any, api: Any, canary: bool, accept: bool = False) -> Any:
-    """Gather the nodes' facts and run every preflight check (``rollout.change.preparing.prepare``);
-    ``accept``: predicted rejections of running pods are not refusals."""
-    from rollout.ansible.runner import AnsibleRunner
+class _Facts:
+    """Every inventory host's facts, gathered in a thread from the moment the inventory is read
+    (over plain ssh that is mostly waiting on the nodes, so the API client's import and the
+    Lease check go on meanwhile)."""
+
+    def __init__(self, inv: Any) -> None:
+        from rollout.ansible.runner import AnsibleRunner
+
+        self._tmp = tempfile.TemporaryDirectory(prefix="rollout-preflight-")
+        self.dir = Path(self._tmp.name) / "facts"
+        self._runner = AnsibleRunner(Path(self._tmp.name) / "runner")
+        self._got: dict[str, Any] = {}
+        self._thread = threading.Thread(target=self._gather, args=(inv,), daemon=True)
+        self._thread.start()
+
+    def _gather(self, inv: Any) -> None:
+        try:
+            self._got["raw"] = self._runner.gather_facts(
+                inv.path, list(inv.hosts), self.dir, inv.hostvars
+            )
+        except BaseException as e:  # re-raised in the caller's thread by result()
+            self._got["error"] = e
+
+    def result(self) -> Any:
+        self._thread.join()
+        if "error" in self._got:
+            raise self._got["error"]
+        return self._got["raw"]
+
+    def close(self) -> None:
+        self._thread.join()
+        self._tmp.cleanup()
+
+
+def _preflight(
+    plan: Plan,
+    inv: Any,
+    api: Any,
+    canary: bool,
+    accept: bool = False,
+    facts: _Facts | None = None,
+) -> Any:
+    """Gather the nodes' facts (or use ``facts``, already under way) and run every preflight
+    check (``rollout.change.preparing.prepare``); ``accept``: predicted rejections of running
+    pods are not refusals."""
     from rollout.change.preparing import ClusterReader, prepare
 
-    with tempfile.TemporaryDirectory(prefix="rollout-preflight-") as tmp:
-        facts_dir = Path(tmp) / "facts"
-        raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(inv.path, list(inv.hosts), facts_dir)
-        return prepare(plan, inv, ClusterReader(api), raw, facts_dir, canary, accept)
+    reader = ClusterReader(api)
+    # the API reads that do not need the facts go on while the nodes answer
+    reads = threading.Thread(target=reader.prefetch, daemon=True)
+    reads.start()
+    facts = facts or _Facts(inv)
+    try:
+        raw = facts.result()
+        reads.join()
+        return prepare(plan, inv, reader, raw, facts.dir, canary, accept)
+    finally:
+        reads.join()
+        facts.close()
 
 
 def _existing(change: str | None) -> Journal:
@@ -865,7 +928,9 @@ def promote_cmd(
     with _locked(lock, journal.change_id):
         progress = _progress(progress_mode)
         progress.nodes(tuple(all_nodes))
-        ctx = _context(api, journal, inv.path, prepared.strategy.drain, verify_timeout, progress)
+        ctx = _context(
+            api, journal, inv.path, prepared.strategy.drain, verify_timeout, progress, inv.hostvars
+        )
         ctx.interrupt = lock.interrupt
         has_gate = gate_config(plan) is not None
         predicted = predicted_rejections(prepared.previews)

@@ -121,3 +121,13 @@ def describe(e: BaseException) -> str:
             msg = e.body or e.reason
         return f"{e.status} {truncate(str(msg))}"
     return truncate(f"{type(e).__name__}: {e}")
+
+
+def warm_client() -> None:
+    """Import the API client's classes (their models take 1.5-2 s of CPU to build, more on a
+    busy controller), so a caller can do it in a thread while ansible-inventory and the facts'
+    ssh calls run."""
+    from kubernetes import client
+
+    for name in ("CoreV1Api", "PolicyV1Api", "CoordinationV1Api", "CustomObjectsApi"):
+        getattr(client, name)

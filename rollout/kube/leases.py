@@ -370,6 +370,8 @@ class LeaseLock:
                     rv = _rv(self._lease or {})
                 try:
                     for kind, obj in _watch(self.api, self.namespace, rv, left, self._stop):
+                        if self._stop.is_set():
+                            break  # released (its delete is what woke the watch)
                         if kind == "DELETED":
                             self._lose("the Lease was deleted by someone else")
                         elif kind in ("ADDED", "MODIFIED"):
@@ -418,6 +420,8 @@ class LeaseLock:
             )
 
     def _lose(self, why: str) -> None:
+        if self._stop.is_set():
+            return  # released: our own delete, or a renewal racing it
         if self.lost is None:
             self.lost = why
             self.interrupt.request(StopReason(by=why, lost=True))
@@ -486,29 +490,32 @@ class LeaseLock:
     def release(self) -> None:
         """Stop renewing and delete the Lease if it is still ours (compare-and-swap)."""
         self._stop.set()
-        if self._thread:
-            # it may sit in a watch until its next renewal; it renews only by compare-and-swap
-            # (never re-creates), so deleting the Lease meanwhile is safe: it then sees it gone
-            self._thread.join(timeout=1.0)
-        if self.change_id is None:
-            return
         try:
-            for _ in range(3):
-                lease = read_lease(self.api, self.namespace)
-                if lease is None or _holder(lease) != self.identity:
-                    break
-                try:
-                    _delete(self.api, self.namespace, _rv(lease))
-                    break
-                except ApiException as e:
-                    if e.status == 404:
-                        break
-                    if e.status != 409:
-                        raise ExternalError(
-                            f"release Lease {self.namespace}/{NAME}: {describe(e)}"
-                        ) from e
+            if self.change_id is not None:
+                self._delete_if_ours()
         finally:
             self.change_id = None
+            if self._thread:
+                # the thread sits in a watch until its next renewal; our delete wakes it at once
+                # (it renews only by compare-and-swap, never re-creates, so deleting the Lease
+                # first is safe); it then sees the stop flag and ends
+                self._thread.join(timeout=1.0)
+
+    def _delete_if_ours(self) -> None:
+        for _ in range(3):
+            lease = read_lease(self.api, self.namespace)
+            if lease is None or _holder(lease) != self.identity:
+                return
+            try:
+                _delete(self.api, self.namespace, _rv(lease))
+                return
+            except ApiException as e:
+                if e.status == 404:
+                    return
+                if e.status != 409:
+                    raise ExternalError(
+                        f"release Lease {self.namespace}/{NAME}: {describe(e)}"
+                    ) from e
 
 
 # ---------------------------------------------------------------------------------------------

@@ -112,3 +112,102 @@ def test_the_module_runs_through_the_bootstrap_without_ansible(
     refused = direct.run_step(t, {"action": "restore", "payload": payload}, 30)
     assert refused["refused"] and refused["mismatches"][0]["path"] == str(config)
     assert config.read_bytes() == b"edited\n"
+
+
+def _local(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every direct.Target runs its remote command in a local shell instead of over ssh."""
+    monkeypatch.setattr(direct.Target, "argv", lambda self: ["sh", "-c", _ORIG_ARGV(self)[-1]])
+
+
+_ORIG_ARGV = direct.Target.argv
+
+
+def test_apply_then_restore_over_ssh_through_the_runner(
+    tmp_path: Path, healthz: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PlaybookNodeRunner with hostvars that allow plain ssh runs the apply without Ansible: the
+    file written, the payload kept next to the change for a hand re-run, the node's backup
+    manifest kept on the controller; the restore puts the bytes back; an edit made after
+    preflight read the file is refused and kept."""
+    from rollout.ansible import payloads
+    from rollout.change.shipping import PlaybookNodeRunner
+    from rollout.models import NodeChange
+    from rollout.protocols import RestoreFile
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "log"}\n')
+    (bin_dir / "systemctl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setattr(payloads, "BACKUP_ROOT", str(tmp_path / "node-backups"))
+    _local(monkeypatch)
+    config = tmp_path / "config.yaml"
+    before, ours = b"a: 1\n", b"a: 2\n"
+    config.write_bytes(before)
+    me = (str(os.getuid()), str(os.getgid()))
+    change = NodeChange(
+        node="n1",
+        host="h1",
+        files={str(config): ours},
+        mode={str(config): ("0600", *me)},
+        before={str(config): before},
+        before_meta={str(config): ("0600", *me)},
+        healthz_url=healthz,
+        expect={str(config): hashlib.sha256(before).hexdigest()},
+    )
+    hostvars = {"h1": {"ansible_python_interpreter": f"{sys.executable} -S"}}
+    runner = PlaybookNodeRunner(tmp_path / "ctl", tmp_path / "inv.ini", hostvars=hostvars)
+    res = runner.apply_many([change], "c1")["n1"]
+    assert res.ok, res.message
+    assert config.read_bytes() == ours
+    assert set(res.timings) >= {"check", "backup", "write", "stop", "start", "healthz"}
+    assert (tmp_path / "ctl" / "changes" / "c1" / "apply" / "h1.json").is_file()
+    backup = runner.ansible.backup("c1", "h1")
+    assert backup is not None and backup.files[0].content == before
+
+    restored = runner.restore_many(
+        [(change, [RestoreFile(str(config), before, "0600", *me)])], "c1"
+    )
+    assert restored["n1"].ok, restored["n1"].message
+    assert config.read_bytes() == before
+
+    config.write_bytes(b"edited\n")  # after preflight read it
+    refused = runner.apply_many([change], "c2")["n1"]
+    assert not refused.ok and refused.refused
+    assert str(config) in refused.message and "expected sha256" in refused.message
+    assert config.read_bytes() == b"edited\n"
+
+
+def test_facts_over_ssh_are_what_the_module_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """facts_direct runs the facts module without Ansible, with the role's defaults and the
+    host's overrides, and keeps <host>.json on the controller; a host that needs more than plain
+    ssh makes it decline (the playbook runs instead)."""
+    from rollout import assets
+    from rollout.ansible.runner import facts_direct
+
+    _local(monkeypatch)
+    config = tmp_path / "config.yaml"
+    config.write_bytes(b"kind: KubeletConfiguration\n")
+    hv = {
+        "ansible_python_interpreter": f"{sys.executable} -S",
+        "rollout_kubelet_files": [str(config)],
+        "rollout_kubelet_machine_file": "",
+    }
+    facts = facts_direct(["h1"], {"h1": hv}, tmp_path / "facts", assets.playbooks())
+    assert facts is not None
+    got = facts["h1"]
+    assert got["kubeletFiles"] == [str(config)]
+    meta = got["kubeletFileMeta"][str(config)]
+    assert meta["sha256"] == hashlib.sha256(config.read_bytes()).hexdigest()
+    assert (tmp_path / "facts" / "h1.json").is_file()
+    assert set(got["checkpoints"]) == {
+        "cpu_manager_state",
+        "memory_manager_state",
+        "kubelet_internal_checkpoint",
+    }
+    declined = facts_direct(
+        ["h1"], {"h1": {**hv, "ansible_become": True}}, tmp_path / "f2", assets.playbooks()
+    )
+    assert declined is None

@@ -35,9 +35,12 @@ def _setup(
     refuse: tuple[str, ...] = (),
     blocked: tuple[str, ...] = (),
     fail_restore: tuple[str, ...] = (),
+    pipelined: bool = False,
 ) -> tuple[Context, FakeCluster, FakeRunner]:
     cluster = FakeCluster({n: make_node(n, n in cordoned) for n in NODES}, blocked=blocked)
     runner = FakeRunner(cluster, refuse=refuse, fail_restore=fail_restore)
+    if pipelined:  # a run per node is cheap (the node step over plain ssh)
+        runner.per_node = lambda hosts: True  # type: ignore[attr-defined]
     ctx = Context(
         cluster=cluster,
         runner=runner,
@@ -188,9 +191,12 @@ class Killed(BaseException):
 STEPS = ["cordon", "pods_on_node", "save", "apply", "healthz", "uncordon"]
 
 
+@pytest.mark.parametrize("pipelined", [False, True])
 @pytest.mark.parametrize("at", STEPS)
-def test_resume_after_kill_at_each_step_settles_every_node(tmp_path: Path, at: str) -> None:
-    ctx, cluster, runner = _setup(tmp_path)
+def test_resume_after_kill_at_each_step_settles_every_node(
+    tmp_path: Path, at: str, pipelined: bool
+) -> None:
+    ctx, cluster, runner = _setup(tmp_path, pipelined=pipelined)
     target: object = runner if at == "apply" else cluster
     if at == "save":
         target = ctx.journal
@@ -275,3 +281,45 @@ def test_rollback_restores_nodes_in_one_run(tmp_path: Path) -> None:
     rollback(ctx)
     assert runner.runs[-1] == ("restore", ("n1", "n2"))
     assert all(cluster.nodes[n].files == {CONF: OLD} for n in ("n1", "n2"))
+
+
+def test_pipelined_batch_runs_each_node_alone_and_restores_only_the_failed(tmp_path: Path) -> None:
+    """With a runner whose run per node is cheap, each node of a batch goes through its own
+    forward path (its own apply run); a node whose kubelet refuses the config is restored, the
+    other node of its batch is applied, the rollout stops before the next batch."""
+    ctx, cluster, runner = _setup(tmp_path, refuse=("n2",), pipelined=True)
+    with pytest.raises(NodeOperationError) as e:
+        _run(ctx, canary_only=False)
+    assert sorted(runner.runs) == [("apply", ("n1",)), ("apply", ("n2",)), ("restore", ("n2",))]
+    assert "node n2: apply failed" in str(e.value) and "n1" not in runner.restored
+    st = replay(ctx.journal.entries())
+    assert (st.nodes["n1"].state, st.nodes["n2"].state) == (NodeState.APPLIED, NodeState.RESTORED)
+    assert st.nodes["n3"].state is NodeState.PENDING  # the next batch never started
+    assert cluster.nodes["n1"].files[CONF] == NEW and cluster.nodes["n2"].files == {CONF: OLD}
+    assert not any(cluster.nodes[n].info.unschedulable for n in NODES)
+    for n in ("n1", "n2"):  # every node's steps journaled in order, begin before done/failed
+        steps = [(x.step, x.phase.value) for x in ctx.journal.entries() if x.node == n]
+        assert steps.index(("backup", "done")) < steps.index(("apply", "begin"))
+    assert [
+        x.phase.value for x in ctx.journal.entries() if x.node == "n2" and x.step == "apply"
+    ] == [
+        "begin",
+        "failed",
+    ]
+
+
+def test_pipelined_node_blocked_in_drain_is_restored_and_the_other_applied(tmp_path: Path) -> None:
+    ctx, cluster, runner = _setup(tmp_path, blocked=("default/n1-p0",), pipelined=True)
+    with pytest.raises(NodeOperationError, match="node n1: drain failed"):
+        _run(ctx)
+    assert runner.runs == [("apply", ("n2",))]  # n1's files were never touched: no restore run
+    assert cluster.nodes["n2"].config["cpuManagerPolicy"] == "static"
+    assert not cluster.nodes["n1"].info.unschedulable
+
+
+def test_pipelined_node_cordoned_before_stays_cordoned(tmp_path: Path) -> None:
+    ctx, cluster, _ = _setup(tmp_path, cordoned=("n1",), pipelined=True)
+    _run(ctx)
+    assert cluster.nodes["n1"].info.unschedulable and not cluster.nodes["n2"].info.unschedulable
+    rollback(ctx)
+    assert cluster.nodes["n1"].info.unschedulable and not cluster.nodes["n2"].info.unschedulable

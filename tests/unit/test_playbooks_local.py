@@ -97,6 +97,25 @@ def test_facts_over_a_local_connection_are_node_facts_lint_accepts(
     assert (tmp_path / "facts" / "localhost.json").is_file()
 
 
+def test_facts_over_ssh_equal_the_facts_playbook(
+    local: tuple[AnsibleRunner, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plain-ssh facts path (what ``rollout apply`` uses for plain-ssh hosts) reports
+    exactly what facts.yml reports: same module, same role defaults."""
+    from rollout import assets
+    from rollout.ansible import direct
+    from rollout.ansible.runner import facts_direct
+
+    runner, inv = local
+    by_playbook = runner.gather_facts(inv, ["localhost"], tmp_path / "facts")["localhost"]
+    remote = direct.Target.argv
+    monkeypatch.setattr(direct.Target, "argv", lambda self: ["sh", "-c", remote(self)[-1]])
+    hv = {"localhost": {"ansible_python_interpreter": sys.executable}}
+    by_ssh = facts_direct(["localhost"], hv, tmp_path / "facts-ssh", assets.playbooks())
+    assert by_ssh is not None
+    assert by_ssh["localhost"] == by_playbook
+
+
 def _tree(root: Path) -> dict[str, tuple[str, int]]:
     return {
         str(p.relative_to(root)): (

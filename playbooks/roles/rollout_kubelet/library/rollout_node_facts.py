@@ -69,7 +69,10 @@ import shutil
 import socket
 import subprocess
 
-from ansible.module_utils.basic import AnsibleModule
+try:
+    from ansible.module_utils.basic import AnsibleModule
+except ImportError:  # sent over plain ssh by the rollout tool (rollout/ansible/direct.py)
+    AnsibleModule = None
 
 # The NodeFacts keys (rollout/kubelet/facts.py) a machine file may set instead of /sys.
 MACHINE_KEYS = (
@@ -348,6 +351,24 @@ def _owner(lookup, ident):
         return lookup(ident)[0]
     except KeyError:
         return str(ident)
+
+
+DEFAULTS = {
+    "machine_file": "",
+    "gpu_vendors": ["0x10de"],
+    "gpu_classes": ["0x0300", "0x0302"],
+    "sys_root": "/",
+}
+
+
+def direct(args):
+    """Entry point when the rollout tool runs this file over plain ssh (no Ansible): the same
+    arguments as the module, the same result."""
+    try:
+        facts = collect(dict(DEFAULTS, **args))
+    except (ValueError, KeyError, OSError) as e:
+        return {"failed": True, "msg": str(e)}
+    return {"changed": False, "node_facts": facts, "kubelet_files": facts["kubeletFiles"]}
 
 
 def main():
