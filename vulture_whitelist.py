@@ -34,3 +34,6 @@ artifacts  # rollout.ansible.runner.PlaybookResult: ansible-runner's artifact di
 upgrades  # rollout.kubelet.distributions.Distribution: the docs' "survives upgrades" column
 smt_siblings  # rollout.kubelet.facts.NodeFacts: parsed from the node facts file (CPU topology)
 manager  # rollout.kubelet.options.PolicyOption: which kubelet manager owns the option
+
+# -- a test double's method the role's module calls (playbooks/ is outside vulture's paths)
+_.kubelet_said  # tests/unit/test_node_step_module.py fake: rollout_kubelet_step.py calls it
