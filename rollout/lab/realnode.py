@@ -77,6 +77,22 @@ def lab_flags(node_ip: str, labels: Mapping[str, str]) -> list[str]:
     ]
 
 
+#: The KubeletConfiguration fields :func:`lab_flags` sets (they show in the real kubelet's
+#: ``/configz``, and the simulated kubelet does not set them); kept beside the flags they come from.
+LAB_FLAG_FIELDS = frozenset(
+    {
+        "containerRuntimeEndpoint",
+        "failSwapOn",
+        "failCgroupV1",
+        "cgroupsPerQOS",
+        "enforceNodeAllocatable",
+        "localStorageCapacityIsolation",
+        "tlsCertFile",
+        "tlsPrivateKeyFile",
+    }
+)
+
+
 #: flags the distribution's seeded files still carry but the lab's kubelet no longer knows (it would
 #: exit with "unknown flag"); the distributions' own tools stopped writing them for these versions
 REMOVED_FLAGS = ("--pod-infra-container-image",)

@@ -15,19 +15,9 @@ import yaml
 from rollout.kubelet import checkpoints as ck
 from rollout.lab.cluster import Lab
 from rollout.lab.kubelet.klog import unquote
+from rollout.lab.realnode import LAB_FLAG_FIELDS
 from tests.lab.changekit import wait_for as _wait
 
-# /configz fields set by the real node's lab flags (docs: "Lab flags")
-LAB_FLAG_FIELDS = {
-    "failSwapOn",
-    "failCgroupV1",
-    "cgroupsPerQOS",
-    "enforceNodeAllocatable",
-    "localStorageCapacityIsolation",
-    "tlsCertFile",
-    "tlsPrivateKeyFile",
-    "containerRuntimeEndpoint",
-}
 # Known difference (docs/lab-real-kubelet.md, "Known differences"): the real kubelet takes the
 # runtime's cgroup driver (the fake CRI says cgroupfs; the node's file says systemd). The sim's
 # /configz applies the kubelet's defaulting (rollout/lab/kubelet/defaults.py), so no other field

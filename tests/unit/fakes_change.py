@@ -185,3 +185,7 @@ class ScriptedGate:
     def evaluate(self, change_id: str, nodes: Sequence[str]) -> Verdict:
         self.seen.append(list(nodes))
         return Verdict(self.status, "scripted")
+
+
+class Killed(BaseException):
+    """Stands in for SIGKILL: not an Exception, so nothing in the loop catches it."""

@@ -9,19 +9,9 @@ from pathlib import Path
 
 from rollout.kubelet import loading
 from rollout.lab.kubelet.defaults import _seconds, defaulted
+from rollout.lab.realnode import LAB_FLAG_FIELDS
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "kubelet"
-# set by the real node's lab flags (docs: "Lab flags"); cgroupDriver comes from the (fake) CRI
-LAB_FLAG_FIELDS = {
-    "failSwapOn",
-    "failCgroupV1",
-    "cgroupsPerQOS",
-    "enforceNodeAllocatable",
-    "localStorageCapacityIsolation",
-    "tlsCertFile",
-    "tlsPrivateKeyFile",
-    "containerRuntimeEndpoint",
-}
 
 
 def _load(name: str) -> dict:
@@ -37,6 +27,7 @@ def test_defaulted_sim_configz_matches_the_real_kubelets() -> None:
     sim = defaulted(merged)
     real = _load("configz-real-v1.36.3-kubeadm.json")
     differ = {k for k in set(sim) | set(real) if sim.get(k) != real.get(k)}
+    # cgroupDriver comes from the (fake) CRI in the real kubelet
     assert differ == LAB_FLAG_FIELDS | {"cgroupDriver"}, differ
     # what those fields would be without the lab flags: the kubelet's defaults
     assert sim["failSwapOn"] is True and sim["cgroupsPerQOS"] is True

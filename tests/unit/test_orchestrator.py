@@ -21,6 +21,7 @@ from tests.unit.fakes_change import (
     FakeClock,
     FakeCluster,
     FakeRunner,
+    Killed,
     ScriptedGate,
     make_change,
     make_node,
@@ -182,10 +183,6 @@ def test_gate_verdict_after_canary(
     assert (cluster.nodes["n1"].files == {CONF: OLD}) is restored
     touched_rest = cluster.nodes["n3"].config["cpuManagerPolicy"] == "static"
     assert touched_rest is (verdict is VerdictStatus.SUCCESSFUL)
-
-
-class Killed(BaseException):
-    """Stands in for SIGKILL: not an Exception, so nothing in the loop catches it."""
 
 
 STEPS = ["cordon", "pods_on_node", "save", "apply", "healthz", "uncordon"]

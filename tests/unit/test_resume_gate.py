@@ -27,6 +27,7 @@ from tests.unit.fakes_change import (
     FakeClock,
     FakeCluster,
     FakeRunner,
+    Killed,
     ScriptedGate,
     make_change,
     make_node,
@@ -34,10 +35,6 @@ from tests.unit.fakes_change import (
 
 NODES = ["n1", "n2", "n3", "n4"]
 REST = [Batch(("n3",), False), Batch(("n4",), False)]
-
-
-class Killed(BaseException):
-    """Stands in for SIGKILL: not an Exception, so nothing in the loop catches it."""
 
 
 class DyingGate:
