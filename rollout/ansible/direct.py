@@ -16,7 +16,8 @@ import functools
 import json
 import shlex
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,3 +143,19 @@ def run_step(
 def _source(module: str) -> str:
     """A module's source, read once per process (every node of every batch sends the same)."""
     return _module(module).read_text(encoding="utf-8")
+
+
+def run_all(
+    calls: Mapping[str, tuple[Target, Mapping[str, Any]]],
+    timeout_s: Callable[[Mapping[str, Any]], float],
+    module: str = STEP,
+) -> dict[str, dict[str, Any]]:
+    """:func:`run_step` on every host of ``calls`` (host -> target and arguments) at once, one ssh
+    call each; each host's result, in the order of ``calls``."""
+
+    def one(host: str) -> dict[str, Any]:
+        t, args = calls[host]
+        return run_step(t, args, timeout_s(args), module)
+
+    with ThreadPoolExecutor(max_workers=max(1, len(calls))) as pool:
+        return dict(zip(calls, pool.map(one, calls), strict=True))

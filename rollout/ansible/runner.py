@@ -548,8 +548,6 @@ def facts_direct(
     Raises:
         ExternalError: as :meth:`AnsibleRunner.gather_facts`.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     from rollout.ansible import direct
 
     defaults = role_defaults(playbook_dir)
@@ -564,12 +562,7 @@ def facts_direct(
             return None  # a templated or missing role variable: only Ansible can render it
         jobs[h] = (t, args)
 
-    def one(h: str) -> dict[str, Any]:
-        t, args = jobs[h]
-        return direct.run_step(t, args, FACTS_TIMEOUT_S, module=direct.FACTS)
-
-    with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
-        results = dict(zip(jobs, pool.map(one, jobs), strict=True))
+    results = direct.run_all(jobs, lambda _args: FACTS_TIMEOUT_S, module=direct.FACTS)
     bad = {h: r for h, r in results.items() if r.get("failed") or "node_facts" not in r}
     if bad:
         detail = "; ".join(

@@ -19,7 +19,6 @@ import hashlib
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -268,13 +267,16 @@ class PlaybookNodeRunner:
         """The node step module over one ssh call per host, all hosts at once; each host's
         outcome as a playbook run would report it."""
 
-        def one(host: str) -> HostResult:
+        jobs = {}
+        for host, call in calls.items():
             t, hv = targets[host]
-            args: dict[str, Any] = dict(calls[host])
+            args: dict[str, Any] = dict(call)
             for var, arg in _ROLE_VARS.items():
                 if var in hv:
                     args[arg] = hv[var]
-            res = direct.run_step(t, args, _direct_timeout(args))
+            jobs[host] = (t, args)
+        out: dict[str, HostResult] = {}
+        for host, res in direct.run_all(jobs, _direct_timeout).items():
             status: HostStatus = "ok"
             if res.get("unreachable"):
                 status = "unreachable"
@@ -282,7 +284,7 @@ class PlaybookNodeRunner:
                 status = "failed"
             if status != "ok":
                 self.on_event(f"{host}: {what} {status}: {res.get('msg') or ''}")
-            return HostResult(
+            out[host] = HostResult(
                 host,
                 status,
                 failed_task=str(res.get("failedStep") or "") or None,
@@ -290,9 +292,7 @@ class PlaybookNodeRunner:
                 changed=bool(res.get("changed")),
                 report=res,
             )
-
-        with ThreadPoolExecutor(max_workers=max(1, len(calls))) as pool:
-            return dict(zip(calls, pool.map(one, calls), strict=True))
+        return out
 
     def _backup(self, change_id: str, host: str) -> Backup | None:
         """The controller's copy of the node's backup manifest; also where releases that ran one
