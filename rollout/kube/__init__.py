@@ -2,6 +2,8 @@
 
 Modules are verbs: ``client`` (load a kubeconfig, retry transient API failures), ``nodes``
 (cordon, pods, readiness, PDBs), ``evicting`` (one Eviction API request, its outcome named),
-``leases`` (the cluster lock), ``proxy`` (``/configz``, ``/healthz``, ``/metrics`` through the node
-proxy), ``cluster`` (all of it behind the orchestrator's ``Cluster`` Protocol).
+``leases`` (the cluster lock, its owner's side), ``handover`` (a rollback handed to that owner),
+``lease_objects`` (the Lease both sides read and write), ``proxy`` (``/configz``, ``/healthz``,
+``/metrics`` through the node proxy), ``cluster`` (all of it behind the orchestrator's
+``Cluster`` Protocol).
 """

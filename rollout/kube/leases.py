@@ -14,248 +14,64 @@ is a compare-and-swap on its ``resourceVersion``:
   starts nothing new, restores the nodes in flight and exits saying so;
 * between renewals the owner **watches** the Lease, so a rollback request written on it (the
   ``rollout.dev/rollback-request`` annotation, by ``rollout rollback``, ``rollout watch`` or a
-  ``rollout serve`` webhook: :func:`hand_over`) reaches it within milliseconds; it stops forward
-  work, rolls back the nodes named, and writes ``rollout.dev/rollback-outcome`` before releasing,
-  which the requester is watching for (:func:`wait_outcome`);
+  ``rollout serve`` webhook: :func:`rollout.kube.handover.hand_over`) reaches it within
+  milliseconds; it stops forward work, rolls back the nodes named, and writes
+  ``rollout.dev/rollback-outcome`` before releasing, which the requester is watching for
+  (:func:`rollout.kube.handover.wait_outcome`);
 * a Lease is free when nobody holds it, when it expired (renewTime + duration is past), or when
   its holder is a process on this host that no longer exists (a crashed ``apply`` resumed at once).
+
+This module is the owner's side only. The requester's side is :mod:`rollout.kube.handover`; the
+Lease object both sides read and write (names, rules, raw compare-and-swap calls) is
+:mod:`rollout.kube.lease_objects`.
 """
 
 from __future__ import annotations
 
-import getpass
 import json
-import os
-import secrets
-import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from rollout.errors import ExternalError, LockHeldError
 from rollout.interrupt import Interrupt, StopReason
-from rollout.kube.client import Api, call, describe
+from rollout.kube.client import Api, describe
+from rollout.kube.handover import hand_over, wait_outcome
+from rollout.kube.lease_objects import (
+    CHANGE_ANNOTATION,
+    NAME,
+    OUTCOME_ANNOTATION,
+    REQUEST_ANNOTATION,
+    RollbackRequest,
+    annotations_of,
+    delete_lease,
+    holder_identity,
+    holder_of,
+    lease_duration,
+    live_holder,
+    read_lease,
+    renewed_at,
+    rv_of,
+    watch_lease,
+    write_lease,
+)
 
-NAME = "rollout-lock"
-CHANGE_ANNOTATION = "rollout.dev/change-id"
-REQUEST_ANNOTATION = "rollout.dev/rollback-request"
-OUTCOME_ANNOTATION = "rollout.dev/rollback-outcome"
-DEFAULT_DURATION_S = 30
-"""The Lease's duration (``$ROLLOUT_LEASE_DURATION_S`` overrides it): an owner that cannot renew
-for this long stops, and a crashed owner's Lease is free after it."""
-REQUEST_TIMEOUT_S = 10.0
-"""The HTTP timeout of each Lease read and write."""
-
-
-def lease_duration(env: dict[str, str] | None = None) -> int:
-    """``$ROLLOUT_LEASE_DURATION_S`` (at least 3), else :data:`DEFAULT_DURATION_S`."""
-    raw = (os.environ if env is None else env).get("ROLLOUT_LEASE_DURATION_S", "")
-    return max(3, int(raw)) if raw.isdigit() else DEFAULT_DURATION_S
-
-
-def holder_identity() -> str:
-    """``user@host pid N``: who holds the lock, in words an operator can act on."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = str(os.getuid())
-    return f"{user}@{socket.gethostname()} pid {os.getpid()}"
-
-
-def holder_is_dead_here(holder: str) -> bool:
-    """Whether ``holder`` names a process on this host that no longer exists (pure but for the
-    host name and ``kill(pid, 0)``)."""
-    who, _, pid = holder.rpartition(" pid ")
-    host = who.partition("@")[2]
-    if not pid.isdigit() or host != socket.gethostname():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
-@dataclass(frozen=True)
-class RollbackRequest:
-    """A rollback handed to the owner through the Lease.
-
-    Attributes:
-        id: random id; the outcome names it.
-        by: who asked (``user@host pid N`` or ``alert <fingerprint>``).
-        nodes: the nodes to roll back (None: every node of the change).
-        force: ``rollout rollback --force``: the owner's restore overwrites node files edited
-            after the change wrote them, as the command would have done itself.
-    """
-
-    id: str
-    by: str
-    nodes: tuple[str, ...] | None = None
-    force: bool = False
-
-    def to_json(self) -> str:
-        obj: dict[str, Any] = {
-            "id": self.id,
-            "by": self.by,
-            "nodes": list(self.nodes) if self.nodes else None,
-        }
-        if self.force:
-            obj["force"] = True
-        return json.dumps(obj, sort_keys=True)
-
-    @classmethod
-    def parse(cls, raw: str | None) -> RollbackRequest | None:
-        """The request in an annotation value, or None (absent or not ours to read)."""
-        if not raw:
-            return None
-        try:
-            obj = json.loads(raw)
-            nodes = obj.get("nodes")
-            return cls(
-                str(obj["id"]),
-                str(obj["by"]),
-                tuple(nodes) if nodes else None,
-                obj.get("force") is True,
-            )
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return None
-
-
-# ---------------------------------------------------------------------------------------------
-# Raw Lease objects (dicts as the API server returns them)
-
-
-def _annotations(lease: dict[str, Any]) -> dict[str, str]:
-    return dict((lease.get("metadata") or {}).get("annotations") or {})
-
-
-def _holder(lease: dict[str, Any]) -> str:
-    return str((lease.get("spec") or {}).get("holderIdentity") or "")
-
-
-def _rv(lease: dict[str, Any]) -> str:
-    return str((lease.get("metadata") or {}).get("resourceVersion") or "")
-
-
-def _renewed(lease: dict[str, Any]) -> datetime | None:
-    spec = lease.get("spec") or {}
-    raw = spec.get("renewTime") or spec.get("acquireTime")
-    if not raw:
-        return None
-    t = datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
-
-
-def expired(lease: dict[str, Any], now: datetime, default_s: int = DEFAULT_DURATION_S) -> bool:
-    """Whether the holder stopped renewing more than the lease duration ago (pure)."""
-    renewed = _renewed(lease)
-    duration = int((lease.get("spec") or {}).get("leaseDurationSeconds") or default_s)
-    return renewed is None or renewed + timedelta(seconds=duration) < now
-
-
-def live_holder(lease: dict[str, Any] | None, now: datetime) -> str | None:
-    """The holder of a Lease that is held and live, else None (free to take)."""
-    if lease is None:
-        return None
-    holder = _holder(lease)
-    if not holder or expired(lease, now) or holder_is_dead_here(holder):
-        return None
-    return holder
+# what callers of rollout.kube.leases import from here, though it now lives beside it
+__all__ = [
+    "CHANGE_ANNOTATION",
+    "NAME",
+    "LeaseLock",
+    "hand_over",
+    "holder_identity",
+    "wait_outcome",
+]
 
 
 def _micro(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def read_lease(api: Api, namespace: str) -> dict[str, Any] | None:
-    """The Lease as the API server returns it, or None when there is none.
-
-    Raises:
-        ExternalError: the API server failed.
-    """
-    try:
-        resp: Any = call(
-            "read Lease",
-            api.coordination.read_namespaced_lease,
-            NAME,
-            namespace,
-            _preload_content=False,
-            _request_timeout=REQUEST_TIMEOUT_S,
-            retry_s=REQUEST_TIMEOUT_S,
-        )
-    except ApiException as e:
-        if e.status == 404:
-            return None
-        raise ExternalError(f"read Lease {namespace}/{NAME}: {describe(e)}") from e
-    out: dict[str, Any] = json.loads(resp.data)
-    return out
-
-
-def _write(api: Api, namespace: str, body: dict[str, Any], create: bool) -> dict[str, Any]:
-    """Create or replace (compare-and-swap on ``metadata.resourceVersion``); ApiException 409
-    when someone wrote the Lease in between."""
-    # raw JSON bodies (dicts) in and out; the client's types know only its models
-    resp: Any
-    if create:
-        resp = api.coordination.create_namespaced_lease(
-            namespace,
-            body,  # type: ignore[arg-type]
-            _preload_content=False,
-            _request_timeout=REQUEST_TIMEOUT_S,
-        )
-    else:
-        resp = api.coordination.replace_namespaced_lease(
-            NAME,
-            namespace,
-            body,  # type: ignore[arg-type]
-            _preload_content=False,
-            _request_timeout=REQUEST_TIMEOUT_S,
-        )
-    out: dict[str, Any] = json.loads(resp.data)
-    return out
-
-
-def _delete(api: Api, namespace: str, rv: str) -> None:
-    body = {"preconditions": {"resourceVersion": rv}}
-    api.coordination.delete_namespaced_lease(
-        NAME,
-        namespace,
-        body=body,  # type: ignore[arg-type]
-        _request_timeout=REQUEST_TIMEOUT_S,
-    )
-
-
-def _watch(
-    api: Api, namespace: str, rv: str, seconds: float, stop: threading.Event | None = None
-) -> Any:
-    """Events of the Lease after ``rv`` for about ``seconds`` (a generator of (type, object))."""
-    from kubernetes import watch
-
-    w: Any = watch.Watch()  # type: ignore[no-untyped-call]
-    timeout = max(1, int(seconds))
-    for ev in w.stream(
-        api.coordination.list_namespaced_lease,
-        namespace,
-        field_selector=f"metadata.name={NAME}",
-        resource_version=rv,
-        timeout_seconds=timeout,
-        _request_timeout=timeout + REQUEST_TIMEOUT_S,
-    ):
-        yield str(ev.get("type")), dict(ev.get("raw_object") or {})
-        if stop is not None and stop.is_set():
-            w.stop()
-            return
-
-
-# ---------------------------------------------------------------------------------------------
-# The owner's side
 
 
 class LeaseLock:
@@ -306,7 +122,7 @@ class LeaseLock:
                 self._check_free(lease, now, change_id)
             body = self._body(change_id, now, lease)
             try:
-                written = _write(self.api, self.namespace, body, create=lease is None)
+                written = write_lease(self.api, self.namespace, body, create=lease is None)
             except ApiException as e:
                 if e.status == 409:
                     continue  # someone else wrote it meanwhile: read again
@@ -328,8 +144,8 @@ class LeaseLock:
         holder = live_holder(lease, now)
         if holder is None or holder == self.identity:
             return
-        theirs = _annotations(lease).get(CHANGE_ANNOTATION)
-        renewed = _renewed(lease)
+        theirs = annotations_of(lease).get(CHANGE_ANNOTATION)
+        renewed = renewed_at(lease)
         age = f", renewed {int((now - renewed).total_seconds())}s ago" if renewed else ""
         who = "process" if change_id and theirs == change_id else "change"
         raise LockHeldError(
@@ -345,7 +161,7 @@ class LeaseLock:
             "annotations": {CHANGE_ANNOTATION: change_id},  # a stale request does not carry over
         }
         if old is not None:
-            meta["resourceVersion"] = _rv(old)
+            meta["resourceVersion"] = rv_of(old)
         return {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -367,9 +183,9 @@ class LeaseLock:
             left = next_renew - time.monotonic()
             if left > 0:
                 with self._mu:
-                    rv = _rv(self._lease or {})
+                    rv = rv_of(self._lease or {})
                 try:
-                    for kind, obj in _watch(self.api, self.namespace, rv, left, self._stop):
+                    for kind, obj in watch_lease(self.api, self.namespace, rv, left, self._stop):
                         if self._stop.is_set():
                             break  # released (its delete is what woke the watch)
                         if kind == "DELETED":
@@ -403,14 +219,14 @@ class LeaseLock:
 
     def _seen(self, lease: dict[str, Any]) -> None:
         """A newer version of the Lease: still ours? a rollback request on it?"""
-        if _holder(lease) != self.identity or (
-            _annotations(lease).get(CHANGE_ANNOTATION) != self.change_id
+        if holder_of(lease) != self.identity or (
+            annotations_of(lease).get(CHANGE_ANNOTATION) != self.change_id
         ):
-            self._lose(f"the Lease now names holder {_holder(lease) or 'nobody'}")
+            self._lose(f"the Lease now names holder {holder_of(lease) or 'nobody'}")
             return
         with self._mu:
             self._lease = lease
-        req = RollbackRequest.parse(_annotations(lease).get(REQUEST_ANNOTATION))
+        req = RollbackRequest.parse(annotations_of(lease).get(REQUEST_ANNOTATION))
         if req is not None and req != self.request:
             if self.request is None:
                 self.request_seen_at = time.monotonic()
@@ -433,7 +249,7 @@ class LeaseLock:
                 body = json.loads(json.dumps(self._lease or {}))
             body.setdefault("spec", {})["renewTime"] = _micro(datetime.now(UTC))
             try:
-                written = _write(self.api, self.namespace, body, create=False)
+                written = write_lease(self.api, self.namespace, body, create=False)
             except ApiException as e:
                 if e.status == 404:
                     self._lose("the Lease was deleted by someone else")
@@ -467,7 +283,7 @@ class LeaseLock:
             return
         for _ in range(3):
             lease = read_lease(self.api, self.namespace)
-            if lease is None or _holder(lease) != self.identity:
+            if lease is None or holder_of(lease) != self.identity:
                 return
             value = {
                 "request": self.request.id,
@@ -479,7 +295,7 @@ class LeaseLock:
                 json.dumps(value, sort_keys=True)
             )
             try:
-                _write(self.api, self.namespace, lease, create=False)
+                write_lease(self.api, self.namespace, lease, create=False)
                 return
             except ApiException as e:
                 if e.status != 409:
@@ -504,10 +320,10 @@ class LeaseLock:
     def _delete_if_ours(self) -> None:
         for _ in range(3):
             lease = read_lease(self.api, self.namespace)
-            if lease is None or _holder(lease) != self.identity:
+            if lease is None or holder_of(lease) != self.identity:
                 return
             try:
-                _delete(self.api, self.namespace, _rv(lease))
+                delete_lease(self.api, self.namespace, rv_of(lease))
                 return
             except ApiException as e:
                 if e.status == 404:
@@ -516,141 +332,3 @@ class LeaseLock:
                     raise ExternalError(
                         f"release Lease {self.namespace}/{NAME}: {describe(e)}"
                     ) from e
-
-
-# ---------------------------------------------------------------------------------------------
-# The requester's side
-
-
-@dataclass(frozen=True)
-class HandOver:
-    """A request written on the owner's Lease.
-
-    Attributes:
-        request: the request (possibly joined with another requester's: same id, nodes merged).
-        owner: the owner's identity.
-        rv: the Lease's resourceVersion after the write (watch from there).
-    """
-
-    request: RollbackRequest
-    owner: str
-    rv: str
-
-
-def hand_over(
-    api: Api,
-    namespace: str,
-    change_id: str,
-    nodes: Sequence[str] | None,
-    by: str,
-    force: bool = False,
-) -> HandOver | None:
-    """Hand a rollback of ``change_id`` to its live owner through the Lease.
-
-    A pending request is joined (same id, node sets merged; None means every node), so any
-    number of requesters give one rollback. ``force`` (``rollout rollback --force``) travels
-    with a new request; a joined request keeps the pending one's ``force`` (the returned
-    request says which; the caller tells its user when it differs from what they asked).
-
-    Returns:
-        The hand-over, or None when no live process owns the Lease (the caller takes it and
-        rolls back itself).
-
-    Raises:
-        LockHeldError: a live owner holds the Lease for another change.
-        ExternalError: the API server failed.
-    """
-    for _ in range(10):
-        now = datetime.now(UTC)
-        lease = read_lease(api, namespace)
-        holder = live_holder(lease, now)
-        if lease is None or holder is None:
-            return None
-        theirs = _annotations(lease).get(CHANGE_ANNOTATION)
-        if theirs != change_id:
-            raise LockHeldError(
-                f"the cluster lock (Lease {namespace}/{NAME}) is held by {holder} for change "
-                f"{theirs or 'unknown'}, not {change_id}; nothing was changed"
-            )
-        annotations = _annotations(lease)
-        pending = RollbackRequest.parse(annotations.get(REQUEST_ANNOTATION))
-        done = _outcome_of(annotations)
-        if pending is not None and (done is None or done.get("request") != pending.id):
-            merged = None if pending.nodes is None or not nodes else (*pending.nodes, *nodes)
-            req = RollbackRequest(
-                pending.id,
-                pending.by,
-                tuple(dict.fromkeys(merged)) if merged else None,
-                pending.force,
-            )
-            if req == pending:
-                return HandOver(req, holder, _rv(lease))
-        else:
-            req = RollbackRequest(secrets.token_hex(6), by, tuple(nodes) if nodes else None, force)
-        annotations[REQUEST_ANNOTATION] = req.to_json()
-        lease["metadata"]["annotations"] = annotations
-        try:
-            written = _write(api, namespace, lease, create=False)
-        except ApiException as e:
-            if e.status in (404, 409):
-                continue
-            raise ExternalError(f"write Lease {namespace}/{NAME}: {describe(e)}") from e
-        return HandOver(req, holder, _rv(written))
-    raise LockHeldError(f"Lease {namespace}/{NAME} kept changing under us; try again")
-
-
-def _outcome_of(annotations: dict[str, str]) -> dict[str, Any] | None:
-    try:
-        value = json.loads(annotations.get(OUTCOME_ANNOTATION) or "null")
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def wait_outcome(
-    api: Api,
-    namespace: str,
-    handed: HandOver,
-    timeout_s: float | None = None,
-    on_wait: Callable[[str], None] | None = None,
-) -> dict[str, Any] | None:
-    """Wait until the owner reports the outcome of ``handed`` on the Lease.
-
-    Returns:
-        The outcome (``request``, ``outcome``, ``message``, ``owner``), or None when the owner
-        released or lost the Lease without reporting it (it ended before acting on the request,
-        or died): the Lease is then free and the caller may do the rollback itself.
-
-    Raises:
-        ExternalError: ``timeout_s`` passed first.
-    """
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    rv = handed.rv
-    while True:
-        try:
-            for kind, obj in _watch(api, namespace, rv, 5.0):
-                if kind == "DELETED":
-                    return None
-                if kind not in ("ADDED", "MODIFIED"):
-                    break
-                rv = _rv(obj) or rv
-                found = _outcome_of(_annotations(obj))
-                if found and found.get("request") == handed.request.id:
-                    return found
-        except Exception as e:  # the API server is away: read below, or wait
-            if on_wait is not None:
-                on_wait(f"watching the Lease: {describe(e)}")
-            time.sleep(0.5)
-        lease = read_lease(api, namespace)
-        if lease is None:
-            return None
-        found = _outcome_of(_annotations(lease))
-        if found and found.get("request") == handed.request.id:
-            return found
-        if live_holder(lease, datetime.now(UTC)) != handed.owner:
-            return None
-        rv = _rv(lease)
-        if deadline is not None and time.monotonic() > deadline:
-            raise ExternalError(
-                f"the owner {handed.owner} did not report the rollback within {timeout_s:.0f}s"
-            )

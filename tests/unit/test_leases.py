@@ -7,7 +7,7 @@ import os
 import socket
 from datetime import UTC, datetime, timedelta
 
-from rollout.kube.leases import (
+from rollout.kube.lease_objects import (
     RollbackRequest,
     expired,
     holder_is_dead_here,

@@ -1,0 +1,171 @@
+"""The requester's side of a rollback hand-over: write the request on the owner's Lease, wait.
+
+Why apart from :mod:`rollout.kube.leases`: that module is the owner, one process holding the
+Lease for the whole change; this is whoever asks it to roll back (``rollout rollback``,
+``rollout watch``, a ``rollout serve`` webhook), for as long as one request takes. The requester
+never touches the change's nodes while an owner is live: it writes the
+``rollout.dev/rollback-request`` annotation (compare-and-swap, joining a pending request) and
+watches for the owner's ``rollout.dev/rollback-outcome``.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from rollout.errors import ExternalError, LockHeldError
+from rollout.kube.client import Api, describe
+from rollout.kube.lease_objects import (
+    CHANGE_ANNOTATION,
+    NAME,
+    OUTCOME_ANNOTATION,
+    REQUEST_ANNOTATION,
+    RollbackRequest,
+    annotations_of,
+    live_holder,
+    read_lease,
+    rv_of,
+    watch_lease,
+    write_lease,
+)
+
+
+@dataclass(frozen=True)
+class HandOver:
+    """A request written on the owner's Lease.
+
+    Attributes:
+        request: the request (possibly joined with another requester's: same id, nodes merged).
+        owner: the owner's identity.
+        rv: the Lease's resourceVersion after the write (watch from there).
+    """
+
+    request: RollbackRequest
+    owner: str
+    rv: str
+
+
+def hand_over(
+    api: Api,
+    namespace: str,
+    change_id: str,
+    nodes: Sequence[str] | None,
+    by: str,
+    force: bool = False,
+) -> HandOver | None:
+    """Hand a rollback of ``change_id`` to its live owner through the Lease.
+
+    A pending request is joined (same id, node sets merged; None means every node), so any
+    number of requesters give one rollback. ``force`` (``rollout rollback --force``) travels
+    with a new request; a joined request keeps the pending one's ``force`` (the returned
+    request says which; the caller tells its user when it differs from what they asked).
+
+    Returns:
+        The hand-over, or None when no live process owns the Lease (the caller takes it and
+        rolls back itself).
+
+    Raises:
+        LockHeldError: a live owner holds the Lease for another change.
+        ExternalError: the API server failed.
+    """
+    for _ in range(10):
+        now = datetime.now(UTC)
+        lease = read_lease(api, namespace)
+        holder = live_holder(lease, now)
+        if lease is None or holder is None:
+            return None
+        theirs = annotations_of(lease).get(CHANGE_ANNOTATION)
+        if theirs != change_id:
+            raise LockHeldError(
+                f"the cluster lock (Lease {namespace}/{NAME}) is held by {holder} for change "
+                f"{theirs or 'unknown'}, not {change_id}; nothing was changed"
+            )
+        annotations = annotations_of(lease)
+        pending = RollbackRequest.parse(annotations.get(REQUEST_ANNOTATION))
+        done = _outcome_of(annotations)
+        if pending is not None and (done is None or done.get("request") != pending.id):
+            merged = None if pending.nodes is None or not nodes else (*pending.nodes, *nodes)
+            req = RollbackRequest(
+                pending.id,
+                pending.by,
+                tuple(dict.fromkeys(merged)) if merged else None,
+                pending.force,
+            )
+            if req == pending:
+                return HandOver(req, holder, rv_of(lease))
+        else:
+            req = RollbackRequest(secrets.token_hex(6), by, tuple(nodes) if nodes else None, force)
+        annotations[REQUEST_ANNOTATION] = req.to_json()
+        lease["metadata"]["annotations"] = annotations
+        try:
+            written = write_lease(api, namespace, lease, create=False)
+        except ApiException as e:
+            if e.status in (404, 409):
+                continue
+            raise ExternalError(f"write Lease {namespace}/{NAME}: {describe(e)}") from e
+        return HandOver(req, holder, rv_of(written))
+    raise LockHeldError(f"Lease {namespace}/{NAME} kept changing under us; try again")
+
+
+def _outcome_of(annotations: dict[str, str]) -> dict[str, Any] | None:
+    try:
+        value = json.loads(annotations.get(OUTCOME_ANNOTATION) or "null")
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def wait_outcome(
+    api: Api,
+    namespace: str,
+    handed: HandOver,
+    timeout_s: float | None = None,
+    on_wait: Callable[[str], None] | None = None,
+) -> dict[str, Any] | None:
+    """Wait until the owner reports the outcome of ``handed`` on the Lease.
+
+    Returns:
+        The outcome (``request``, ``outcome``, ``message``, ``owner``), or None when the owner
+        released or lost the Lease without reporting it (it ended before acting on the request,
+        or died): the Lease is then free and the caller may do the rollback itself.
+
+    Raises:
+        ExternalError: ``timeout_s`` passed first.
+    """
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    rv = handed.rv
+    while True:
+        try:
+            for kind, obj in watch_lease(api, namespace, rv, 5.0):
+                if kind == "DELETED":
+                    return None
+                if kind not in ("ADDED", "MODIFIED"):
+                    break
+                rv = rv_of(obj) or rv
+                found = _outcome_of(annotations_of(obj))
+                if found and found.get("request") == handed.request.id:
+                    return found
+        except Exception as e:  # the API server is away: read below, or wait
+            if on_wait is not None:
+                on_wait(f"watching the Lease: {describe(e)}")
+            time.sleep(0.5)
+        lease = read_lease(api, namespace)
+        if lease is None:
+            return None
+        found = _outcome_of(annotations_of(lease))
+        if found and found.get("request") == handed.request.id:
+            return found
+        if live_holder(lease, datetime.now(UTC)) != handed.owner:
+            return None
+        rv = rv_of(lease)
+        if deadline is not None and time.monotonic() > deadline:
+            raise ExternalError(
+                f"the owner {handed.owner} did not report the rollback within {timeout_s:.0f}s"
+            )
