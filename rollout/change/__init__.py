@@ -1,7 +1,8 @@
 """The change: plan, batches, preflight, the apply / promote / rollback / resume engine, journal.
 
 Owns everything from a plan file to nodes on the new config (or restored): ``plan`` (the plan
-file's schema), ``planning`` (batches), ``preparing`` (preflight: facts, render, lint, preview),
+file's schema), ``planning`` (batches), ``inventory`` (the Ansible inventory),
+``preparing`` (preflight: facts, checks, preview), ``rendering`` (one node's change from its facts),
 ``previewing`` (the admission preview), ``orchestrator`` (the engine), ``draining``,
 ``shipping`` (node writes through the playbooks), ``verifying``, ``restoring``, ``windows``,
 ``journal`` and ``progress``.

@@ -1,30 +1,22 @@
 """Preparing a change: every preflight fact gathered and checked before anything is touched.
 
 Why one place: the operator must see *all* reasons a change is refused at once, and nothing may be
-written (not even a journal) until every check passed. This module gathers the facts (inventory,
-API server version and discovery, Nodes, pods, PDBs, ResourceSlices, node facts through the facts
-playbook), renders and lints each node's files, and hands the plain data to the pure checks in
-``rollout.change.planning``. The result, :class:`Prepared`, is what ``--dry-run`` prints and what
-the
-orchestrator runs.
+written (not even a journal) until every check passed. This module gathers the facts (API server
+version and discovery, Nodes, pods, PDBs, ResourceSlices, through :class:`ClusterReader`), has each
+node's files rendered and linted (:mod:`rollout.change.rendering`), and hands the plain data to the
+pure checks in ``rollout.change.planning``. The result, :class:`Prepared`, is what ``--dry-run``
+prints and what the orchestrator runs. The inventory it runs on is read by
+:mod:`rollout.change.inventory`.
 """
 
 from __future__ import annotations
 
-import base64
-import difflib
-import hashlib
-import json
-import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollout.ansible.payloads import ABSENT
+from rollout.change.inventory import Inventory, hosts_for, read_inventory, start_inventory
 from rollout.change.plan import Plan
 from rollout.change.planning import (
     Batch,
@@ -38,93 +30,24 @@ from rollout.change.planning import (
     parse_strategy,
 )
 from rollout.change.previewing import NodePreview, decide, fleet_misfits, preview_node
-from rollout.change.verifying import WATCHED
-from rollout.errors import InputError, Location, PreflightError, RolloutError
+from rollout.change.rendering import node_change, unified_diff
+from rollout.errors import PreflightError, RolloutError
 from rollout.kube import nodes as kn
 from rollout.kubelet.facts import node_facts_from_dict
-from rollout.kubelet.findings import Severity
-from rollout.kubelet.intent import build_intent
-from rollout.kubelet.loading import effective, node_from_files
-from rollout.kubelet.render import render
-from rollout.kubelet.validation import validate
 from rollout.models import NodeChange, NodeFacts, NodeInfo, PodRef
 
-
-@dataclass(frozen=True)
-class Inventory:
-    """An Ansible inventory, as ``ansible-inventory --list`` sees it.
-
-    Attributes:
-        path: the file.
-        hosts: every host, in inventory order.
-        groups: group -> hosts.
-        hostvars: host -> variables.
-    """
-
-    path: Path
-    hosts: tuple[str, ...]
-    groups: Mapping[str, tuple[str, ...]]
-    hostvars: Mapping[str, Mapping[str, Any]]
-
-    def node_of(self, host: str) -> str:
-        """The Kubernetes Node name of a host (``rollout_node_name``, else the host name)."""
-        return str(self.hostvars.get(host, {}).get("rollout_node_name") or host)
-
-
-def read_inventory(path: Path) -> Inventory:
-    """Parse an inventory with ``ansible-inventory --list`` (every inventory format works).
-
-    Raises:
-        InputError: the file is not a valid inventory, or holds no hosts.
-    """
-    return start_inventory(path)()
-
-
-def start_inventory(path: Path) -> Callable[[], Inventory]:
-    """Start ``ansible-inventory --list`` (about a second of CPU) and return what waits for it
-    and parses its answer (:func:`read_inventory`), so a caller can do other work meanwhile.
-
-    Raises:
-        InputError: ``ansible-inventory`` is not installed (the returned function raises the
-            other errors of :func:`read_inventory`).
-    """
-    exe = shutil.which("ansible-inventory", path=str(Path(sys.executable).parent)) or shutil.which(
-        "ansible-inventory"
-    )
-    if exe is None:
-        raise InputError("ansible-inventory not found", Location(file=str(path)))
-    proc = subprocess.Popen(
-        [exe, "-i", str(path), "--list"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true"},
-    )
-
-    def finish() -> Inventory:
-        stdout, stderr = proc.communicate()
-        if proc.returncode != 0:
-            raise InputError(
-                f"not a valid inventory: {stderr.strip()[-300:]}", Location(file=str(path))
-            )
-        return _parse_inventory(path, json.loads(stdout))
-
-    return finish
-
-
-def _parse_inventory(path: Path, data: Mapping[str, Any]) -> Inventory:
-    groups: dict[str, tuple[str, ...]] = {}
-    order: list[str] = []
-    for name, g in data.items():
-        if name == "_meta" or not isinstance(g, dict):
-            continue
-        hosts = tuple(g.get("hosts", ()))
-        groups[name] = hosts
-        order += [h for h in hosts if h not in order]
-    if not order:
-        raise InputError("inventory has no hosts", Location(file=str(path)))
-    return Inventory(path, tuple(order), groups, data.get("_meta", {}).get("hostvars", {}))
+# what callers of rollout.change.preparing import from here, though it now lives beside it
+__all__ = [
+    "ClusterReader",
+    "Inventory",
+    "Prepared",
+    "PreviewedRefusal",
+    "hosts_for",
+    "node_change",
+    "prepare",
+    "read_inventory",
+    "start_inventory",
+]
 
 
 @dataclass(frozen=True)
@@ -270,133 +193,6 @@ class ClusterReader:
         return list(self._read(("controllers", ""), lambda: workloads.controller_objects(self.api)))
 
 
-def _gpu_model(raw: Mapping[str, Any]) -> str:
-    return ",".join(
-        sorted({f"{g.get('vendor', '')}:{g.get('device', '')}" for g in raw.get("gpus") or []})
-    )
-
-
-def node_change(
-    plan: Plan, inv: Inventory, host: str, raw: Mapping[str, Any], facts_dir: Path
-) -> tuple[NodeChange, NodeFacts, list[str], list[str]]:
-    """Render and lint one node from its gathered facts.
-
-    Returns:
-        The change, the node's facts, lint errors (refusals) and warnings.
-    """
-    node = inv.node_of(host)
-    dist = (
-        plan.distribution_for(host)
-        or inv.hostvars.get(host, {}).get("rollout_distribution")
-        or raw.get("distribution")
-    )
-    if not dist:
-        raise PreflightError(f"node {node}: distribution unknown (set it in the plan)")
-    files, meta = node_files_of(raw, facts_dir / host)
-    node_files = node_from_files(str(dist), {k: v for k, v in files.items() if v is not None})
-    before = effective(node_files)
-    existing = any(
-        str((before.config.get(s) or {}).get("cpu", "")).strip() not in ("", "0", "0m")
-        for s in ("kubeReserved", "systemReserved")
-    )
-    intent = build_intent(
-        plan.kubelet_for(host),
-        plan_file=plan.path,
-        plan_lines=plan.lines,
-        existing_reservation=existing,
-    )
-    r = render(node_files, intent, plan.method_for(host), plan.name)
-    hw = node_facts_from_dict(raw, file=str(facts_dir / f"{host}.json"))
-    findings = validate(
-        r.effective_after.config,
-        origins=r.effective_after.origins,
-        kubelet_version=raw.get("kubeletVersion"),
-        node_facts=hw,
-    )
-    errors = [f"node {node}: {f.describe()}" for f in findings if f.severity is Severity.ERROR]
-    warnings = [f"node {node}: {w}" for w in r.warnings]
-    touched = [f.path for f in r.files] + list(r.removed)
-    digests = {p: hashlib.sha256(b).hexdigest() for p, b in files.items() if b is not None}
-    change = NodeChange(
-        node=node,
-        host=host,
-        files={f.path: f.content for f in r.files},
-        removed=tuple(p for p in r.removed if p not in {f.path for f in r.files}),
-        checkpoint_reset=tuple(r.checkpoint_reset),
-        expected={
-            k: r.effective_after.config.get(k)
-            for k in WATCHED
-            if k in intent.fields and k in r.effective_after.config
-        },
-        service=r.services[0] if r.services else "kubelet",
-        # an existing file keeps the node's mode and owner; a new one gets render's
-        mode={
-            f.path: meta.get(f.path)
-            or (f.mode, f.owner.partition(":")[0], f.owner.partition(":")[2] or f.owner)
-            for f in r.files
-        },
-        before={p: files.get(p) for p in touched},
-        before_meta={p: meta[p] for p in touched if p in meta},
-        expect={p: digests.get(p, ABSENT) for p in touched},
-    )
-    facts = NodeFacts(
-        host=host,
-        node=node,
-        distribution=str(dist),
-        cpu_model=str(raw.get("cpuModel") or ""),
-        numa=tuple(str(n.get("cpus", "")) for n in raw.get("numaNodes") or []),
-        gpu_model=_gpu_model(raw),
-        files=files,
-        kubelet_after=r.effective_after.config,
-    )
-    return change, facts, errors, warnings
-
-
-def node_files_of(
-    raw: Mapping[str, Any], fetched: Path
-) -> tuple[dict[str, bytes | None], dict[str, tuple[str, str, str]]]:
-    """The node's kubelet files as the facts module read them: path -> bytes, and path ->
-    (mode, owner, group). Facts from older playbooks carry no bytes; those were fetched to
-    ``fetched/<node path>`` (mode and owner then unknown).
-
-    Raises:
-        InputError: a file's bytes do not match the sha256 the node reported.
-    """
-    files: dict[str, bytes | None] = {}
-    meta: dict[str, tuple[str, str, str]] = {}
-    recorded = raw.get("kubeletFileMeta") or {}
-    for p in raw.get("kubeletFiles") or []:
-        m = recorded.get(p)
-        if not isinstance(m, Mapping):
-            files[p] = (fetched / p.lstrip("/")).read_bytes()
-            continue
-        data = base64.b64decode(str(m.get("content_b64", "")))
-        if hashlib.sha256(data).hexdigest() != m.get("sha256"):
-            raise InputError(
-                f"facts of {p}: bytes do not match their sha256",
-                Location(field=f"kubeletFileMeta[{p}]"),
-            )
-        files[p] = data
-        meta[p] = (str(m.get("mode")), str(m.get("owner")), str(m.get("group")))
-    return files, meta
-
-
-def unified_diff(change: NodeChange) -> str:
-    """A unified diff of every file the change writes or removes."""
-    out: list[str] = []
-    for path in change.touched:
-        old = (change.before.get(path) or b"").decode("utf-8", "replace").splitlines(keepends=True)
-        new = change.files.get(path)
-        new_lines = new.decode("utf-8", "replace").splitlines(keepends=True) if new else []
-        out += difflib.unified_diff(
-            old,
-            new_lines,
-            f"a{path}" if change.before.get(path) is not None else "/dev/null",
-            f"b{path}" if new is not None else "/dev/null",
-        )
-    return "".join(line if line.endswith("\n") else line + "\n" for line in out)
-
-
 def prepare(
     plan: Plan,
     inv: Inventory,
@@ -509,9 +305,3 @@ def _previews(
             preview_node(objects[n], hw, f.kubelet_after, cluster.pod_objects(n), controllers)
         )
     return out
-
-
-def hosts_for(inv: Inventory, nodes: Sequence[str]) -> list[str]:
-    """Inventory hosts of the given Node names."""
-    by_node = {inv.node_of(h): h for h in inv.hosts}
-    return [by_node[n] for n in nodes if n in by_node]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout.change.preparing import start_inventory
+from rollout.change.inventory import start_inventory
 from rollout.errors import InputError
 
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from rollout.change.inventory import Inventory
 from rollout.change.plan import parse_plan
 from rollout.change.planning import parse_strategy
-from rollout.change.preparing import Inventory
 from rollout.change.previewing import NodePreview, preview_node
 from rollout.cli import cli
 from rollout.errors import InputError

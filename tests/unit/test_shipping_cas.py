@@ -12,8 +12,9 @@ import pytest
 
 from rollout.ansible.payloads import ABSENT
 from rollout.ansible.runner import HostResult
+from rollout.change.inventory import Inventory
 from rollout.change.plan import load_plan
-from rollout.change.preparing import Inventory, node_change, node_files_of
+from rollout.change.rendering import node_change, node_files_of
 from rollout.change.shipping import _apply_payload, _result
 from rollout.errors import InputError
 from rollout.lab.cluster import LAB_INTENT
