@@ -29,8 +29,8 @@ fingerprint  # rollout.gate.serve.AlertOutcome -> the receiver's JSON reply (o._
 
 # -- record fields set where the record is built and kept for readers of the data (the CLI's
 #    -o json, journal entries, docs tables); listed so the record stays complete
-elapsed_s  # rollout.ansible.runner.PlaybookResult: how long ansible-playbook ran
-artifacts  # rollout.ansible.runner.PlaybookResult: ansible-runner's artifact dir, for debugging
+elapsed_s  # rollout.ansible.outcomes.PlaybookResult: how long ansible-playbook ran
+artifacts  # rollout.ansible.outcomes.PlaybookResult: ansible-runner's artifact dir, for debugging
 upgrades  # rollout.kubelet.distributions.Distribution: the docs' "survives upgrades" column
 smt_siblings  # rollout.kubelet.facts.NodeFacts: parsed from the node facts file (CPU topology)
 manager  # rollout.kubelet.options.PolicyOption: which kubelet manager owns the option

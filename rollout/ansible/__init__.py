@@ -2,5 +2,6 @@
 
 The orchestrator talks to nodes through :class:`rollout.ansible.runner.AnsibleRunner` (or any
 object with the same methods), so its logic is testable with a tiny fake and the lab proves the
-real thing.
+real thing. ``outcomes`` turns a run's events into per-host results (pure); ``gathering`` collects
+node facts over plain ssh without Ansible.
 """

@@ -5,8 +5,9 @@ not Ansible's event stream, and it must not pay Ansible's start-up cost more tha
 So one call runs one playbook for all hosts of a batch (``forks`` = number of hosts), over
 pipelined SSH with ControlPersist, with fact gathering off. The node-side work of an apply or a
 restore is one module call per host (``rollout_kubelet_step``); its result, read from the event
-stream, is the host's report. Per-host outcomes are computed by a
-pure function (:func:`summarize`) from the events, so the rules are unit-tested on plain data.
+stream, is the host's report. Per-host outcomes are computed by a pure function
+(:func:`rollout.ansible.outcomes.summarize`) from the events, so the rules are unit-tested on
+plain data; facts over plain ssh, without Ansible, are :mod:`rollout.ansible.gathering`.
 
 Directories on the controller, under ``private_data_dir_root``::
 
@@ -27,14 +28,32 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from rollout import assets
+from rollout.ansible.outcomes import (
+    ApplyResult,
+    HostResult,
+    HostStatus,
+    PlaybookResult,
+    TaskEvent,
+    summarize,
+    task_event,
+    timed_out,
+)
 from rollout.ansible.payloads import ApplyPayload, Backup, RestorePayload
 from rollout.errors import ExternalError, InputError, Location
+
+# what callers of rollout.ansible.runner import from here, though it now lives beside it
+__all__ = [
+    "ENV",
+    "AnsibleRunner",
+    "HostResult",
+    "HostStatus",
+    "TaskEvent",
+]
 
 
 def _path_with_ansible() -> str:
@@ -44,8 +63,6 @@ def _path_with_ansible() -> str:
     path = os.environ.get("PATH", os.defpath)
     return path if path.split(os.pathsep)[0] == here else here + os.pathsep + path
 
-
-HostStatus = Literal["ok", "failed", "unreachable", "skipped"]
 
 #: Settings that keep Ansible's per-run overhead low and its behaviour predictable.
 ENV: dict[str, str] = {
@@ -64,18 +81,6 @@ ENV: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
-class TaskEvent:
-    """One task outcome on one host, as passed to ``on_event``."""
-
-    kind: Literal["start", "ok", "failed", "unreachable", "skipped"]
-    host: str
-    task: str
-    changed: bool = False
-    message: str | None = None
-    result: Mapping[str, Any] | None = None
-
-
 PLAYBOOK_TIMEOUT_S = 900.0
 """Wall-clock limit of one playbook run (``$ROLLOUT_PLAYBOOK_TIMEOUT_S`` overrides it): a run
 past it is killed and every host it had not finished counts as failed, so the orchestrator
@@ -90,18 +95,6 @@ def playbook_timeout(env: Mapping[str, str] | None = None) -> float:
     except ValueError:
         return PLAYBOOK_TIMEOUT_S
     return value if value > 0 else PLAYBOOK_TIMEOUT_S
-
-
-def timed_out(results: Mapping[str, HostResult], limit_s: float) -> dict[str, HostResult]:
-    """The outcomes of a run killed at its timeout (pure): a host that had not failed yet did
-    not finish, so it failed too, with the timeout named."""
-    msg = f"the playbook ran past its timeout of {limit_s:.0f}s and was stopped"
-    return {
-        h: r
-        if r.status in ("failed", "unreachable")
-        else replace(r, status="failed", failed_task=r.failed_task or "(timeout)", message=msg)
-        for h, r in results.items()
-    }
 
 
 def _kill_leftovers(private_data_dir: Path) -> list[int]:
@@ -130,126 +123,6 @@ def _kill_leftovers(private_data_dir: Path) -> list[int]:
             except OSError:
                 continue
     return killed
-
-
-@dataclass(frozen=True)
-class HostResult:
-    """What one playbook run did to one host.
-
-    Attributes:
-        status: ``ok``; ``failed`` (a task failed; ``failed_task`` names the first step that did);
-            ``unreachable`` (SSH could not reach it); ``skipped`` (no task ran on it).
-        failed_task: the name of the step that failed, if any.
-        message: the failure message (the playbook's named message when it has one).
-        changed: whether any task changed something on the host.
-        report: the JSON the playbook wrote for this host (apply/restore), if any.
-    """
-
-    host: str
-    status: HostStatus
-    failed_task: str | None = None
-    message: str | None = None
-    changed: bool = False
-    report: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class PlaybookResult:
-    """One playbook run: runner status, return code, per-host results and wall time."""
-
-    playbook: str
-    status: str
-    rc: int
-    hosts: Mapping[str, HostResult]
-    elapsed_s: float
-    artifacts: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return all(h.status == "ok" for h in self.hosts.values())
-
-
-@dataclass(frozen=True)
-class ApplyResult:
-    """apply.yml's outcome plus each host's backup (None where no backup reached the controller)."""
-
-    playbook: PlaybookResult
-    backups: Mapping[str, Backup | None] = field(default_factory=dict)
-
-
-_KINDS: dict[str, Literal["start", "ok", "failed", "unreachable", "skipped"]] = {
-    "runner_on_start": "start",
-    "runner_on_ok": "ok",
-    "runner_on_failed": "failed",
-    "runner_on_unreachable": "unreachable",
-    "runner_on_skipped": "skipped",
-    "runner_item_on_failed": "failed",
-}
-
-
-def task_event(event: Mapping[str, Any]) -> TaskEvent | None:
-    """Turn an ansible-runner event into a :class:`TaskEvent` (None for other events)."""
-    kind = _KINDS.get(str(event.get("event", "")))
-    data = event.get("event_data") or {}
-    if kind is None or not data.get("host"):
-        return None
-    res = data.get("res") or {}
-    if kind == "failed" and data.get("ignore_errors"):
-        kind = "ok"
-    message = res.get("msg") if isinstance(res, Mapping) else None
-    return TaskEvent(
-        kind=kind,
-        host=str(data["host"]),
-        task=str(data.get("task") or ""),
-        changed=bool(res.get("changed")) if isinstance(res, Mapping) else False,
-        message=str(message) if message else None,
-        result=res if isinstance(res, Mapping) and res.get("rollout_step") else None,
-    )
-
-
-def summarize(
-    events: Iterable[TaskEvent],
-    hosts: Iterable[str],
-    reports: Mapping[str, Mapping[str, Any]] | None = None,
-) -> dict[str, HostResult]:
-    """Per-host outcome from the task events of one run. Pure.
-
-    Unreachable beats failed beats ok. ``failed_task`` is the first failed step, or the one the
-    playbook's own report names (its rescue records the step before failing with a named
-    message); ``message`` is the last failure message, which is the named one.
-    """
-    reports = dict(reports or {})
-    seen: dict[str, dict[str, Any]] = {}
-    for e in events:
-        if e.kind == "start":
-            continue
-        s = seen.setdefault(e.host, {"status": "ok", "task": None, "msg": None, "changed": False})
-        s["changed"] = s["changed"] or e.changed
-        if e.kind == "unreachable":
-            s["status"], s["task"], s["msg"] = "unreachable", e.task, e.message
-        elif e.kind == "failed" and s["status"] != "unreachable":
-            s["status"] = "failed"
-            s["task"] = s["task"] or e.task
-            s["msg"] = e.message or s["msg"]
-    out: dict[str, HostResult] = {}
-    for host in sorted({*hosts, *seen}):
-        report = reports.get(host)
-        if host not in seen:
-            out[host] = HostResult(host, "skipped", report=report)
-            continue
-        s = seen[host]
-        task = s["task"]
-        if report and (report.get("failedTask") or report.get("failedStep")):
-            task = str(report.get("failedTask") or report.get("failedStep"))
-        out[host] = HostResult(
-            host=host,
-            status=s["status"],
-            failed_task=task if s["status"] != "ok" else None,
-            message=s["msg"] if s["status"] != "ok" else None,
-            changed=s["changed"],
-            report=report,
-        )
-    return out
 
 
 def _tail(r: Any, limit: int = 400) -> str:
@@ -419,8 +292,9 @@ class AnsibleRunner:
 
         With ``hostvars`` (the inventory's, as ``ansible-inventory --list`` gives them) and every
         host reachable with plain ssh, the facts module runs over one ssh call per host, all at
-        once (:func:`facts_direct`): no Ansible start-up, and each call leaves the SSH master
-        connection open for the apply, verify and restore that follow. Otherwise facts.yml runs.
+        once (:func:`rollout.ansible.gathering.facts_direct`): no Ansible start-up, and each call
+        leaves the SSH master connection open for the apply, verify and restore that follow.
+        Otherwise facts.yml runs.
 
         Raises:
             ExternalError: a host was unreachable or its facts could not be collected, naming it
@@ -428,6 +302,8 @@ class AnsibleRunner:
         """
         out = Path(out_dir) if out_dir else self.root / "facts"
         if hosts and hostvars is not None:
+            from rollout.ansible.gathering import facts_direct  # it imports this module
+
             direct_facts = facts_direct(hosts, hostvars, out, self.playbook_dir)
             if direct_facts is not None:
                 return direct_facts
@@ -511,68 +387,3 @@ class AnsibleRunner:
             },
             on_event,
         )
-
-
-#: role variables (defaults/main.yml, overridable per host) -> the facts module's arguments
-FACTS_VARS = {
-    "rollout_kubelet_distribution_markers": "markers",
-    "rollout_kubelet_files": "kubelet_paths",
-    "rollout_kubelet_root_dirs": "checkpoint_dirs",
-    "rollout_kubelet_machine_file": "machine_file",
-    "rollout_kubelet_gpu_vendors": "gpu_vendors",
-    "rollout_kubelet_gpu_classes": "gpu_classes",
-}
-
-#: Bound on one facts call over ssh (reads a few files; the connection is the slow part).
-FACTS_TIMEOUT_S = 120.0
-
-
-def role_defaults(playbook_dir: Path) -> dict[str, Any]:
-    """The role's defaults (``roles/rollout_kubelet/defaults/main.yml``), as Ansible reads them."""
-    import yaml
-
-    path = playbook_dir / "roles" / "rollout_kubelet" / "defaults" / "main.yml"
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    return dict(data) if isinstance(data, Mapping) else {}
-
-
-def facts_direct(
-    hosts: Sequence[str],
-    hostvars: Mapping[str, Mapping[str, Any]],
-    out: Path,
-    playbook_dir: Path,
-) -> dict[str, dict[str, Any]] | None:
-    """What facts.yml does, over one plain ssh call per host, all hosts at once; None when a host
-    needs more than plain ssh (then the playbook runs).
-
-    Raises:
-        ExternalError: as :meth:`AnsibleRunner.gather_facts`.
-    """
-    from rollout.ansible import direct
-
-    defaults = role_defaults(playbook_dir)
-    jobs = {}
-    for h in hosts:
-        hv = hostvars.get(h, {})
-        t = direct.target(h, hv)
-        if t is None:
-            return None
-        args = {arg: hv.get(var, defaults.get(var)) for var, arg in FACTS_VARS.items()}
-        if any(v is None for v in args.values()) or "{{" in json.dumps(args):
-            return None  # a templated or missing role variable: only Ansible can render it
-        jobs[h] = (t, args)
-
-    results = direct.run_all(jobs, lambda _args: FACTS_TIMEOUT_S, module=direct.FACTS)
-    bad = {h: r for h, r in results.items() if r.get("failed") or "node_facts" not in r}
-    if bad:
-        detail = "; ".join(
-            f"{h}: {'unreachable' if r.get('unreachable') else 'failed'}: {r.get('msg') or ''}"
-            for h, r in sorted(bad.items())
-        )
-        raise ExternalError(f"could not collect node facts: {detail}")
-    facts: dict[str, dict[str, Any]] = {}
-    for h in hosts:
-        data = dict(results[h]["node_facts"])
-        _write_json(out / f"{h}.json", data)
-        facts[h] = data
-    return facts

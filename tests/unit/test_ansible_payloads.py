@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from rollout.ansible.outcomes import TaskEvent, summarize, task_event
 from rollout.ansible.payloads import ApplyPayload, Backup, FileWrite, RestorePayload
-from rollout.ansible.runner import TaskEvent, summarize, task_event
 from rollout.errors import InputError
 
 

@@ -185,7 +185,7 @@ def test_facts_over_ssh_are_what_the_module_reads(
     host's overrides, and keeps <host>.json on the controller; a host that needs more than plain
     ssh makes it decline (the playbook runs instead)."""
     from rollout import assets
-    from rollout.ansible.runner import facts_direct
+    from rollout.ansible.gathering import facts_direct
 
     _local(monkeypatch)
     config = tmp_path / "config.yaml"

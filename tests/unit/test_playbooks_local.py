@@ -104,7 +104,7 @@ def test_facts_over_ssh_equal_the_facts_playbook(
     exactly what facts.yml reports: same module, same role defaults."""
     from rollout import assets
     from rollout.ansible import direct
-    from rollout.ansible.runner import facts_direct
+    from rollout.ansible.gathering import facts_direct
 
     runner, inv = local
     by_playbook = runner.gather_facts(inv, ["localhost"], tmp_path / "facts")["localhost"]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from rollout.ansible.outcomes import HostResult
 from rollout.ansible.payloads import ABSENT
-from rollout.ansible.runner import HostResult
 from rollout.change.inventory import Inventory
 from rollout.change.plan import load_plan
 from rollout.change.rendering import node_change, node_files_of

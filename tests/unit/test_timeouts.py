@@ -12,13 +12,8 @@ from typing import Any
 
 import pytest
 
-from rollout.ansible.runner import (
-    PLAYBOOK_TIMEOUT_S,
-    AnsibleRunner,
-    HostResult,
-    playbook_timeout,
-    timed_out,
-)
+from rollout.ansible.outcomes import HostResult, timed_out
+from rollout.ansible.runner import PLAYBOOK_TIMEOUT_S, AnsibleRunner, playbook_timeout
 from rollout.kube.client import REQUEST_TIMEOUT_S, call
 
 pytestmark = pytest.mark.timeout(120)
