@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
+from rollout.lab.binaries import find_bin_dir, missing_binaries
 from rollout.lab.cluster import Lab
-from rollout.lab.controlplane import find_bin_dir, missing_binaries
 from rollout.lab.nodes import LabNode
 
 IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false")

@@ -16,13 +16,8 @@ from typing import Any
 
 import pytest
 
-from rollout.lab.controlplane import (
-    ETCD_VERSION,
-    K8S_VERSION,
-    ControlPlane,
-    find_bin_dir,
-    missing_binaries,
-)
+from rollout.lab.binaries import ETCD_VERSION, K8S_VERSION, find_bin_dir, missing_binaries
+from rollout.lab.controlplane import ControlPlane
 from tests.lab.changekit import wait_for as _wait
 
 REPO = Path(__file__).resolve().parents[2]

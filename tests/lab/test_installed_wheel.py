@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 import yaml
 
-from rollout.lab.controlplane import find_bin_dir, missing_binaries
+from rollout.lab.binaries import find_bin_dir, missing_binaries
 from tests.lab.conftest import IN_CI
 from tests.unit.render_fixtures import fixture_files, write_root
 

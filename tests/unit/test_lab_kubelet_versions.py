@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from rollout.cli import cli
 from rollout.errors import LabError
 from rollout.lab import cluster, realnode
-from rollout.lab.controlplane import K8S_VERSION
+from rollout.lab.binaries import K8S_VERSION
 
 REPO = Path(__file__).resolve().parents[2]
 
