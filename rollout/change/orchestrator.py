@@ -37,6 +37,10 @@ GATE_STEP = "gate"
 """The step name of gate entries (node is None): ``begin`` when the soak starts (``nodes``),
 ``done`` with the verdict (``status``, ``reason``, ``nodes``)."""
 
+REQUEST_STEP = "request"
+"""The step name of the entry the owner journals when a rollback is handed to it (node None:
+``by``, ``nodes``, ``request``, ``force``) before it restores anything."""
+
 
 class NoGate:
     """The default gate: lets the rollout go on (``--canary`` still holds after the canary)."""
@@ -287,7 +291,7 @@ def _stopped(ctx: Context, reason: StopReason) -> ChangeStatus:
         raise LeaseLostError(f"{what}\nnode states:\n{summary(final)}")
     ctx.on_event(f"rollback requested by {reason.by}: stopping forward work")
     ctx.journal.append(
-        "request",
+        REQUEST_STEP,
         Phase.DONE,
         now=ctx.clock.now(),
         data={
@@ -336,8 +340,27 @@ def _restore_many(
     return restore_nodes(ctx, [status.nodes[n] for n in nodes])
 
 
-def rollback(ctx: Context, nodes: Sequence[str] | None = None) -> ChangeStatus:
+ROLLBACK_INFO = "rollback"
+"""The key a rollback's change-level ``begin`` adds to the change's info: the nodes it restores
+(None: every node) and whether ``--force`` was given, so ``resume`` finishes a rollback that was
+interrupted (``rollout.change.resuming.unfinished_rollback``)."""
+
+
+def rollback_targets(status: ChangeStatus, nodes: Sequence[str] | None) -> list[str]:
+    """The nodes a rollback of ``nodes`` (None: all) still has to restore (pure)."""
+    return [
+        n
+        for n, s in status.nodes.items()
+        if (not nodes or n in nodes) and s.state not in (NodeState.PENDING, NodeState.RESTORED)
+    ]
+
+
+def rollback(ctx: Context, nodes: Sequence[str] | None = None, force: bool = False) -> ChangeStatus:
     """Restore the given nodes (default: every node this change touched).
+
+    A change-level ``begin`` is journaled first (the change's info, with :data:`ROLLBACK_INFO`
+    naming ``nodes`` and ``force``): a rollback killed part way is then an unfinished change that
+    ``rollout resume`` finishes, as it finishes an apply.
 
     Raises:
         InputError: a named node is not part of the change.
@@ -351,11 +374,12 @@ def rollback(ctx: Context, nodes: Sequence[str] | None = None) -> ChangeStatus:
                 f"node(s) {', '.join(unknown)} not part of change {status.change}; "
                 f"its nodes: {', '.join(status.nodes)}"
             )
-    targets = [
-        n
-        for n, s in status.nodes.items()
-        if (not nodes or n in nodes) and s.state not in (NodeState.PENDING, NodeState.RESTORED)
-    ]
+    info = {k: v for k, v in status.info.items() if k != ROLLBACK_INFO}
+    asked = {"nodes": list(nodes) if nodes else None, "force": force}
+    ctx.journal.append(
+        CHANGE_STEP, Phase.BEGIN, now=ctx.clock.now(), data={**info, ROLLBACK_INFO: asked}
+    )
+    targets = rollback_targets(status, nodes)
     ctx.on_event(f"rolling back: {', '.join(targets) or 'nothing to restore'}")
     errors = _restore_many(ctx, targets, status)
     if errors:

@@ -9,11 +9,27 @@ through the same loop as ``apply`` and ``promote`` (``orchestrator.continue_chan
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from rollout.change.applying import apply_and_verify
-from rollout.change.journal import ChangeStatus, Entry, NodeStatus, replay
-from rollout.change.orchestrator import GATE_STEP, UnfinishedGate, end_change, summary
-from rollout.change.restoring import Context, change_from_record, in_parallel, restore_node, wrap
+from rollout.change.journal import CHANGE_STEP, ChangeStatus, Entry, NodeStatus, replay
+from rollout.change.orchestrator import (
+    GATE_STEP,
+    REQUEST_STEP,
+    ROLLBACK_INFO,
+    UnfinishedGate,
+    end_change,
+    rollback_targets,
+    summary,
+)
+from rollout.change.restoring import (
+    Context,
+    change_from_record,
+    in_parallel,
+    restore_node,
+    restore_nodes,
+    wrap,
+)
 from rollout.errors import NodeOperationError
 from rollout.models import NodeState, Path, Phase, Step, Verdict, VerdictStatus
 
@@ -116,3 +132,78 @@ def resume(ctx: Context, end: bool = True) -> ChangeStatus:
 def end_resumed(ctx: Context) -> ChangeStatus:
     """Journal the end of a resume that had nothing more to run."""
     return end_change(ctx, "resumed", "every node settled")
+
+
+@dataclass(frozen=True)
+class PendingRollback:
+    """A rollback the interrupted process had begun and not finished (see
+    :func:`unfinished_rollback`).
+
+    Attributes:
+        nodes: the nodes it restores (None: every node of the change).
+        force: whether files edited after our write are overwritten (``rollback --force``).
+        by: who asked, for a rollback handed to the change's owner (None: ``rollout rollback``).
+    """
+
+    nodes: tuple[str, ...] | None
+    force: bool = False
+    by: str | None = None
+
+
+def _since_last_begin(entries: Sequence[Entry]) -> Sequence[Entry]:
+    starts = [i for i, e in enumerate(entries) if e.step == CHANGE_STEP and e.phase is Phase.BEGIN]
+    return entries[starts[-1] :] if starts else entries
+
+
+def unfinished_rollback(entries: Sequence[Entry]) -> PendingRollback | None:
+    """The rollback an interrupted change still owes (pure), or None.
+
+    Owed while the change has no end: when its latest ``begin`` is a rollback's
+    (``rollout rollback``, :data:`~rollout.change.orchestrator.ROLLBACK_INFO`), or when the owner
+    journaled a handed-over rollback request (``request``) after it and died before ending.
+    """
+    status = replay(entries)
+    if status.outcome != "running":
+        return None
+    asked = status.info.get(ROLLBACK_INFO)
+    if asked:
+        nodes = asked.get("nodes")
+        return PendingRollback(tuple(nodes) if nodes else None, bool(asked.get("force")))
+    requests = [e for e in _since_last_begin(entries) if e.step == REQUEST_STEP]
+    if not requests:
+        return None
+    named = [list(r.data.get("nodes") or ()) for r in requests]
+    nodes = None if not all(named) else tuple(dict.fromkeys(x for n in named for x in n))
+    force = any(bool(r.data.get("force")) for r in requests)
+    return PendingRollback(nodes, force, str(requests[0].data.get("by", "")))
+
+
+def resume_rollback(ctx: Context, pending: PendingRollback) -> ChangeStatus:
+    """Finish an interrupted rollback: the nodes it names restored (those already restored are
+    not touched again), every other node in flight settled as :func:`resume` settles it.
+
+    Raises:
+        NodeOperationError: a node could not be restored or settled; every node's state named.
+    """
+    if pending.force and hasattr(ctx.runner, "force_restore"):
+        ctx.runner.force_restore = True
+    status = replay(ctx.journal.entries())
+    named = set(pending.nodes or status.nodes)
+    others = [
+        n
+        for n, s in status.nodes.items()
+        if n not in named
+        and s.state not in (NodeState.PENDING, NodeState.APPLIED, NodeState.RESTORED)
+    ]
+    _, errors = in_parallel(others, lambda n: settle_node(ctx, status.nodes[n]))
+    status = replay(ctx.journal.entries())
+    targets = rollback_targets(status, pending.nodes)
+    ctx.on_event(f"finishing the rollback: {', '.join(targets) or 'nothing left to restore'}")
+    errors.update(restore_nodes(ctx, [status.nodes[n] for n in targets]))
+    what = f"rolled back on request of {pending.by}" if pending.by else "rollback"
+    if errors:
+        what += " (finished by resume); failed: " + "; ".join(str(e) for e in errors.values())
+        final = end_change(ctx, "rollback-failed", what, Phase.FAILED)
+        raise NodeOperationError(f"{what}\nnode states:\n{summary(final)}")
+    done = [n for n, s in status.nodes.items() if n in named and s.state is not NodeState.PENDING]
+    return end_change(ctx, "rolled-back", f"{what} finished by resume; restored: {', '.join(done)}")

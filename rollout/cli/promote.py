@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from rollout.change.journal import ChangeStatus, Journal, replay
+from rollout.change.orchestrator import ROLLBACK_INFO
 from rollout.change.plan import load_plan
 from rollout.change.previewing import predicted_rejections
 from rollout.change.windows import guard, parse_windows
@@ -176,7 +177,7 @@ def promote_cmd(
         "refusal": refusal,
     }
     info = {
-        **status.info,
+        **{k: v for k, v in status.info.items() if k != ROLLBACK_INFO},  # a new part, no rollback
         "nodes": all_nodes,
         "batches": [*status.info.get("batches", ()), *batches],
         "canaryOnly": False,

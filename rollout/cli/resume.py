@@ -11,7 +11,7 @@ from rollout.change.journal import ChangeStatus, replay
 from rollout.change.plan import load_plan
 from rollout.change.previewing import predicted_rejections
 from rollout.change.restoring import Context
-from rollout.change.resuming import resume
+from rollout.change.resuming import resume, resume_rollback, unfinished_rollback
 from rollout.cli.gate import gate_config
 from rollout.errors import PreflightError
 from rollout.models import Phase
@@ -53,7 +53,8 @@ def resume_cmd(
     before any file was written gets its cordon undone and runs again in its batch), a gate the
     crash cut short is soaked again, then the batches the interrupted apply or promote had not
     started yet are run (with the gate where that command would have run it), unless a node had
-    failed (the change had stopped).
+    failed (the change had stopped). An interrupted rollback (`rollout rollback`, or one handed
+    to the change's owner) is finished instead: every node it names ends restored.
 
     \b
     Examples:
@@ -66,6 +67,9 @@ def resume_cmd(
     def work(ctx: Context, lock: Any) -> ChangeStatus:
         if before.outcome != "running":
             return resume(ctx)  # it had ended (held, completed, stopped): nothing more to start
+        pending = unfinished_rollback(ctx.journal.entries())
+        if pending is not None:  # a rollback was under way: finish it, never go forward
+            return resume_rollback(ctx, pending)
         # the change stays running until it goes on or ends here: a crash in between leaves
         # it to the next resume, which goes on with it
         settled = resume(ctx, end=False)

@@ -144,7 +144,7 @@ def rollback_cmd(
         output,
         kubeconfig,
         context,
-        lambda ctx, _lock: rollback(_forced(ctx, force), list(nodes) or None),
+        lambda ctx, _lock: rollback(_forced(ctx, force), list(nodes) or None, force),
         progress_mode,
     )
 
