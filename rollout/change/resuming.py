@@ -207,3 +207,31 @@ def resume_rollback(ctx: Context, pending: PendingRollback) -> ChangeStatus:
         raise NodeOperationError(f"{what}\nnode states:\n{summary(final)}")
     done = [n for n, s in status.nodes.items() if n in named and s.state is not NodeState.PENDING]
     return end_change(ctx, "rolled-back", f"{what} finished by resume; restored: {', '.join(done)}")
+
+
+def rerun_nodes(entries: Sequence[Entry]) -> set[str]:
+    """The nodes an interrupted apply / promote had cut before writing any file, by a crash
+    (pure): their forward path began, their ``apply`` never began, no step of theirs failed, and
+    no rollback is owed. ``resume`` undoes their cordon and runs them again in their batch.
+
+    The answer is the same before that undo and after it (the node is then restored, its
+    forward path still unwritten), so a resume killed between the two is finished by the next.
+    """
+    status = replay(entries)
+    if status.outcome != "running" or unfinished_rollback(entries) is not None:
+        return set()
+    forward: set[str] = set()
+    excluded: set[str] = set()
+    for e in entries:
+        if e.node is None:
+            continue
+        if e.phase is Phase.FAILED or (e.step == Step.APPLY.value and e.path is not Path.RESTORE):
+            excluded.add(e.node)
+        if e.path is not Path.RESTORE:
+            forward.add(e.node)
+    settled_or_cut = (NodeState.APPLYING, NodeState.RESTORING, NodeState.RESTORED)
+    return {
+        n
+        for n in forward - excluded
+        if n in status.nodes and status.nodes[n].state in settled_or_cut
+    }

@@ -11,10 +11,9 @@ from rollout.change.journal import ChangeStatus, replay
 from rollout.change.plan import load_plan
 from rollout.change.previewing import predicted_rejections
 from rollout.change.restoring import Context
-from rollout.change.resuming import resume, resume_rollback, unfinished_rollback
+from rollout.change.resuming import rerun_nodes, resume, resume_rollback, unfinished_rollback
 from rollout.cli.gate import gate_config
 from rollout.errors import PreflightError
-from rollout.models import Phase
 
 from .options import inventory_option, kube_options, output_option
 from .wiring import (
@@ -107,12 +106,8 @@ def _resume_later_batches(
     info = before.info
     # a node the crash caught on the forward path before any file was written (no step failed):
     # resume undid its cordon; the interrupted command would have gone on with it, so resume
-    # runs it again in its batch
-    cut = {
-        n
-        for n, s in before.nodes.items()
-        if s.state is NodeState.APPLYING and not s.files_touched and s.phase is not Phase.FAILED
-    }
+    # runs it again in its batch (also when an earlier resume undid the cordon and was killed)
+    cut = rerun_nodes(ctx.journal.entries())
     if any(
         s.state in (NodeState.RESTORED, NodeState.FAILED) and n not in cut
         for n, s in settled.nodes.items()

@@ -17,6 +17,8 @@ from rollout.change.planning import DrainPolicy, Strategy, make_batches
 from rollout.change.restoring import Context
 from rollout.change.resuming import (
     PendingRollback,
+    rerun_nodes,
+    resume,
     resume_rollback,
     unfinished_rollback,
 )
@@ -96,6 +98,7 @@ def test_a_rollback_killed_part_way_is_finished_by_resume(tmp_path: Path, where:
         rollback(ctx)
     pending = unfinished_rollback(ctx.journal.entries())
     assert pending == PendingRollback(None, False)
+    assert rerun_nodes(ctx.journal.entries()) == set()  # a rollback never goes forward
 
     cluster = FakeCluster(cluster.nodes)  # a new process: working cluster and runner
     again = _ctx(ctx.journal, cluster)
@@ -144,3 +147,51 @@ def test_a_failed_restore_in_a_resumed_rollback_ends_it_rollback_failed(tmp_path
     assert status.outcome == "rollback-failed"
     assert status.nodes["n1"].state is NodeState.RESTORED
     assert status.nodes["n3"].state is NodeState.APPLIED  # not named: left as it was
+
+
+class _DrainDies(FakeCluster):
+    """Dies at the first eviction: the node is cordoned and draining, its files untouched."""
+
+    def evict(self, pod: Any, grace_period_s: int | None) -> Any:
+        raise Killed
+
+
+def test_a_node_cut_before_its_files_is_run_again_even_after_a_resume_undid_its_cordon(
+    tmp_path: Path,
+) -> None:
+    cluster = _DrainDies({n: make_node(n) for n in NODES})
+    ctx = _ctx(Journal.create(tmp_path, "20260101T000000Z-abc"), cluster)
+    with pytest.raises(Killed):
+        _run(ctx)
+    assert rerun_nodes(ctx.journal.entries()) == {"n1"}
+    # the first resume undoes the cordon (and would be killed before running n1 again)
+    resume(_ctx(ctx.journal, FakeCluster(cluster.nodes)), end=False)
+    assert _states(ctx)["n1"] is NodeState.RESTORED
+    assert rerun_nodes(ctx.journal.entries()) == {"n1"}  # the next resume still runs it again
+
+
+class _VerifyDies(FakeCluster):
+    """Dies in verify (the second read of /configz, after preflight's): files written."""
+
+    reads = 0
+
+    def configz(self, node: str) -> Any:
+        self.reads += 1
+        if self.reads > 1:
+            raise Killed
+        return super().configz(node)
+
+
+def test_no_node_is_run_again_after_a_failure_or_a_write(tmp_path: Path) -> None:
+    ctx, cluster = _setup(tmp_path)
+    ctx.runner = FakeRunner(cluster, refuse=["n1"])  # n1's apply fails: the change stops
+    with pytest.raises(NodeOperationError):
+        _run(ctx)
+    assert rerun_nodes(ctx.journal.entries()) == set()  # it ended, and n1 failed
+
+    cluster = _VerifyDies({n: make_node(n) for n in NODES})
+    ctx = _ctx(Journal.create(tmp_path / "written", "20260101T000000Z-abc"), cluster)
+    with pytest.raises(Killed):
+        _run(ctx)
+    assert replay(ctx.journal.entries()).nodes["n1"].files_touched
+    assert rerun_nodes(ctx.journal.entries()) == set()  # its files were written: resume finishes
