@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from rollout.change.journal import CHANGE_STEP, Journal, replay
-from rollout.change.orchestrator import NoGate, rollback, run_change
-from rollout.change.planning import DrainPolicy, Strategy, make_batches
+from rollout.change.orchestrator import NoGate, continue_change, rollback, run_change
+from rollout.change.planning import Batch, DrainPolicy, Strategy, make_batches
 from rollout.change.restoring import Context
 from rollout.change.resuming import (
     PendingRollback,
@@ -195,3 +195,40 @@ def test_no_node_is_run_again_after_a_failure_or_a_write(tmp_path: Path) -> None
         _run(ctx)
     assert replay(ctx.journal.entries()).nodes["n1"].files_touched
     assert rerun_nodes(ctx.journal.entries()) == set()  # its files were written: resume finishes
+
+
+class _ApplyDies(FakeRunner):
+    """Dies in the apply run (its files may be written)."""
+
+    def apply_many(self, changes: Any, change_id: str) -> Any:
+        raise Killed
+
+
+def test_a_cut_node_killed_again_while_it_runs_again_is_finished_by_the_next_resume(
+    tmp_path: Path,
+) -> None:
+    """The first resume undid the cut node's cordon and ran it again; killed in that run's
+    apply, the node is applying again (not restored), so the next resume finishes it."""
+    cluster = _DrainDies({n: make_node(n) for n in NODES})
+    ctx = _ctx(Journal.create(tmp_path, "20260101T000000Z-abc"), cluster)
+    with pytest.raises(Killed):
+        _run(ctx)
+    plain = FakeCluster(cluster.nodes)
+    first = _ctx(ctx.journal, plain)
+    resume(first, end=False)  # the cordon undone: restored
+    first.runner = _ApplyDies(plain)
+    with pytest.raises(Killed):  # ... then run again, and killed at its write
+        _run_again(first, ["n1"])
+    n1 = replay(ctx.journal.entries()).nodes["n1"]
+    assert (n1.state, n1.files_touched) == (NodeState.APPLYING, True)
+    assert rerun_nodes(ctx.journal.entries()) == set()  # resume finishes it, no third run
+    resume(_ctx(ctx.journal, plain), end=False)
+    assert _states(ctx)["n1"] is NodeState.APPLIED
+    assert not plain.nodes["n1"].info.unschedulable
+
+
+def _run_again(ctx: Context, nodes: list[str]) -> Any:
+    info = replay(ctx.journal.entries()).info
+    batches = [Batch(tuple(nodes), True)]
+    changes = {n: make_change(n) for n in nodes}
+    return continue_change(ctx, changes, batches, None, {**info, "resumed": True})
