@@ -3,7 +3,8 @@
 Owns everything from a plan file to nodes on the new config (or restored): ``plan`` (the plan
 file's schema), ``planning`` (batches), ``inventory`` (the Ansible inventory),
 ``preparing`` (preflight: facts, checks, preview), ``rendering`` (one node's change from its facts),
-``previewing`` (the admission preview), ``orchestrator`` (the engine), ``draining``,
+``previewing`` (the admission preview), ``orchestrator`` (the engine: batches, gate, rollback),
+``applying`` (a node's forward path), ``resuming`` (finishing an interrupted change), ``draining``,
 ``shipping`` (node writes through the playbooks), ``verifying``, ``restoring``, ``windows``,
 ``journal`` and ``progress``.
 

@@ -446,7 +446,8 @@ def _apply_entry(s: NodeStatus, e: Entry) -> NodeStatus:
     if path is Path.FORWARD:
         if step is Step.UNCORDON and e.phase is Phase.DONE:
             return replace(s, state=NodeState.APPLIED)
-        if s.state in (NodeState.PENDING, NodeState.APPLYING):
+        # RESTORED: a node cut before any write, its cordon undone by resume, runs again
+        if s.state in (NodeState.PENDING, NodeState.APPLYING, NodeState.RESTORED):
             return replace(s, state=NodeState.APPLYING)
         return s
     if e.phase is Phase.FAILED:

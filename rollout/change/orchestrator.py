@@ -1,15 +1,12 @@
-"""The apply / rollback / resume loop: cordon, drain, write, restart, verify, uncordon, journaled.
+"""The change loop: batches, the gate after the canary, a handed-over rollback, ``rollback``.
 
-Why this shape: each node step is journaled before and after it runs, so any interruption leaves a
-record that says exactly what to finish or undo; where the node step goes over plain ssh each node
-of a batch runs its whole forward path on its own (a batch takes its slowest node's drain +
-restart + verify), else the nodes of a batch share one apply playbook run (Ansible's start-up paid
-once per batch) while every other step, and every outcome, stays per node; any failure on a
-node restores that node (``restoring.py``) and stops the rollout before another batch is touched;
-the canary batch ends at a :class:`~rollout.protocols.Gate` (the rejection-rate gate plugs in
-there). The loop sees the world
-only through the Protocols in ``rollout.protocols``, so its decisions are unit-tested with fakes and
-proven end to end in the lab.
+Why this shape: each node step is journaled before and after it runs (``applying.py``), so any
+interruption leaves a record that says exactly what to finish or undo (``resuming.py``); any
+failure on a node restores that node (``restoring.py``) and stops the rollout before another
+batch is touched; the canary batch ends at a :class:`~rollout.protocols.Gate` (the rejection-rate
+gate plugs in there). The loop sees the world only through the Protocols in
+``rollout.protocols``, so its decisions are unit-tested with fakes and proven end to end in the
+lab.
 """
 
 from __future__ import annotations
@@ -19,20 +16,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from rollout.change.draining import drain
-from rollout.change.journal import CHANGE_STEP, ChangeStatus, Entry, NodeStatus, replay
-from rollout.change.planning import Batch, device_resources
-from rollout.change.restoring import (
-    Context,
-    change_from_record,
-    change_record,
-    in_parallel,
-    restore_node,
-    restore_nodes,
-    run_many,
-    wrap,
-)
-from rollout.change.verifying import WATCHED, config_subset, verify
+from rollout.change.applying import apply_batch
+from rollout.change.journal import CHANGE_STEP, ChangeStatus, replay
+from rollout.change.planning import Batch
+from rollout.change.restoring import Context, restore_nodes
 from rollout.change.windows import Decision
 from rollout.errors import (
     InputError,
@@ -43,21 +30,16 @@ from rollout.errors import (
     RolloutError,
 )
 from rollout.interrupt import StopReason, StopRequested
-from rollout.models import (
-    FileBackup,
-    NodeChange,
-    NodeState,
-    Path,
-    Phase,
-    Step,
-    Verdict,
-    VerdictStatus,
-)
-from rollout.protocols import Gate, RunResult
+from rollout.models import NodeChange, NodeState, Path, Phase, Verdict, VerdictStatus
+from rollout.protocols import Gate
 
 GATE_STEP = "gate"
 """The step name of gate entries (node is None): ``begin`` when the soak starts (``nodes``),
 ``done`` with the verdict (``status``, ``reason``, ``nodes``)."""
+
+REQUEST_STEP = "request"
+"""The step name of the entry the owner journals when a rollback is handed to it (node None:
+``by``, ``nodes``, ``request``, ``force``) before it restores anything."""
 
 
 class NoGate:
@@ -81,255 +63,7 @@ def summary(status: ChangeStatus) -> str:
     return "\n".join(lines)
 
 
-def _prepare(ctx: Context, change: NodeChange) -> dict[str, str]:
-    """The forward steps before any file is written: preflight, cordon, drain, backup.
-
-    Returns:
-        The node's device allocatable before the change (what verify compares with).
-    """
-    node = change.node
-    rec = ctx.record
-    rec(node, Step.PREFLIGHT, Phase.BEGIN, Path.FORWARD)
-    info = ctx.cluster.node(node)
-    keys = tuple(dict.fromkeys((*WATCHED, *change.expected)))
-    prior = config_subset(ctx.cluster.configz(node), keys)
-    devices = device_resources(info.allocatable)
-    rec(node, Step.PREFLIGHT, Phase.DONE, Path.FORWARD, {"configz": prior, "allocatable": devices})
-
-    ctx.interrupt.check()
-    rec(node, Step.CORDON, Phase.BEGIN, Path.FORWARD, {"priorCordoned": info.unschedulable})
-    ours = not info.unschedulable
-    if ours:
-        ctx.cluster.cordon(node)
-    rec(node, Step.CORDON, Phase.DONE, Path.FORWARD, {"cordonedByUs": ours})
-    ctx.on_event(f"{node}: cordoned" if ours else f"{node}: already cordoned; will stay so")
-
-    ctx.interrupt.check()
-    rec(node, Step.DRAIN, Phase.BEGIN, Path.FORWARD)
-    report = drain(ctx.cluster, node, ctx.drain, ctx.forward_clock, ctx.on_event)
-    rec(node, Step.DRAIN, Phase.DONE, Path.FORWARD, {"evicted": list(report.evicted)})
-    ctx.on_event(f"{node}: drained ({len(report.evicted)} pod(s) evicted)")
-
-    ctx.interrupt.check()
-    rec(node, Step.BACKUP, Phase.BEGIN, Path.FORWARD, {"paths": list(change.touched)})
-    backups = []
-    for path in change.touched:
-        content = change.before.get(path)
-        mode, owner, group = change.before_meta.get(path, ("0644", "root", "root"))
-        if content is None:
-            backups.append(FileBackup(path, existed=False))
-        else:
-            digest = ctx.journal.save_backup(node, content)
-            backups.append(FileBackup(path, True, digest, mode, owner, group))
-    blobs = {p: ctx.journal.save_backup(node, c) for p, c in change.files.items()}
-    rec(
-        node,
-        Step.BACKUP,
-        Phase.DONE,
-        Path.FORWARD,
-        {"files": [vars(b) for b in backups], "change": change_record(change, blobs)},
-    )
-    return devices
-
-
-def _fail_and_restore(
-    ctx: Context, failures: Mapping[str, RolloutError]
-) -> dict[str, NodeOperationError | NodeFilesChangedError]:
-    """Journal each node's failed forward step, then restore those nodes together.
-
-    Returns:
-        One error per node saying which step failed and whether its restore held.
-    """
-    steps: dict[str, Step] = {}
-    status = replay(ctx.journal.entries())
-    for node, err in failures.items():
-        current = status.nodes.get(node, NodeStatus(node))
-        step = current.step or Step.PREFLIGHT
-        if current.phase is not Phase.FAILED:
-            ctx.record(node, step, Phase.FAILED, Path.FORWARD, {"message": str(err)})
-        steps[node] = step
-        ctx.on_event(f"{node}: {step.value} failed: {err}; restoring the node")
-    status = replay(ctx.journal.entries())
-    restore_errors = restore_nodes(ctx, [status.nodes[n] for n in failures])
-    out: dict[str, NodeOperationError | NodeFilesChangedError] = {}
-    for node, err in failures.items():
-        what = f"node {node}: {steps[node].value} failed: {err}"
-        if node in restore_errors:
-            out[node] = NodeOperationError(f"{what}; and then {restore_errors[node]}")
-        elif isinstance(err, NodeFilesChangedError):
-            out[node] = NodeFilesChangedError(
-                f"{what}; only the cordon was undone; plan the change again from the new files"
-            )
-        else:
-            out[node] = NodeOperationError(f"{what}; node restored")
-    return out
-
-
-def apply_batch(
-    ctx: Context, changes: Sequence[NodeChange]
-) -> dict[str, NodeOperationError | NodeFilesChangedError]:
-    """The forward path on the nodes of one batch; every node that fails is restored.
-
-    When the runner says a run per node costs no more than a shared one (``per_node``: the node
-    step goes over plain ssh), each node goes through its whole forward path in its own thread
-    (:func:`_pipelined`): a node drained early is written and restarted while another still
-    drains, so a batch takes its slowest node's drain + restart + verify, not the slowest drain
-    plus the slowest restart plus the slowest verify.
-
-    Otherwise, per node and in parallel: preflight, cordon, drain, backup (a node failing here is
-    restored at once: its files were never touched). Then one apply playbook run for every node
-    that got there, each node's ``apply`` journaled ``begin`` before the run and ``done`` /
-    ``failed`` from its own outcome (an unreachable node fails alone). Then per node and in
-    parallel: verify, uncordon. The nodes that failed apply or verify are restored together.
-
-    Returns:
-        The failed nodes, each with a NodeOperationError saying which step failed and whether
-        the restore held (empty: every node applied and verified).
-    """
-    by_node = {c.node: c for c in changes}
-    order = list(by_node)
-    cheap = getattr(ctx.runner, "per_node", None)
-    if callable(cheap) and cheap([c.host for c in changes]):
-        return _pipelined(ctx, by_node)
-
-    def prepare(node: str) -> dict[str, str]:
-        try:
-            ctx.interrupt.check()  # no new node once forward work must stop
-        except StopRequested as e:
-            raise NodeOperationError(f"node {node}: not started: {e}") from e
-        try:
-            return _prepare(ctx, by_node[node])
-        except Exception as e:  # any failure, even an unexpected one, must restore the node
-            raise _fail_and_restore(ctx, {node: wrap(e)})[node] from e
-
-    devices, errors = in_parallel(order, prepare)
-    ready = [n for n in order if n in devices]
-    late: dict[str, RolloutError] = {}
-    if ready and (reason := ctx.interrupt.reason()) is not None:
-        late.update({n: StopRequested(reason) for n in ready})  # files untouched: restore
-        ready = []
-    if ready:
-        for node in ready:
-            _apply_begin(ctx, by_node[node])
-        results = run_many(
-            ready,
-            lambda: ctx.runner.apply_many([by_node[n] for n in ready], ctx.journal.change_id),
-        )
-        for node in ready:
-            if (err := _apply_outcome(ctx, node, results[node])) is not None:
-                late[node] = err
-        applied = [n for n in ready if n not in late]
-        _, verify_errors = in_parallel(
-            applied, lambda n: _verify_and_uncordon(ctx, by_node[n], devices[n])
-        )
-        late.update(verify_errors)
-    if late:
-        errors.update(_fail_and_restore(ctx, {n: late[n] for n in order if n in late}))
-    return {n: _as_node_error(errors[n]) for n in order if n in errors}
-
-
-def _apply_begin(ctx: Context, c: NodeChange) -> None:
-    ctx.record(c.node, Step.APPLY, Phase.BEGIN, Path.FORWARD)
-    ctx.on_event(f"{c.node}: writing {len(c.files)} file(s) and restarting {c.service}")
-
-
-def _apply_outcome(ctx: Context, node: str, r: RunResult) -> RolloutError | None:
-    """Journal one node's apply outcome; the error to restore it with, or None."""
-    if r.ok:
-        done = {"changed": r.changed, **({"nodeStep": dict(r.timings)} if r.timings else {})}
-        ctx.record(node, Step.APPLY, Phase.DONE, Path.FORWARD, done)
-        return None
-    if r.refused:  # compare-and-swap: nothing written; the restore only uncordons
-        ctx.record(
-            node,
-            Step.APPLY,
-            Phase.FAILED,
-            Path.FORWARD,
-            {"message": r.message, "filesWritten": False},
-        )
-        return NodeFilesChangedError(r.message)
-    return NodeOperationError(f"apply playbook failed on {node}: {r.message}")
-
-
-def _pipelined(
-    ctx: Context, by_node: Mapping[str, NodeChange]
-) -> dict[str, NodeOperationError | NodeFilesChangedError]:
-    """Each node of the batch through preflight, cordon, drain, backup, apply (a run of its
-    own), verify and uncordon in its own thread; a node that fails is restored at once, in its
-    thread, while the others go on. Same journal entries, same rules as the shared run: no
-    node's apply begins once forward work must stop (its files untouched, it is restored)."""
-
-    def node_path(node: str) -> None:
-        c = by_node[node]
-        try:
-            ctx.interrupt.check()  # no new node once forward work must stop
-        except StopRequested as e:
-            raise NodeOperationError(f"node {node}: not started: {e}") from e
-        try:
-            devices = _prepare(ctx, c)
-            ctx.interrupt.check()  # files untouched: a stop now restores the node
-            _apply_begin(ctx, c)
-            result = run_many([node], lambda: ctx.runner.apply_many([c], ctx.journal.change_id))
-            if (err := _apply_outcome(ctx, node, result[node])) is not None:
-                raise err
-            _verify_and_uncordon(ctx, c, devices)
-        except Exception as e:  # any failure, even an unexpected one, must restore the node
-            raise _fail_and_restore(ctx, {node: wrap(e)})[node] from e
-
-    order = list(by_node)
-    _, errors = in_parallel(order, node_path)
-    return {n: _as_node_error(errors[n]) for n in order if n in errors}
-
-
-def _as_node_error(e: RolloutError) -> NodeOperationError | NodeFilesChangedError:
-    if isinstance(e, NodeOperationError | NodeFilesChangedError):
-        return e
-    return NodeOperationError(str(e))
-
-
-def apply_node(ctx: Context, change: NodeChange) -> None:
-    """The forward path on one node (a batch of one); on any failure, restore the node and raise.
-
-    Raises:
-        NodeOperationError: a step failed; the message says which, and whether the restore held.
-    """
-    failures = apply_batch(ctx, [change])
-    if change.node in failures:
-        raise failures[change.node]
-
-
-def _verify_and_uncordon(ctx: Context, change: NodeChange, devices: Mapping[str, str]) -> None:
-    """Verify, and uncordon if we cordoned: the tail of the forward path."""
-    node = change.node
-    ctx.record(node, Step.VERIFY, Phase.BEGIN, Path.FORWARD, {"expected": dict(change.expected)})
-    verify(ctx.cluster, node, change.expected, devices, ctx.forward_clock, ctx.verify_timeout_s)
-    ctx.record(node, Step.VERIFY, Phase.DONE, Path.FORWARD)
-    status = replay(ctx.journal.entries()).nodes[node]
-    ours = status.we_cordoned
-    ctx.record(node, Step.UNCORDON, Phase.BEGIN, Path.FORWARD, {"weCordoned": ours})
-    if ours:
-        ctx.cluster.uncordon(node)
-    ctx.record(node, Step.UNCORDON, Phase.DONE, Path.FORWARD, {"uncordoned": ours})
-    ctx.on_event(f"{node}: applied and verified" + ("" if ours else "; left cordoned as it was"))
-
-
-def _apply_and_verify(
-    ctx: Context, change: NodeChange, devices: Mapping[str, str], run_apply: bool = True
-) -> None:
-    """Apply (optionally), verify, and uncordon if we cordoned: the tail resume finishes."""
-    node = change.node
-    if run_apply:
-        _apply_begin(ctx, change)
-        result = run_many([node], lambda: ctx.runner.apply_many([change], ctx.journal.change_id))[
-            node
-        ]
-        if not result.ok:
-            raise NodeOperationError(f"apply playbook failed on {node}: {result.message}")
-        ctx.record(node, Step.APPLY, Phase.DONE, Path.FORWARD, {"changed": result.changed})
-    _verify_and_uncordon(ctx, change, devices)
-
-
-def _end(ctx: Context, outcome: str, message: str, phase: Phase = Phase.DONE) -> ChangeStatus:
+def end_change(ctx: Context, outcome: str, message: str, phase: Phase = Phase.DONE) -> ChangeStatus:
     ctx.journal.append(
         CHANGE_STEP, phase, now=ctx.clock.now(), data={"outcome": outcome, "message": message}
     )
@@ -446,17 +180,17 @@ def _batches(
         if held is not None:
             return held
         if canary_only and not gate_at:
-            return _end(ctx, "held", f"canary applied; holding (gate: {_last_reason(ctx)})")
+            return end_change(ctx, "held", f"canary applied; holding (gate: {_last_reason(ctx)})")
     for i, batch in enumerate(batches):
         ctx.interrupt.check()
         if forward is not None and i > 0 and not (window := forward(ctx.clock.now())).allowed:
-            return _end(ctx, "held", f"change window closed; holding: {window.reason}")
+            return end_change(ctx, "held", f"change window closed; holding: {window.reason}")
         ctx.on_event(f"batch {i + 1}/{len(batches)}: {', '.join(batch.nodes)}")
         failures = apply_batch(ctx, [changes[n] for n in batch.nodes])
         ctx.interrupt.check()  # the batch's failures are the interrupt's doing: settle below
         if failures:
             what = "; ".join(str(e) for e in failures.values())
-            status = _end(ctx, "stopped", what, Phase.FAILED)
+            status = end_change(ctx, "stopped", what, Phase.FAILED)
             text = f"rollout stopped: {what}\nnode states:\n{summary(status)}"
             if all(isinstance(e, NodeFilesChangedError) for e in failures.values()):
                 raise NodeFilesChangedError(text)
@@ -468,9 +202,9 @@ def _batches(
         if held is not None:
             return held
         if canary_only and i == max(gate_at):
-            return _end(ctx, "held", f"canary applied; holding (gate: {_last_reason(ctx)})")
+            return end_change(ctx, "held", f"canary applied; holding (gate: {_last_reason(ctx)})")
     ctx.interrupt.check()
-    return _end(ctx, "completed", f"{len(changes)} node(s) applied")
+    return end_change(ctx, "completed", f"{len(changes)} node(s) applied")
 
 
 def _gate(
@@ -512,11 +246,11 @@ def _gate(
             what += "; restore failed: " + "; ".join(str(e) for e in errors.values())
         if ctx.interrupt.reason() is not None:  # a request came meanwhile: settle it too
             raise StopRequested(ctx.interrupt.reason())  # type: ignore[arg-type]
-        status = _end(ctx, "rolled-back", what, Phase.FAILED)
+        status = end_change(ctx, "rolled-back", what, Phase.FAILED)
         raise NodeOperationError(f"{what}\nnode states:\n{summary(status)}")
     ctx.interrupt.check()
     if verdict.status is not VerdictStatus.SUCCESSFUL:
-        return _end(ctx, "held", f"gate {verdict.status.value}: {verdict.reason}; holding")
+        return end_change(ctx, "held", f"gate {verdict.status.value}: {verdict.reason}; holding")
     return None
 
 
@@ -540,49 +274,6 @@ class UnfinishedGate:
     verdict: Verdict | None = None
 
 
-def unfinished_gate(entries: Sequence[Entry], has_gate: bool) -> UnfinishedGate | None:
-    """The gate an interrupted change owes before anything else may go on (pure).
-
-    The gate points are those of the command that was interrupted: ``apply`` gates once over the
-    canary after its last canary batch (a plan without a gate journals a Successful verdict
-    too); ``promote`` gates after each promoted batch when the plan has a gate. The latest gate
-    point whose nodes are all applied is owed when it has no ``gate`` verdict (the soak was cut:
-    soak again), or when its verdict is not Successful (the command died before acting on it).
-    None: the change has ended, or no gate is owed.
-    """
-    status = replay(entries)
-    if status.outcome != "running":
-        return None
-    info = status.info
-    canary = tuple(info.get("canary", ()))
-    promotion = info.get("promotion")
-    if promotion:
-        points = [tuple(b) for b in promotion.get("batches", ())] if has_gate else []
-    else:
-        points = [canary] if canary else []
-    verdicts = {
-        tuple(e.data.get("nodes") or ()): e
-        for e in entries
-        if e.step == GATE_STEP and e.phase is Phase.DONE
-    }
-    triggers = [e for e in entries if e.step == "trigger" and e.data.get("trigger") == "gate"]
-    for point in reversed(points):
-        if not point or any(
-            n not in status.nodes or status.nodes[n].state is not NodeState.APPLIED for n in point
-        ):
-            continue
-        recorded = verdicts.get(point)
-        if recorded is None:
-            return UnfinishedGate(point, point == canary)
-        outcome = VerdictStatus(str(recorded.data.get("status")))
-        if outcome is VerdictStatus.SUCCESSFUL:
-            return None
-        failed = tuple(triggers[-1].data.get("nodes") or ()) if triggers else ()
-        verdict = Verdict(outcome, str(recorded.data.get("reason", "")), failed_nodes=failed)
-        return UnfinishedGate(point, point == canary, verdict)
-    return None
-
-
 def _stopped(ctx: Context, reason: StopReason) -> ChangeStatus:
     """Forward work stopped (the nodes in flight are already restored): roll back on a request,
     or end on a lost Lease.
@@ -596,11 +287,11 @@ def _stopped(ctx: Context, reason: StopReason) -> ChangeStatus:
     """
     if reason.lost:
         what = f"lost the cluster lock: {reason.by}; started nothing new, nodes in flight restored"
-        final = _end(ctx, "stopped", what, Phase.FAILED)
+        final = end_change(ctx, "stopped", what, Phase.FAILED)
         raise LeaseLostError(f"{what}\nnode states:\n{summary(final)}")
     ctx.on_event(f"rollback requested by {reason.by}: stopping forward work")
     ctx.journal.append(
-        "request",
+        REQUEST_STEP,
         Phase.DONE,
         now=ctx.clock.now(),
         data={
@@ -637,9 +328,9 @@ def _stopped(ctx: Context, reason: StopReason) -> ChangeStatus:
     what = f"rolled back on request of {reason.by}"
     if errors:
         what += "; restore failed: " + "; ".join(str(e) for e in errors.values())
-        final = _end(ctx, "rollback-failed", what, Phase.FAILED)
+        final = end_change(ctx, "rollback-failed", what, Phase.FAILED)
     else:
-        final = _end(ctx, "rolled-back", what, Phase.FAILED)
+        final = end_change(ctx, "rolled-back", what, Phase.FAILED)
     raise NodeOperationError(f"{what}\nnode states:\n{summary(final)}")
 
 
@@ -649,8 +340,27 @@ def _restore_many(
     return restore_nodes(ctx, [status.nodes[n] for n in nodes])
 
 
-def rollback(ctx: Context, nodes: Sequence[str] | None = None) -> ChangeStatus:
+ROLLBACK_INFO = "rollback"
+"""The key a rollback's change-level ``begin`` adds to the change's info: the nodes it restores
+(None: every node) and whether ``--force`` was given, so ``resume`` finishes a rollback that was
+interrupted (``rollout.change.resuming.unfinished_rollback``)."""
+
+
+def rollback_targets(status: ChangeStatus, nodes: Sequence[str] | None) -> list[str]:
+    """The nodes a rollback of ``nodes`` (None: all) still has to restore (pure)."""
+    return [
+        n
+        for n, s in status.nodes.items()
+        if (not nodes or n in nodes) and s.state not in (NodeState.PENDING, NodeState.RESTORED)
+    ]
+
+
+def rollback(ctx: Context, nodes: Sequence[str] | None = None, force: bool = False) -> ChangeStatus:
     """Restore the given nodes (default: every node this change touched).
+
+    A change-level ``begin`` is journaled first (the change's info, with :data:`ROLLBACK_INFO`
+    naming ``nodes`` and ``force``): a rollback killed part way is then an unfinished change that
+    ``rollout resume`` finishes, as it finishes an apply.
 
     Raises:
         InputError: a named node is not part of the change.
@@ -664,72 +374,16 @@ def rollback(ctx: Context, nodes: Sequence[str] | None = None) -> ChangeStatus:
                 f"node(s) {', '.join(unknown)} not part of change {status.change}; "
                 f"its nodes: {', '.join(status.nodes)}"
             )
-    targets = [
-        n
-        for n, s in status.nodes.items()
-        if (not nodes or n in nodes) and s.state not in (NodeState.PENDING, NodeState.RESTORED)
-    ]
+    info = {k: v for k, v in status.info.items() if k != ROLLBACK_INFO}
+    asked = {"nodes": list(nodes) if nodes else None, "force": force}
+    ctx.journal.append(
+        CHANGE_STEP, Phase.BEGIN, now=ctx.clock.now(), data={**info, ROLLBACK_INFO: asked}
+    )
+    targets = rollback_targets(status, nodes)
     ctx.on_event(f"rolling back: {', '.join(targets) or 'nothing to restore'}")
     errors = _restore_many(ctx, targets, status)
     if errors:
         what = "; ".join(str(e) for e in errors.values())
-        final = _end(ctx, "rollback-failed", what, Phase.FAILED)
+        final = end_change(ctx, "rollback-failed", what, Phase.FAILED)
         raise NodeOperationError(f"rollback failed: {what}\nnode states:\n{summary(final)}")
-    return _end(ctx, "rolled-back", f"restored: {', '.join(targets) or 'none'}")
-
-
-def settle_node(ctx: Context, s: NodeStatus) -> None:
-    """Finish or undo one node after a crash (the decision ``resume`` makes per node).
-
-    * nothing touched, applied or restored: leave it;
-    * forward path, files not written yet, or a forward step failed: restore (undo the cordon);
-    * forward path in the apply step: run apply again (idempotent), verify, uncordon;
-      past apply: verify, uncordon; a failure there restores the node;
-    * restore path (or a failed restore): run the restore again.
-    """
-    if s.state in (NodeState.PENDING, NodeState.APPLIED, NodeState.RESTORED):
-        return
-    if s.state is NodeState.APPLYING and s.files_touched and s.phase is not Phase.FAILED:
-        change = change_from_record(ctx.journal, s.node, s.record)
-        rerun = s.step is Step.APPLY and s.phase is Phase.BEGIN
-        try:
-            _apply_and_verify(ctx, change, s.prior_allocatable, run_apply=rerun)
-            return
-        except Exception as e:
-            err = wrap(e)
-            current = replay(ctx.journal.entries()).nodes[s.node]
-            step = current.step or Step.VERIFY
-            ctx.record(s.node, step, Phase.FAILED, Path.FORWARD, {"message": str(err)})
-            ctx.on_event(f"{s.node}: {step.value} failed on resume: {err}; restoring the node")
-            s = replay(ctx.journal.entries()).nodes[s.node]
-    restore_node(ctx, s)
-
-
-def resume(ctx: Context, end: bool = True) -> ChangeStatus:
-    """Settle every node of an interrupted change: each ends applied, restored, or untouched.
-
-    ``end`` False: the change's ``resumed`` end is not journaled (the caller goes on with the
-    change and ends it itself; a crash before that leaves the change running, so the next
-    ``resume`` goes on too).
-
-    Raises:
-        NodeOperationError: a node could not be settled; every node's state named.
-    """
-    status = replay(ctx.journal.entries())
-    todo = [
-        s
-        for s in status.nodes.values()
-        if s.state not in (NodeState.PENDING, NodeState.APPLIED, NodeState.RESTORED)
-    ]
-    ctx.on_event(f"resuming {status.change}: {', '.join(s.node for s in todo) or 'nothing to do'}")
-    _, errors = in_parallel([s.node for s in todo], lambda n: settle_node(ctx, status.nodes[n]))
-    if errors:
-        what = "; ".join(str(e) for e in errors.values())
-        final = _end(ctx, "resume-failed", what, Phase.FAILED)
-        raise NodeOperationError(f"resume failed: {what}\nnode states:\n{summary(final)}")
-    return end_resumed(ctx) if end else replay(ctx.journal.entries())
-
-
-def end_resumed(ctx: Context) -> ChangeStatus:
-    """Journal the end of a resume that had nothing more to run."""
-    return _end(ctx, "resumed", "every node settled")
+    return end_change(ctx, "rolled-back", f"restored: {', '.join(targets) or 'none'}")

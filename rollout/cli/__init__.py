@@ -2,7 +2,8 @@
 
 This is the only place where errors become exit codes (see ``rollout.errors`` for the table).
 Commands live in one module per area (``kubelet``: render/lint, ``lab``: the local cluster,
-``change``: apply/rollback/status/resume) so that areas do not grow into one another; this module
+``change``: apply/status, ``promote``, ``resume``, ``rollback``, their shared adapters in
+``wiring``) so that areas do not grow into one another; this module
 assembles them. Every option also reads ``ROLLOUT_<OPTION>`` from the environment.
 """
 
@@ -23,6 +24,9 @@ _AREAS = (
     "rollout.cli.lint",
     "rollout.cli.lab",
     "rollout.cli.change",
+    "rollout.cli.promote",
+    "rollout.cli.resume",
+    "rollout.cli.rollback",
     "rollout.cli.preview",
     "rollout.cli.gate",
     "rollout.cli.docs",

@@ -7,43 +7,52 @@ after that entry is fsynced (rollout/change/journal.py); then ``rollout resume``
 * every node is fully on the new config (its files byte-identical to a clean run's, the kubelet
   running it) or fully as before (byte-identical files, the old config running);
 * no byte is lost: every backup the journal holds is the sha256 of the file as it was before
-  the change; after a crashed rollback, a second ``rollout rollback`` puts every node back byte
-  for byte;
+  the change;
 * the node that was cordoned before the change (seeded) is still cordoned, the others are not;
 * the ``rollout-lock`` Lease is gone;
-* for apply and promote (and a crashed resume of a promote), resume finished what the command
-  would have done: the same node states as the clean run, the canary's gate verdict journaled.
+* resume finished what the interrupted command would have done: the same node states as its
+  clean run (apply: the canary applied and its gate verdict journaled; promote, and a crashed
+  resume of a promote: every node applied; rollback: every node restored, byte for byte, with no
+  second ``rollout rollback``).
 
-The entries are enumerated from a clean run's journals (apply, promote, rollback, and a resume of a
-promote killed at its first write), so a new journal step is crashed at automatically; the cases
-are named ``<command>-<step>:<phase>`` over every step the code knows, and a key the clean run
-writes that no case names fails ``test_every_entry_of_a_clean_run_has_a_case``.
+Two resumes are crashed: ``resume`` finishes a promote killed at its first node write (the node's
+files may be written), ``resume-cut`` one killed when its node was drained (nothing written: the
+resume undoes the cordon, then runs the node again in its batch).
+
+The cases are chosen at collection time from :data:`WRITES`, the journal keys each command's clean
+run writes (built from the step names the engine journals), so CI reports no skip;
+``test_the_clean_runs_write_exactly_the_keys_of_the_table`` fails, naming the key, when the code
+journals a key the table lacks (or stops writing one it names). ``ROLLOUT_CRASH_MATRIX=full``
+crashes at every key of every command; the default, ``distinct``, at every distinct crash point
+(see :func:`_distinct`).
 
 One lab for the module: three sim-kubelet nodes (canary first, the last one cordoned before the
 change), a plan without a gate soak (the gate entries are then the default gate's Successful
 verdict) and maxUnavailable 1; between cases the nodes are put back to the case's starting point by
-writing their files and restarting the kubelet directly (no playbook), and each case gets a fresh
-copy of the clean run's state directory. Every wait is on a condition, with generous timeouts.
+writing their files and restarting the kubelet directly (no playbook) where they differ, and each
+case gets a fresh copy of the starting point's state directory. The cases run in an order where one
+case ends where the next starts, so most put-backs restart no kubelet. Every wait is on a
+condition, with generous timeouts.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
 import shutil
 import signal
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rollout.change.journal import CHANGE_STEP, FAILPOINT_ENV, Journal, replay
-from rollout.change.orchestrator import GATE_STEP
+from rollout.change.orchestrator import GATE_STEP, REQUEST_STEP
 from rollout.lab.cluster import Lab
+from rollout.models import Path as StepPath
 from rollout.models import Step
 from tests.lab import changekit as ck
 
@@ -51,14 +60,111 @@ pytestmark = pytest.mark.lab
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/rollout-lock"
 CLI_TIMEOUT = 600.0  # one command, on a loaded two-core machine
-COMMANDS = ("apply", "promote", "rollback", "resume")
-# every step name the code journals: the node steps, then the change-level ones
-STEPS = (CHANGE_STEP, GATE_STEP, *(s.value for s in Step), "verdict", "trigger", "request")
-CASES = [
-    (cmd, f"{step}:{phase}")
-    for cmd, step, phase in itertools.product(COMMANDS, STEPS, ("begin", "done"))
-]
 KUBELET_STATE = ("var/lib/kubelet/cpu_manager_state", "var/lib/kubelet/memory_manager_state")
+
+# every step name the engine journals: the change-level ones, then the node steps
+STEPS = (CHANGE_STEP, GATE_STEP, REQUEST_STEP, *(s.value for s in Step))
+FORWARD = (Step.PREFLIGHT, Step.CORDON, Step.DRAIN, Step.BACKUP, Step.APPLY, Step.VERIFY)
+RESTORE = (Step.CORDON, Step.DRAIN, Step.RESTORE, Step.RESTORE_VERIFY, Step.UNCORDON)
+FWD, RST = StepPath.FORWARD.value, StepPath.RESTORE.value
+
+
+def _keys_of(steps: tuple[Step | str, ...], path: str) -> dict[str, str]:
+    """``step:phase`` -> path ("": change-level) for each step's begin and done."""
+    return {f"{s}:{p}": path for s in steps for p in ("begin", "done")}
+
+
+# The keys (``step:phase``) each command's clean run writes, with the path of the first entry of
+# each (what a failpoint kills at: the first entry that matches). The lab: three nodes, canary
+# the first, maxUnavailable 1, a plan without a gate soak.
+START, END = {CHANGE_STEP + ":begin": ""}, {CHANGE_STEP + ":done": ""}
+WRITES: dict[str, dict[str, str]] = {
+    # the canary: its forward path, then the default gate's verdict, then held
+    "apply": {
+        **START,
+        **_keys_of((*FORWARD, Step.UNCORDON), FWD),
+        **_keys_of((GATE_STEP,), ""),
+        **END,
+    },
+    # the two other nodes, one batch each, no gate (the plan has none)
+    "promote": {**START, **_keys_of((*FORWARD, Step.UNCORDON), FWD), **END},
+    # every node restored
+    "rollback": {**START, **_keys_of(RESTORE, RST), **END},
+    # a promote killed at its first write: that node's apply again, verify, uncordon, then the
+    # last batch (a new change-level begin) from its preflight on
+    "resume": {
+        **_keys_of((Step.APPLY, Step.VERIFY, Step.UNCORDON), FWD),
+        **START,
+        **_keys_of(FORWARD, FWD),
+        **END,
+    },
+    # a promote killed when its node was drained (nothing written): the cordon undone (restore
+    # path), then that node and the last one run again from their preflight
+    "resume-cut": {
+        **_keys_of((Step.UNCORDON,), RST),
+        **START,
+        **_keys_of(FORWARD, FWD),
+        **END,
+    },
+}
+COMMANDS = tuple(WRITES)
+# where the promote that a resume case resumes is killed first
+FIRST_KILL = {"resume": "apply:begin", "resume-cut": "drain:done"}
+# the stage each command starts from and the one a clean run of it ends at
+STARTS = {
+    "apply": "baseline",
+    "rollback": "applied",
+    "promote": "held",
+    **dict.fromkeys(FIRST_KILL, "held"),
+}
+ENDS = {
+    "apply": "held",
+    "rollback": "baseline",
+    "promote": "applied",
+    **dict.fromkeys(FIRST_KILL, "applied"),
+}
+# what the distinct matrix crashes at although an earlier command has the same (path, key): the
+# point between a resume undoing a cut node's cordon and running it again
+ALWAYS = {("resume-cut", "uncordon:begin"), ("resume-cut", "uncordon:done")}
+
+
+def _distinct() -> set[tuple[str, str]]:
+    """Each node entry (path, step, phase) once, in the first command that writes it (apply,
+    rollback, promote, resume, resume-cut); every command's own change-level entries; and
+    :data:`ALWAYS`."""
+    seen: set[tuple[str, str]] = set()
+    out: set[tuple[str, str]] = set()
+    for cmd in ("apply", "rollback", "promote", "resume", "resume-cut"):
+        for key, path in WRITES[cmd].items():
+            ident = (cmd, key) if key.startswith(CHANGE_STEP + ":") else (path, key)
+            if ident not in seen or (cmd, key) in ALWAYS:
+                out.add((cmd, key))
+            seen.add(ident)
+    return out
+
+
+def _in_chain_order(cases: set[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The cases ordered so that, where it can, each starts at the stage the one before ended at
+    (apply: baseline -> held, promote and the resumes: held -> applied, rollback: applied ->
+    baseline): the put-back between them then restarts no kubelet. Each command's cases keep
+    the order its clean run writes the keys in."""
+    queues = {c: [(c, k) for k in WRITES[c] if (c, k) in cases] for c in COMMANDS}
+    out: list[tuple[str, str]] = []
+    stage = "applied"  # where the clean runs leave the lab
+    while any(queues.values()):
+        ready = [c for c in COMMANDS if queues[c] and STARTS[c] == stage]
+        pick = max(ready or [c for c in COMMANDS if queues[c]], key=lambda c: len(queues[c]))
+        out.append(queues[pick].pop(0))
+        stage = ENDS[pick]
+    return out
+
+
+# ``full``: every key of every command (78 cases). ``distinct`` (the default): see _distinct
+# (38 cases). Both come from the table; the clean runs check the table.
+MATRIX = os.environ.get("ROLLOUT_CRASH_MATRIX", "distinct")
+CASES = _in_chain_order(
+    {(c, k) for c in COMMANDS for k in WRITES[c]} if MATRIX == "full" else _distinct()
+)
 
 
 @dataclass
@@ -80,13 +186,11 @@ class World:
     plan: Path
     lock_ns: str
     root: Path
-    change: str
-    baseline: Stage
-    held: Stage
-    applied: Stage
-    keys: dict[str, list[str]]  # command -> "step:phase" in the order the clean run wrote them
-    paths: dict[str, dict[str, str]]  # command -> "step:phase" -> path of its first entry
-    clean_states: dict[str, dict[str, str]]  # command -> node states it ends with
+    change: str = ""
+    stages: dict[str, Stage] = field(default_factory=dict)  # baseline, held, applied, killed-*
+    keys: dict[str, list[str]] = field(default_factory=dict)  # command -> keys, in order written
+    paths: dict[str, dict[str, str]] = field(default_factory=dict)  # command -> key -> path
+    clean_states: dict[str, dict[str, str]] = field(default_factory=dict)  # command -> end states
 
     def env(self, state: Path, failpoint: str | None = None) -> dict[str, str]:
         e = ck.env(self.lab, state)
@@ -194,28 +298,6 @@ def _paths(entries: list[Any]) -> dict[str, str]:
     return out
 
 
-# ``full``: every entry of every command (61 cases in the lab: about 55 min on a loaded two-core
-# machine). ``distinct`` (the default): each node entry (path, step, phase) once, in the first
-# command that writes it (apply, then rollback, promote, resume), and every command's own
-# change-level entries (about 33 cases). Both are enumerated from the clean run.
-MATRIX = os.environ.get("ROLLOUT_CRASH_MATRIX", "distinct")
-
-
-def _selected(w: World, command: str, key: str) -> bool:
-    if MATRIX == "full":
-        return key in w.keys[command]
-    seen: set[tuple[str, str]] = set()
-    for cmd in ("apply", "rollback", "promote", "resume"):
-        for k in w.keys[cmd]:
-            ident = (cmd, k) if k.startswith(CHANGE_STEP + ":") else (w.paths[cmd][k], k)
-            if ident in seen:
-                continue
-            seen.add(ident)
-            if (cmd, k) == (command, key):
-                return True
-    return False
-
-
 def _ok(r: Any, what: str) -> Any:
     assert r.returncode == 0, f"{what} exited {r.returncode}\n{r.stderr[-4000:]}"
     return r
@@ -232,28 +314,33 @@ def world(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]
     root = tmp_path_factory.mktemp("crash")
     names = [f"crash{os.getpid() % 100000}-{i}" for i in (1, 2, 3)]
     lab.add_nodes(names, ["kubeadm"], wait_ready=True, timeout=180, kubelet="sim")
+    lock_ns = f"crash-lock-{os.getpid() % 100000}"
     try:
         inv = ck.inventory(lab, names, names[:1], root / "inv.ini")
         plan = ck.plan(root / "plan.yaml", dict.fromkeys(names, "kubeadm"), max_unavailable=1)
-        lock_ns = f"crash-lock-{os.getpid() % 100000}"
         code, out = lab.api.request(
             "POST", "/api/v1/namespaces", {"metadata": {"name": lock_ns}, "kind": "Namespace"}
         )
         assert code == 201, out
         ck.set_unschedulable(lab, names[2], True)  # an operator's cordon from before the change
-        baseline = _capture(lab, names, None, root / "unused")
-        w = World(
-            lab, names, inv, plan, lock_ns, root, "", baseline, baseline, baseline, {}, {}, {}
-        )
-        yield _clean_run(w)
+        w = World(lab, names, inv, plan, lock_ns, root)
+        w.stages["baseline"] = _capture(lab, names, None, root / "unused")
+        yield _clean_runs(w)
     finally:
         lab.remove_nodes(names)
-        lab.api.request("DELETE", f"/api/v1/namespaces/crash-lock-{os.getpid() % 100000}")
+        lab.api.request("DELETE", f"/api/v1/namespaces/{lock_ns}")
 
 
-def _clean_run(w: World) -> World:
-    """Apply the canary, promote, roll back, and resume a promote killed at its first node write,
-    without crashing anything else: the keys each command writes, the stages in between."""
+def _record(w: World, command: str, entries: list[Any], state: Path) -> None:
+    w.keys[command] = _keys(entries)
+    w.paths[command] = _paths(entries)
+    w.clean_states[command] = ck.states(state)
+
+
+def _clean_runs(w: World) -> World:
+    """Apply the canary, promote, roll back; then twice a promote killed (at its first node write,
+    and once its node was drained) and resumed; nothing else crashed: the keys each command
+    writes, the stages the cases start from."""
     state = w.root / "clean"
     apply = [
         *("apply", "--plan", str(w.plan), "-i", str(w.inv), "--canary", "--yes", "-o", "json"),
@@ -261,51 +348,46 @@ def _clean_run(w: World) -> World:
     r = _ok(w.run(apply, state), "clean apply --canary")
     w.change = json.loads(r.stdout)["change"]
     journal = Journal.open(state, w.change)
-    n_apply = len(journal.entries())
-    w.keys["apply"] = _keys(journal.entries())
-    w.paths["apply"] = _paths(journal.entries())
-    w.clean_states["apply"] = ck.states(state)
-    w.held = _capture(w.lab, w.names, state, w.root / "stage-held")
+    _record(w, "apply", journal.entries(), state)
+    w.stages["held"] = _capture(w.lab, w.names, state, w.root / "stage-held")
 
+    n = len(journal.entries())
     _ok(w.run(["promote", "--change", w.change, "--yes", "-o", "json"], state), "clean promote")
-    n_promote = len(journal.entries())
-    w.keys["promote"] = _keys(journal.entries()[n_apply:])
-    w.paths["promote"] = _paths(journal.entries()[n_apply:])
-    w.clean_states["promote"] = ck.states(state)
-    w.applied = _capture(w.lab, w.names, state, w.root / "stage-applied")
+    _record(w, "promote", journal.entries()[n:], state)
+    w.stages["applied"] = _capture(w.lab, w.names, state, w.root / "stage-applied")
 
+    n = len(journal.entries())
     _ok(w.run(["rollback", "--change", w.change, "--yes", "-o", "json"], state), "clean rollback")
-    w.keys["rollback"] = _keys(journal.entries()[n_promote:])
-    w.paths["rollback"] = _paths(journal.entries()[n_promote:])
-    for n in w.names:
-        assert _digests(_files(w.lab, n)) == _digests(w.baseline.files[n]), n
+    _record(w, "rollback", journal.entries()[n:], state)
+    for node in w.names:
+        assert _digests(_files(w.lab, node)) == _digests(w.stages["baseline"].files[node]), node
 
-    state = w.root / "clean-resume"
-    _put_back(w, w.held, state)
-    kill = "apply:begin"
-    _killed(w.run(["promote", "--change", w.change, "--yes"], state, kill), f"promote @ {kill}")
-    n_killed = len(Journal.open(state, w.change).entries())
-    _ok(w.run(["resume", "--change", w.change, "-o", "json"], state), "clean resume")
-    w.keys["resume"] = _keys(Journal.open(state, w.change).entries()[n_killed:])
-    w.paths["resume"] = _paths(Journal.open(state, w.change).entries()[n_killed:])
-    w.clean_states["resume"] = ck.states(state)
-    assert w.clean_states["resume"] == w.clean_states["promote"]
+    for command, kill in FIRST_KILL.items():
+        state = w.root / f"clean-{command}"
+        _put_back(w, w.stages["held"], state)
+        args = ["promote", "--change", w.change, "--yes"]
+        _killed(w.run(args, state, kill), f"promote @ {kill}")
+        w.stages[f"killed-{command}"] = _capture(w.lab, w.names, state, w.root / f"stage-{command}")
+        n = len(Journal.open(state, w.change).entries())
+        _ok(w.run(["resume", "--change", w.change, "-o", "json"], state), f"clean {command}")
+        _record(w, command, Journal.open(state, w.change).entries()[n:], state)
+        assert w.clean_states[command] == w.clean_states["promote"], command
     return w
 
 
-def test_every_entry_of_a_clean_run_has_a_case(world: World) -> None:
-    """The enumeration is not trivial, and a step the code starts to journal that no case names
-    (a new change-level entry kind) fails here, naming it."""
-    named = {(cmd, key) for cmd, key in CASES}
+def test_the_clean_runs_write_exactly_the_keys_of_the_table(world: World) -> None:
+    """The cases are chosen from WRITES at collection time; a key the code starts (or stops) to
+    journal fails here, naming it, so the table cannot drift from the code."""
+    assert all(k.split(":")[0] in STEPS for c in COMMANDS for k in WRITES[c])
     for cmd in COMMANDS:
-        keys = world.keys[cmd]
-        missing = [k for k in keys if (cmd, k) not in named]
-        assert not missing, f"{cmd} writes {missing}: add the step to STEPS"
-    assert len(world.keys["apply"]) >= 16, world.keys["apply"]  # 7 node steps x 2, change, gate
-    assert len(world.keys["promote"]) >= 15, world.keys["promote"]
-    assert len(world.keys["rollback"]) >= 10, world.keys["rollback"]
-    assert len(world.keys["resume"]) >= 10, world.keys["resume"]
+        assert world.paths[cmd] == WRITES[cmd], f"{cmd} writes {world.keys[cmd]}"
+    # the enumeration is not trivial: 7 node steps x 2, change and gate begin/done
+    assert len(WRITES["apply"]) == 18
     assert "gate:begin" in world.keys["apply"]  # the soak's start is a crash point too
+    ids = [f"{c}-{k}" for c, k in CASES]
+    assert len(ids) == len(set(ids))
+    if MATRIX != "full":
+        assert set(CASES) >= ALWAYS
 
 
 def _check(w: World, state: Path, change: str, expect: dict[str, str] | None) -> dict[str, str]:
@@ -316,7 +398,7 @@ def _check(w: World, state: Path, change: str, expect: dict[str, str] | None) ->
     journal = Journal.open(state, change)
     status = replay(journal.entries(), change)  # readable: a torn tail was repaired
     states = {n: s.state.value for n, s in status.nodes.items()}
-    after = w.applied.files
+    after = w.stages["applied"].files
     for n in w.names:
         have = _digests(_files(w.lab, n))
         st = states[n]
@@ -325,16 +407,20 @@ def _check(w: World, state: Path, change: str, expect: dict[str, str] | None) ->
             assert have == _digests(after[n]), f"{n} applied but its files are not the new ones"
             assert _policy(w.lab, n) == "static", n
         else:
-            assert have == _digests(w.baseline.files[n]), f"{n} {st} but its files changed"
+            assert have == _digests(w.stages["baseline"].files[n]), (
+                f"{n} {st} but its files changed"
+            )
             assert _policy(w.lab, n) == "none", n
-        before = _digests(w.baseline.files[n])
+        before = _digests(w.stages["baseline"].files[n])
         for b in status.nodes[n].backups:  # no byte lost: the journal holds the old bytes
             if b.existed:
                 assert before.get(b.path) == b.sha256, f"{n}: {b.path}'s backup is not the old file"
                 assert journal.load_backup(n, b.sha256)
             else:
                 assert b.path not in before, f"{n}: {b.path} existed but was backed up as absent"
-        assert ck.unschedulable(w.lab, n) is w.baseline.cordoned[n], f"{n}'s cordon changed"
+        assert ck.unschedulable(w.lab, n) is w.stages["baseline"].cordoned[n], (
+            f"{n}'s cordon changed"
+        )
     code, _ = w.lab.api.request("GET", LEASE.format(ns=w.lock_ns))
     assert code == 404, "the rollout-lock Lease is still there"
     if expect is not None:
@@ -345,42 +431,23 @@ def _check(w: World, state: Path, change: str, expect: dict[str, str] | None) ->
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize(("command", "key"), CASES, ids=[f"{c}-{k}" for c, k in CASES])
 def test_kill_after_each_journal_entry_then_resume(world: World, command: str, key: str) -> None:
-    if key not in world.keys[command]:
-        pytest.skip(f"a clean {command} does not write {key}")
-    if not _selected(world, command, key):
-        pytest.skip(
-            f"crashed at in an earlier command (ROLLOUT_CRASH_MATRIX=full runs it: {MATRIX})"
-        )
     w = world
     state = w.root / f"case-{command}-{key.replace(':', '-')}"
     change = ["--change", w.change]
     if command == "apply":
-        _put_back(w, w.baseline, state)
+        _put_back(w, w.stages["baseline"], state)
         args = ["apply", "--plan", str(w.plan), "-i", str(w.inv), "--canary", "--yes"]
         _killed(w.run(args, state, key), f"apply @ {key}")
         change = ["--change", Journal.open(state).change_id]  # a new change: the newest there
-    elif command == "promote":
-        _put_back(w, w.held, state)
-        _killed(w.run(["promote", *change, "--yes"], state, key), f"promote @ {key}")
-    elif command == "rollback":
-        _put_back(w, w.applied, state)
-        _killed(w.run(["rollback", *change, "--yes"], state, key), f"rollback @ {key}")
-    else:
-        _put_back(w, w.held, state)
-        first = "apply:begin"
-        _killed(w.run(["promote", *change, "--yes"], state, first), f"promote @ {first}")
-        _killed(w.run(["resume", *change], state, key), f"resume @ {key}")
+    elif command in ("promote", "rollback"):
+        _put_back(w, w.stages[STARTS[command]], state)
+        _killed(w.run([command, *change, "--yes"], state, key), f"{command} @ {key}")
+    else:  # a resume of a promote killed at FIRST_KILL[command], itself killed
+        _put_back(w, w.stages[f"killed-{command}"], state)
+        _killed(w.run(["resume", *change], state, key), f"{command} @ {key}")
     _ok(w.run(["resume", *change, "-o", "json"], state), "resume")
     cid = change[1]
+    _check(w, state, cid, w.clean_states[command])
     if command == "apply":
-        _check(w, state, cid, w.clean_states["apply"])
         gates = [e for e in Journal.open(state, cid).entries() if e.step == GATE_STEP]
         assert (gates[-1].phase.value, gates[-1].data.get("status")) == ("done", "Successful")
-        return
-    if command == "rollback":
-        _check(w, state, cid, None)
-        _ok(w.run(["rollback", *change, "--yes"], state), "rollback after resume")
-        states = _check(w, state, cid, None)
-        assert set(states.values()) == {"restored"}  # every byte back
-        return
-    _check(w, state, cid, w.clean_states[command])

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
+from rollout.change.applying import apply_node
 from rollout.change.journal import Journal, new_change_id, replay
-from rollout.change.orchestrator import apply_node
 from rollout.change.planning import DrainPolicy
 from rollout.change.restoring import Context
 from rollout.errors import NodeOperationError

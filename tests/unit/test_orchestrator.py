@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from rollout.change.applying import apply_node
 from rollout.change.journal import Journal, replay
-from rollout.change.orchestrator import NoGate, apply_node, resume, rollback, run_change
+from rollout.change.orchestrator import NoGate, rollback, run_change
 from rollout.change.planning import DrainPolicy, Strategy, make_batches
 from rollout.change.restoring import Context
+from rollout.change.resuming import resume
 from rollout.errors import NodeOperationError
 from rollout.models import NodeState, VerdictStatus
 from tests.unit.fakes_change import (

@@ -12,7 +12,7 @@ from rollout.change.journal import Journal, replay
 from rollout.change.orchestrator import continue_change, rollback, run_change
 from rollout.change.planning import Batch, DrainPolicy, Strategy, make_batches
 from rollout.change.restoring import Context
-from rollout.cli.change import last_gate, promote_refusal
+from rollout.cli.promote import last_gate, promote_refusal
 from rollout.errors import NodeOperationError
 from rollout.models import NodeState, Phase, VerdictStatus
 from tests.unit.fakes_change import (

@@ -1,0 +1,279 @@
+"""The forward path on the nodes of a batch: preflight, cordon, drain, backup, apply, verify,
+uncordon, each step journaled before and after it runs.
+
+Why its own module: this is what happens to a node; the batch loop, the gate and the rollback
+around it live in ``orchestrator.py``, finishing an interrupted change in ``resuming.py``. Where
+the node step goes over plain ssh each node of a batch runs its whole forward path on its own (a
+batch takes its slowest node's drain + restart + verify), else the nodes of a batch share one
+apply playbook run (Ansible's start-up paid once per batch) while every other step, and every
+outcome, stays per node; any failure on a node restores that node (``restoring.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from rollout.change.draining import drain
+from rollout.change.journal import NodeStatus, replay
+from rollout.change.planning import device_resources
+from rollout.change.restoring import (
+    Context,
+    change_record,
+    in_parallel,
+    restore_nodes,
+    run_many,
+    wrap,
+)
+from rollout.change.verifying import WATCHED, config_subset, verify
+from rollout.errors import NodeFilesChangedError, NodeOperationError, RolloutError
+from rollout.interrupt import StopRequested
+from rollout.models import FileBackup, NodeChange, Path, Phase, Step
+from rollout.protocols import RunResult
+
+
+def _prepare(ctx: Context, change: NodeChange) -> dict[str, str]:
+    """The forward steps before any file is written: preflight, cordon, drain, backup.
+
+    Returns:
+        The node's device allocatable before the change (what verify compares with).
+    """
+    node = change.node
+    rec = ctx.record
+    rec(node, Step.PREFLIGHT, Phase.BEGIN, Path.FORWARD)
+    info = ctx.cluster.node(node)
+    keys = tuple(dict.fromkeys((*WATCHED, *change.expected)))
+    prior = config_subset(ctx.cluster.configz(node), keys)
+    devices = device_resources(info.allocatable)
+    rec(node, Step.PREFLIGHT, Phase.DONE, Path.FORWARD, {"configz": prior, "allocatable": devices})
+
+    ctx.interrupt.check()
+    rec(node, Step.CORDON, Phase.BEGIN, Path.FORWARD, {"priorCordoned": info.unschedulable})
+    ours = not info.unschedulable
+    if ours:
+        ctx.cluster.cordon(node)
+    rec(node, Step.CORDON, Phase.DONE, Path.FORWARD, {"cordonedByUs": ours})
+    ctx.on_event(f"{node}: cordoned" if ours else f"{node}: already cordoned; will stay so")
+
+    ctx.interrupt.check()
+    rec(node, Step.DRAIN, Phase.BEGIN, Path.FORWARD)
+    report = drain(ctx.cluster, node, ctx.drain, ctx.forward_clock, ctx.on_event)
+    rec(node, Step.DRAIN, Phase.DONE, Path.FORWARD, {"evicted": list(report.evicted)})
+    ctx.on_event(f"{node}: drained ({len(report.evicted)} pod(s) evicted)")
+
+    ctx.interrupt.check()
+    rec(node, Step.BACKUP, Phase.BEGIN, Path.FORWARD, {"paths": list(change.touched)})
+    backups = []
+    for path in change.touched:
+        content = change.before.get(path)
+        mode, owner, group = change.before_meta.get(path, ("0644", "root", "root"))
+        if content is None:
+            backups.append(FileBackup(path, existed=False))
+        else:
+            digest = ctx.journal.save_backup(node, content)
+            backups.append(FileBackup(path, True, digest, mode, owner, group))
+    blobs = {p: ctx.journal.save_backup(node, c) for p, c in change.files.items()}
+    rec(
+        node,
+        Step.BACKUP,
+        Phase.DONE,
+        Path.FORWARD,
+        {"files": [vars(b) for b in backups], "change": change_record(change, blobs)},
+    )
+    return devices
+
+
+def _fail_and_restore(
+    ctx: Context, failures: Mapping[str, RolloutError]
+) -> dict[str, NodeOperationError | NodeFilesChangedError]:
+    """Journal each node's failed forward step, then restore those nodes together.
+
+    Returns:
+        One error per node saying which step failed and whether its restore held.
+    """
+    steps: dict[str, Step] = {}
+    status = replay(ctx.journal.entries())
+    for node, err in failures.items():
+        current = status.nodes.get(node, NodeStatus(node))
+        step = current.step or Step.PREFLIGHT
+        if current.phase is not Phase.FAILED:
+            ctx.record(node, step, Phase.FAILED, Path.FORWARD, {"message": str(err)})
+        steps[node] = step
+        ctx.on_event(f"{node}: {step.value} failed: {err}; restoring the node")
+    status = replay(ctx.journal.entries())
+    restore_errors = restore_nodes(ctx, [status.nodes[n] for n in failures])
+    out: dict[str, NodeOperationError | NodeFilesChangedError] = {}
+    for node, err in failures.items():
+        what = f"node {node}: {steps[node].value} failed: {err}"
+        if node in restore_errors:
+            out[node] = NodeOperationError(f"{what}; and then {restore_errors[node]}")
+        elif isinstance(err, NodeFilesChangedError):
+            out[node] = NodeFilesChangedError(
+                f"{what}; only the cordon was undone; plan the change again from the new files"
+            )
+        else:
+            out[node] = NodeOperationError(f"{what}; node restored")
+    return out
+
+
+def apply_batch(
+    ctx: Context, changes: Sequence[NodeChange]
+) -> dict[str, NodeOperationError | NodeFilesChangedError]:
+    """The forward path on the nodes of one batch; every node that fails is restored.
+
+    When the runner says a run per node costs no more than a shared one (``per_node``: the node
+    step goes over plain ssh), each node goes through its whole forward path in its own thread
+    (:func:`_pipelined`): a node drained early is written and restarted while another still
+    drains, so a batch takes its slowest node's drain + restart + verify, not the slowest drain
+    plus the slowest restart plus the slowest verify.
+
+    Otherwise, per node and in parallel: preflight, cordon, drain, backup (a node failing here is
+    restored at once: its files were never touched). Then one apply playbook run for every node
+    that got there, each node's ``apply`` journaled ``begin`` before the run and ``done`` /
+    ``failed`` from its own outcome (an unreachable node fails alone). Then per node and in
+    parallel: verify, uncordon. The nodes that failed apply or verify are restored together.
+
+    Returns:
+        The failed nodes, each with a NodeOperationError saying which step failed and whether
+        the restore held (empty: every node applied and verified).
+    """
+    by_node = {c.node: c for c in changes}
+    order = list(by_node)
+    cheap = getattr(ctx.runner, "per_node", None)
+    if callable(cheap) and cheap([c.host for c in changes]):
+        return _pipelined(ctx, by_node)
+
+    def prepare(node: str) -> dict[str, str]:
+        try:
+            ctx.interrupt.check()  # no new node once forward work must stop
+        except StopRequested as e:
+            raise NodeOperationError(f"node {node}: not started: {e}") from e
+        try:
+            return _prepare(ctx, by_node[node])
+        except Exception as e:  # any failure, even an unexpected one, must restore the node
+            raise _fail_and_restore(ctx, {node: wrap(e)})[node] from e
+
+    devices, errors = in_parallel(order, prepare)
+    ready = [n for n in order if n in devices]
+    late: dict[str, RolloutError] = {}
+    if ready and (reason := ctx.interrupt.reason()) is not None:
+        late.update({n: StopRequested(reason) for n in ready})  # files untouched: restore
+        ready = []
+    if ready:
+        for node in ready:
+            _apply_begin(ctx, by_node[node])
+        results = run_many(
+            ready,
+            lambda: ctx.runner.apply_many([by_node[n] for n in ready], ctx.journal.change_id),
+        )
+        for node in ready:
+            if (err := _apply_outcome(ctx, node, results[node])) is not None:
+                late[node] = err
+        applied = [n for n in ready if n not in late]
+        _, verify_errors = in_parallel(
+            applied, lambda n: _verify_and_uncordon(ctx, by_node[n], devices[n])
+        )
+        late.update(verify_errors)
+    if late:
+        errors.update(_fail_and_restore(ctx, {n: late[n] for n in order if n in late}))
+    return {n: _as_node_error(errors[n]) for n in order if n in errors}
+
+
+def _apply_begin(ctx: Context, c: NodeChange) -> None:
+    ctx.record(c.node, Step.APPLY, Phase.BEGIN, Path.FORWARD)
+    ctx.on_event(f"{c.node}: writing {len(c.files)} file(s) and restarting {c.service}")
+
+
+def _apply_outcome(ctx: Context, node: str, r: RunResult) -> RolloutError | None:
+    """Journal one node's apply outcome; the error to restore it with, or None."""
+    if r.ok:
+        done = {"changed": r.changed, **({"nodeStep": dict(r.timings)} if r.timings else {})}
+        ctx.record(node, Step.APPLY, Phase.DONE, Path.FORWARD, done)
+        return None
+    if r.refused:  # compare-and-swap: nothing written; the restore only uncordons
+        ctx.record(
+            node,
+            Step.APPLY,
+            Phase.FAILED,
+            Path.FORWARD,
+            {"message": r.message, "filesWritten": False},
+        )
+        return NodeFilesChangedError(r.message)
+    return NodeOperationError(f"apply playbook failed on {node}: {r.message}")
+
+
+def _pipelined(
+    ctx: Context, by_node: Mapping[str, NodeChange]
+) -> dict[str, NodeOperationError | NodeFilesChangedError]:
+    """Each node of the batch through preflight, cordon, drain, backup, apply (a run of its
+    own), verify and uncordon in its own thread; a node that fails is restored at once, in its
+    thread, while the others go on. Same journal entries, same rules as the shared run: no
+    node's apply begins once forward work must stop (its files untouched, it is restored)."""
+
+    def node_path(node: str) -> None:
+        c = by_node[node]
+        try:
+            ctx.interrupt.check()  # no new node once forward work must stop
+        except StopRequested as e:
+            raise NodeOperationError(f"node {node}: not started: {e}") from e
+        try:
+            devices = _prepare(ctx, c)
+            ctx.interrupt.check()  # files untouched: a stop now restores the node
+            _apply_begin(ctx, c)
+            result = run_many([node], lambda: ctx.runner.apply_many([c], ctx.journal.change_id))
+            if (err := _apply_outcome(ctx, node, result[node])) is not None:
+                raise err
+            _verify_and_uncordon(ctx, c, devices)
+        except Exception as e:  # any failure, even an unexpected one, must restore the node
+            raise _fail_and_restore(ctx, {node: wrap(e)})[node] from e
+
+    order = list(by_node)
+    _, errors = in_parallel(order, node_path)
+    return {n: _as_node_error(errors[n]) for n in order if n in errors}
+
+
+def _as_node_error(e: RolloutError) -> NodeOperationError | NodeFilesChangedError:
+    if isinstance(e, NodeOperationError | NodeFilesChangedError):
+        return e
+    return NodeOperationError(str(e))
+
+
+def apply_node(ctx: Context, change: NodeChange) -> None:
+    """The forward path on one node (a batch of one); on any failure, restore the node and raise.
+
+    Raises:
+        NodeOperationError: a step failed; the message says which, and whether the restore held.
+    """
+    failures = apply_batch(ctx, [change])
+    if change.node in failures:
+        raise failures[change.node]
+
+
+def _verify_and_uncordon(ctx: Context, change: NodeChange, devices: Mapping[str, str]) -> None:
+    """Verify, and uncordon if we cordoned: the tail of the forward path."""
+    node = change.node
+    ctx.record(node, Step.VERIFY, Phase.BEGIN, Path.FORWARD, {"expected": dict(change.expected)})
+    verify(ctx.cluster, node, change.expected, devices, ctx.forward_clock, ctx.verify_timeout_s)
+    ctx.record(node, Step.VERIFY, Phase.DONE, Path.FORWARD)
+    status = replay(ctx.journal.entries()).nodes[node]
+    ours = status.we_cordoned
+    ctx.record(node, Step.UNCORDON, Phase.BEGIN, Path.FORWARD, {"weCordoned": ours})
+    if ours:
+        ctx.cluster.uncordon(node)
+    ctx.record(node, Step.UNCORDON, Phase.DONE, Path.FORWARD, {"uncordoned": ours})
+    ctx.on_event(f"{node}: applied and verified" + ("" if ours else "; left cordoned as it was"))
+
+
+def apply_and_verify(
+    ctx: Context, change: NodeChange, devices: Mapping[str, str], run_apply: bool = True
+) -> None:
+    """Apply (optionally), verify, and uncordon if we cordoned: the tail resume finishes."""
+    node = change.node
+    if run_apply:
+        _apply_begin(ctx, change)
+        result = run_many([node], lambda: ctx.runner.apply_many([change], ctx.journal.change_id))[
+            node
+        ]
+        if not result.ok:
+            raise NodeOperationError(f"apply playbook failed on {node}: {result.message}")
+        ctx.record(node, Step.APPLY, Phase.DONE, Path.FORWARD, {"changed": result.changed})
+    _verify_and_uncordon(ctx, change, devices)

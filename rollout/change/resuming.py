@@ -1,0 +1,237 @@
+"""Finishing an interrupted change: every node in flight settled, the gate a crash cut short.
+
+Why its own module: ``rollout resume`` reads the journal a killed process left and decides, per
+node, whether to finish the forward path or restore (:func:`settle_node`), and which gate the
+interrupted command still owed (:func:`unfinished_gate`); the batches it had not started then run
+through the same loop as ``apply`` and ``promote`` (``orchestrator.continue_change``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rollout.change.applying import apply_and_verify
+from rollout.change.journal import CHANGE_STEP, ChangeStatus, Entry, NodeStatus, replay
+from rollout.change.orchestrator import (
+    GATE_STEP,
+    REQUEST_STEP,
+    ROLLBACK_INFO,
+    UnfinishedGate,
+    end_change,
+    rollback_targets,
+    summary,
+)
+from rollout.change.restoring import (
+    Context,
+    change_from_record,
+    in_parallel,
+    restore_node,
+    restore_nodes,
+    wrap,
+)
+from rollout.errors import NodeOperationError
+from rollout.models import NodeState, Path, Phase, Step, Verdict, VerdictStatus
+
+
+def unfinished_gate(entries: Sequence[Entry], has_gate: bool) -> UnfinishedGate | None:
+    """The gate an interrupted change owes before anything else may go on (pure).
+
+    The gate points are those of the command that was interrupted: ``apply`` gates once over the
+    canary after its last canary batch (a plan without a gate journals a Successful verdict
+    too); ``promote`` gates after each promoted batch when the plan has a gate. The latest gate
+    point whose nodes are all applied is owed when it has no ``gate`` verdict (the soak was cut:
+    soak again), or when its verdict is not Successful (the command died before acting on it).
+    None: the change has ended, or no gate is owed.
+    """
+    status = replay(entries)
+    if status.outcome != "running":
+        return None
+    info = status.info
+    canary = tuple(info.get("canary", ()))
+    promotion = info.get("promotion")
+    if promotion:
+        points = [tuple(b) for b in promotion.get("batches", ())] if has_gate else []
+    else:
+        points = [canary] if canary else []
+    verdicts = {
+        tuple(e.data.get("nodes") or ()): e
+        for e in entries
+        if e.step == GATE_STEP and e.phase is Phase.DONE
+    }
+    triggers = [e for e in entries if e.step == "trigger" and e.data.get("trigger") == "gate"]
+    for point in reversed(points):
+        if not point or any(
+            n not in status.nodes or status.nodes[n].state is not NodeState.APPLIED for n in point
+        ):
+            continue
+        recorded = verdicts.get(point)
+        if recorded is None:
+            return UnfinishedGate(point, point == canary)
+        outcome = VerdictStatus(str(recorded.data.get("status")))
+        if outcome is VerdictStatus.SUCCESSFUL:
+            return None
+        failed = tuple(triggers[-1].data.get("nodes") or ()) if triggers else ()
+        verdict = Verdict(outcome, str(recorded.data.get("reason", "")), failed_nodes=failed)
+        return UnfinishedGate(point, point == canary, verdict)
+    return None
+
+
+def settle_node(ctx: Context, s: NodeStatus) -> None:
+    """Finish or undo one node after a crash (the decision ``resume`` makes per node).
+
+    * nothing touched, applied or restored: leave it;
+    * forward path, files not written yet, or a forward step failed: restore (undo the cordon);
+    * forward path in the apply step: run apply again (idempotent), verify, uncordon;
+      past apply: verify, uncordon; a failure there restores the node;
+    * restore path (or a failed restore): run the restore again.
+    """
+    if s.state in (NodeState.PENDING, NodeState.APPLIED, NodeState.RESTORED):
+        return
+    if s.state is NodeState.APPLYING and s.files_touched and s.phase is not Phase.FAILED:
+        change = change_from_record(ctx.journal, s.node, s.record)
+        rerun = s.step is Step.APPLY and s.phase is Phase.BEGIN
+        try:
+            apply_and_verify(ctx, change, s.prior_allocatable, run_apply=rerun)
+            return
+        except Exception as e:
+            err = wrap(e)
+            current = replay(ctx.journal.entries()).nodes[s.node]
+            step = current.step or Step.VERIFY
+            ctx.record(s.node, step, Phase.FAILED, Path.FORWARD, {"message": str(err)})
+            ctx.on_event(f"{s.node}: {step.value} failed on resume: {err}; restoring the node")
+            s = replay(ctx.journal.entries()).nodes[s.node]
+    restore_node(ctx, s)
+
+
+def resume(ctx: Context, end: bool = True) -> ChangeStatus:
+    """Settle every node of an interrupted change: each ends applied, restored, or untouched.
+
+    ``end`` False: the change's ``resumed`` end is not journaled (the caller goes on with the
+    change and ends it itself; a crash before that leaves the change running, so the next
+    ``resume`` goes on too).
+
+    Raises:
+        NodeOperationError: a node could not be settled; every node's state named.
+    """
+    status = replay(ctx.journal.entries())
+    todo = [
+        s
+        for s in status.nodes.values()
+        if s.state not in (NodeState.PENDING, NodeState.APPLIED, NodeState.RESTORED)
+    ]
+    ctx.on_event(f"resuming {status.change}: {', '.join(s.node for s in todo) or 'nothing to do'}")
+    _, errors = in_parallel([s.node for s in todo], lambda n: settle_node(ctx, status.nodes[n]))
+    if errors:
+        what = "; ".join(str(e) for e in errors.values())
+        final = end_change(ctx, "resume-failed", what, Phase.FAILED)
+        raise NodeOperationError(f"resume failed: {what}\nnode states:\n{summary(final)}")
+    return end_resumed(ctx) if end else replay(ctx.journal.entries())
+
+
+def end_resumed(ctx: Context) -> ChangeStatus:
+    """Journal the end of a resume that had nothing more to run."""
+    return end_change(ctx, "resumed", "every node settled")
+
+
+@dataclass(frozen=True)
+class PendingRollback:
+    """A rollback the interrupted process had begun and not finished (see
+    :func:`unfinished_rollback`).
+
+    Attributes:
+        nodes: the nodes it restores (None: every node of the change).
+        force: whether files edited after our write are overwritten (``rollback --force``).
+        by: who asked, for a rollback handed to the change's owner (None: ``rollout rollback``).
+    """
+
+    nodes: tuple[str, ...] | None
+    force: bool = False
+    by: str | None = None
+
+
+def _since_last_begin(entries: Sequence[Entry]) -> Sequence[Entry]:
+    starts = [i for i, e in enumerate(entries) if e.step == CHANGE_STEP and e.phase is Phase.BEGIN]
+    return entries[starts[-1] :] if starts else entries
+
+
+def unfinished_rollback(entries: Sequence[Entry]) -> PendingRollback | None:
+    """The rollback an interrupted change still owes (pure), or None.
+
+    Owed while the change has no end: when its latest ``begin`` is a rollback's
+    (``rollout rollback``, :data:`~rollout.change.orchestrator.ROLLBACK_INFO`), or when the owner
+    journaled a handed-over rollback request (``request``) after it and died before ending.
+    """
+    status = replay(entries)
+    if status.outcome != "running":
+        return None
+    asked = status.info.get(ROLLBACK_INFO)
+    if asked:
+        nodes = asked.get("nodes")
+        return PendingRollback(tuple(nodes) if nodes else None, bool(asked.get("force")))
+    requests = [e for e in _since_last_begin(entries) if e.step == REQUEST_STEP]
+    if not requests:
+        return None
+    named = [list(r.data.get("nodes") or ()) for r in requests]
+    nodes = None if not all(named) else tuple(dict.fromkeys(x for n in named for x in n))
+    force = any(bool(r.data.get("force")) for r in requests)
+    return PendingRollback(nodes, force, str(requests[0].data.get("by", "")))
+
+
+def resume_rollback(ctx: Context, pending: PendingRollback) -> ChangeStatus:
+    """Finish an interrupted rollback: the nodes it names restored (those already restored are
+    not touched again), every other node in flight settled as :func:`resume` settles it.
+
+    Raises:
+        NodeOperationError: a node could not be restored or settled; every node's state named.
+    """
+    if pending.force and hasattr(ctx.runner, "force_restore"):
+        ctx.runner.force_restore = True
+    status = replay(ctx.journal.entries())
+    named = set(pending.nodes or status.nodes)
+    others = [
+        n
+        for n, s in status.nodes.items()
+        if n not in named
+        and s.state not in (NodeState.PENDING, NodeState.APPLIED, NodeState.RESTORED)
+    ]
+    _, errors = in_parallel(others, lambda n: settle_node(ctx, status.nodes[n]))
+    status = replay(ctx.journal.entries())
+    targets = rollback_targets(status, pending.nodes)
+    ctx.on_event(f"finishing the rollback: {', '.join(targets) or 'nothing left to restore'}")
+    errors.update(restore_nodes(ctx, [status.nodes[n] for n in targets]))
+    what = f"rolled back on request of {pending.by}" if pending.by else "rollback"
+    if errors:
+        what += " (finished by resume); failed: " + "; ".join(str(e) for e in errors.values())
+        final = end_change(ctx, "rollback-failed", what, Phase.FAILED)
+        raise NodeOperationError(f"{what}\nnode states:\n{summary(final)}")
+    done = [n for n, s in status.nodes.items() if n in named and s.state is not NodeState.PENDING]
+    return end_change(ctx, "rolled-back", f"{what} finished by resume; restored: {', '.join(done)}")
+
+
+def rerun_nodes(entries: Sequence[Entry]) -> set[str]:
+    """The nodes an interrupted apply / promote had cut before writing any file, by a crash
+    (pure): their forward path began, their ``apply`` never began, no step of theirs failed, and
+    no rollback is owed. ``resume`` undoes their cordon and runs them again in their batch.
+
+    The answer is the same before that undo and after it (the node is then restored, its
+    forward path still unwritten), so a resume killed between the two is finished by the next.
+    """
+    status = replay(entries)
+    if status.outcome != "running" or unfinished_rollback(entries) is not None:
+        return set()
+    forward: set[str] = set()
+    excluded: set[str] = set()
+    for e in entries:
+        if e.node is None:
+            continue
+        if e.phase is Phase.FAILED or (e.step == Step.APPLY.value and e.path is not Path.RESTORE):
+            excluded.add(e.node)
+        if e.path is not Path.RESTORE:
+            forward.add(e.node)
+    settled_or_cut = (NodeState.APPLYING, NodeState.RESTORING, NodeState.RESTORED)
+    return {
+        n
+        for n in forward - excluded
+        if n in status.nodes and status.nodes[n].state in settled_or_cut
+    }
