@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from rollout.lab.controlplane import ControlPlane
 
 Progress = Callable[[str], None]
+#: the taint a kubelet with ``--cloud-provider=external`` registers its Node with
+UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized"
 
 
 @dataclass(frozen=True)
@@ -132,11 +134,39 @@ class LabNodes:
                 )
             if wait_ready:
                 self.wait_ready([x.name for x in created], timeout=timeout)
+                self._initialize_external_cloud_nodes(created)
                 progress(f"{len(created)} node(s) Ready")
         except BaseException:
             self.remove_nodes([x.name for x in created])
             raise
         return created
+
+    def _initialize_external_cloud_nodes(self, nodes: Sequence[n.LabNode]) -> None:
+        """Do for real-kubelet nodes what a cloud-controller-manager does for a kubelet started
+        with ``--cloud-provider=external`` (the EKS distributions' flags): the real kubelet
+        registers its Node with the taint :data:`UNINITIALIZED_TAINT` (NoSchedule) and the
+        cloud's node controller removes it once it has initialized the Node (on EKS, AWS's cloud
+        controller manager). The lab has no cloud controller, so without this nothing would ever
+        be scheduled on those nodes. The simulated kubelet never adds the taint."""
+        cp = self._require_cp()
+        for node in nodes:
+            if node.kubelet != "real":
+                continue
+            code, obj = cp.request("GET", f"/api/v1/nodes/{node.name}")
+            if code != 200:
+                continue
+            taints = obj.get("spec", {}).get("taints") or []
+            keep = [t for t in taints if t.get("key") != UNINITIALIZED_TAINT]
+            if len(keep) == len(taints):
+                continue
+            code, out = cp.request(
+                "PATCH",
+                f"/api/v1/nodes/{node.name}",
+                {"spec": {"taints": keep or None}},
+                content_type="application/merge-patch+json",
+            )
+            if code != 200:
+                raise LabError(f"could not remove {UNINITIALIZED_TAINT} from {node.name}: {out}")
 
     def _credentials(self, node: n.LabNode) -> n.NodeCredentials:
         cp = self._require_cp()

@@ -178,6 +178,11 @@ def write_node_files(
 
         assert kubelet_bin is not None, "a real-kubelet node needs the kubelet's bin dir"
         files = realnode.current_flags(files)
+        # the sysctl file the distribution ships for its protectKernelDefaults kubelet (the real
+        # kubelet refuses to start without those values; the sim does not check them)
+        if node.distribution in realnode.DISTRIBUTION_SYSCTL_FILES:
+            path, content = realnode.DISTRIBUTION_SYSCTL_FILES[node.distribution]
+            files[path] = content
         units = realnode.unit(node.unit, kubelet_bin, lay.unit_path, lay.drop_ins)
         gpus = realnode.gpus(node.shape.topology())
         files[realnode.GPU_FILE] = "".join(f"{g}={numa}\n" for g, numa in gpus)
@@ -194,4 +199,4 @@ def write_node_files(
             dest.chmod(0o600)
     sysfs_tree(node.shape, node_dir / "sys")
     if node.kubelet == "real":
-        realnode.hardware_tree(node.shape, node_dir, gpus)
+        realnode.hardware_tree(node.shape, node_dir, gpus, files)
