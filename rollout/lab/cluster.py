@@ -1,45 +1,60 @@
 """The Lab: the real control plane, the API relay and the SSH nodes, as one object.
 
 A lab lives in a directory (``${ROLLOUT_LAB_DIR:-~/.cache/rollout-lab/labs/<name>}``) with a state
-file, ``lab.json``, that records every PID, namespace and port it created, so ``rollout lab
-down/status/fault`` work from another process than the one that ran ``lab up``. Teardown acts only
-on what the state file names (and checks each PID is still the program it started before
-signalling it).
+file, ``lab.json`` (:mod:`rollout.lab.labstate`), that records every PID, namespace and port it
+created, so ``rollout lab down/status/fault`` work from another process than the one that ran
+``lab up``. Teardown acts only on what the state file names (and checks each PID is still the
+program it started before signalling it, :mod:`rollout.lab.pids`).
+
+The nodes' part of the Lab is :class:`rollout.lab.labnodes.LabNodes`; the inventory and plan it
+writes come from :mod:`rollout.lab.inventory`, the builds from :mod:`rollout.lab.builds`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from rollout import assets
 from rollout.errors import LabError
+from rollout.lab import labstate
 from rollout.lab import monitoring as mon
 from rollout.lab import nodes as n
-from rollout.lab import realnode
-from rollout.lab.controlplane import (
-    K8S_VERSION,
-    ControlPlane,
-    ControlPlaneError,
-    find_bin_dir,
-    missing_binaries,
+from rollout.lab.builds import (
+    build_binaries,
+    build_monitoring_binaries,
+    check_kubelet,
 )
+from rollout.lab.controlplane import K8S_VERSION, ControlPlane, ControlPlaneError
 from rollout.lab.hardware import NodeShape
+from rollout.lab.inventory import LAB_INTENT, canary_count, inventory_text, plan_text
+from rollout.lab.labnodes import LabNodes, NodeRecord
 from rollout.lab.network import lab_namespaces
-from rollout.lab.seeds import DISTRIBUTIONS
+from rollout.lab.pids import _cmd_has, _exe_is, _term
+
+# kept importable from here (tests, benchmarks and the CLI import them with the Lab)
+__all__ = [
+    "LAB_ENTRIES",
+    "LAB_INTENT",
+    "OWNED_MARK",
+    "Lab",
+    "NodeRecord",
+    "canary_count",
+    "check_kubelet",
+    "default_lab_dir",
+    "inventory_text",
+    "plan_text",
+]
 
 Progress = Callable[[str], None]
+
 #: in a lab directory `lab up` created (so `lab down` may delete all of it)
 OWNED_MARK = ".rollout-lab"
 #: what a lab writes into a directory it did not create (removed by `lab down` without --keep)
@@ -62,186 +77,7 @@ def default_lab_dir(name: str) -> Path:
     return Path(env) if env else Path.home() / ".cache" / "rollout-lab" / "labs" / name
 
 
-def _run_build(script_name: str, progress: Progress) -> Path:
-    """Run one of the shipped build scripts, passing its lines to ``progress``; returns the bin
-    dir it prints last."""
-    script = assets.lab_tools() / script_name
-    proc = subprocess.Popen(
-        ["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    last = ""
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        last = line.strip()
-        progress(last)
-    if proc.wait() != 0:
-        raise LabError(f"{script} failed (exit {proc.returncode}); see the lines above")
-    return Path(last)
-
-
-def build_binaries(progress: Progress) -> Path:
-    """Build or reuse the control-plane binaries; returns the bin dir."""
-    d = find_bin_dir()
-    if not missing_binaries(d):
-        return d
-    progress(f"building control-plane binaries into {d} (first time only; takes a while)")
-    return _run_build("build-lab-binaries.sh", progress)
-
-
-def build_monitoring_binaries(progress: Progress) -> Path:
-    """Build or reuse prometheus, promtool and alertmanager; returns their bin dir."""
-    d = mon.find_monitoring_bin_dir()
-    if not mon.missing_monitoring_binaries(d):
-        return d
-    progress(f"building Prometheus and Alertmanager into {d} (first time only; takes a while)")
-    return _run_build("build-monitoring-binaries.sh", progress)
-
-
-def check_kubelet(kubelet: str, kubelet_version: str | None, control_plane: str) -> str | None:
-    """The full kubelet version a ``real`` lab node runs (``None`` for the sim); raises
-    :class:`LabError` for an unknown kind, an unknown version, a version for the simulation (it
-    has none) or one the version skew policy forbids (:func:`realnode.kubelet_version`)."""
-    if kubelet not in realnode.KINDS:
-        raise LabError(f"unknown kubelet {kubelet!r}; valid: {', '.join(realnode.KINDS)}")
-    if kubelet != "real":
-        if kubelet_version:
-            raise LabError(
-                "--kubelet-version needs --kubelet real: the simulated kubelet has no version"
-            )
-        return None
-    return realnode.kubelet_version(kubelet_version, control_plane)
-
-
-def canary_count(total: int) -> int:
-    """The first quarter of the nodes, at least one."""
-    return max(1, math.floor(total / 4)) if total else 0
-
-
-def inventory_text(nodes: Sequence[n.LabNode], key: Path, header: str = "") -> str:
-    """An Ansible INI inventory: groups ``canary`` (first quarter) and ``nodes`` (all)."""
-    lines = [
-        "# Written by `rollout lab`. Works with plain ansible-playbook:",
-        "#   ansible-playbook -i THIS_FILE playbook.yml",
-    ]
-    if header:
-        lines.append(f"# {header}")
-    lines.append("[canary]")
-    lines += [x.name for x in nodes[: canary_count(len(nodes))]]
-    lines += ["", "[nodes]"]
-    lines += [f"{x.name} ansible_host={x.ip} rollout_distribution={x.distribution}" for x in nodes]
-    args = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
-    lines += [
-        "",
-        "[all:vars]",
-        "ansible_user=root",
-        "ansible_port=22",
-        f"ansible_ssh_private_key_file={key}",
-        f"ansible_ssh_common_args='{args}'",
-        "ansible_python_interpreter=/usr/bin/python3",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-# The change the lab's plans make: static CPU manager reserving one core's two threads (CPUs 0
-# and 32 on the default node shape), Topology Manager single-numa-node at pod scope.
-LAB_INTENT = (
-    "kubelet:",
-    "  cpuManagerPolicy: static",
-    '  reservedSystemCPUs: "0,32"',
-    "  topologyManagerPolicy: single-numa-node",
-    "  topologyManagerScope: pod",
-)
-
-
-def plan_text(nodes: Sequence[n.LabNode], name: str) -> str:
-    """A ready canary plan for the lab's nodes."""
-    dists = sorted({x.distribution for x in nodes})
-    out = [
-        "# A canary plan for this lab, written by `rollout lab up`.",
-        "# Static CPU manager reserving one core's two threads (CPUs 0 and 32), Topology Manager",
-        "# single-numa-node at pod scope; the canary group first.",
-        "apiVersion: rollout.dev/v1alpha1",
-        "kind: RolloutPlan",
-        "metadata:",
-        f"  name: lab-{name}-canary",
-    ]
-    if len(dists) == 1:
-        out.append(f"distribution: {dists[0]}")
-    out += [
-        *LAB_INTENT,
-        "strategy:",
-        "  canaryGroup: canary",
-        "  maxUnavailable: 1",
-        "# The rejection-rate gate, sized for a demo: a one-minute soak; a canary with too little",
-        "# traffic gets probe pods; more than 5% of admissions rejected rolls the canary back.",
-        "gate:",
-        "  soak: 60s",
-        "  window: 60s",
-        "  interval: 2s",
-        "  threshold: 5%",
-        "  minAdmissions: 3",
-        "  baseline: none",
-        "  probes: true",
-        "  onFailure: rollback-affected",
-    ]
-    if len(dists) > 1:
-        out.append("nodes:")
-        for x in nodes:
-            out += [f"  {x.name}:", f"    distribution: {x.distribution}"]
-    return "\n".join(out) + "\n"
-
-
-@dataclass(frozen=True)
-class NodeRecord:
-    """A started node and its processes."""
-
-    node: n.LabNode
-    procs: n.NodeProcs
-
-
-def _exe_is(pid: int, want: Path) -> bool:
-    try:
-        return Path(os.readlink(f"/proc/{pid}/exe")) == want
-    except OSError:
-        return False
-
-
-def _cmd_has(pid: int, needle: str) -> bool:
-    try:
-        return needle in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except OSError:
-        return False
-
-
-def _gone(pid: int) -> bool:
-    child = n._children.pop(pid, None)
-    if child is not None:
-        if child.poll() is None:
-            n._children[pid] = child
-            return False
-        return True
-    try:
-        return "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return True
-
-
-def _term(pids: Sequence[int], timeout: float = 10.0) -> None:
-    """SIGTERM, then SIGKILL after ``timeout``: only PIDs the caller has verified are ours."""
-    for p in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    for p in pids:
-        while not _gone(p) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if not _gone(p):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p, signal.SIGKILL)
-
-
-class Lab:
+class Lab(LabNodes):
     """A local cluster: control plane + relay + nodes, described by ``<dir>/lab.json``."""
 
     def __init__(self, name: str = "default", directory: Path | None = None) -> None:
@@ -260,10 +96,6 @@ class Lab:
         return self.dir / "lab.json"
 
     @property
-    def socket_path(self) -> Path:
-        return self.dir / "apiserver.sock"
-
-    @property
     def kubeconfig(self) -> Path:
         return self.dir / "controlplane" / "kubeconfigs" / "admin.kubeconfig"
 
@@ -280,14 +112,6 @@ class Lab:
     @property
     def plan(self) -> Path:
         return self.dir / "plan.yaml"
-
-    @property
-    def ssh_key(self) -> Path:
-        return self.dir / "ssh" / "client_key"
-
-    @property
-    def shim(self) -> Path:
-        return self.dir / "bin" / "systemctl"
 
     # ------------------------------------------------------------------ control plane
     def start_control_plane(self, progress: Progress = lambda _m: None) -> None:
@@ -428,215 +252,6 @@ class Lab:
         if self.state_file.exists():
             self._save()
 
-    # ------------------------------------------------------------------ nodes
-    def add_nodes(
-        self,
-        names: Sequence[str],
-        distributions: Sequence[str] = ("kubeadm",),
-        *,
-        shape: NodeShape | None = None,
-        wait_ready: bool = True,
-        timeout: float = 60.0,
-        progress: Progress = lambda _m: None,
-        kubelet: str = "sim",
-        kubelet_version: str | None = None,
-    ) -> list[n.LabNode]:
-        """Create, seed and start nodes (round-robin over ``distributions``); wait for Ready.
-        ``kubelet``: ``sim`` (the simulated kubelet) or ``real`` (:mod:`rollout.lab.realnode`);
-        ``kubelet_version`` (real only): a minor of :data:`realnode.KUBELET_VERSIONS`, checked
-        against the control plane's version by the skew policy before anything starts."""
-        cp = self._require_cp()
-        version = str(cp.version().get("gitVersion", ""))
-        wanted = check_kubelet(kubelet, kubelet_version, version)
-        for d in distributions:
-            if d not in DISTRIBUTIONS:
-                raise LabError(f"unknown distribution {d!r}; valid: {', '.join(DISTRIBUTIONS)}")
-        dup = [x for x in names if x in self.nodes]
-        if dup:
-            raise LabError(f"node names already in this lab: {', '.join(dup)}")
-        kubelet_bin = realnode.build(progress, wanted) if kubelet == "real" else None
-        created: list[n.LabNode] = []
-        try:
-            for k, name in enumerate(names):
-                node = n.create_network(
-                    name, distributions[k % len(distributions)], self.name, shape
-                )
-                node = replace(node, kubelet=kubelet)
-                node_dir = self.dir / "nodes" / name
-                try:
-                    n.remove_node_dir(node_dir)
-                    node_dir.mkdir(parents=True)
-                    n.write_node_files(
-                        node,
-                        node_dir,
-                        self._credentials(node),
-                        self.socket_path,
-                        version,
-                        kubelet_bin,
-                    )
-                except BaseException:
-                    n.stop_node(node.netns)
-                    raise
-                procs = n.start_node(
-                    node,
-                    node_dir,
-                    shim=self.shim,
-                    host_key=self.dir / "ssh" / "host_key",
-                    authorized_keys=self.dir / "ssh" / "authorized_keys",
-                    socket_path=self.socket_path,
-                    apiserver_port=cp.apiserver_port,
-                )
-                self.nodes[name] = NodeRecord(node, procs)
-                created.append(node)
-                self._save()
-                self.start_kubelet(name)
-                progress(
-                    f"node {name} ({node.distribution}, {node.ip}): sshd and "
-                    f"{node.unit}.service started"
-                )
-            if wait_ready:
-                self.wait_ready([x.name for x in created], timeout=timeout)
-                progress(f"{len(created)} node(s) Ready")
-        except BaseException:
-            self.remove_nodes([x.name for x in created])
-            raise
-        return created
-
-    def _credentials(self, node: n.LabNode) -> n.NodeCredentials:
-        cp = self._require_cp()
-        server = f"https://127.0.0.1:{cp.apiserver_port}"
-        kc = cp.node_kubeconfig(node.name, embed=True, server=server)
-        crt, key = cp.pki_dir / f"node-{node.name}.crt", cp.pki_dir / f"node-{node.name}.key"
-        scrt, skey = cp.kubelet_serving_cert(node.name, node.ip)
-        return n.NodeCredentials(
-            ca_pem=cp.ca_cert.read_text(),
-            client_cert_pem=crt.read_text(),
-            client_key_pem=key.read_text(),
-            serving_cert_pem=scrt.read_text(),
-            serving_key_pem=skey.read_text(),
-            kubeconfig=kc.read_text(),
-            apiserver_port=cp.apiserver_port,
-        )
-
-    def remove_nodes(self, names: Sequence[str], *, delete_objects: bool = True) -> None:
-        """Stop nodes, delete their namespaces, files and (by default) their Node objects."""
-        for name in names:
-            rec = self.nodes.pop(name, None)
-            if rec is None:
-                continue
-            n.stop_node(rec.node.netns)
-            n.remove_node_dir(Path(rec.procs.dir))
-            if delete_objects and self.cp is not None:
-                with contextlib.suppress(OSError):
-                    self.cp.request("DELETE", f"/api/v1/nodes/{name}")
-            self._save()
-
-    def node_status(self) -> list[dict[str, Any]]:
-        """Per node: Ready (from the API), sshd reachable, kubelet unit state."""
-        ready: dict[str, str] = {}
-        if self.cp is not None:
-            try:
-                code, body = self.cp.request("GET", "/api/v1/nodes", timeout=5)
-                if code == 200:
-                    for item in body.get("items", []):
-                        conds = item.get("status", {}).get("conditions", [])
-                        st = next((c["status"] for c in conds if c["type"] == "Ready"), "Unknown")
-                        ready[item["metadata"]["name"]] = st
-            except OSError:
-                pass
-        out = []
-        for name, rec in self.nodes.items():
-            alive = Path(f"/proc/{rec.procs.holder_pid}").exists()
-            unit = "unknown"
-            if alive:
-                r = n.node_exec(rec.procs.holder_pid, "systemctl", "is-active", rec.node.unit)
-                unit = r.stdout.strip() or "unknown"
-            out.append(
-                {
-                    "name": name,
-                    "distribution": rec.node.distribution,
-                    "ip": rec.node.ip,
-                    "ready": ready.get(name, "Missing"),
-                    "sshd": n._tcp_open(rec.node.ip, 22) if alive else False,
-                    "kubelet": unit,
-                    "unit": rec.node.unit,
-                }
-            )
-        return out
-
-    def wait_ready(self, names: Sequence[str], timeout: float = 60.0, want: str = "True") -> None:
-        """Wait until every named Node's Ready condition is ``want``."""
-        deadline = time.monotonic() + timeout
-        while True:
-            st = {s["name"]: s["ready"] for s in self.node_status() if s["name"] in names}
-            if all(st.get(x) == want for x in names):
-                return
-            if time.monotonic() > deadline:
-                tails = []
-                for x in names:
-                    rec = self.nodes.get(x)
-                    if rec is not None:
-                        log = self.node_root(x) / "var/log/kubelet.log"
-                        with contextlib.suppress(OSError):
-                            tails.append(
-                                f"--- {x} kubelet.log\n" + log.read_text(errors="replace")[-1500:]
-                            )
-                raise LabError(
-                    f"nodes not Ready={want} after {timeout:.0f}s: {st}\n" + "\n".join(tails)
-                )
-            time.sleep(0.25)
-
-    # ------------------------------------------------------------------ faults and helpers
-    def _rec(self, node: str) -> NodeRecord:
-        try:
-            return self.nodes[node]
-        except KeyError:
-            raise LabError(f"no node {node!r} in lab {self.name}") from None
-
-    def node_root(self, node: str) -> Path:
-        """Host path of the node's filesystem as the node sees it (``/proc/<holder>/root``)."""
-        return self._rec(node).procs.root
-
-    def node_exec(self, node: str, *args: str) -> subprocess.CompletedProcess[str]:
-        """Run a command inside the node (without SSH)."""
-        return n.node_exec(self._rec(node).procs.holder_pid, *args)
-
-    def stop_sshd(self, node: str) -> None:
-        """Fault: stop the node's sshd (Ansible then sees the host as unreachable)."""
-        rec = self._rec(node)
-        n.stop_sshd(rec.node.netns)
-        deadline = time.monotonic() + 10
-        while n._tcp_open(rec.node.ip, 22) and time.monotonic() < deadline:
-            time.sleep(0.05)
-
-    def start_sshd(self, node: str) -> None:
-        """Start the node's sshd again."""
-        rec = self._rec(node)
-        if n._tcp_open(rec.node.ip, 22):
-            return
-        pid = n.start_sshd(rec.procs.holder_pid, Path(rec.procs.dir))
-        self.nodes[node] = replace(rec, procs=replace(rec.procs, sshd_pid=pid))
-        deadline = time.monotonic() + 10
-        while not n._tcp_open(rec.node.ip, 22):
-            if time.monotonic() > deadline:
-                raise LabError(f"sshd on {node} did not come back")
-            time.sleep(0.05)
-        self._save()
-
-    def _systemctl(self, node: str, verb: str) -> None:
-        rec = self._rec(node)
-        r = n.node_exec(rec.procs.holder_pid, "systemctl", verb, rec.node.unit)
-        if r.returncode != 0:
-            raise LabError(f"systemctl {verb} {rec.node.unit} on {node}: {r.stderr.strip()}")
-
-    def stop_kubelet(self, node: str) -> None:
-        """Fault: stop the node's kubelet unit (the Node goes NotReady after the grace period)."""
-        self._systemctl(node, "stop")
-
-    def start_kubelet(self, node: str) -> None:
-        """Start the node's kubelet unit."""
-        self._systemctl(node, "start")
-
     def restart_apiserver(self, downtime: float = 0.0) -> None:
         """Fault: restart kube-apiserver on the same port."""
         cp = self._require_cp()
@@ -651,11 +266,6 @@ class Lab:
         else:
             cp.restart_apiserver(downtime)
         self._save()
-
-    def write_inventory(self, nodes: Sequence[str], path: Path) -> Path:
-        """Write an inventory for ``nodes`` (first quarter in ``canary``)."""
-        path.write_text(inventory_text([self._rec(x).node for x in nodes], self.ssh_key))
-        return path
 
     # ------------------------------------------------------------------ whole lab
     def up(
@@ -756,47 +366,9 @@ class Lab:
         return self.cp
 
     def _save(self) -> None:
-        cp = self.cp
-        state = {
-            "name": self.name,
-            "dir": str(self.dir),
-            "binDir": str(self.bin_dir or ""),
-            "relayPid": self.relay_pid,
-            "ports": {}
-            if cp is None
-            else {
-                "etcd": cp.etcd_port,
-                "etcdPeer": cp.etcd_peer_port,
-                "apiserver": cp.apiserver_port,
-                "kcm": cp.kcm_port,
-                "scheduler": cp.scheduler_port,
-            },
-            "controlplane": {}
-            if cp is None
-            else (
-                cp.pids
-                if not self._attached
-                else {**self._state.get("controlplane", {}), **cp.pids}
-            ),
-            "kubeconfig": str(self.kubeconfig),
-            "monitoring": self.monitoring.to_dict() if self.monitoring else None,
-            "nodes": [
-                {
-                    "node": {
-                        "name": r.node.name,
-                        "index": r.node.index,
-                        "distribution": r.node.distribution,
-                        "lab": r.node.lab,
-                        "kubelet": r.node.kubelet,
-                    },
-                    "procs": n.procs_to_dict(r.procs),
-                }
-                for r in self.nodes.values()
-            ],
-        }
-        self._state = state
+        self._state = labstate.state_of(self)
         tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2) + "\n")
+        tmp.write_text(json.dumps(self._state, indent=2) + "\n")
         tmp.replace(self.state_file)
 
     @classmethod
@@ -810,18 +382,5 @@ class Lab:
         except ValueError as e:
             raise LabError(f"{lab.state_file}: not valid JSON: {e}") from e
         lab._attached = True
-        lab._state = state
-        lab.relay_pid = int(state.get("relayPid", 0))
-        lab.bin_dir = Path(state["binDir"]) if state.get("binDir") else None
-        lab.monitoring = mon.load_state(state.get("monitoring"))
-        ports = state.get("ports", {})
-        if ports and lab.bin_dir is not None:
-            cp = ControlPlane(lab.dir / "controlplane", lab.bin_dir)
-            cp.etcd_port, cp.etcd_peer_port = ports["etcd"], ports["etcdPeer"]
-            cp.apiserver_port, cp.kcm_port = ports["apiserver"], ports["kcm"]
-            cp.scheduler_port = ports["scheduler"]
-            lab.cp = cp
-        for rec in state.get("nodes", []):
-            node = n.LabNode(**rec["node"])
-            lab.nodes[node.name] = NodeRecord(node, n.NodeProcs(**rec["procs"]))
+        labstate.load(lab, state)
         return lab

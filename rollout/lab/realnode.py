@@ -39,23 +39,29 @@ from typing import Any
 
 from rollout import assets
 from rollout.errors import LabError
+from rollout.lab.realhw import (
+    DISTRIBUTION_SYSCTL_FILES,
+    KERNEL_TUNABLES,
+    gpus,
+    hardware_tree,
+    holder_binds,
+)
+
+# the node's machine (hardware trees, kernel tunables, GPUs) lives in rollout.lab.realhw; these
+# names stay importable from here
+__all__ = [
+    "DISTRIBUTION_SYSCTL_FILES",
+    "KERNEL_TUNABLES",
+    "gpus",
+    "hardware_tree",
+    "holder_binds",
+]
 
 KINDS = ("sim", "real")
 BINARIES = ("kubelet", "fakecri", "fakedeviceplugin")
 CRI_SOCKET = "/var/lib/rollout-lab/cri.sock"
 GPU_FILE = "/etc/rollout-lab/gpus.txt"
 STATE_DIR = Path("/var/lib/rollout-lab")
-
-#: sysctls the kubelet's container manager sets at start (``setupKernelTunables``; the kubelet
-#: writes them unless ``protectKernelDefaults``): bound over, per node.
-KERNEL_TUNABLES = (
-    "vm/overcommit_memory",
-    "vm/panic_on_oom",
-    "kernel/panic",
-    "kernel/panic_on_oops",
-    "kernel/keys/root_maxkeys",
-    "kernel/keys/root_maxbytes",
-)
 
 
 def lab_flags(node_ip: str, labels: Mapping[str, str]) -> list[str]:
@@ -202,138 +208,6 @@ def build(progress: Any = lambda _m: None, version: str | None = None) -> Path:
     if missing(bin_dir):
         raise LabError(f"{bin_dir}: missing {', '.join(missing(bin_dir))} after the build")
     return bin_dir
-
-
-# ------------------------------------------------------------------------------- hardware
-def _cpu_layout(shape: Any) -> dict[int, tuple[int, int]]:
-    """cpu id -> (socket, core id in socket), Linux thread-major numbering as the sim uses."""
-    out: dict[int, tuple[int, int]] = {}
-    for numa in range(shape.sockets):
-        for k, cpu in enumerate(shape.numa_cpus(numa)):
-            out[cpu] = (numa, k % shape.cores_per_socket)
-    return out
-
-
-def _cpulist(ids: Sequence[int]) -> str:
-    from rollout.kubelet.cpuset import format_cpus
-
-    return format_cpus(ids)
-
-
-def hardware_tree(shape: Any, node_dir: Path, gpus: Sequence[tuple[str, int]]) -> None:
-    """Write the files bound over ``/sys/devices/system/{cpu,node}``, ``/proc/{cpuinfo,meminfo}``
-    and the kernel tunables, under ``node_dir`` (``sys/`` already holds the sim's node tree)."""
-    layout = _cpu_layout(shape)
-    n = shape.cpus
-    cpu_root = node_dir / "sys" / "cpu"
-    cpu_root.mkdir(parents=True, exist_ok=True)
-    all_cpus = _cpulist(range(n))
-    for f in ("online", "possible", "present"):
-        (cpu_root / f).write_text(all_cpus + "\n")
-    (cpu_root / "offline").write_text("\n")
-    (cpu_root / "kernel_max").write_text(f"{max(n - 1, 8191)}\n")
-    for cpu, (sock, core) in layout.items():
-        siblings = [c for c, sc in layout.items() if sc == (sock, core)]
-        package = [c for c, sc in layout.items() if sc[0] == sock]
-        top = cpu_root / f"cpu{cpu}" / "topology"
-        top.mkdir(parents=True, exist_ok=True)
-        (cpu_root / f"cpu{cpu}" / "online").write_text("1\n")
-        for name, value in (
-            ("core_id", str(core)),
-            ("physical_package_id", str(sock)),
-            ("die_id", "0"),
-            ("thread_siblings_list", _cpulist(siblings)),
-            ("core_cpus_list", _cpulist(siblings)),
-            ("core_siblings_list", _cpulist(package)),
-            ("package_cpus_list", _cpulist(package)),
-        ):
-            (top / name).write_text(value + "\n")
-    node_root = node_dir / "sys" / "node"
-    kib = shape.memory_bytes // shape.sockets // 1024
-    for numa in range(shape.sockets):
-        nd = node_root / f"node{numa}"
-        nd.mkdir(parents=True, exist_ok=True)
-        for cpu in shape.numa_cpus(numa):
-            link = nd / f"cpu{cpu}"
-            if not link.is_symlink():
-                link.symlink_to(f"../../cpu/cpu{cpu}")
-        (nd / "cpumap").write_text("\n")
-        for size in ("2048kB", "1048576kB"):
-            hp = nd / "hugepages" / f"hugepages-{size}"
-            hp.mkdir(parents=True, exist_ok=True)
-            for f in ("nr_hugepages", "free_hugepages", "surplus_hugepages"):
-                (hp / f).write_text("0\n")
-        (nd / "meminfo").write_text(
-            f"Node {numa} MemTotal:       {kib} kB\n"
-            f"Node {numa} MemFree:        {kib * 9 // 10} kB\n"
-            f"Node {numa} MemUsed:        {kib // 10} kB\n"
-            f"Node {numa} HugePages_Total:     0\nNode {numa} HugePages_Free:      0\n"
-        )
-    proc = node_dir / "proc"
-    proc.mkdir(exist_ok=True)
-    blocks = []
-    for cpu in range(n):
-        sock, core = layout[cpu]
-        blocks.append(
-            f"processor\t: {cpu}\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n"
-            f"model name\t: {shape.cpu_model}\nstepping\t: 8\ncpu MHz\t\t: 2000.000\n"
-            f"cache size\t: 107520 KB\nphysical id\t: {sock}\n"
-            f"siblings\t: {shape.cores_per_socket * shape.threads_per_core}\n"
-            f"core id\t\t: {core}\ncpu cores\t: {shape.cores_per_socket}\n"
-            f"apicid\t\t: {cpu}\nfpu\t\t: yes\nflags\t\t: fpu vme de pse tsc msr pae mce cx8 "
-            "apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2 ss ht syscall nx "
-            "lm constant_tsc nopl xtopology cpuid pni ssse3 sse4_1 sse4_2 avx avx2 avx512f\n"
-            "bogomips\t: 4000.00\n"
-        )
-    (proc / "cpuinfo").write_text("\n".join(blocks) + "\n")
-    total = shape.memory_bytes // 1024
-    (proc / "meminfo").write_text(
-        f"MemTotal:       {total} kB\nMemFree:        {total * 9 // 10} kB\n"
-        f"MemAvailable:   {total * 9 // 10} kB\nBuffers:               0 kB\n"
-        "Cached:                0 kB\nSwapCached:            0 kB\n"
-        "SwapTotal:             0 kB\nSwapFree:              0 kB\n"
-        "HugePages_Total:       0\nHugePages_Free:        0\nHugePages_Rsvd:        0\n"
-        "HugePages_Surp:        0\nHugepagesize:       2048 kB\n"
-    )
-    try:
-        resolv = Path("/etc/resolv.conf").read_text()
-    except OSError:
-        resolv = ""
-    (node_dir / "resolv.conf").write_text(resolv or "nameserver 127.0.0.53\n")
-    sysctl = node_dir / "proc-sys"
-    for t in KERNEL_TUNABLES:
-        dest = sysctl / t.replace("/", ".")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        try:  # start from the host's value, as a fresh machine would have its own defaults
-            dest.write_text(Path("/proc/sys", t).read_text())
-        except OSError:
-            dest.write_text("0\n")
-
-
-def holder_binds(node_dir: Path) -> list[str]:
-    """Shell lines for the node's holder: bind the generated hardware and tunables (node mount
-    namespace only; propagation is private, so the host never sees them)."""
-    lines = [
-        # a private /run, as a node has its own: the kubelet reads the node's resolvConf
-        # (/run/systemd/resolve/resolv.conf in the distributions' files) to build every sandbox
-        "mount -t tmpfs -o mode=755 rollout-lab-run /run",
-        "mkdir -p /run/sshd /run/systemd/resolve",
-        f"cp {node_dir}/resolv.conf /run/systemd/resolve/resolv.conf",
-        f"mount --bind {node_dir}/sys/cpu /sys/devices/system/cpu",
-        f"mount --bind {node_dir}/proc/cpuinfo /proc/cpuinfo",
-        f"mount --bind {node_dir}/proc/meminfo /proc/meminfo",
-    ]
-    for t in KERNEL_TUNABLES:
-        if Path("/proc/sys", t).exists():
-            lines.append(f"mount --bind {node_dir}/proc-sys/{t.replace('/', '.')} /proc/sys/{t}")
-    return lines
-
-
-def gpus(topology: Mapping[str, Any]) -> list[tuple[str, int]]:
-    """(device id, NUMA node) of the node's simulated GPUs."""
-    return [
-        (str(g), int(n["id"])) for n in topology.get("numaNodes") or () for g in n.get("gpus") or ()
-    ]
 
 
 def unit(node_unit: str, bin_dir: Path, fragment: str, drop_ins: Sequence[str]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from rollout.kubelet.cpuset import parse
 from rollout.lab import realnode
 from rollout.lab.cluster import Lab
 from rollout.lab.hardware import NodeShape
+from rollout.lab.labnodes import UNINITIALIZED_TAINT
 from rollout.lab.network import netns_pids
 from tests.lab.changekit import wait_for as _wait
 
@@ -238,3 +239,51 @@ def test_real_kubelet_nodes(lab: Lab, lab_nodes: Any, namespace: str) -> None:
     for x in made.nodes:
         assert not (lab.dir / "nodes" / x.name).exists()
         assert not Path("/run/netns", x.netns).exists()
+
+
+#: the distributions whose kubelet config sets protectKernelDefaults: true, and that config's path
+PROTECTED = {
+    "eks-al2": "etc/kubernetes/kubelet/kubelet-config.json",
+    "eks-al2023": "etc/kubernetes/kubelet/config.json",
+    "kubespray": "etc/kubernetes/kubelet-config.yaml",
+}
+
+
+@pytest.mark.lab
+@pytest.mark.timeout(240)
+def test_protect_kernel_defaults_distributions_register(lab: Lab, lab_nodes: Any) -> None:
+    """EKS AL2, EKS AL2023 and kubespray run their kubelet with ``protectKernelDefaults: true``:
+    the real kubelet then checks the kernel tunables instead of setting them and exits ("invalid
+    kernel flag: vm/overcommit_memory, expected value: 1, actual value: 0") unless the machine
+    already has its values, which those distributions' images and installers set in a sysctl
+    file. The nodes boot with that file's values and register, with the distribution's
+    ``protectKernelDefaults`` and flags unchanged."""
+    tunables, cgroups = _host_tunables(), _cgroups()
+    made = lab_nodes(3, distribution=",".join(PROTECTED), kubelet="real")
+    for node in made.nodes:
+        obj = _get(lab, f"/api/v1/nodes/{node.name}")
+        ready = next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
+        assert (ready["status"], ready["reason"]) == ("True", "KubeletReady"), node.distribution
+        # the lab stands in for the cloud controller that initialises an external-cloud Node
+        taints = {t["key"] for t in obj.get("spec", {}).get("taints") or ()}
+        assert UNINITIALIZED_TAINT not in taints, node.distribution
+        on_node = yaml.safe_load(
+            (lab.node_root(node.name) / PROTECTED[node.distribution]).read_text()
+        )
+        assert on_node["protectKernelDefaults"] is True
+        cfg = _wait(lambda n=node.name: _configz(lab, n), 30, f"configz of {node.name}")
+        assert cfg["protectKernelDefaults"] is True, node.distribution
+        # the node's tunables are its sysctl file's values (the kubelet only read them)
+        path, _content = realnode.DISTRIBUTION_SYSCTL_FILES[node.distribution]
+        assert (lab.node_root(node.name) / path.lstrip("/")).exists()
+        for sysctl, want in (
+            ("vm/overcommit_memory", "1"),
+            ("kernel/panic", "10"),
+            ("kernel/panic_on_oops", "1"),
+        ):
+            r = lab.node_exec(node.name, "cat", f"/proc/sys/{sysctl}")
+            assert r.stdout.strip() == want, (node.distribution, sysctl, r.stdout, r.stderr)
+        log = (lab.node_root(node.name) / "var/log/kubelet.log").read_text(errors="replace")
+        assert "invalid kernel flag" not in log, node.distribution
+    assert _host_tunables() == tunables
+    assert _cgroups() == cgroups  # kubespray's kubeletCgroups did not make a host cgroup

@@ -5,8 +5,8 @@ A real kubelet cannot run in the lab (no container runtime, no cgroups to spare)
 configuration, what ``/configz`` says, whether the node stays Ready, and which pods it rejects with
 ``TopologyAffinityError``. This package reproduces exactly that, against the real API server.
 
-Contract with the lab nodes (``rollout/lab/nodes.py``)
-------------------------------------------------------
+Contract with the lab nodes (``rollout/lab/nodes.py``, ``nodefiles.py``)
+------------------------------------------------------------------------
 * Started inside the node's namespaces, in the foreground::
 
       python -m rollout.lab.kubelet --node-config /etc/rollout-lab/node.json

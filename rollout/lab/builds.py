@@ -1,0 +1,66 @@
+"""Building the lab's binaries (control plane, monitoring) with the shipped scripts, and the
+check of a lab's kubelet kind and version before anything starts."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from rollout import assets
+from rollout.errors import LabError
+from rollout.lab import monitoring as mon
+from rollout.lab import realnode
+from rollout.lab.controlplane import find_bin_dir, missing_binaries
+
+Progress = Callable[[str], None]
+
+
+def _run_build(script_name: str, progress: Progress) -> Path:
+    """Run one of the shipped build scripts, passing its lines to ``progress``; returns the bin
+    dir it prints last."""
+    script = assets.lab_tools() / script_name
+    proc = subprocess.Popen(
+        ["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    last = ""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        last = line.strip()
+        progress(last)
+    if proc.wait() != 0:
+        raise LabError(f"{script} failed (exit {proc.returncode}); see the lines above")
+    return Path(last)
+
+
+def build_binaries(progress: Progress) -> Path:
+    """Build or reuse the control-plane binaries; returns the bin dir."""
+    d = find_bin_dir()
+    if not missing_binaries(d):
+        return d
+    progress(f"building control-plane binaries into {d} (first time only; takes a while)")
+    return _run_build("build-lab-binaries.sh", progress)
+
+
+def build_monitoring_binaries(progress: Progress) -> Path:
+    """Build or reuse prometheus, promtool and alertmanager; returns their bin dir."""
+    d = mon.find_monitoring_bin_dir()
+    if not mon.missing_monitoring_binaries(d):
+        return d
+    progress(f"building Prometheus and Alertmanager into {d} (first time only; takes a while)")
+    return _run_build("build-monitoring-binaries.sh", progress)
+
+
+def check_kubelet(kubelet: str, kubelet_version: str | None, control_plane: str) -> str | None:
+    """The full kubelet version a ``real`` lab node runs (``None`` for the sim); raises
+    :class:`LabError` for an unknown kind, an unknown version, a version for the simulation (it
+    has none) or one the version skew policy forbids (:func:`realnode.kubelet_version`)."""
+    if kubelet not in realnode.KINDS:
+        raise LabError(f"unknown kubelet {kubelet!r}; valid: {', '.join(realnode.KINDS)}")
+    if kubelet != "real":
+        if kubelet_version:
+            raise LabError(
+                "--kubelet-version needs --kubelet real: the simulated kubelet has no version"
+            )
+        return None
+    return realnode.kubelet_version(kubelet_version, control_plane)

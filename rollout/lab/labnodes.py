@@ -1,0 +1,309 @@
+"""The lab's nodes as the :class:`~rollout.lab.cluster.Lab` manages them: adding (create, seed,
+start, wait for Ready), removing, status, and the per-node faults and helpers (stop/start sshd or
+the kubelet unit, run a command in the node, write an inventory).
+
+:class:`LabNodes` is a mixin of :class:`~rollout.lab.cluster.Lab`; it uses the lab's directory,
+control plane and state file through the attributes and methods declared below.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rollout.errors import LabError
+from rollout.lab import nodes as n
+from rollout.lab import realnode
+from rollout.lab.builds import check_kubelet
+from rollout.lab.hardware import NodeShape
+from rollout.lab.inventory import inventory_text
+from rollout.lab.seeds import DISTRIBUTIONS
+
+if TYPE_CHECKING:
+    from rollout.lab.controlplane import ControlPlane
+
+Progress = Callable[[str], None]
+#: the taint a kubelet with ``--cloud-provider=external`` registers its Node with
+UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized"
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """A started node and its processes."""
+
+    node: n.LabNode
+    procs: n.NodeProcs
+
+
+class LabNodes:
+    """Node management of a lab (mixed into :class:`~rollout.lab.cluster.Lab`)."""
+
+    name: str
+    dir: Path
+    cp: ControlPlane | None
+    nodes: dict[str, NodeRecord]
+
+    if TYPE_CHECKING:
+
+        def _require_cp(self) -> ControlPlane: ...
+
+        def _save(self) -> None: ...
+
+    @property
+    def socket_path(self) -> Path:
+        return self.dir / "apiserver.sock"
+
+    @property
+    def ssh_key(self) -> Path:
+        return self.dir / "ssh" / "client_key"
+
+    @property
+    def shim(self) -> Path:
+        return self.dir / "bin" / "systemctl"
+
+    # ------------------------------------------------------------------ nodes
+    def add_nodes(
+        self,
+        names: Sequence[str],
+        distributions: Sequence[str] = ("kubeadm",),
+        *,
+        shape: NodeShape | None = None,
+        wait_ready: bool = True,
+        timeout: float = 60.0,
+        progress: Progress = lambda _m: None,
+        kubelet: str = "sim",
+        kubelet_version: str | None = None,
+    ) -> list[n.LabNode]:
+        """Create, seed and start nodes (round-robin over ``distributions``); wait for Ready.
+        ``kubelet``: ``sim`` (the simulated kubelet) or ``real`` (:mod:`rollout.lab.realnode`);
+        ``kubelet_version`` (real only): a minor of :data:`realnode.KUBELET_VERSIONS`, checked
+        against the control plane's version by the skew policy before anything starts."""
+        cp = self._require_cp()
+        version = str(cp.version().get("gitVersion", ""))
+        wanted = check_kubelet(kubelet, kubelet_version, version)
+        for d in distributions:
+            if d not in DISTRIBUTIONS:
+                raise LabError(f"unknown distribution {d!r}; valid: {', '.join(DISTRIBUTIONS)}")
+        dup = [x for x in names if x in self.nodes]
+        if dup:
+            raise LabError(f"node names already in this lab: {', '.join(dup)}")
+        kubelet_bin = realnode.build(progress, wanted) if kubelet == "real" else None
+        created: list[n.LabNode] = []
+        try:
+            for k, name in enumerate(names):
+                node = n.create_network(
+                    name, distributions[k % len(distributions)], self.name, shape
+                )
+                node = replace(node, kubelet=kubelet)
+                node_dir = self.dir / "nodes" / name
+                try:
+                    n.remove_node_dir(node_dir)
+                    node_dir.mkdir(parents=True)
+                    n.write_node_files(
+                        node,
+                        node_dir,
+                        self._credentials(node),
+                        self.socket_path,
+                        version,
+                        kubelet_bin,
+                    )
+                except BaseException:
+                    n.stop_node(node.netns)
+                    raise
+                procs = n.start_node(
+                    node,
+                    node_dir,
+                    shim=self.shim,
+                    host_key=self.dir / "ssh" / "host_key",
+                    authorized_keys=self.dir / "ssh" / "authorized_keys",
+                    socket_path=self.socket_path,
+                    apiserver_port=cp.apiserver_port,
+                )
+                self.nodes[name] = NodeRecord(node, procs)
+                created.append(node)
+                self._save()
+                self.start_kubelet(name)
+                progress(
+                    f"node {name} ({node.distribution}, {node.ip}): sshd and "
+                    f"{node.unit}.service started"
+                )
+            if wait_ready:
+                self.wait_ready([x.name for x in created], timeout=timeout)
+                self._initialize_external_cloud_nodes(created)
+                progress(f"{len(created)} node(s) Ready")
+        except BaseException:
+            self.remove_nodes([x.name for x in created])
+            raise
+        return created
+
+    def _initialize_external_cloud_nodes(self, nodes: Sequence[n.LabNode]) -> None:
+        """Do for real-kubelet nodes what a cloud-controller-manager does for a kubelet started
+        with ``--cloud-provider=external`` (the EKS distributions' flags): the real kubelet
+        registers its Node with the taint :data:`UNINITIALIZED_TAINT` (NoSchedule) and the
+        cloud's node controller removes it once it has initialized the Node (on EKS, AWS's cloud
+        controller manager). The lab has no cloud controller, so without this nothing would ever
+        be scheduled on those nodes. The simulated kubelet never adds the taint."""
+        cp = self._require_cp()
+        for node in nodes:
+            if node.kubelet != "real":
+                continue
+            code, obj = cp.request("GET", f"/api/v1/nodes/{node.name}")
+            if code != 200:
+                continue
+            taints = obj.get("spec", {}).get("taints") or []
+            keep = [t for t in taints if t.get("key") != UNINITIALIZED_TAINT]
+            if len(keep) == len(taints):
+                continue
+            code, out = cp.request(
+                "PATCH",
+                f"/api/v1/nodes/{node.name}",
+                {"spec": {"taints": keep or None}},
+                content_type="application/merge-patch+json",
+            )
+            if code != 200:
+                raise LabError(f"could not remove {UNINITIALIZED_TAINT} from {node.name}: {out}")
+
+    def _credentials(self, node: n.LabNode) -> n.NodeCredentials:
+        cp = self._require_cp()
+        server = f"https://127.0.0.1:{cp.apiserver_port}"
+        kc = cp.node_kubeconfig(node.name, embed=True, server=server)
+        crt, key = cp.pki_dir / f"node-{node.name}.crt", cp.pki_dir / f"node-{node.name}.key"
+        scrt, skey = cp.kubelet_serving_cert(node.name, node.ip)
+        return n.NodeCredentials(
+            ca_pem=cp.ca_cert.read_text(),
+            client_cert_pem=crt.read_text(),
+            client_key_pem=key.read_text(),
+            serving_cert_pem=scrt.read_text(),
+            serving_key_pem=skey.read_text(),
+            kubeconfig=kc.read_text(),
+            apiserver_port=cp.apiserver_port,
+        )
+
+    def remove_nodes(self, names: Sequence[str], *, delete_objects: bool = True) -> None:
+        """Stop nodes, delete their namespaces, files and (by default) their Node objects."""
+        for name in names:
+            rec = self.nodes.pop(name, None)
+            if rec is None:
+                continue
+            n.stop_node(rec.node.netns)
+            n.remove_node_dir(Path(rec.procs.dir))
+            if delete_objects and self.cp is not None:
+                with contextlib.suppress(OSError):
+                    self.cp.request("DELETE", f"/api/v1/nodes/{name}")
+            self._save()
+
+    def node_status(self) -> list[dict[str, Any]]:
+        """Per node: Ready (from the API), sshd reachable, kubelet unit state."""
+        ready: dict[str, str] = {}
+        if self.cp is not None:
+            try:
+                code, body = self.cp.request("GET", "/api/v1/nodes", timeout=5)
+                if code == 200:
+                    for item in body.get("items", []):
+                        conds = item.get("status", {}).get("conditions", [])
+                        st = next((c["status"] for c in conds if c["type"] == "Ready"), "Unknown")
+                        ready[item["metadata"]["name"]] = st
+            except OSError:
+                pass
+        out = []
+        for name, rec in self.nodes.items():
+            alive = Path(f"/proc/{rec.procs.holder_pid}").exists()
+            unit = "unknown"
+            if alive:
+                r = n.node_exec(rec.procs.holder_pid, "systemctl", "is-active", rec.node.unit)
+                unit = r.stdout.strip() or "unknown"
+            out.append(
+                {
+                    "name": name,
+                    "distribution": rec.node.distribution,
+                    "ip": rec.node.ip,
+                    "ready": ready.get(name, "Missing"),
+                    "sshd": n._tcp_open(rec.node.ip, 22) if alive else False,
+                    "kubelet": unit,
+                    "unit": rec.node.unit,
+                }
+            )
+        return out
+
+    def wait_ready(self, names: Sequence[str], timeout: float = 60.0, want: str = "True") -> None:
+        """Wait until every named Node's Ready condition is ``want``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            st = {s["name"]: s["ready"] for s in self.node_status() if s["name"] in names}
+            if all(st.get(x) == want for x in names):
+                return
+            if time.monotonic() > deadline:
+                tails = []
+                for x in names:
+                    rec = self.nodes.get(x)
+                    if rec is not None:
+                        log = self.node_root(x) / "var/log/kubelet.log"
+                        with contextlib.suppress(OSError):
+                            tails.append(
+                                f"--- {x} kubelet.log\n" + log.read_text(errors="replace")[-1500:]
+                            )
+                raise LabError(
+                    f"nodes not Ready={want} after {timeout:.0f}s: {st}\n" + "\n".join(tails)
+                )
+            time.sleep(0.25)
+
+    # ------------------------------------------------------------------ faults and helpers
+    def _rec(self, node: str) -> NodeRecord:
+        try:
+            return self.nodes[node]
+        except KeyError:
+            raise LabError(f"no node {node!r} in lab {self.name}") from None
+
+    def node_root(self, node: str) -> Path:
+        """Host path of the node's filesystem as the node sees it (``/proc/<holder>/root``)."""
+        return self._rec(node).procs.root
+
+    def node_exec(self, node: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run a command inside the node (without SSH)."""
+        return n.node_exec(self._rec(node).procs.holder_pid, *args)
+
+    def stop_sshd(self, node: str) -> None:
+        """Fault: stop the node's sshd (Ansible then sees the host as unreachable)."""
+        rec = self._rec(node)
+        n.stop_sshd(rec.node.netns)
+        deadline = time.monotonic() + 10
+        while n._tcp_open(rec.node.ip, 22) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def start_sshd(self, node: str) -> None:
+        """Start the node's sshd again."""
+        rec = self._rec(node)
+        if n._tcp_open(rec.node.ip, 22):
+            return
+        pid = n.start_sshd(rec.procs.holder_pid, Path(rec.procs.dir))
+        self.nodes[node] = replace(rec, procs=replace(rec.procs, sshd_pid=pid))
+        deadline = time.monotonic() + 10
+        while not n._tcp_open(rec.node.ip, 22):
+            if time.monotonic() > deadline:
+                raise LabError(f"sshd on {node} did not come back")
+            time.sleep(0.05)
+        self._save()
+
+    def _systemctl(self, node: str, verb: str) -> None:
+        rec = self._rec(node)
+        r = n.node_exec(rec.procs.holder_pid, "systemctl", verb, rec.node.unit)
+        if r.returncode != 0:
+            raise LabError(f"systemctl {verb} {rec.node.unit} on {node}: {r.stderr.strip()}")
+
+    def stop_kubelet(self, node: str) -> None:
+        """Fault: stop the node's kubelet unit (the Node goes NotReady after the grace period)."""
+        self._systemctl(node, "stop")
+
+    def start_kubelet(self, node: str) -> None:
+        """Start the node's kubelet unit."""
+        self._systemctl(node, "start")
+
+    def write_inventory(self, nodes: Sequence[str], path: Path) -> Path:
+        """Write an inventory for ``nodes`` (first quarter in ``canary``)."""
+        path.write_text(inventory_text([self._rec(x).node for x in nodes], self.ssh_key))
+        return path
