@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 Progress = Callable[[str], None]
 #: the taint a kubelet with ``--cloud-provider=external`` registers its Node with
 UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized"
+#: the taint a Node carries until the node lifecycle controller has seen it Ready
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,7 @@ class LabNodes:
             if wait_ready:
                 self.wait_ready([x.name for x in created], timeout=timeout)
                 self._initialize_external_cloud_nodes(created)
+                self.wait_untainted([x.name for x in created], timeout=timeout)
                 progress(f"{len(created)} node(s) Ready")
         except BaseException:
             self.remove_nodes([x.name for x in created])
@@ -249,6 +252,29 @@ class LabNodes:
                             )
                 raise LabError(
                     f"nodes not Ready={want} after {timeout:.0f}s: {st}\n" + "\n".join(tails)
+                )
+            time.sleep(0.25)
+
+    def wait_untainted(self, names: Sequence[str], timeout: float = 60.0) -> None:
+        """Wait until no named Node carries ``node.kubernetes.io/not-ready``: a Node is Ready
+        before the node lifecycle controller lifts that NoSchedule taint (its monitor period, and
+        longer on a loaded machine), and until then the scheduler places nothing on it, so a test
+        that spreads pods right after ``add_nodes`` would see them all on the nodes untainted
+        first."""
+        cp = self._require_cp()
+        deadline = time.monotonic() + timeout
+        while True:
+            tainted = []
+            for x in names:
+                code, obj = cp.request("GET", f"/api/v1/nodes/{x}")
+                taints = (obj.get("spec", {}).get("taints") or []) if code == 200 else []
+                if any(t.get("key") == NOT_READY_TAINT for t in taints):
+                    tainted.append(x)
+            if not tainted:
+                return
+            if time.monotonic() > deadline:
+                raise LabError(
+                    f"nodes still tainted {NOT_READY_TAINT} after {timeout:.0f}s: {tainted}"
                 )
             time.sleep(0.25)
 

@@ -376,7 +376,14 @@ def test_apiserver_restart_during_the_soak_counts_nothing_twice(
         lab.restart_apiserver(downtime=1.0)
         # a pod made after the restart is seen: the watch resumed
         _bare_pod(lab, namespace, "after-restart", node, 1)
-        ck.wait_for(lambda: len(sig.tracker.samples()) == 6, 40, "the watch resumed")
+        try:
+            ck.wait_for(lambda: len(sig.tracker.samples()) >= 6, 60, "the watch resumed")
+        except AssertionError as e:  # say which side did not resume: the kubelet or the watch
+            _, pod = lab.api.request("GET", f"/api/v1/namespaces/{namespace}/pods/after-restart")
+            raise AssertionError(
+                f"{e}: pod phase {pod.get('status', {}).get('phase')!r}, "
+                f"{len(sig.tracker.samples())} samples, last watch error {sig._last_error!r}"
+            ) from None
         time.sleep(2)  # let any replayed event arrive
         second = sig.state(time.time())
         v2 = evaluate(cfg, [second], time.time())
