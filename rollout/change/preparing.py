@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rollout.ansible.inventory import read_plain
 from rollout.ansible.payloads import ABSENT
 from rollout.change.plan import Plan
 from rollout.change.planning import (
@@ -88,6 +89,8 @@ def start_inventory(path: Path) -> Callable[[], Inventory]:
         InputError: ``ansible-inventory`` is not installed (the returned function raises the
             other errors of :func:`read_inventory`).
     """
+    if (plain := read_plain(path)) is not None:  # a plain INI file: no ansible-inventory
+        return lambda: _parse_inventory(path, plain)
     exe = shutil.which("ansible-inventory", path=str(Path(sys.executable).parent)) or shutil.which(
         "ansible-inventory"
     )
