@@ -12,10 +12,12 @@ with another connection plugin, ``become`` or a password falls back to the resto
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import shlex
 import subprocess
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -42,12 +44,15 @@ CONTROL_PATH = str(CONTROL_DIR / "%C")
 #: How long an idle SSH master stays open: long enough to span a canary's soak.
 CONTROL_PERSIST = "300s"
 
-# Runs on the node: read {source, args} from stdin, load the module without running its main(),
-# print its result as JSON.
+# Runs on the node: read {source} (one line) from stdin and load the module without running its
+# main(); then read the arguments (the rest of stdin, up to EOF) and print the result as JSON.
+# Nothing acts on the node before the arguments are complete: a started call (:class:`Started`)
+# whose stdin is closed without them, or cut off mid-way, exits having done nothing.
 _BOOTSTRAP = (
-    "import json,sys;d=json.load(sys.stdin);g={'__name__':'rollout_direct'};"
+    "import json,sys;d=json.loads(sys.stdin.readline());g={'__name__':'rollout_direct'};"
     "exec(compile(d['source'],'rollout_module.py','exec'),g);"
-    "print(json.dumps(g['direct'](d['args'])))"
+    "a=json.loads(sys.stdin.read() or 'null');"
+    "a is None or print(json.dumps(g['direct'](a)))"
 )
 
 _PLAIN = {None, "", "ssh", "smart"}
@@ -113,12 +118,96 @@ def target(name: str, hostvars: Mapping[str, Any]) -> Target | None:
     )
 
 
+class Started:
+    """A module call whose ssh session and Python are up on the node, the module loaded, waiting
+    for its arguments: what :func:`start` leaves ready so that the call itself costs one round
+    trip. Until :meth:`finish` sends the arguments it has done nothing on the node."""
+
+    def __init__(self, t: Target, module: str) -> None:
+        CONTROL_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.proc = subprocess.Popen(
+            t.argv(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        head = json.dumps({"source": _source(module)}) + "\n"
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(head)
+            self.proc.stdin.flush()
+        except OSError:  # ssh already gone: alive() says so, the call runs cold
+            pass
+
+    def alive(self) -> bool:
+        """The session has not ended (an ended one never got arguments: nothing ran)."""
+        return self.proc.poll() is None
+
+    def finish(self, args: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Send the arguments, wait for the result (as :func:`run_step` returns it)."""
+        try:
+            out, err = self.proc.communicate(json.dumps(dict(args)), timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            return {"failed": True, "msg": f"node step over ssh timed out after {timeout_s:.0f}s"}
+        return _outcome(self.proc.returncode, out, err)
+
+    def cancel(self) -> None:
+        """End the session without arguments (the node does nothing)."""
+        with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):
+            self.proc.communicate("", timeout=10)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+_started: dict[tuple[Target, str], Started] = {}
+_started_lock = threading.Lock()
+
+
+def start(t: Target, module: str = STEP) -> None:
+    """Open ``t``'s session for the next ``module`` call now (ssh, Python, the module loaded), so
+    that :func:`run_step` on ``t`` later only sends its arguments; one waiting session per host
+    and module, a stale one replaced."""
+    with _started_lock:
+        old = _started.get((t, module))
+        if old is not None and old.alive():
+            return
+        _started[(t, module)] = Started(t, module)
+    if old is not None:
+        old.cancel()
+
+
+def cancel_started() -> None:
+    """End every waiting session (each does nothing on its node)."""
+    with _started_lock:
+        waiting = list(_started.values())
+        _started.clear()
+    for s in waiting:
+        s.cancel()
+
+
+def _take(t: Target, module: str) -> Started | None:
+    with _started_lock:
+        s = _started.pop((t, module), None)
+    if s is not None and not s.alive():
+        s.cancel()
+        return None
+    return s
+
+
 def run_step(
     t: Target, args: Mapping[str, Any], timeout_s: float, module: str = STEP
 ) -> dict[str, Any]:
     """Run the role's ``module`` (the node step by default, or :data:`FACTS`) on ``t`` with
-    ``args``; its result (``failed`` on any error, ``unreachable`` when ssh itself failed)."""
-    stdin = json.dumps({"source": _source(module), "args": dict(args)})
+    ``args`` (through the session :func:`start` opened, when one waits); its result (``failed``
+    on any error, ``unreachable`` when ssh itself failed)."""
+    started = _take(t, module)
+    if started is not None:
+        return started.finish(args, timeout_s)
+    stdin = json.dumps({"source": _source(module)}) + "\n" + json.dumps(dict(args))
     CONTROL_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         p = subprocess.run(
@@ -126,15 +215,19 @@ def run_step(
         )
     except subprocess.TimeoutExpired:
         return {"failed": True, "msg": f"node step over ssh timed out after {timeout_s:.0f}s"}
-    if p.returncode == 255:
-        return {"failed": True, "unreachable": True, "msg": p.stderr.strip()[-400:]}
+    return _outcome(p.returncode, p.stdout, p.stderr)
+
+
+def _outcome(rc: int, stdout: str, stderr: str) -> dict[str, Any]:
+    if rc == 255:
+        return {"failed": True, "unreachable": True, "msg": stderr.strip()[-400:]}
     try:
-        out = json.loads(p.stdout.strip().splitlines()[-1])
+        out = json.loads(stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):
         return {
             "failed": True,
-            "msg": f"node step over ssh printed no result (rc {p.returncode}): "
-            + (p.stderr.strip() or p.stdout.strip())[-400:],
+            "msg": f"node step over ssh printed no result (rc {rc}): "
+            + (stderr.strip() or stdout.strip())[-400:],
         }
     return out if isinstance(out, dict) else {"failed": True, "msg": "malformed result"}
 

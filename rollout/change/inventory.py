@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rollout.ansible.inventory import read_plain
 from rollout.errors import InputError, Location
 
 
@@ -59,6 +60,8 @@ def start_inventory(path: Path) -> Callable[[], Inventory]:
         InputError: ``ansible-inventory`` is not installed (the returned function raises the
             other errors of :func:`read_inventory`).
     """
+    if (plain := read_plain(path)) is not None:  # a plain INI file: no ansible-inventory
+        return lambda: _parse_inventory(path, plain)
     exe = shutil.which("ansible-inventory", path=str(Path(sys.executable).parent)) or shutil.which(
         "ansible-inventory"
     )

@@ -109,7 +109,14 @@ class PlaybookNodeRunner:
         """Whether a run per node costs no more than a shared one (the orchestrator then runs
         each node of a batch through its whole forward path on its own): the apply goes over
         plain ssh to every one of ``hosts``."""
-        return self.direct_apply and self._direct_targets(sorted(hosts)) is not None
+        if not self.direct_apply or (targets := self._direct_targets(sorted(hosts))) is None:
+            return False
+        # the orchestrator asks at the start of a batch: open each node's session for its node
+        # step now (ssh, Python, the module loaded), while the node is cordoned and drained;
+        # the apply (or a restore, if the drain fails) then only sends its arguments
+        for t, _ in targets.values():
+            direct.start(t)
+        return True
 
     def apply(self, change: NodeChange, change_id: str, backup_dir: str) -> RunResult:
         """See ``NodeRunner.apply``."""

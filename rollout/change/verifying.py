@@ -80,9 +80,12 @@ def verify(
     devices_before: Mapping[str, str],
     clock: Clock,
     timeout_s: float,
-    poll_s: float = 0.5,
+    poll_s: float = 0.25,
 ) -> None:
     """Wait until the node is healthy with the expected config, or raise naming what is off.
+
+    ``poll_s``: the wait between two looks (three API reads each); a batch waits for its slowest
+    node's verify, so a look that misses the node by a moment should not cost half a second.
 
     Raises:
         NodeOperationError: still not right at the timeout; the last problems are named.

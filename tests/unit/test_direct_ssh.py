@@ -211,3 +211,57 @@ def test_facts_over_ssh_are_what_the_module_reads(
         ["h1"], {"h1": {**hv, "ansible_become": True}}, tmp_path / "f2", assets.playbooks()
     )
     assert declined is None
+
+
+def test_a_started_session_acts_only_on_its_arguments(
+    tmp_path: Path, healthz: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``start`` opens the node step's session ahead (the orchestrator's batch start): nothing
+    happens on the node until ``run_step`` sends the arguments through it; a session ended
+    without arguments (``cancel_started``) did nothing; one that died is replaced by a cold call
+    that gives the same result."""
+    _local(monkeypatch)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "log"}\n')
+    (bin_dir / "systemctl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    config = tmp_path / "config.yaml"
+    before, ours = b"a: 1\n", b"a: 2\n"
+    config.write_bytes(ours)
+    payload = {
+        "change_id": "c1",
+        "restore": [
+            {
+                "path": str(config),
+                "content_b64": base64.b64encode(before).decode(),
+                "sha256": hashlib.sha256(before).hexdigest(),
+                "current": [hashlib.sha256(ours).hexdigest()],
+                "mode": "0600",
+                "owner": str(os.getuid()),
+                "group": str(os.getgid()),
+            }
+        ],
+        "service": "kubelet",
+        "healthz_url": healthz,
+    }
+    t = direct.Target("local", None, None, None, (), f"{sys.executable} -S")
+    direct.start(t)
+    direct.cancel_started()  # ended without arguments: nothing ran
+    assert config.read_bytes() == ours and not (tmp_path / "log").exists()
+
+    direct.start(t)
+    waiting = direct._started[(t, direct.STEP)]
+    assert waiting.alive() and config.read_bytes() == ours
+    out = direct.run_step(t, {"action": "restore", "payload": payload}, 30)
+    assert out["status"] == "ok", out
+    assert config.read_bytes() == before and not direct._started
+
+    config.write_bytes(ours)
+    direct.start(t)
+    dead = direct._started[(t, direct.STEP)]
+    dead.proc.kill()
+    dead.proc.wait()
+    out = direct.run_step(t, {"action": "restore", "payload": payload}, 30)  # cold instead
+    assert out["status"] == "ok", out
+    assert config.read_bytes() == before
