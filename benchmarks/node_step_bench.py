@@ -22,6 +22,10 @@ first batch):
    loop with ``ansible-playbook apply.yml`` per node instead of the ssh. (Between runs the nodes
    are put back untimed.)
 
+Before every timed ``rollout apply`` and every loop the bench pods are deleted and the run waits
+until their replacements run on every one of the N nodes (``podsOnNodes`` in the output), so
+every drain evicts something in every round, not only in the first.
+
 Then, each round, for each canary size C: ``rollout apply --canary --yes`` with a C-node canary
 group, then ``rollout rollback --change ID --yes`` timed from the command's start (the trigger)
 to its exit and to the last node restored, Ready and uncordoned (the journal's last restore-path
@@ -191,6 +195,34 @@ def _deployment(lab: Lab, ns: str, replicas: int) -> None:
     ck.wait_for(running, 180, "bench pods running", every=0.5)
 
 
+def respread(lab: Lab, ns: str, replicas: int, names: list[str]) -> int:
+    """Delete the bench pods and wait until their replacements run on every node of ``names``.
+
+    Applies and rollbacks move pods off the nodes they drain; without this the next timed run
+    would find near-empty nodes and drain nothing. Returns the number of pods on ``names``.
+    """
+    code, out = lab.api.request("DELETE", f"/api/v1/namespaces/{ns}/pods?labelSelector=app%3Dbench")
+    assert code == 200, out
+    wanted = set(names)
+
+    def spread() -> bool:
+        code, out = lab.api.request("GET", f"/api/v1/namespaces/{ns}/pods")
+        if code != 200:
+            return False
+        live = [
+            p
+            for p in out.get("items", [])
+            if p.get("status", {}).get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")
+        ]
+        on = {p["spec"].get("nodeName") for p in live}
+        return len(live) >= replicas and wanted <= on
+
+    ck.wait_for(spread, 180, "bench pods re-spread over every node", every=0.5)
+    code, out = lab.api.request("GET", f"/api/v1/namespaces/{ns}/pods")
+    return sum(1 for p in out.get("items", []) if p["spec"].get("nodeName") in wanted)
+
+
 def _ssh(lab: Lab, node: str) -> list[str]:
     ip = lab.nodes[node].node.ip
     return [
@@ -335,8 +367,12 @@ class Bench:
         plan = ck.plan(self.work / f"plan-{tag}.yaml", dict.fromkeys(names, "kubeadm"), mu)
         return inv, plan
 
+    def respread(self, n: int) -> int:
+        return respread(self.lab, "bench", 2 * len(self.all), self.all[:n])
+
     def apply(self, n: int, mu: int) -> tuple[dict[str, Any], Journal]:
         inv, plan = self.files(n, mu, mu, f"{n}")
+        pods = self.respread(n)
         load = _load()
         started = time.time()
         r = ck.cli(
@@ -349,6 +385,7 @@ class Bench:
         fwd = forward_numbers(journal)
         out = {
             "load": load,
+            "podsOnNodes": pods,
             "wallS": round(wall, 2),
             "preflightS": round(fwd["changeBegin"] - started, 2),
             "floorS": fwd["floorS"],
@@ -404,7 +441,7 @@ class Bench:
                 [*_ssh(lab, x), "bash -s"], input=script, text=True, check=True, capture_output=True
             )
 
-        out: dict[str, Any] = {"load": _load()}
+        out: dict[str, Any] = {"podsOnNodes": self.respread(n), "load": _load()}
         out["loopSshWallS"] = round(_loop(lab, names, env, by_ssh), 2)
         _put_back(lab, originals, changes)
         if not playbook:
@@ -452,6 +489,7 @@ class Bench:
             if pb.returncode != 0:
                 raise SystemExit(f"ansible-playbook failed on {x}:\n{pb.stdout[-3000:]}")
 
+        out["podsOnNodesPlaybook"] = self.respread(n)
         out["loadPlaybook"] = _load()
         out["loopPlaybookWallS"] = round(_loop(lab, names, env, by_playbook), 2)
         _put_back(lab, originals, changes)
