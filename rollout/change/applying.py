@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from rollout.change.draining import drain
-from rollout.change.journal import NodeStatus, replay
 from rollout.change.planning import device_resources
+from rollout.change.replaying import NodeStatus, replay
 from rollout.change.restoring import (
     Context,
     change_record,

@@ -12,8 +12,7 @@ Layout::
     ${ROLLOUT_STATE_DIR:-~/.local/state/rollout}/changes/<change-id>/journal.jsonl
     ${ROLLOUT_STATE_DIR:-~/.local/state/rollout}/changes/<change-id>/backups/<node>/<sha256>
 
-:func:`replay` turns the entries into every node's state; it is a pure function, so what ``status``
-shows and what ``resume`` decides are the same thing.
+:func:`rollout.change.replaying.replay` turns the entries into every node's state.
 """
 
 from __future__ import annotations
@@ -21,14 +20,14 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path as FsPath
 from typing import Any
 
 from rollout.errors import InputError, Location
-from rollout.models import FileBackup, NodeState, Path, Phase, Step
+from rollout.models import Path, Phase
 
 CHANGE_STEP = "change"
 """The step name of change-level entries (node is None): begin, then done/failed with an outcome."""
@@ -296,162 +295,3 @@ def _fsync_dir(directory: FsPath) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-# ---------------------------------------------------------------------------------------------
-# Replay: pure
-
-
-@dataclass(frozen=True)
-class NodeStatus:
-    """A node's state, replayed from the journal.
-
-    Attributes:
-        node: Node name.
-        state: see :class:`NodeState`.
-        step: the last step journaled for the node (None: none yet).
-        phase: that step's phase.
-        path: that step's path.
-        prior_cordoned: whether the node was cordoned before we touched it (None: not recorded).
-        we_cordoned: whether this change cordoned it (so only then do we uncordon).
-        backups: the original files, with hashes (empty until the backup step is done).
-        prior_config: the kubelet settings ``/configz`` showed before the change.
-        prior_allocatable: device allocatable before the change (``nvidia.com/gpu`` etc.).
-        files_touched: the apply step began, so node files may differ from the backups.
-        record: what the change writes on the node (paths, blob hashes, service, checkpoints),
-            so resume and rollback can rebuild it without the plan.
-        message: the last failure message, if any.
-    """
-
-    node: str
-    state: NodeState = NodeState.PENDING
-    step: Step | None = None
-    phase: Phase | None = None
-    path: Path | None = None
-    prior_cordoned: bool | None = None
-    we_cordoned: bool = False
-    backups: tuple[FileBackup, ...] = ()
-    prior_config: Mapping[str, Any] = field(default_factory=dict)
-    prior_allocatable: Mapping[str, str] = field(default_factory=dict)
-    files_touched: bool = False
-    message: str = ""
-    record: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready summary (what ``status -o json`` prints per node)."""
-        return {
-            "node": self.node,
-            "state": self.state.value,
-            "step": self.step.value if self.step else None,
-            "phase": self.phase.value if self.phase else None,
-            "path": self.path.value if self.path else None,
-            "priorCordoned": self.prior_cordoned,
-            "weCordoned": self.we_cordoned,
-            "filesTouched": self.files_touched,
-            "backups": [
-                {"path": b.path, "existed": b.existed, "sha256": b.sha256} for b in self.backups
-            ],
-            "message": self.message,
-        }
-
-
-@dataclass(frozen=True)
-class ChangeStatus:
-    """The whole change, replayed.
-
-    Attributes:
-        change: change id.
-        nodes: node name -> status, in the order the change listed them.
-        outcome: ``running`` (no end recorded: in progress or crashed), or the recorded outcome
-            (``completed``, ``held``, ``stopped``, ``rolled-back``, ...).
-        message: the change-level message.
-        info: what the change-level ``begin`` recorded (plan, batches, canary).
-    """
-
-    change: str
-    nodes: Mapping[str, NodeStatus]
-    outcome: str = "running"
-    message: str = ""
-    info: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready summary."""
-        return {
-            "change": self.change,
-            "outcome": self.outcome,
-            "message": self.message,
-            "promotion": self.info.get("promotion"),
-            "nodes": [s.to_dict() for s in self.nodes.values()],
-        }
-
-
-def replay(entries: Iterable[Entry], change: str = "") -> ChangeStatus:
-    """Every node's state after the given entries (pure).
-
-    Rules: any forward ``begin`` makes a node ``applying``; the forward ``uncordon`` done makes it
-    ``applied``; any restore-path ``begin`` makes it ``restoring``; the restore-path ``uncordon``
-    done makes it ``restored``; a restore-path ``failed`` makes it ``failed``. Cordon entries
-    carry the prior cordon state; backup entries carry the files' hashes.
-    """
-    nodes: dict[str, NodeStatus] = {}
-    outcome, message, info = "running", "", {}
-    for e in entries:
-        change = change or e.change
-        if e.node is None:
-            if e.step == CHANGE_STEP and e.phase is Phase.BEGIN:
-                info = dict(e.data)
-                outcome = "running"
-                for n in e.data.get("nodes", ()):
-                    nodes.setdefault(n, NodeStatus(node=n))
-            elif e.step == CHANGE_STEP:
-                outcome = str(e.data.get("outcome", e.phase.value))
-                message = str(e.data.get("message", ""))
-            continue
-        nodes[e.node] = _apply_entry(nodes.get(e.node, NodeStatus(node=e.node)), e)
-    return ChangeStatus(change=change, nodes=nodes, outcome=outcome, message=message, info=info)
-
-
-def _apply_entry(s: NodeStatus, e: Entry) -> NodeStatus:
-    try:
-        step = Step(e.step)
-    except ValueError:
-        return s  # an entry from a newer version: keep the state we know
-    path = e.path or Path.FORWARD
-    s = replace(s, step=step, phase=e.phase, path=path)
-    d = e.data
-    if step is Step.PREFLIGHT and e.phase is Phase.DONE:
-        s = replace(
-            s,
-            prior_config=dict(d.get("configz", {})),
-            prior_allocatable=dict(d.get("allocatable", {})),
-        )
-    if step is Step.CORDON and e.phase is Phase.BEGIN and s.prior_cordoned is None:
-        s = replace(s, prior_cordoned=bool(d.get("priorCordoned", False)))
-    if step is Step.CORDON and e.phase is Phase.DONE and d.get("cordonedByUs"):
-        s = replace(s, we_cordoned=True)
-    if step is Step.UNCORDON and e.phase is Phase.DONE and d.get("uncordoned"):
-        s = replace(s, we_cordoned=False)
-    if step is Step.BACKUP and e.phase is Phase.DONE:
-        s = replace(
-            s,
-            backups=tuple(FileBackup(**b) for b in d.get("files", ())),
-            record=dict(d.get("change", {})),
-        )
-    if step is Step.APPLY and e.phase is Phase.BEGIN:
-        s = replace(s, files_touched=True)
-    if step is Step.APPLY and e.phase is Phase.FAILED and d.get("filesWritten") is False:
-        s = replace(s, files_touched=False)  # compare-and-swap refused: nothing was written
-    if e.phase is Phase.FAILED:
-        s = replace(s, message=str(d.get("message", "")))
-    if path is Path.FORWARD:
-        if step is Step.UNCORDON and e.phase is Phase.DONE:
-            return replace(s, state=NodeState.APPLIED)
-        # RESTORED: a node cut before any write, its cordon undone by resume, runs again
-        if s.state in (NodeState.PENDING, NodeState.APPLYING, NodeState.RESTORED):
-            return replace(s, state=NodeState.APPLYING)
-        return s
-    if e.phase is Phase.FAILED:
-        return replace(s, state=NodeState.FAILED)
-    if step is Step.UNCORDON and e.phase is Phase.DONE:
-        return replace(s, state=NodeState.RESTORED, files_touched=False)
-    return replace(s, state=NodeState.RESTORING)

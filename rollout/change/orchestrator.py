@@ -17,8 +17,9 @@ from datetime import datetime
 from typing import Any
 
 from rollout.change.applying import apply_batch
-from rollout.change.journal import CHANGE_STEP, ChangeStatus, replay
+from rollout.change.journal import CHANGE_STEP
 from rollout.change.planning import Batch
+from rollout.change.replaying import ChangeStatus, replay
 from rollout.change.restoring import Context, restore_nodes
 from rollout.change.windows import Decision
 from rollout.errors import (

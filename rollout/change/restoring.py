@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from rollout.change.draining import drain
-from rollout.change.journal import Journal, NodeStatus
+from rollout.change.journal import Journal
 from rollout.change.planning import DrainPolicy
+from rollout.change.replaying import NodeStatus
 from rollout.change.verifying import verify
 from rollout.errors import ExternalError, InputError, NodeOperationError, RolloutError
 from rollout.interrupt import Interrupt, InterruptibleClock

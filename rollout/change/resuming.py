@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rollout.change.applying import apply_and_verify
-from rollout.change.journal import CHANGE_STEP, ChangeStatus, Entry, NodeStatus, replay
+from rollout.change.journal import CHANGE_STEP, Entry
 from rollout.change.orchestrator import (
     GATE_STEP,
     REQUEST_STEP,
@@ -22,6 +22,7 @@ from rollout.change.orchestrator import (
     rollback_targets,
     summary,
 )
+from rollout.change.replaying import ChangeStatus, NodeStatus, replay
 from rollout.change.restoring import (
     Context,
     change_from_record,

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import click
 
-from rollout.change.journal import Journal, new_change_id, replay, state_dir
+from rollout.change.journal import Journal, new_change_id, state_dir
 from rollout.change.orchestrator import run_change
 from rollout.change.plan import load_plan
 from rollout.change.planning import parse_strategy
 from rollout.change.previewing import predicted_rejections, render_text
+from rollout.change.replaying import replay
 from rollout.change.windows import guard, parse_windows
 from rollout.cli.gate import GATE_HOLDS_EXIT, gate_config
 from rollout.errors import InputError, Location, PreflightError

@@ -207,8 +207,9 @@ def evidence_cmd(
     import json
 
     from rollout.ansible.runner import AnsibleRunner
-    from rollout.change.journal import Journal, replay, state_dir
+    from rollout.change.journal import Journal, state_dir
     from rollout.change.preparing import hosts_for, read_inventory
+    from rollout.change.replaying import replay
     from rollout.evidence.checks import build_collection, merge_collection
     from rollout.evidence.report import EVIDENCE_FILE
     from rollout.kube import proxy

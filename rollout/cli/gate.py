@@ -166,7 +166,8 @@ def build_soak_gate(
 
 
 def _change_nodes(change_id: str) -> tuple[list[str], float, Any]:
-    from rollout.change.journal import Journal, replay, state_dir
+    from rollout.change.journal import Journal, state_dir
+    from rollout.change.replaying import replay
 
     journal = Journal.open(state_dir(), change_id)
     entries = journal.entries()

@@ -9,10 +9,11 @@ from typing import Any
 
 import click
 
-from rollout.change.journal import ChangeStatus, Journal, replay
+from rollout.change.journal import Journal
 from rollout.change.orchestrator import ROLLBACK_INFO
 from rollout.change.plan import load_plan
 from rollout.change.previewing import predicted_rejections
+from rollout.change.replaying import ChangeStatus, replay
 from rollout.change.windows import guard, parse_windows
 from rollout.cli.gate import gate_config
 from rollout.errors import PreflightError

@@ -7,9 +7,9 @@ from typing import Any
 
 import click
 
-from rollout.change.journal import ChangeStatus, replay
 from rollout.change.plan import load_plan
 from rollout.change.previewing import predicted_rejections
+from rollout.change.replaying import ChangeStatus, replay
 from rollout.change.restoring import Context
 from rollout.change.resuming import rerun_nodes, resume, resume_rollback, unfinished_rollback
 from rollout.cli.gate import gate_config

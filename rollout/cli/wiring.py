@@ -20,11 +20,12 @@ from typing import Any
 
 import click
 
-from rollout.change.journal import ChangeStatus, Journal, replay, state_dir
+from rollout.change.journal import Journal, state_dir
 from rollout.change.orchestrator import NoGate, summary
 from rollout.change.plan import Plan, load_plan
 from rollout.change.planning import DrainPolicy, parse_strategy
 from rollout.change.progress import Progress
+from rollout.change.replaying import ChangeStatus, replay
 from rollout.change.restoring import Context
 from rollout.cli.gate import gate_config
 from rollout.errors import InputError, Location, RolloutError

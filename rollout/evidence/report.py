@@ -18,7 +18,8 @@ from datetime import datetime
 from pathlib import Path as FsPath
 from typing import Any
 
-from rollout.change.journal import CHANGE_STEP, Entry, Journal, NodeStatus, _apply_entry, replay
+from rollout.change.journal import CHANGE_STEP, Entry, Journal
+from rollout.change.replaying import NodeStatus, _apply_entry, replay
 from rollout.errors import InputError, Location
 from rollout.evidence.checks import Check, Collection, evaluate, overall, parse_collections
 from rollout.evidence.svg import rejection_chart, state_timeline

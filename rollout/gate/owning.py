@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rollout.change.journal import ChangeStatus, Journal, read_entries, replay
+from rollout.change.journal import Journal, read_entries
+from rollout.change.replaying import ChangeStatus, replay
 from rollout.errors import RolloutError
 from rollout.gate.alerting import Owner, owner_of
 from rollout.models import NodeState, Phase

@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rollout.change.journal import Journal, replay
+from rollout.change.journal import Journal
+from rollout.change.replaying import replay
 from rollout.lab.cluster import LAB_INTENT, Lab
 
 ROLLOUT = str(Path(sys.executable).parent / "rollout")

@@ -49,8 +49,9 @@ from typing import Any
 
 import pytest
 
-from rollout.change.journal import CHANGE_STEP, FAILPOINT_ENV, Journal, replay
+from rollout.change.journal import CHANGE_STEP, FAILPOINT_ENV, Journal
 from rollout.change.orchestrator import GATE_STEP, REQUEST_STEP
+from rollout.change.replaying import replay
 from rollout.lab.cluster import Lab
 from rollout.models import Path as StepPath
 from rollout.models import Step

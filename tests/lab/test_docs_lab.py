@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from rollout.change.journal import Journal, replay
+from rollout.change.journal import Journal
+from rollout.change.replaying import replay
 from rollout.change.windows import DAY_NAMES
 from rollout.lab.cluster import Lab, plan_text
 from tests.lab.test_rbac import restricted_kubeconfig as restricted_kubeconfig

@@ -30,7 +30,8 @@ from typing import Any
 
 import pytest
 
-from rollout.change.journal import Journal, replay
+from rollout.change.journal import Journal
+from rollout.change.replaying import replay
 from rollout.gate.alerting import rules_file, shipped_rule_text
 from rollout.gate.analysis import GateConfig, Outcome, PrometheusSource, evaluate
 from rollout.gate.prometheus import PrometheusSignal

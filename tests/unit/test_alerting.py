@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rollout.change.journal import ChangeStatus, NodeStatus
+from rollout.change.replaying import ChangeStatus, NodeStatus
 from rollout.errors import InputError
 from rollout.gate.alerting import (
     ROUTE_LABEL,

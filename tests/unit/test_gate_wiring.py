@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from rollout.change.journal import Journal, replay
+from rollout.change.journal import Journal
 from rollout.change.orchestrator import run_change
 from rollout.change.plan import load_plan
 from rollout.change.planning import DrainPolicy, Strategy, make_batches
+from rollout.change.replaying import replay
 from rollout.change.restoring import Context
 from rollout.errors import NodeOperationError
 from rollout.gate.analysis import GateConfig, NodeCounts, OnFailure, Outcome, SignalState

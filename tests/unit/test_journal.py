@@ -15,9 +15,9 @@ from rollout.change.journal import (
     failpoint_matches,
     latest_change,
     new_change_id,
-    replay,
     state_dir,
 )
+from rollout.change.replaying import replay
 from rollout.errors import InputError
 from rollout.models import NodeState, Phase, Step
 from rollout.models import Path as StepPath

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rollout.change.journal import replay
 from rollout.change.orchestrator import NoGate, run_change
 from rollout.change.planning import Strategy, make_batches
+from rollout.change.replaying import replay
 from rollout.errors import NodeFilesChangedError, PreflightError
 from rollout.models import NodeChange, NodeState
 from rollout.protocols import RunResult
