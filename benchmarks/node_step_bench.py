@@ -200,11 +200,12 @@ def respread(lab: Lab, ns: str, replicas: int, names: list[str]) -> int:
     """Delete the bench pods and wait until their replacements run on every node of ``names``.
 
     Applies and rollbacks move pods off the nodes they drain; without this the next timed run
-    would find near-empty nodes and drain nothing. Returns the number of pods on ``names``.
+    would find near-empty nodes and drain nothing. Returns how many running pods are on ``names``.
     """
     code, out = lab.api.request("DELETE", f"/api/v1/namespaces/{ns}/pods?labelSelector=app%3Dbench")
     assert code == 200, out
     wanted = set(names)
+    seen: list[int] = [0]  # pods on ``names`` in the last listing that satisfied the wait
 
     def spread() -> bool:
         code, out = lab.api.request("GET", f"/api/v1/namespaces/{ns}/pods")
@@ -216,12 +217,12 @@ def respread(lab: Lab, ns: str, replicas: int, names: list[str]) -> int:
             if p.get("status", {}).get("phase") == "Running"
             and not p["metadata"].get("deletionTimestamp")
         ]
-        on = {p["spec"].get("nodeName") for p in live}
-        return len(live) >= replicas and wanted <= on
+        on = [p["spec"].get("nodeName") for p in live]
+        seen[0] = sum(1 for x in on if x in wanted)
+        return len(live) >= replicas and wanted <= set(on)
 
     ck.wait_for(spread, 180, "bench pods re-spread over every node", every=0.5)
-    code, out = lab.api.request("GET", f"/api/v1/namespaces/{ns}/pods")
-    return sum(1 for p in out.get("items", []) if p["spec"].get("nodeName") in wanted)
+    return seen[0]
 
 
 def _ssh(lab: Lab, node: str) -> list[str]:
