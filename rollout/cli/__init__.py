@@ -18,22 +18,46 @@ import click
 from rollout import __version__
 from rollout.errors import RolloutError
 
-# Areas register their commands lazily so a missing optional area never breaks the others.
-_AREAS = (
-    "rollout.cli.kubelet",
-    "rollout.cli.lint",
-    "rollout.cli.lab",
-    "rollout.cli.change",
-    "rollout.cli.promote",
-    "rollout.cli.resume",
-    "rollout.cli.rollback",
-    "rollout.cli.preview",
-    "rollout.cli.gate",
-    "rollout.cli.docs",
-)
+# Each command's module, imported only when that command runs (or help lists it): `rollout apply`
+# does not pay for the lab's or the docs' imports. tests/unit/test_cli_lazy.py checks this table
+# against each module's COMMANDS.
+COMMAND_MODULES = {
+    "render": "rollout.cli.kubelet",
+    "lint": "rollout.cli.lint",
+    "lab": "rollout.cli.lab",
+    "apply": "rollout.cli.change",
+    "status": "rollout.cli.change",
+    "promote": "rollout.cli.promote",
+    "resume": "rollout.cli.resume",
+    "rollback": "rollout.cli.rollback",
+    "preview": "rollout.cli.preview",
+    "watch": "rollout.cli.gate",
+    "serve": "rollout.cli.gate",
+    "runbook": "rollout.cli.docs",
+    "report": "rollout.cli.docs",
+    "evidence": "rollout.cli.docs",
+}
 
 
 class _Group(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(n for n in COMMAND_MODULES if self.get_command(ctx, n) is not None)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        name = COMMAND_MODULES.get(cmd_name)
+        if name is None:
+            return None
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+            return None  # an optional area that is not installed
+        for cmd in getattr(mod, "COMMANDS", ()):
+            if cmd.name == cmd_name:
+                return cmd  # type: ignore[no-any-return]
+        return None
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -57,17 +81,6 @@ def cli() -> None:
       rollout lab up --nodes 4 && eval "$(rollout lab env)"
       rollout apply --canary
     """
-
-
-for _name in _AREAS:
-    try:
-        _mod = importlib.import_module(_name)
-    except ModuleNotFoundError as _e:
-        if _e.name != _name:
-            raise
-        continue
-    for _cmd in getattr(_mod, "COMMANDS", ()):
-        cli.add_command(_cmd)
 
 
 def main() -> None:

@@ -144,8 +144,8 @@ def build_soak_gate(
     from rollout.kube.scraping import KubeletSignal, NodeProxyFetcher
     from rollout.kube.watching import ApiSignal
 
-    api_signal = ApiSignal(api.api_client, since=since, window=cfg.window)
-    signals: list[Any] = [api_signal, KubeletSignal(NodeProxyFetcher(api.api_client), cfg.window)]
+    api_signal = ApiSignal(api, since=since, window=cfg.window)
+    signals: list[Any] = [api_signal, KubeletSignal(NodeProxyFetcher(api), cfg.window)]
     if cfg.prometheus is not None:
         from rollout.gate.prometheus import PrometheusSignal
 
@@ -156,8 +156,8 @@ def build_soak_gate(
         clock=time.time,
         sleep=api_signal.wait,
         control=control,
-        probes=ProbePods(api.api_client) if cfg.probes else None,
-        events=NodeEvents(api.api_client),
+        probes=ProbePods(api) if cfg.probes else None,
+        events=NodeEvents(api),
         record=record,
         metrics=metrics,
         progress=_gate_progress(output, progress),

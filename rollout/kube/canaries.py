@@ -40,7 +40,7 @@ def canaries_in_progress(api: Any) -> list[str]:
     A listing the tool may not read is reported as a warning too, never as "none".
     """
     try:
-        served = {g.name for g in (api.apis.get_api_versions().groups or [])}
+        served = {g.get("name") for g in (api.apis.get_api_versions().get("groups") or [])}
     except ApiException as e:
         return [f"could not list API groups to look for application canaries: {e.status}"]
     out = []

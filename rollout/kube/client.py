@@ -15,11 +15,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import urllib3
-from kubernetes import client, config
+from kubernetes import config
+from kubernetes.client.api_client import ApiClient
+from kubernetes.client.configuration import Configuration
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from rollout.errors import ExternalError, InputError, Location, truncate
+from rollout.kube.rest import AppsV1, CoordinationV1, CoreV1, Custom, Discovery, PolicyV1, Rest
 
 T = TypeVar("T")
 
@@ -35,15 +38,17 @@ _TRANSIENT = (500, 502, 503, 504)
 
 @dataclass(frozen=True)
 class Api:
-    """The API groups the tool uses, sharing one connection pool."""
+    """The API groups the tool uses (:mod:`rollout.kube.rest`: JSON in and out), sharing one
+    connection pool."""
 
-    api_client: client.ApiClient
-    core: client.CoreV1Api
-    policy: client.PolicyV1Api
-    coordination: client.CoordinationV1Api
-    custom: client.CustomObjectsApi
-    apis: client.ApisApi
-    version: client.VersionApi
+    api_client: ApiClient
+    core: CoreV1
+    policy: PolicyV1
+    coordination: CoordinationV1
+    apps: AppsV1
+    custom: Custom
+    apis: Discovery
+    version: Discovery
 
 
 def connect(kubeconfig: str | None = None, context: str | None = None) -> Api:
@@ -52,7 +57,7 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Api:
     Raises:
         InputError: no usable kubeconfig or context.
     """
-    cfg = client.Configuration()
+    cfg = Configuration()
     try:
         config.load_kube_config(  # type: ignore[no-untyped-call]
             config_file=kubeconfig, context=context, client_configuration=cfg
@@ -60,15 +65,22 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Api:
     except (ConfigException, OSError, TypeError) as e:
         raise InputError(f"cannot load kubeconfig: {e}", Location(file=kubeconfig)) from e
     cfg.retries = False
-    api_client = client.ApiClient(cfg)
+    return for_client(ApiClient(cfg))
+
+
+def for_client(api_client: ApiClient) -> Api:
+    """The API groups over an ``ApiClient`` (its configuration: host, TLS, credentials)."""
+    rest = Rest(api_client)
+    discovery = Discovery(rest)
     return Api(
         api_client=api_client,
-        core=client.CoreV1Api(api_client),
-        policy=client.PolicyV1Api(api_client),
-        coordination=client.CoordinationV1Api(api_client),
-        custom=client.CustomObjectsApi(api_client),
-        apis=client.ApisApi(api_client),
-        version=client.VersionApi(api_client),
+        core=CoreV1(rest),
+        policy=PolicyV1(rest),
+        coordination=CoordinationV1(rest),
+        apps=AppsV1(rest),
+        custom=Custom(rest),
+        apis=discovery,
+        version=discovery,
     )
 
 
@@ -121,13 +133,3 @@ def describe(e: BaseException) -> str:
             msg = e.body or e.reason
         return f"{e.status} {truncate(str(msg))}"
     return truncate(f"{type(e).__name__}: {e}")
-
-
-def warm_client() -> None:
-    """Import the API client's classes (their models take 1.5-2 s of CPU to build, more on a
-    busy controller), so a caller can do it in a thread while ansible-inventory and the facts'
-    ssh calls run."""
-    from kubernetes import client
-
-    for name in ("CoreV1Api", "PolicyV1Api", "CoordinationV1Api", "CustomObjectsApi"):
-        getattr(client, name)

@@ -12,21 +12,24 @@ from rollout.kube.client import Api, call
 
 def evidence_pods(api: Api, node: str) -> list[dict[str, Any]]:
     """The pods bound to ``node``: namespace, name, uid, qos, running."""
-    items: list[Any] = call(
-        f"list pods on {node}",
-        api.core.list_pod_for_all_namespaces,
-        field_selector=f"spec.nodeName={node}",
-    ).items
+    items: list[Any] = (
+        call(
+            f"list pods on {node}",
+            api.core.list_pod_for_all_namespaces,
+            field_selector=f"spec.nodeName={node}",
+        ).get("items")
+        or []
+    )
     out = []
     for p in items:
-        status = p.status
+        meta, status = p.get("metadata") or {}, p.get("status") or {}
         out.append(
             {
-                "namespace": p.metadata.namespace,
-                "name": p.metadata.name,
-                "uid": p.metadata.uid or "",
-                "qos": (status.qos_class if status else None) or "",
-                "running": bool(status and status.phase == "Running"),
+                "namespace": meta.get("namespace") or "",
+                "name": meta.get("name") or "",
+                "uid": meta.get("uid") or "",
+                "qos": status.get("qosClass") or "",
+                "running": status.get("phase") == "Running",
             }
         )
     return out

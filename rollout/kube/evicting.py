@@ -8,7 +8,8 @@ selects the pod) is a misconfiguration and is raised with the API server's words
 
 from __future__ import annotations
 
-from kubernetes import client
+from typing import Any
+
 from kubernetes.client.exceptions import ApiException
 
 from rollout.errors import ExternalError
@@ -17,22 +18,19 @@ from rollout.models import PodRef
 from rollout.protocols import Eviction, EvictionResult
 
 
-def _options(grace_period_s: int | None) -> client.V1DeleteOptions | None:
-    if grace_period_s is None:
-        return None
-    return client.V1DeleteOptions(grace_period_seconds=grace_period_s)
-
-
 def evict(api: Api, pod: PodRef, grace_period_s: int | None) -> EvictionResult:
     """POST an Eviction for the pod (honours PodDisruptionBudgets).
 
     Raises:
         ExternalError: any answer other than 200/201, 404 and 429 (500: several PDBs).
     """
-    body = client.V1Eviction(
-        metadata=client.V1ObjectMeta(name=pod.name, namespace=pod.namespace),
-        delete_options=_options(grace_period_s),
-    )
+    body: dict[str, Any] = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": pod.name, "namespace": pod.namespace},
+    }
+    if grace_period_s is not None:
+        body["deleteOptions"] = {"gracePeriodSeconds": grace_period_s}
     try:
         call(
             f"evict pod {pod.key}",

@@ -160,12 +160,11 @@ def read_lease(api: Api, namespace: str) -> dict[str, Any] | None:
         ExternalError: the API server failed.
     """
     try:
-        resp: Any = call(
+        out: dict[str, Any] = call(
             "read Lease",
             api.coordination.read_namespaced_lease,
             NAME,
             namespace,
-            _preload_content=False,
             _request_timeout=REQUEST_TIMEOUT_S,
             retry_s=REQUEST_TIMEOUT_S,
         )
@@ -173,41 +172,28 @@ def read_lease(api: Api, namespace: str) -> dict[str, Any] | None:
         if e.status == 404:
             return None
         raise ExternalError(f"read Lease {namespace}/{NAME}: {describe(e)}") from e
-    out: dict[str, Any] = json.loads(resp.data)
     return out
 
 
 def write_lease(api: Api, namespace: str, body: dict[str, Any], create: bool) -> dict[str, Any]:
     """Create or replace (compare-and-swap on ``metadata.resourceVersion``); ApiException 409
     when someone wrote the Lease in between."""
-    # raw JSON bodies (dicts) in and out; the client's types know only its models
-    resp: Any
+    out: dict[str, Any]
     if create:
-        resp = api.coordination.create_namespaced_lease(
-            namespace,
-            body,  # type: ignore[arg-type]
-            _preload_content=False,
-            _request_timeout=REQUEST_TIMEOUT_S,
+        out = api.coordination.create_namespaced_lease(
+            namespace, body, _request_timeout=REQUEST_TIMEOUT_S
         )
     else:
-        resp = api.coordination.replace_namespaced_lease(
-            NAME,
-            namespace,
-            body,  # type: ignore[arg-type]
-            _preload_content=False,
-            _request_timeout=REQUEST_TIMEOUT_S,
+        out = api.coordination.replace_namespaced_lease(
+            NAME, namespace, body, _request_timeout=REQUEST_TIMEOUT_S
         )
-    out: dict[str, Any] = json.loads(resp.data)
     return out
 
 
 def delete_lease(api: Api, namespace: str, rv: str) -> None:
     body = {"preconditions": {"resourceVersion": rv}}
     api.coordination.delete_namespaced_lease(
-        NAME,
-        namespace,
-        body=body,  # type: ignore[arg-type]
-        _request_timeout=REQUEST_TIMEOUT_S,
+        NAME, namespace, body, _request_timeout=REQUEST_TIMEOUT_S
     )
 
 
@@ -215,19 +201,14 @@ def watch_lease(
     api: Api, namespace: str, rv: str, seconds: float, stop: threading.Event | None = None
 ) -> Any:
     """Events of the Lease after ``rv`` for about ``seconds`` (a generator of (type, object))."""
-    from kubernetes import watch
-
-    w: Any = watch.Watch()  # type: ignore[no-untyped-call]
     timeout = max(1, int(seconds))
-    for ev in w.stream(
-        api.coordination.list_namespaced_lease,
-        namespace,
-        field_selector=f"metadata.name={NAME}",
-        resource_version=rv,
-        timeout_seconds=timeout,
-        _request_timeout=timeout + REQUEST_TIMEOUT_S,
-    ):
-        yield str(ev.get("type")), dict(ev.get("raw_object") or {})
-        if stop is not None and stop.is_set():
-            w.stop()
-            return
+    events = api.coordination.watch_namespaced_lease(
+        namespace, f"metadata.name={NAME}", rv, timeout, timeout + REQUEST_TIMEOUT_S
+    )
+    try:
+        for ev in events:
+            yield str(ev.get("type")), dict(ev.get("object") or {})
+            if stop is not None and stop.is_set():
+                return
+    finally:
+        events.close()

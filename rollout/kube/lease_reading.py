@@ -14,6 +14,7 @@ from kubernetes.client.exceptions import ApiException
 
 from rollout.errors import ExternalError
 from rollout.kube.client import Api, call, describe
+from rollout.kube.lease_objects import annotations_of, renewed_at
 from rollout.kube.leases import CHANGE_ANNOTATION, NAME
 
 
@@ -31,14 +32,16 @@ def live_lease_change(
         if e.status == 404:
             return None
         raise ExternalError(f"read Lease {namespace}/{NAME}: {describe(e)}") from e
-    spec = lease.spec
-    if spec is None or not spec.holder_identity:
+    spec = lease.get("spec") or {}
+    if not spec.get("holderIdentity"):
         return None
-    renewed = spec.renew_time or spec.acquire_time
-    if renewed is not None and spec.lease_duration_seconds:
-        if renewed.tzinfo is None:
-            renewed = renewed.replace(tzinfo=UTC)
-        if renewed + timedelta(seconds=spec.lease_duration_seconds) < (now or datetime.now(UTC)):
-            return None
-    change = (lease.metadata.annotations or {}).get(CHANGE_ANNOTATION)
+    renewed = renewed_at(lease)
+    duration = spec.get("leaseDurationSeconds")
+    if (
+        renewed is not None
+        and duration
+        and renewed + timedelta(seconds=int(duration)) < (now or datetime.now(UTC))
+    ):
+        return None
+    change = annotations_of(lease).get(CHANGE_ANNOTATION)
     return str(change) if change else None

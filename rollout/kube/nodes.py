@@ -26,14 +26,15 @@ def _qty(value: Any, scale: int = 1) -> int:
         return 0
 
 
-def to_node_info(n: Any) -> NodeInfo:
-    """A client V1Node as a :class:`NodeInfo`."""
-    conds = (n.status.conditions if n.status else None) or []
-    ready = any(c.type == "Ready" and c.status == "True" for c in conds)
-    alloc = {k: str(v) for k, v in ((n.status.allocatable if n.status else None) or {}).items()}
+def to_node_info(n: dict[str, Any]) -> NodeInfo:
+    """A Node (the API server's JSON) as a :class:`NodeInfo`."""
+    status = n.get("status") or {}
+    conds = status.get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+    alloc = {k: str(v) for k, v in (status.get("allocatable") or {}).items()}
     return NodeInfo(
-        name=n.metadata.name,
-        unschedulable=bool(n.spec and n.spec.unschedulable),
+        name=n["metadata"]["name"],
+        unschedulable=bool((n.get("spec") or {}).get("unschedulable")),
         ready=ready,
         allocatable=alloc,
         cpu_millis=_qty(alloc.get("cpu", 0), 1000),
@@ -57,8 +58,8 @@ def node_info(api: Api, name: str) -> NodeInfo:
 
 def list_nodes(api: Api) -> dict[str, NodeInfo]:
     """Every Node by name."""
-    items: list[Any] = call("list nodes", api.core.list_node).items
-    return {n.metadata.name: to_node_info(n) for n in items}
+    items: list[dict[str, Any]] = call("list nodes", api.core.list_node).get("items") or []
+    return {n["metadata"]["name"]: to_node_info(n) for n in items}
 
 
 def set_unschedulable(api: Api, name: str, value: bool) -> None:
@@ -74,22 +75,24 @@ def set_unschedulable(api: Api, name: str, value: bool) -> None:
         raise ExternalError(f"patch node {name}: {describe(e)}") from e
 
 
-def to_pod_ref(p: Any) -> PodRef:
-    """A client V1Pod as a :class:`PodRef` (requests summed over containers)."""
-    owners = p.metadata.owner_references or []
+def to_pod_ref(p: dict[str, Any]) -> PodRef:
+    """A pod (the API server's JSON) as a :class:`PodRef` (requests summed over containers)."""
+    meta = p.get("metadata") or {}
+    spec = p.get("spec") or {}
+    owners = meta.get("ownerReferences") or []
     cpu = mem = 0
-    for c in (p.spec.containers if p.spec else None) or []:
-        req = (c.resources.requests if c.resources else None) or {}
+    for c in spec.get("containers") or []:
+        req = (c.get("resources") or {}).get("requests") or {}
         cpu += _qty(req.get("cpu", 0), 1000)
         mem += _qty(req.get("memory", 0))
     return PodRef(
-        namespace=p.metadata.namespace,
-        name=p.metadata.name,
-        node=(p.spec.node_name if p.spec else "") or "",
-        uid=p.metadata.uid or "",
-        labels=dict(p.metadata.labels or {}),
-        daemonset=any(o.kind == "DaemonSet" for o in owners),
-        mirror=MIRROR in (p.metadata.annotations or {}),
+        namespace=meta.get("namespace") or "",
+        name=meta.get("name") or "",
+        node=spec.get("nodeName") or "",
+        uid=meta.get("uid") or "",
+        labels=dict(meta.get("labels") or {}),
+        daemonset=any(o.get("kind") == "DaemonSet" for o in owners),
+        mirror=MIRROR in (meta.get("annotations") or {}),
         cpu_millis=cpu,
         memory_bytes=mem,
     )
@@ -97,13 +100,18 @@ def to_pod_ref(p: Any) -> PodRef:
 
 def pods_on_node(api: Api, node: str) -> list[PodRef]:
     """Every pod bound to the node that has not finished."""
-    pods = call(
-        f"list pods on {node}",
-        api.core.list_pod_for_all_namespaces,
-        field_selector=f"spec.nodeName={node}",
-    ).items
+    pods = (
+        call(
+            f"list pods on {node}",
+            api.core.list_pod_for_all_namespaces,
+            field_selector=f"spec.nodeName={node}",
+        ).get("items")
+        or []
+    )
     return [
-        to_pod_ref(p) for p in pods if (p.status and p.status.phase) not in ("Succeeded", "Failed")
+        to_pod_ref(p)
+        for p in pods
+        if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
     ]
 
 
@@ -115,19 +123,21 @@ def pod_gone(api: Api, pod: PodRef) -> bool:
         if e.status == 404:
             return True
         raise ExternalError(f"read pod {pod.key}: {describe(e)}") from e
-    return bool(pod.uid) and p.metadata.uid != pod.uid
+    return bool(pod.uid) and (p.get("metadata") or {}).get("uid") != pod.uid
 
 
-def to_pdb_ref(b: Any) -> PdbRef:
-    """A client V1PodDisruptionBudget as a :class:`PdbRef`."""
-    sel = (b.spec.selector.match_labels if b.spec and b.spec.selector else None) or {}
-    min_avail = b.spec.min_available if b.spec else None
+def to_pdb_ref(b: dict[str, Any]) -> PdbRef:
+    """A PodDisruptionBudget (the API server's JSON) as a :class:`PdbRef`."""
+    spec = b.get("spec") or {}
+    status = b.get("status") or {}
+    sel = (spec.get("selector") or {}).get("matchLabels") or {}
+    min_avail = spec.get("minAvailable")
     return PdbRef(
-        namespace=b.metadata.namespace,
-        name=b.metadata.name,
+        namespace=b["metadata"]["namespace"],
+        name=b["metadata"]["name"],
         selector=dict(sel),
-        disruptions_allowed=int((b.status.disruptions_allowed if b.status else 0) or 0),
-        expected_pods=int((b.status.expected_pods if b.status else 0) or 0),
+        disruptions_allowed=int(status.get("disruptionsAllowed") or 0),
+        expected_pods=int(status.get("expectedPods") or 0),
         min_available=min_avail if isinstance(min_avail, int) else None,
     )
 
@@ -135,23 +145,23 @@ def to_pdb_ref(b: Any) -> PdbRef:
 def list_pdbs(api: Api, namespace: str | None = None) -> list[PdbRef]:
     """PodDisruptionBudgets (all namespaces, or one)."""
     if namespace:
-        items = call("list PDBs", api.policy.list_namespaced_pod_disruption_budget, namespace).items
+        found = call("list PDBs", api.policy.list_namespaced_pod_disruption_budget, namespace)
     else:
-        items = call("list PDBs", api.policy.list_pod_disruption_budget_for_all_namespaces).items
-    return [to_pdb_ref(b) for b in items]
+        found = call("list PDBs", api.policy.list_pod_disruption_budget_for_all_namespaces)
+    return [to_pdb_ref(b) for b in found.get("items") or []]
 
 
 def server_version(api: Api) -> str:
     """The API server's gitVersion."""
-    return str(call("read version", api.version.get_code).git_version)
+    return str(call("read version", api.version.get_code).get("gitVersion"))
 
 
 def resource_api_versions(api: Api) -> list[str]:
     """The versions of ``resource.k8s.io`` the API server serves (empty: DRA not served)."""
-    groups = call("API discovery", api.apis.get_api_versions).groups or []
+    groups = call("API discovery", api.apis.get_api_versions).get("groups") or []
     for g in groups:
-        if g.name == "resource.k8s.io":
-            return [v.version for v in g.versions or []]
+        if g.get("name") == "resource.k8s.io":
+            return [v["version"] for v in g.get("versions") or []]
     return []
 
 

@@ -17,7 +17,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rollout.kube.client import Api
 
 from rollout.errors import ExternalError, truncate
 
@@ -74,11 +77,9 @@ class ProbePods:
     """Creates probe pods on the canary nodes and deletes them afterwards."""
 
     def __init__(
-        self, api_client: Any, namespace: str = PROBE_NAMESPACE, image: str = PROBE_IMAGE
+        self, api: Api, namespace: str = PROBE_NAMESPACE, image: str = PROBE_IMAGE
     ) -> None:
-        from kubernetes import client
-
-        self._core: Any = client.CoreV1Api(api_client)
+        self._core = api.core
         self.namespace = namespace
         self.image = image
         self.created: list[str] = []
@@ -133,10 +134,8 @@ class ProbePods:
 class NodeEvents:
     """Posts the gate's verdicts as Events on the Node objects (``kubectl describe node``)."""
 
-    def __init__(self, api_client: Any, namespace: str = "default") -> None:
-        from kubernetes import client
-
-        self._core: Any = client.CoreV1Api(api_client)
+    def __init__(self, api: Api, namespace: str = "default") -> None:
+        self._core = api.core
         self.namespace = namespace
 
     def post(self, node: str, reason: str, message: str, warning: bool, now: datetime) -> None:

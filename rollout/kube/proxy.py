@@ -19,18 +19,15 @@ from rollout.kube.client import Api, call
 def get(api: Api, node: str, path: str, retry_s: float = 10.0) -> tuple[int, bytes]:
     """GET ``/api/v1/nodes/<node>/proxy/<path>``; return status and raw body."""
     try:
-        resp: Any = call(
+        return call(
             f"GET node {node} proxy /{path}",
-            api.core.connect_get_node_proxy_with_path_with_http_info,
+            api.core.connect_get_node_proxy_with_path,
             node,
             path,
-            _preload_content=False,
             retry_s=retry_s,
         )
     except ApiException as e:
         return e.status, (e.body or "").encode() if isinstance(e.body, str) else (e.body or b"")
-    raw = resp[0] if isinstance(resp, tuple) else resp  # the client returns the raw response
-    return int(raw.status), bytes(raw.data)
 
 
 def healthz(api: Api, node: str) -> bool:

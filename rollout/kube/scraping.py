@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
+
+if TYPE_CHECKING:
+    from rollout.kube.client import Api
 
 from rollout.errors import ExternalError, truncate
 from rollout.samples import CounterReading, NodeCounts, group_counts, sum_deltas
@@ -69,20 +72,19 @@ class MetricsFetcher(Protocol):
 
 
 class NodeProxyFetcher:
-    """``GET /api/v1/nodes/<node>/proxy/metrics`` with the kubernetes client."""
+    """``GET /api/v1/nodes/<node>/proxy/metrics`` through the API server."""
 
-    def __init__(self, api_client: Any, timeout: float = 5.0) -> None:
-        """Args: api_client: a ``kubernetes.client.ApiClient``; timeout: per request, seconds."""
-        from kubernetes import client
-
-        self._core = client.CoreV1Api(api_client)
+    def __init__(self, api: Api, timeout: float = 5.0) -> None:
+        """Args: api: the connection (:func:`rollout.kube.client.connect`); timeout: per
+        request, seconds."""
+        self._core = api.core
         self._timeout = timeout
 
     def fetch(self, node: str) -> str:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            text = self._core.connect_get_node_proxy_with_path(
+            _, body = self._core.connect_get_node_proxy_with_path(
                 node, "metrics", _request_timeout=self._timeout
             )
         except ApiException as e:
@@ -91,7 +93,7 @@ class NodeProxyFetcher:
             ) from e
         except Exception as e:  # urllib3 connection / timeout errors
             raise ExternalError(f"GET nodes/{node}/proxy/metrics: {e}") from e
-        return str(text)
+        return body.decode("utf-8", "replace")
 
 
 @dataclass

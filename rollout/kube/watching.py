@@ -20,12 +20,14 @@ for the same UID are one sample.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rollout.kube.client import Api
 
 from rollout.samples import AdmissionSample, count_window, group_counts, is_admission_reason
 from rollout.verdicts import SignalState
@@ -173,6 +175,7 @@ class _Watch(threading.Thread):
         self,
         name: str,
         list_fn: Callable[..., Any],
+        watch_fn: Callable[..., Any],
         field_selector: str,
         handle: Callable[[Mapping[str, Any]], object],
         on_error: Callable[[str], None],
@@ -181,6 +184,7 @@ class _Watch(threading.Thread):
     ) -> None:
         super().__init__(name=name, daemon=True)
         self.list_fn = list_fn
+        self.watch_fn = watch_fn
         self.selector = field_selector
         self.handle = handle
         self.on_error = on_error
@@ -190,17 +194,13 @@ class _Watch(threading.Thread):
         self.relists = 0
 
     def _list(self) -> None:
-        resp = self.list_fn(
-            field_selector=self.selector, _preload_content=False, _request_timeout=10
-        )
-        body = json.loads(resp.data)
+        body = self.list_fn(field_selector=self.selector, _request_timeout=10)
         for item in body.get("items") or ():
             self.handle(item)
         self.rv = body["metadata"]["resourceVersion"]
         self.relists += 1
 
     def run(self) -> None:
-        from kubernetes import watch
         from kubernetes.client.exceptions import ApiException
 
         backoff = 0.2
@@ -209,19 +209,12 @@ class _Watch(threading.Thread):
                 if self.rv is None:
                     self._list()
                     self.on_ok()
-                w: Any = watch.Watch()  # type: ignore[no-untyped-call]
-                for ev in w.stream(
-                    self.list_fn,
-                    field_selector=self.selector,
-                    resource_version=self.rv,
-                    allow_watch_bookmarks=True,
-                    timeout_seconds=30,
-                    _request_timeout=40,
-                ):
+                events = self.watch_fn(self.selector, self.rv, 30, 40)
+                for ev in events:
                     if self.stop_event.is_set():
-                        w.stop()
+                        events.close()
                         break
-                    raw = ev.get("raw_object") or {}
+                    raw = ev.get("object") or {}
                     if ev.get("type") == "ERROR":
                         if raw.get("code") == 410:
                             self.rv = None
@@ -251,7 +244,7 @@ class ApiSignal:
     """The gate's API signal: pod watches per canary and control node, plus kubelet events.
 
     Args:
-        api_client: a ``kubernetes.client.ApiClient``.
+        api: the connection (:func:`rollout.kube.client.connect`).
         since: the change's start (pods created before it are baseline, not samples).
         window: the sliding window, seconds.
         clock: returns the current time in seconds (the tracker's observation time).
@@ -260,11 +253,9 @@ class ApiSignal:
     name = "api"
 
     def __init__(
-        self, api_client: Any, since: float, window: float, clock: Callable[[], float] = time.time
+        self, api: Api, since: float, window: float, clock: Callable[[], float] = time.time
     ) -> None:
-        from kubernetes import client
-
-        self._core = client.CoreV1Api(api_client)
+        self._core = api.core
         self.tracker = AdmissionTracker(since)
         self.window = window
         self.clock = clock
@@ -322,6 +313,7 @@ class ApiSignal:
                 _Watch(
                     f"pods on {node}",
                     self._core.list_pod_for_all_namespaces,
+                    self._core.watch_pod_for_all_namespaces,
                     f"spec.nodeName={node}",
                     lambda pod: self._seen(self.tracker.observe_pod(pod, self.clock())),
                     self._error,
@@ -333,6 +325,7 @@ class ApiSignal:
             _Watch(
                 "kubelet events",
                 self._core.list_event_for_all_namespaces,
+                self._core.watch_event_for_all_namespaces,
                 "type=Warning,source=kubelet",
                 lambda ev: self._seen(self.tracker.observe_event(ev, watched, self.clock())),
                 self._error,

@@ -9,38 +9,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubernetes import client
-
 from rollout.kube.client import Api, call
 
 
-def _dicts(api: Api, items: Any, kind: str = "") -> list[dict[str, Any]]:
-    out = []
-    for o in items:
-        d: dict[str, Any] = api.api_client.sanitize_for_serialization(o)  # type: ignore[no-untyped-call]
-        if kind:
+def _dicts(listing: dict[str, Any], kind: str = "") -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = listing.get("items") or []
+    if kind:
+        for d in out:
             d["kind"] = kind
-        out.append(d)
     return out
 
 
 def node_objects(api: Api) -> dict[str, dict[str, Any]]:
     """Every Node by name (labels and taints are what the preview reads)."""
-    return {
-        d["metadata"]["name"]: d for d in _dicts(api, call("list nodes", api.core.list_node).items)
-    }
+    return {d["metadata"]["name"]: d for d in _dicts(call("list nodes", api.core.list_node))}
 
 
 def pod_objects(api: Api, node: str) -> list[dict[str, Any]]:
     """The pods bound to the node that have not finished, oldest first."""
-    items = call(
+    listing = call(
         f"list pods on {node}",
         api.core.list_pod_for_all_namespaces,
         field_selector=f"spec.nodeName={node}",
-    ).items
+    )
     pods = [
         d
-        for d in _dicts(api, items)
+        for d in _dicts(listing)
         if (d.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
     ]
     return sorted(pods, key=lambda d: str(d["metadata"].get("creationTimestamp") or ""))
@@ -48,24 +42,13 @@ def pod_objects(api: Api, node: str) -> list[dict[str, Any]]:
 
 def controller_objects(api: Api) -> list[dict[str, Any]]:
     """Deployments, StatefulSets, DaemonSets and ReplicaSets of every namespace."""
-    apps = client.AppsV1Api(api.api_client)
     return (
-        _dicts(
-            api,
-            call("list Deployments", apps.list_deployment_for_all_namespaces).items,
-            "Deployment",
-        )
+        _dicts(call("list Deployments", api.apps.list_deployment_for_all_namespaces), "Deployment")
         + _dicts(
-            api,
-            call("list StatefulSets", apps.list_stateful_set_for_all_namespaces).items,
-            "StatefulSet",
+            call("list StatefulSets", api.apps.list_stateful_set_for_all_namespaces), "StatefulSet"
         )
+        + _dicts(call("list DaemonSets", api.apps.list_daemon_set_for_all_namespaces), "DaemonSet")
         + _dicts(
-            api, call("list DaemonSets", apps.list_daemon_set_for_all_namespaces).items, "DaemonSet"
-        )
-        + _dicts(
-            api,
-            call("list ReplicaSets", apps.list_replica_set_for_all_namespaces).items,
-            "ReplicaSet",
+            call("list ReplicaSets", api.apps.list_replica_set_for_all_namespaces), "ReplicaSet"
         )
     )

@@ -327,7 +327,7 @@ def _api_signal(lab: Lab, node: str) -> Any:
     from rollout.kube.watching import ApiSignal
 
     api = connect(str(lab.kubeconfig))
-    sig = ApiSignal(api.api_client, since=time.time() - 1, window=120)
+    sig = ApiSignal(api, since=time.time() - 1, window=120)
     sig.start([node])
     return sig
 

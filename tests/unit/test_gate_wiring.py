@@ -222,11 +222,12 @@ def test_the_api_signal_starts_again_for_the_next_batch() -> None:
     fresh watch threads (a thread object starts only once) and no errors carried over."""
     from kubernetes import client
 
+    from rollout.kube.client import for_client
     from rollout.kube.watching import ApiSignal
 
     cfg = client.Configuration()
     cfg.host = "http://127.0.0.1:9"  # nothing listens: the watches fail and retry until stopped
-    sig = ApiSignal(client.ApiClient(cfg), since=0.0, window=60.0)
+    sig = ApiSignal(for_client(client.ApiClient(cfg)), since=0.0, window=60.0)
     sig.start(["node-a"])
     first = list(sig._threads)
     sig.stop()

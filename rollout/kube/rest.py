@@ -1,0 +1,369 @@
+"""The API groups the tool calls, as JSON over the kubeconfig's connection.
+
+Why not the client's typed API classes: importing ``CoreV1Api`` builds about 250 pydantic model
+modules (0.6-0.7 s of CPU alone, 2 s inside a busy ``apply``), and every list of pods is then
+validated into models that the tool reads a handful of fields from. Here each operation is one
+HTTP request on the client's own ``ApiClient`` (its kubeconfig, TLS, token refresh and
+connection pool), and answers are the API server's JSON as dicts (camelCase, as ``kubectl get -o
+json`` shows them). Method names and arguments are those of the typed classes, so a reader (and
+``tests/unit/test_rbac_manifest.py``) maps each call to its RBAC rule the same way.
+
+Errors are the client's own :class:`ApiException` (status, reason, body), so callers decide over
+4xx answers as before and :func:`rollout.kube.client.call` retries connection errors and 5xx.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Generator
+from typing import Any
+
+from kubernetes.client.api_client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+DEFAULT_TIMEOUT_S = 30.0
+
+
+class Rest:
+    """One HTTP request per call on an ``ApiClient``; JSON in, JSON out."""
+
+    def __init__(self, api_client: ApiClient) -> None:
+        self.api_client = api_client
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        accept: str = JSON,
+        timeout: Any = DEFAULT_TIMEOUT_S,
+    ) -> Any:
+        """Send one request; return the unread response (``.status``, ``.read()``,
+        ``.response`` the urllib3 response for streaming).
+
+        Raises:
+            ApiException: any answer outside 2xx (404, 409 and 5xx included).
+        """
+        headers = {"Accept": accept}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        q = {k: v for k, v in (query or {}).items() if v is not None}
+        req = self.api_client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list(q.items()) or None,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        resp = self.api_client.call_api(*req, _request_timeout=timeout)
+        if not 200 <= resp.status <= 299:
+            resp.read()  # type: ignore[no-untyped-call]
+            raise ApiException.from_response(http_resp=resp, body=None, data=None)
+        return resp
+
+    def json(self, method: str, path: str, **kw: Any) -> Any:
+        """:meth:`send`, the answer parsed as JSON (None for an empty body)."""
+        data = self.send(method, path, **kw).read()
+        return json.loads(data) if data else None
+
+    def watch(
+        self, path: str, query: dict[str, Any], timeout_s: int, request_timeout: float
+    ) -> Generator[dict[str, Any], None, None]:
+        """The watch events (``{"type", "object"}``) of a list ``path``, as they arrive, until the
+        server ends the watch after ``timeout_s``. Closing the generator closes the stream.
+
+        Raises:
+            ApiException: the watch was refused (a 410 answer: the version is compacted).
+        """
+        resp = self.send(
+            "GET",
+            path,
+            query={**query, "watch": "true", "timeoutSeconds": timeout_s},
+            timeout=request_timeout,
+        )
+        raw = resp.response
+        buf = b""
+        try:
+            for chunk in raw.stream(amt=None, decode_content=True):
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+            if buf.strip():
+                yield json.loads(buf)
+        finally:
+            raw.release_conn()
+
+
+def _ns(namespace: str, plural: str, group: str = "") -> str:
+    base = f"/apis/{group}" if group else "/api/v1"
+    return f"{base}/namespaces/{namespace}/{plural}"
+
+
+class CoreV1:
+    """``/api/v1``: Nodes, pods, evictions, namespaces, Events, the node proxy."""
+
+    def __init__(self, rest: Rest) -> None:
+        self.rest = rest
+
+    def read_node(self, name: str, _request_timeout: Any = DEFAULT_TIMEOUT_S) -> Any:
+        return self.rest.json("GET", f"/api/v1/nodes/{name}", timeout=_request_timeout)
+
+    def list_node(self, _request_timeout: Any = DEFAULT_TIMEOUT_S) -> Any:
+        return self.rest.json("GET", "/api/v1/nodes", timeout=_request_timeout)
+
+    def patch_node(
+        self, name: str, body: dict[str, Any], _request_timeout: Any = DEFAULT_TIMEOUT_S
+    ) -> Any:
+        """A JSON merge patch (``null`` removes a field)."""
+        return self.rest.json(
+            "PATCH",
+            f"/api/v1/nodes/{name}",
+            body=body,
+            content_type=MERGE_PATCH,
+            timeout=_request_timeout,
+        )
+
+    def list_pod_for_all_namespaces(
+        self, field_selector: str | None = None, _request_timeout: Any = DEFAULT_TIMEOUT_S
+    ) -> Any:
+        return self.rest.json(
+            "GET", "/api/v1/pods", query={"fieldSelector": field_selector}, timeout=_request_timeout
+        )
+
+    def watch_pod_for_all_namespaces(
+        self, field_selector: str, resource_version: str, timeout_s: int, request_timeout: float
+    ) -> Generator[dict[str, Any], None, None]:
+        return self.rest.watch(
+            "/api/v1/pods",
+            {
+                "fieldSelector": field_selector,
+                "resourceVersion": resource_version,
+                "allowWatchBookmarks": "true",
+            },
+            timeout_s,
+            request_timeout,
+        )
+
+    def read_namespaced_pod(
+        self, name: str, namespace: str, _request_timeout: Any = DEFAULT_TIMEOUT_S
+    ) -> Any:
+        return self.rest.json("GET", f"{_ns(namespace, 'pods')}/{name}", timeout=_request_timeout)
+
+    def create_namespaced_pod(
+        self, namespace: str, body: dict[str, Any], _request_timeout: Any = DEFAULT_TIMEOUT_S
+    ) -> Any:
+        return self.rest.json("POST", _ns(namespace, "pods"), body=body, timeout=_request_timeout)
+
+    def delete_namespaced_pod(
+        self,
+        name: str,
+        namespace: str,
+        grace_period_seconds: int | None = None,
+        _request_timeout: Any = DEFAULT_TIMEOUT_S,
+    ) -> Any:
+        return self.rest.json(
+            "DELETE",
+            f"{_ns(namespace, 'pods')}/{name}",
+            query={"gracePeriodSeconds": grace_period_seconds},
+            timeout=_request_timeout,
+        )
+
+    def create_namespaced_pod_eviction(
+        self,
+        name: str,
+        namespace: str,
+        body: dict[str, Any],
+        _request_timeout: Any = DEFAULT_TIMEOUT_S,
+    ) -> Any:
+        return self.rest.json(
+            "POST", f"{_ns(namespace, 'pods')}/{name}/eviction", body=body, timeout=_request_timeout
+        )
+
+    def create_namespace(
+        self, body: dict[str, Any], _request_timeout: Any = DEFAULT_TIMEOUT_S
+    ) -> Any:
+        return self.rest.json("POST", "/api/v1/namespaces", body=body, timeout=_request_timeout)
+
+    def create_namespaced_event(
+        self, namespace: str, body: dict[str, Any], _request_timeout: Any = DEFAULT_TIMEOUT_S
+    ) -> Any:
+        return self.rest.json("POST", _ns(namespace, "events"), body=body, timeout=_request_timeout)
+
+    def list_event_for_all_namespaces(
+        self, field_selector: str | None = None, _request_timeout: Any = DEFAULT_TIMEOUT_S
+    ) -> Any:
+        return self.rest.json(
+            "GET",
+            "/api/v1/events",
+            query={"fieldSelector": field_selector},
+            timeout=_request_timeout,
+        )
+
+    def watch_event_for_all_namespaces(
+        self, field_selector: str, resource_version: str, timeout_s: int, request_timeout: float
+    ) -> Generator[dict[str, Any], None, None]:
+        return self.rest.watch(
+            "/api/v1/events",
+            {
+                "fieldSelector": field_selector,
+                "resourceVersion": resource_version,
+                "allowWatchBookmarks": "true",
+            },
+            timeout_s,
+            request_timeout,
+        )
+
+    def connect_get_node_proxy_with_path(
+        self, name: str, path: str, _request_timeout: Any = DEFAULT_TIMEOUT_S
+    ) -> tuple[int, bytes]:
+        """GET ``/api/v1/nodes/<name>/proxy/<path>``: status and raw body (2xx only; others
+        raise)."""
+        resp = self.rest.send(
+            "GET", f"/api/v1/nodes/{name}/proxy/{path}", accept="*/*", timeout=_request_timeout
+        )
+        return int(resp.status), bytes(resp.read())
+
+
+class PolicyV1:
+    """``/apis/policy/v1``: PodDisruptionBudgets."""
+
+    def __init__(self, rest: Rest) -> None:
+        self.rest = rest
+
+    def list_namespaced_pod_disruption_budget(
+        self, namespace: str, _request_timeout: Any = DEFAULT_TIMEOUT_S
+    ) -> Any:
+        return self.rest.json(
+            "GET",
+            _ns(namespace, "poddisruptionbudgets", "policy/v1"),
+            timeout=_request_timeout,
+        )
+
+    def list_pod_disruption_budget_for_all_namespaces(
+        self, _request_timeout: Any = DEFAULT_TIMEOUT_S
+    ) -> Any:
+        return self.rest.json(
+            "GET", "/apis/policy/v1/poddisruptionbudgets", timeout=_request_timeout
+        )
+
+
+class CoordinationV1:
+    """``/apis/coordination.k8s.io/v1``: the cluster lock's Lease."""
+
+    GROUP = "coordination.k8s.io/v1"
+
+    def __init__(self, rest: Rest) -> None:
+        self.rest = rest
+
+    def read_namespaced_lease(
+        self, name: str, namespace: str, _request_timeout: Any = DEFAULT_TIMEOUT_S
+    ) -> Any:
+        return self.rest.json(
+            "GET", f"{_ns(namespace, 'leases', self.GROUP)}/{name}", timeout=_request_timeout
+        )
+
+    def create_namespaced_lease(
+        self, namespace: str, body: dict[str, Any], _request_timeout: Any = DEFAULT_TIMEOUT_S
+    ) -> Any:
+        return self.rest.json(
+            "POST", _ns(namespace, "leases", self.GROUP), body=body, timeout=_request_timeout
+        )
+
+    def replace_namespaced_lease(
+        self,
+        name: str,
+        namespace: str,
+        body: dict[str, Any],
+        _request_timeout: Any = DEFAULT_TIMEOUT_S,
+    ) -> Any:
+        return self.rest.json(
+            "PUT",
+            f"{_ns(namespace, 'leases', self.GROUP)}/{name}",
+            body=body,
+            timeout=_request_timeout,
+        )
+
+    def delete_namespaced_lease(
+        self,
+        name: str,
+        namespace: str,
+        body: dict[str, Any],
+        _request_timeout: Any = DEFAULT_TIMEOUT_S,
+    ) -> Any:
+        return self.rest.json(
+            "DELETE",
+            f"{_ns(namespace, 'leases', self.GROUP)}/{name}",
+            body=body,
+            timeout=_request_timeout,
+        )
+
+    def watch_namespaced_lease(
+        self,
+        namespace: str,
+        field_selector: str,
+        resource_version: str,
+        timeout_s: int,
+        request_timeout: float,
+    ) -> Generator[dict[str, Any], None, None]:
+        return self.rest.watch(
+            _ns(namespace, "leases", self.GROUP),
+            {"fieldSelector": field_selector, "resourceVersion": resource_version},
+            timeout_s,
+            request_timeout,
+        )
+
+
+class AppsV1:
+    """``/apis/apps/v1``: the controllers the admission preview names (read only)."""
+
+    def __init__(self, rest: Rest) -> None:
+        self.rest = rest
+
+    def _list(self, plural: str, timeout: Any) -> Any:
+        return self.rest.json("GET", f"/apis/apps/v1/{plural}", timeout=timeout)
+
+    def list_deployment_for_all_namespaces(self, _request_timeout: Any = DEFAULT_TIMEOUT_S) -> Any:
+        return self._list("deployments", _request_timeout)
+
+    def list_stateful_set_for_all_namespaces(
+        self, _request_timeout: Any = DEFAULT_TIMEOUT_S
+    ) -> Any:
+        return self._list("statefulsets", _request_timeout)
+
+    def list_daemon_set_for_all_namespaces(self, _request_timeout: Any = DEFAULT_TIMEOUT_S) -> Any:
+        return self._list("daemonsets", _request_timeout)
+
+    def list_replica_set_for_all_namespaces(self, _request_timeout: Any = DEFAULT_TIMEOUT_S) -> Any:
+        return self._list("replicasets", _request_timeout)
+
+
+class Custom:
+    """Cluster-scoped lists of any group (ResourceSlices, Argo Rollouts, Flagger Canaries)."""
+
+    def __init__(self, rest: Rest) -> None:
+        self.rest = rest
+
+    def list_cluster_custom_object(
+        self, group: str, version: str, plural: str, _request_timeout: Any = DEFAULT_TIMEOUT_S
+    ) -> Any:
+        return self.rest.json("GET", f"/apis/{group}/{version}/{plural}", timeout=_request_timeout)
+
+
+class Discovery:
+    """``/apis`` (the groups served) and ``/version``."""
+
+    def __init__(self, rest: Rest) -> None:
+        self.rest = rest
+
+    def get_api_versions(self, _request_timeout: Any = DEFAULT_TIMEOUT_S) -> Any:
+        return self.rest.json("GET", "/apis", timeout=_request_timeout)
+
+    def get_code(self, _request_timeout: Any = DEFAULT_TIMEOUT_S) -> Any:
+        return self.rest.json("GET", "/version", timeout=_request_timeout)
