@@ -7,21 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollout.kube.client import Api, call
+from rollout.kube.client import Api
+from rollout.kube.nodes import pod_objects_on
 
 
 def evidence_pods(api: Api, node: str) -> list[dict[str, Any]]:
     """The pods bound to ``node``: namespace, name, uid, qos, running."""
-    items: list[Any] = (
-        call(
-            f"list pods on {node}",
-            api.core.list_pod_for_all_namespaces,
-            field_selector=f"spec.nodeName={node}",
-        ).get("items")
-        or []
-    )
     out = []
-    for p in items:
+    for p in pod_objects_on(api, node):
         meta, status = p.get("metadata") or {}, p.get("status") or {}
         out.append(
             {

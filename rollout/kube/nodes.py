@@ -98,21 +98,25 @@ def to_pod_ref(p: dict[str, Any]) -> PodRef:
     )
 
 
+def pod_objects_on(api: Api, node: str) -> list[dict[str, Any]]:
+    """Every pod bound to the node (any phase), as the API server returns it."""
+    listing = call(
+        f"list pods on {node}",
+        api.core.list_pod_for_all_namespaces,
+        field_selector=f"spec.nodeName={node}",
+    )
+    items: list[dict[str, Any]] = listing.get("items") or []
+    return items
+
+
+def finished(pod: dict[str, Any]) -> bool:
+    """Whether a pod (JSON) has finished (``Succeeded`` or ``Failed``)."""
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
 def pods_on_node(api: Api, node: str) -> list[PodRef]:
     """Every pod bound to the node that has not finished."""
-    pods = (
-        call(
-            f"list pods on {node}",
-            api.core.list_pod_for_all_namespaces,
-            field_selector=f"spec.nodeName={node}",
-        ).get("items")
-        or []
-    )
-    return [
-        to_pod_ref(p)
-        for p in pods
-        if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-    ]
+    return [to_pod_ref(p) for p in pod_objects_on(api, node) if not finished(p)]
 
 
 def pod_gone(api: Api, pod: PodRef) -> bool:

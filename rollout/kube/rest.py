@@ -137,19 +137,25 @@ class CoreV1:
             "GET", "/api/v1/pods", query={"fieldSelector": field_selector}, timeout=_request_timeout
         )
 
+    def _watch_all(
+        self,
+        plural: str,
+        field_selector: str,
+        resource_version: str,
+        timeout_s: int,
+        request_timeout: float,
+    ) -> Generator[dict[str, Any], None, None]:
+        query = {
+            "fieldSelector": field_selector,
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+        }
+        return self.rest.watch(f"/api/v1/{plural}", query, timeout_s, request_timeout)
+
     def watch_pod_for_all_namespaces(
         self, field_selector: str, resource_version: str, timeout_s: int, request_timeout: float
     ) -> Generator[dict[str, Any], None, None]:
-        return self.rest.watch(
-            "/api/v1/pods",
-            {
-                "fieldSelector": field_selector,
-                "resourceVersion": resource_version,
-                "allowWatchBookmarks": "true",
-            },
-            timeout_s,
-            request_timeout,
-        )
+        return self._watch_all("pods", field_selector, resource_version, timeout_s, request_timeout)
 
     def read_namespaced_pod(
         self, name: str, namespace: str, _request_timeout: Any = DEFAULT_TIMEOUT_S
@@ -209,15 +215,8 @@ class CoreV1:
     def watch_event_for_all_namespaces(
         self, field_selector: str, resource_version: str, timeout_s: int, request_timeout: float
     ) -> Generator[dict[str, Any], None, None]:
-        return self.rest.watch(
-            "/api/v1/events",
-            {
-                "fieldSelector": field_selector,
-                "resourceVersion": resource_version,
-                "allowWatchBookmarks": "true",
-            },
-            timeout_s,
-            request_timeout,
+        return self._watch_all(
+            "events", field_selector, resource_version, timeout_s, request_timeout
         )
 
     def connect_get_node_proxy_with_path(
@@ -283,12 +282,9 @@ class CoordinationV1:
         body: dict[str, Any],
         _request_timeout: Any = DEFAULT_TIMEOUT_S,
     ) -> Any:
-        return self.rest.json(
-            "PUT",
-            f"{_ns(namespace, 'leases', self.GROUP)}/{name}",
-            body=body,
-            timeout=_request_timeout,
-        )
+        """PUT: a compare-and-swap on the body's ``metadata.resourceVersion`` (409 if stale)."""
+        path = f"{_ns(namespace, 'leases', self.GROUP)}/{name}"
+        return self.rest.json("PUT", path, body=body, timeout=_request_timeout)
 
     def delete_namespaced_lease(
         self,
@@ -297,12 +293,9 @@ class CoordinationV1:
         body: dict[str, Any],
         _request_timeout: Any = DEFAULT_TIMEOUT_S,
     ) -> Any:
-        return self.rest.json(
-            "DELETE",
-            f"{_ns(namespace, 'leases', self.GROUP)}/{name}",
-            body=body,
-            timeout=_request_timeout,
-        )
+        """DELETE with the body's preconditions (a stale resourceVersion answers 409)."""
+        path = f"{_ns(namespace, 'leases', self.GROUP)}/{name}"
+        return self.rest.json("DELETE", path, body=body, timeout=_request_timeout)
 
     def watch_namespaced_lease(
         self,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from rollout.kube.client import Api, call
+from rollout.kube.nodes import finished, pod_objects_on
 
 
 def _dicts(listing: dict[str, Any], kind: str = "") -> list[dict[str, Any]]:
@@ -27,16 +28,7 @@ def node_objects(api: Api) -> dict[str, dict[str, Any]]:
 
 def pod_objects(api: Api, node: str) -> list[dict[str, Any]]:
     """The pods bound to the node that have not finished, oldest first."""
-    listing = call(
-        f"list pods on {node}",
-        api.core.list_pod_for_all_namespaces,
-        field_selector=f"spec.nodeName={node}",
-    )
-    pods = [
-        d
-        for d in _dicts(listing)
-        if (d.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-    ]
+    pods = [d for d in pod_objects_on(api, node) if not finished(d)]
     return sorted(pods, key=lambda d: str(d["metadata"].get("creationTimestamp") or ""))
 
 
