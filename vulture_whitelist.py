@@ -37,3 +37,7 @@ manager  # rollout.kubelet.options.PolicyOption: which kubelet manager owns the 
 
 # -- a test double's method the role's module calls (playbooks/ is outside vulture's paths)
 _.kubelet_said  # tests/unit/test_node_step_module.py fake: rollout_kubelet_step.py calls it
+
+# -- http.server dispatches a request to its handler's do_<METHOD> by name
+_.do_PATCH  # tests/unit/test_rest.py: the loopback API server's PATCH
+_.do_PUT  # tests/unit/test_rest.py: the loopback API server's PUT

@@ -28,12 +28,16 @@ TALKS_TO_API = {
 
 
 def leaves(cmd: click.Command, prefix: str = "") -> list[tuple[str, click.Command]]:
+    """Every leaf command, through the groups' own lookup (the top group loads its commands'
+    modules lazily, so ``.commands`` is empty until asked)."""
     if isinstance(cmd, click.Group):
-        return [
-            leaf
-            for name, sub in sorted(cmd.commands.items())
-            for leaf in leaves(sub, f"{prefix} {name}".strip())
-        ]
+        ctx = click.Context(cmd)
+        out = []
+        for name in cmd.list_commands(ctx):
+            sub = cmd.get_command(ctx, name)
+            assert sub is not None, name
+            out.extend(leaves(sub, f"{prefix} {name}".strip()))
+        return out
     return [(prefix, cmd)]
 
 
