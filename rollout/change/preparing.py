@@ -33,6 +33,7 @@ from rollout.change.previewing import NodePreview, decide, fleet_misfits, previe
 from rollout.change.rendering import node_change, unified_diff
 from rollout.errors import PreflightError, RolloutError
 from rollout.kube import nodes as kn
+from rollout.kube import workloads
 from rollout.kubelet.facts import node_facts_from_dict
 from rollout.models import NodeChange, NodeFacts, NodeInfo, PodRef
 
@@ -118,11 +119,14 @@ class ClusterReader:
     """What preflight reads from the API server (the real one lives in ``rollout.kube``).
 
     :meth:`prefetch` reads what does not depend on the nodes' facts (run it while the facts are
-    gathered); each answer it got is then served once from memory instead of read again.
+    gathered); each answer it got is then served once from memory instead of read again. It lists
+    the Nodes once and each node's pods once: the checks' records (:class:`NodeInfo`,
+    :class:`PodRef`) and the admission preview's objects come from the same listing.
     """
 
     def __init__(self, api: Any) -> None:
         self._kn = kn
+        self._wl = workloads
         self.api = api
         self._got: dict[tuple[str, str], Any] = {}
 
@@ -132,22 +136,24 @@ class ClusterReader:
         return read()
 
     def prefetch(self) -> None:
-        """Read the server version, ``resource.k8s.io`` versions, Nodes, PDBs, DRA drivers, node
-        objects, controllers and every node's pods now; any error is left for the real read to
-        raise."""
+        """Read the server version, ``resource.k8s.io`` versions, Nodes, PDBs, DRA drivers,
+        controllers and every node's pods now; any error is left for the real read to raise."""
         try:
             versions = self.resource_versions()
+            objects = self.node_objects()
             got: dict[tuple[str, str], Any] = {
                 ("version", ""): self.version(),
                 ("resource_versions", ""): versions,
-                ("nodes", ""): self.nodes(),
+                ("node_objects", ""): objects,
+                ("nodes", ""): {n: self._kn.to_node_info(o) for n, o in objects.items()},
                 ("pdbs", ""): self.pdbs(),
                 ("dra", ",".join(versions)): self.dra(versions),
-                ("node_objects", ""): self.node_objects(),
                 ("controllers", ""): self.controllers(),
             }
-            for n in got[("nodes", "")]:
-                got[("pods", n)] = self.pods(n)
+            for n in objects:
+                pods = self._kn.pod_objects_on(self.api, n)
+                got[("pods", n)] = self._kn.pod_refs(pods)
+                got[("pod_objects", n)] = self._wl.oldest_first(pods)
         except Exception:  # prepare's own reads raise it, properly
             return
         self._got.update(got)
@@ -178,19 +184,13 @@ class ClusterReader:
         )
 
     def node_objects(self) -> dict[str, dict[str, Any]]:
-        from rollout.kube import workloads
-
-        return dict(self._read(("node_objects", ""), lambda: workloads.node_objects(self.api)))
+        return dict(self._read(("node_objects", ""), lambda: self._wl.node_objects(self.api)))
 
     def pod_objects(self, node: str) -> list[dict[str, Any]]:
-        from rollout.kube import workloads
-
-        return workloads.pod_objects(self.api, node)
+        return list(self._read(("pod_objects", node), lambda: self._wl.pod_objects(self.api, node)))
 
     def controllers(self) -> list[dict[str, Any]]:
-        from rollout.kube import workloads
-
-        return list(self._read(("controllers", ""), lambda: workloads.controller_objects(self.api)))
+        return list(self._read(("controllers", ""), lambda: self._wl.controller_objects(self.api)))
 
 
 def prepare(

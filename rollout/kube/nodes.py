@@ -114,9 +114,14 @@ def finished(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
+def pod_refs(pods: list[dict[str, Any]]) -> list[PodRef]:
+    """The pods (JSON) that have not finished, as :class:`PodRef` (pure)."""
+    return [to_pod_ref(p) for p in pods if not finished(p)]
+
+
 def pods_on_node(api: Api, node: str) -> list[PodRef]:
     """Every pod bound to the node that has not finished."""
-    return [to_pod_ref(p) for p in pod_objects_on(api, node) if not finished(p)]
+    return pod_refs(pod_objects_on(api, node))
 
 
 def pod_gone(api: Api, pod: PodRef) -> bool:

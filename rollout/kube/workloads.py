@@ -26,10 +26,15 @@ def node_objects(api: Api) -> dict[str, dict[str, Any]]:
     return {d["metadata"]["name"]: d for d in _dicts(call("list nodes", api.core.list_node))}
 
 
+def oldest_first(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pods that have not finished, oldest first (pure)."""
+    live = [d for d in pods if not finished(d)]
+    return sorted(live, key=lambda d: str(d["metadata"].get("creationTimestamp") or ""))
+
+
 def pod_objects(api: Api, node: str) -> list[dict[str, Any]]:
     """The pods bound to the node that have not finished, oldest first."""
-    pods = [d for d in pod_objects_on(api, node) if not finished(d)]
-    return sorted(pods, key=lambda d: str(d["metadata"].get("creationTimestamp") or ""))
+    return oldest_first(pod_objects_on(api, node))
 
 
 def controller_objects(api: Api) -> list[dict[str, Any]]:

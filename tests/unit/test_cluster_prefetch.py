@@ -35,6 +35,18 @@ class FakeKn:
         self.calls.append(f"pods {node}")
         return []
 
+    def pod_objects_on(self, api: Any, node: str) -> list[dict[str, Any]]:
+        self.calls.append(f"pods {node}")
+        return [{"metadata": {"name": f"p-{node}"}}]
+
+    @staticmethod
+    def to_node_info(obj: dict[str, Any]) -> NodeInfo:
+        return NodeInfo(obj["metadata"]["name"])
+
+    @staticmethod
+    def pod_refs(pods: list[dict[str, Any]]) -> list[Any]:
+        return [p["metadata"]["name"] for p in pods]
+
     def list_pdbs(self, api: Any) -> list[Any]:
         self.calls.append("pdbs")
         return []
@@ -44,33 +56,62 @@ class FakeKn:
         return {}
 
 
-@pytest.fixture(autouse=True)
-def _workloads(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rollout.kube import workloads
+class FakeWorkloads:
+    """The preview's reads (``rollout.kube.workloads``), recording into the same call list."""
 
-    monkeypatch.setattr(workloads, "node_objects", lambda api: {"n1": {}})
-    monkeypatch.setattr(workloads, "controller_objects", lambda api: [])
+    def __init__(self, kn: FakeKn) -> None:
+        self.kn = kn
+
+    def node_objects(self, api: Any) -> dict[str, dict[str, Any]]:
+        self.kn.calls.append("nodes")
+        if self.kn.fail:
+            raise RuntimeError("API server away")
+        return {n: {"metadata": {"name": n}} for n in ("n1", "n2")}
+
+    def pod_objects(self, api: Any, node: str) -> list[dict[str, Any]]:
+        self.kn.calls.append(f"pods {node}")
+        return []
+
+    def controller_objects(self, api: Any) -> list[dict[str, Any]]:
+        self.kn.calls.append("controllers")
+        return []
+
+    @staticmethod
+    def oldest_first(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return list(pods)
+
+
+def _reader(fake: FakeKn) -> ClusterReader:
+    reader = ClusterReader(api=None)
+    reader._kn = fake  # type: ignore[assignment]
+    reader._wl = FakeWorkloads(fake)  # type: ignore[assignment]
+    return reader
 
 
 def test_prefetched_answers_are_used_once() -> None:
-    reader = ClusterReader(api=None)
     fake = FakeKn()
-    reader._kn = fake  # type: ignore[assignment]
+    reader = _reader(fake)
     reader.prefetch()
     assert set(fake.calls) >= {"version", "nodes", "pdbs", "dra", "pods n1", "pods n2"}
+    # one listing of the Nodes and one of each node's pods serve the checks and the preview
+    assert fake.calls.count("nodes") == 1
+    assert fake.calls.count("pods n1") == 1 and fake.calls.count("pods n2") == 1
     fake.calls.clear()
     assert reader.version() == "v1.36.3" and set(reader.nodes()) == {"n1", "n2"}
-    assert reader.pods("n1") == [] and reader.pdbs() == [] and reader.dra(["v1"]) == {}
+    assert reader.pods("n1") == ["p-n1"] and reader.pdbs() == [] and reader.dra(["v1"]) == {}
+    assert set(reader.node_objects()) == {"n1", "n2"}
+    assert reader.pod_objects("n1") == [{"metadata": {"name": "p-n1"}}]
+    assert reader.controllers() == []
     assert fake.calls == []  # all served from the prefetch
     reader.nodes()
     reader.pods("n1")
-    assert fake.calls == ["nodes", "pods n1"]  # a second read goes to the API server
+    reader.pod_objects("n1")
+    assert fake.calls == ["nodes", "pods n1", "pods n1"]  # a second read goes to the API server
 
 
 def test_a_failed_prefetch_leaves_the_reads_to_the_real_calls() -> None:
-    reader = ClusterReader(api=None)
     fake = FakeKn(fail=True)
-    reader._kn = fake  # type: ignore[assignment]
+    reader = _reader(fake)
     reader.prefetch()  # does not raise
     fake.calls.clear()
     assert reader.version() == "v1.36.3"
