@@ -48,7 +48,6 @@ class Api:
     apps: AppsV1
     custom: Custom
     apis: Discovery
-    version: Discovery
 
 
 def connect(kubeconfig: str | None = None, context: str | None = None) -> Api:
@@ -71,7 +70,6 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Api:
 def for_client(api_client: ApiClient) -> Api:
     """The API groups over an ``ApiClient`` (its configuration: host, TLS, credentials)."""
     rest = Rest(api_client)
-    discovery = Discovery(rest)
     return Api(
         api_client=api_client,
         core=CoreV1(rest),
@@ -79,8 +77,7 @@ def for_client(api_client: ApiClient) -> Api:
         coordination=CoordinationV1(rest),
         apps=AppsV1(rest),
         custom=Custom(rest),
-        apis=discovery,
-        version=discovery,
+        apis=Discovery(rest),
     )
 
 

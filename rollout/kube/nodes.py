@@ -162,7 +162,7 @@ def list_pdbs(api: Api, namespace: str | None = None) -> list[PdbRef]:
 
 def server_version(api: Api) -> str:
     """The API server's gitVersion."""
-    return str(call("read version", api.version.get_code).get("gitVersion"))
+    return str(call("read version", api.apis.get_code).get("gitVersion"))
 
 
 def resource_api_versions(api: Api) -> list[str]:

@@ -261,19 +261,21 @@ class CoordinationV1:
     def __init__(self, rest: Rest) -> None:
         self.rest = rest
 
+    def _lease(
+        self, method: str, namespace: str, name: str = "", body: Any = None, timeout: Any = None
+    ) -> Any:
+        path = _ns(namespace, "leases", self.GROUP) + (f"/{name}" if name else "")
+        return self.rest.json(method, path, body=body, timeout=timeout)
+
     def read_namespaced_lease(
         self, name: str, namespace: str, _request_timeout: Any = DEFAULT_TIMEOUT_S
     ) -> Any:
-        return self.rest.json(
-            "GET", f"{_ns(namespace, 'leases', self.GROUP)}/{name}", timeout=_request_timeout
-        )
+        return self._lease("GET", namespace, name, timeout=_request_timeout)
 
     def create_namespaced_lease(
         self, namespace: str, body: dict[str, Any], _request_timeout: Any = DEFAULT_TIMEOUT_S
     ) -> Any:
-        return self.rest.json(
-            "POST", _ns(namespace, "leases", self.GROUP), body=body, timeout=_request_timeout
-        )
+        return self._lease("POST", namespace, body=body, timeout=_request_timeout)
 
     def replace_namespaced_lease(
         self,
@@ -283,8 +285,7 @@ class CoordinationV1:
         _request_timeout: Any = DEFAULT_TIMEOUT_S,
     ) -> Any:
         """PUT: a compare-and-swap on the body's ``metadata.resourceVersion`` (409 if stale)."""
-        path = f"{_ns(namespace, 'leases', self.GROUP)}/{name}"
-        return self.rest.json("PUT", path, body=body, timeout=_request_timeout)
+        return self._lease("PUT", namespace, name, body, _request_timeout)
 
     def delete_namespaced_lease(
         self,
@@ -294,8 +295,7 @@ class CoordinationV1:
         _request_timeout: Any = DEFAULT_TIMEOUT_S,
     ) -> Any:
         """DELETE with the body's preconditions (a stale resourceVersion answers 409)."""
-        path = f"{_ns(namespace, 'leases', self.GROUP)}/{name}"
-        return self.rest.json("DELETE", path, body=body, timeout=_request_timeout)
+        return self._lease("DELETE", namespace, name, body, _request_timeout)
 
     def watch_namespaced_lease(
         self,
