@@ -53,7 +53,7 @@ def promote_refusal(status: ChangeStatus, gate: Mapping[str, Any] | None) -> str
     if status.outcome == "running":
         return (
             f"change {status.change} is running or was interrupted (no end recorded); "
-            f"`rollout resume --change {status.change}` settles it first"
+            f"`rollout resume --change {status.change} --yes` settles it first"
         )
     canary = [n for b in status.info.get("batches", ()) for n in b]
     not_applied = [n for n in canary if status.nodes[n].state is not NodeState.APPLIED]

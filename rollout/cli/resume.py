@@ -18,6 +18,7 @@ from rollout.errors import PreflightError
 from .options import inventory_option, kube_options, output_option
 from .wiring import (
     _change_required,
+    _confirm,
     _existing,
     _info_path,
     _lock_ns,
@@ -33,6 +34,7 @@ from .wiring import (
 @click.command("resume")
 @_change_required
 @inventory_option
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation (required without a TTY).")
 @_lock_ns
 @_verify_timeout
 @_progress_option
@@ -41,6 +43,7 @@ from .wiring import (
 def resume_cmd(
     change: str,
     inventory: str | None,
+    yes: bool,
     lock_namespace: str,
     verify_timeout: float,
     progress_mode: str,
@@ -57,9 +60,10 @@ def resume_cmd(
 
     \b
     Examples:
-      rollout resume --change 20261130T214802Z-a1b2c3
+      rollout resume --change 20261130T214802Z-a1b2c3 --yes
       rollout resume --change 20261130T214802Z-a1b2c3 --yes -o json --progress plain
     """
+    _confirm(yes, f"resume change {change}")
     journal = _existing(change)
     before = replay(journal.entries(), journal.change_id)
 

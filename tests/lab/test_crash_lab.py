@@ -370,7 +370,10 @@ def _clean_runs(w: World) -> World:
         _killed(w.run(args, state, kill), f"promote @ {kill}")
         w.stages[f"killed-{command}"] = _capture(w.lab, w.names, state, w.root / f"stage-{command}")
         n = len(Journal.open(state, w.change).entries())
-        _ok(w.run(["resume", "--change", w.change, "-o", "json"], state), f"clean {command}")
+        _ok(
+            w.run(["resume", "--change", w.change, "--yes", "-o", "json"], state),
+            f"clean {command}",
+        )
         _record(w, command, Journal.open(state, w.change).entries()[n:], state)
         assert w.clean_states[command] == w.clean_states["promote"], command
     return w
@@ -445,8 +448,8 @@ def test_kill_after_each_journal_entry_then_resume(world: World, command: str, k
         _killed(w.run([command, *change, "--yes"], state, key), f"{command} @ {key}")
     else:  # a resume of a promote killed at FIRST_KILL[command], itself killed
         _put_back(w, w.stages[f"killed-{command}"], state)
-        _killed(w.run(["resume", *change], state, key), f"{command} @ {key}")
-    _ok(w.run(["resume", *change, "-o", "json"], state), "resume")
+        _killed(w.run(["resume", *change, "--yes"], state, key), f"{command} @ {key}")
+    _ok(w.run(["resume", *change, "--yes", "-o", "json"], state), "resume")
     cid = change[1]
     _check(w, state, cid, w.clean_states[command])
     if command == "apply":

@@ -178,7 +178,7 @@ def test_sshd_stopped_mid_batch_then_resume_restores(
     assert st[names[1]] in ("failed", "restored")
     lab.start_sshd(names[1])
     change = ck.latest_journal(state).change_id  # type: ignore[union-attr]
-    r = ck.cli(["resume", "--change", change, "-o", "json"], env)
+    r = ck.cli(["resume", "--change", change, "--yes", "-o", "json"], env)
     assert r.returncode == 0, r.stderr
     st = {n["node"]: n["state"] for n in json.loads(r.stdout)["nodes"]}
     assert st == {names[0]: "applied", names[1]: "restored"}

@@ -134,3 +134,39 @@ def test_serve_json_startup_line(tmp_path: Path) -> None:
             p.communicate(timeout=10)
     assert first["port"] > 0 and first["listen"] == f"127.0.0.1:{first['port']}"
     assert "POST /webhook" in first["endpoints"]
+
+
+#: Commands that change nodes: each asks for confirmation, which ``--yes`` skips.
+CHANGES_NODES = {"apply", "rollback", "promote", "resume"}
+
+
+@pytest.mark.parametrize("name", sorted(CHANGES_NODES))
+def test_every_changing_command_takes_yes(name: str) -> None:
+    cmd = dict(COMMANDS)[name]
+    assert "--yes" in _opts(cmd), f"rollout {name}: no --yes"
+
+
+@pytest.mark.parametrize(("name", "cmd"), COMMANDS, ids=NAMES)
+def test_every_option_an_example_uses_is_taken(name: str, cmd: click.Command) -> None:
+    help_text = CliRunner().invoke(cli, [*name.split(), "--help"]).output
+    examples = help_text.split("Examples:", 1)[1].split("\nOptions:", 1)[0]
+    opts = _opts(cmd)
+    used = {
+        flag
+        for line in examples.splitlines()
+        if line.strip().startswith(f"rollout {name} ")
+        # the command's own words only: not what a pipe or `&&` runs after it
+        for flag in re.findall(r"(?<!\S)(--?[A-Za-z][\w-]*)", re.split(r"\||&&|;", line)[0])
+    }
+    assert used, f"rollout {name}: examples name no option"
+    assert used <= set(opts) | {"--help"}, f"rollout {name}: {sorted(used - set(opts))}"
+
+
+def test_resume_without_yes_and_without_a_tty_refuses_before_reading_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ROLLOUT_STATE_DIR", str(tmp_path))
+    r = CliRunner().invoke(cli, ["resume", "--change", "nosuch", "-o", "json"])
+    assert r.exit_code == 2, r.output
+    assert "--yes" in r.output and "nosuch" in r.output
+    assert not any(tmp_path.iterdir())  # nothing written
