@@ -178,6 +178,21 @@ def apply_batch(
     return {n: _as_node_error(errors[n]) for n in order if n in errors}
 
 
+def apply_step(ctx: Context, c: NodeChange) -> None:
+    """The apply step of one node, on its own run: journaled ``begin``, the run, then its outcome
+    (:func:`_apply_outcome`), the same for the forward path and for ``resume``.
+
+    Raises:
+        NodeFilesChangedError: the compare-and-swap refused (journaled ``filesWritten`` False:
+            nothing was written, a restore only undoes the cordon).
+        NodeOperationError: the run failed on the node.
+    """
+    _apply_begin(ctx, c)
+    result = run_many([c.node], lambda: ctx.runner.apply_many([c], ctx.journal.change_id))
+    if (err := _apply_outcome(ctx, c.node, result[c.node])) is not None:
+        raise err
+
+
 def _apply_begin(ctx: Context, c: NodeChange) -> None:
     ctx.record(c.node, Step.APPLY, Phase.BEGIN, Path.FORWARD)
     ctx.on_event(f"{c.node}: writing {len(c.files)} file(s) and restarting {c.service}")
@@ -218,10 +233,7 @@ def _pipelined(
         try:
             devices = _prepare(ctx, c)
             ctx.interrupt.check()  # files untouched: a stop now restores the node
-            _apply_begin(ctx, c)
-            result = run_many([node], lambda: ctx.runner.apply_many([c], ctx.journal.change_id))
-            if (err := _apply_outcome(ctx, node, result[node])) is not None:
-                raise err
+            apply_step(ctx, c)
             _verify_and_uncordon(ctx, c, devices)
         except Exception as e:  # any failure, even an unexpected one, must restore the node
             raise _fail_and_restore(ctx, {node: wrap(e)})[node] from e
@@ -267,13 +279,6 @@ def apply_and_verify(
     ctx: Context, change: NodeChange, devices: Mapping[str, str], run_apply: bool = True
 ) -> None:
     """Apply (optionally), verify, and uncordon if we cordoned: the tail resume finishes."""
-    node = change.node
     if run_apply:
-        _apply_begin(ctx, change)
-        result = run_many([node], lambda: ctx.runner.apply_many([change], ctx.journal.change_id))[
-            node
-        ]
-        if not result.ok:
-            raise NodeOperationError(f"apply playbook failed on {node}: {result.message}")
-        ctx.record(node, Step.APPLY, Phase.DONE, Path.FORWARD, {"changed": result.changed})
+        apply_step(ctx, change)
     _verify_and_uncordon(ctx, change, devices)

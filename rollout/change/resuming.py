@@ -31,7 +31,7 @@ from rollout.change.restoring import (
     restore_nodes,
     wrap,
 )
-from rollout.errors import NodeOperationError
+from rollout.errors import NodeFilesChangedError, NodeOperationError
 from rollout.models import NodeState, Path, Phase, Step, Verdict, VerdictStatus
 
 
@@ -84,7 +84,9 @@ def settle_node(ctx: Context, s: NodeStatus) -> None:
     * nothing touched, applied or restored: leave it;
     * forward path, files not written yet, or a forward step failed: restore (undo the cordon);
     * forward path in the apply step: run apply again (idempotent), verify, uncordon;
-      past apply: verify, uncordon; a failure there restores the node;
+      past apply: verify, uncordon; a failure there restores the node; a compare-and-swap that
+      refuses the apply wrote nothing, so only the cordon is undone and NodeFilesChangedError
+      is raised, as on the forward path;
     * restore path (or a failed restore): run the restore again.
     """
     if s.state in (NodeState.PENDING, NodeState.APPLIED, NodeState.RESTORED):
@@ -99,9 +101,17 @@ def settle_node(ctx: Context, s: NodeStatus) -> None:
             err = wrap(e)
             current = replay(ctx.journal.entries()).nodes[s.node]
             step = current.step or Step.VERIFY
-            ctx.record(s.node, step, Phase.FAILED, Path.FORWARD, {"message": str(err)})
+            if current.phase is not Phase.FAILED:  # a refused apply journaled its own failure
+                ctx.record(s.node, step, Phase.FAILED, Path.FORWARD, {"message": str(err)})
             ctx.on_event(f"{s.node}: {step.value} failed on resume: {err}; restoring the node")
             s = replay(ctx.journal.entries()).nodes[s.node]
+        restore_node(ctx, s)
+        if isinstance(err, NodeFilesChangedError):  # as the forward path says it (applying.py)
+            raise NodeFilesChangedError(
+                f"node {s.node}: {step.value} failed: {err}; only the cordon was undone; "
+                "plan the change again from the new files"
+            )
+        return
     restore_node(ctx, s)
 
 
@@ -125,6 +135,10 @@ def resume(ctx: Context, end: bool = True) -> ChangeStatus:
     _, errors = in_parallel([s.node for s in todo], lambda n: settle_node(ctx, status.nodes[n]))
     if errors:
         what = "; ".join(str(e) for e in errors.values())
+        if all(isinstance(e, NodeFilesChangedError) for e in errors.values()):
+            # nothing written anywhere, only cordons undone: the change stops as apply's does
+            final = end_change(ctx, "stopped", what, Phase.FAILED)
+            raise NodeFilesChangedError(f"resume stopped: {what}\nnode states:\n{summary(final)}")
         final = end_change(ctx, "resume-failed", what, Phase.FAILED)
         raise NodeOperationError(f"resume failed: {what}\nnode states:\n{summary(final)}")
     return end_resumed(ctx) if end else replay(ctx.journal.entries())

@@ -62,3 +62,43 @@ def test_a_failure_that_is_not_a_refusal_still_restores(
         run_change(ctx, {n: make_change(n) for n in NODES}, batches, NoGate(), True)
     assert not isinstance(e.value, PreflightError)
     assert "n1" in runner.restored and cluster.nodes["n1"].files == {CONF: OLD}
+
+
+def test_a_refused_apply_on_resume_keeps_the_nothing_written_fact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed as the apply began (nothing written), the node's file edited by hand meanwhile: the
+    resumed apply is refused by the compare-and-swap, and resume does what the forward path does:
+    only our cordon undone, no restore run (the hand edit stays), the change stops (exit 3)."""
+    from rollout.change.applying import apply_node
+    from rollout.change.resuming import resume
+    from tests.unit.fakes_change import Killed
+
+    ctx, cluster, runner = _setup(tmp_path)
+
+    def killed(change: NodeChange, change_id: str, backup_dir: str) -> RunResult:
+        raise Killed  # SIGKILL as the run starts: the apply began, no file was written
+
+    monkeypatch.setattr(runner, "apply", killed)
+    with pytest.raises(Killed):
+        apply_node(ctx, make_change("n3"))
+    edited = "# edited by hand during the incident\n"
+    cluster.nodes["n3"].files[CONF] = edited
+
+    def refuse(change: NodeChange, change_id: str, backup_dir: str) -> RunResult:
+        runner.applied.append(change.node)
+        return RunResult(False, REFUSAL, refused=True)
+
+    monkeypatch.setattr(runner, "apply", refuse)
+    with pytest.raises(NodeFilesChangedError) as e:
+        resume(ctx)
+    assert isinstance(e.value, PreflightError) and e.value.exit_code == 3
+    assert f"{CONF}: expected sha256 a, found b" in str(e.value)
+    assert "only the cordon was undone" in str(e.value)
+    assert runner.applied == ["n3"]  # the resumed apply ran, and was refused
+    assert "n3" not in runner.restored  # nothing written, so nothing to restore
+    n3 = cluster.nodes["n3"]
+    assert n3.files == {CONF: edited} and not n3.info.unschedulable
+    st = replay(ctx.journal.entries())
+    assert st.nodes["n3"].state is NodeState.RESTORED and not st.nodes["n3"].files_touched
+    assert st.outcome == "stopped"
