@@ -5,7 +5,8 @@ laptop lid). Whatever happens, ``rollout status`` must say what state every node
 ``rollout resume`` / ``rollout rollback`` must be able to finish or undo it. So each step is written
 down *before* it starts (``begin``, with what we need to undo it, such as the node's prior cordon
 state) and *after* it ends (``done`` / ``failed``), as one JSON line, fsynced before the step
-proceeds. Backups of the original files live next to the journal, named by their sha256.
+proceeds; appenders in several processes take turns on an exclusive ``flock`` of the file. Backups
+of the original files live next to the journal, named by their sha256.
 
 Layout::
 
@@ -17,6 +18,7 @@ Layout::
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import secrets
@@ -150,7 +152,13 @@ class Journal:
         path: Path | None = None,
         data: Mapping[str, Any] | None = None,
     ) -> Entry:
-        """Write one entry and fsync it before returning."""
+        """Write one entry and fsync it before returning.
+
+        The write holds an exclusive ``flock`` on ``journal.jsonl`` from the tail repair to the
+        fsync, so appenders in several processes never tear or lose each other's entries
+        (``tests/unit/test_journal_lock.py``). Readers take no lock: a line being written is
+        a torn last line to them, which they skip.
+        """
         entry = Entry(
             ts=now.astimezone(UTC).isoformat(timespec="milliseconds"),
             change=self.change_id,
@@ -163,11 +171,14 @@ class Journal:
         line = (entry.to_json() + "\n").encode()
         fd = os.open(self.file, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
         try:
+            # appenders in other processes (apply and serve, a resume and a handed rollback)
+            # wait here: a tail repair must never see, and cut, another's half-copied line
+            fcntl.flock(fd, fcntl.LOCK_EX)
             _repair_torn_tail(fd, self.file)
-            os.write(fd, line)
+            _write_all(fd, line)
             os.fsync(fd)
         finally:
-            os.close(fd)
+            os.close(fd)  # releases the lock
         failpoint(entry)
         return entry
 
@@ -232,6 +243,13 @@ def read_entries(file: FsPath) -> list[Entry]:
                 break  # torn final write
             raise InputError(f"not a journal entry: {e}", Location(file=str(file), line=i)) from e
     return out
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte is written (a write may be cut short, e.g. by a signal)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _repair_torn_tail(fd: int, file: FsPath) -> None:
