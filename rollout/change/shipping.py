@@ -201,13 +201,28 @@ class PlaybookNodeRunner:
     def _hostvars(self) -> Mapping[str, Mapping[str, Any]]:
         """The inventory's connection variables, kept next to the change's payloads the first
         time they are read (during its apply), so a later rollback starts its restores without
-        running ``ansible-inventory`` (about a second of start-up) first."""
+        running ``ansible-inventory`` (about a second of start-up) first.
+
+        The kept copy is used only for the very inventory it was read from (same path, same
+        sha256 of its bytes): an inventory given to a later command, or the same file edited
+        during an incident, is read again and wins (``rollout rollback -i fixed.ini``). When the
+        inventory file is gone, the kept copy still reaches the nodes."""
         with self._vars_lock:
             if self._vars is None:
                 saved = self.root / "hostvars.json"
+                key = _inventory_key(self.inventory)
                 try:
-                    self._vars = json.loads(saved.read_text(encoding="utf-8"))
+                    kept = json.loads(saved.read_text(encoding="utf-8"))
                 except (OSError, ValueError):
+                    kept = None
+                gone = not Path(self.inventory).exists()  # nothing given that could win
+                if (
+                    isinstance(kept, dict)
+                    and (gone or key is not None)
+                    and (gone or kept.get("inventory") == key)
+                ):
+                    self._vars = kept["hostvars"]
+                else:
                     from rollout.change.preparing import read_inventory
 
                     hv = read_inventory(self.inventory).hostvars
@@ -219,7 +234,8 @@ class PlaybookNodeRunner:
         saved = self.root / "hostvars.json"
         saved.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = saved.with_name(saved.name + ".tmp")
-        tmp.write_text(json.dumps(hostvars, sort_keys=True), encoding="utf-8")
+        kept = {"inventory": _inventory_key(self.inventory), "hostvars": hostvars}
+        tmp.write_text(json.dumps(kept, sort_keys=True), encoding="utf-8")
         tmp.replace(saved)
 
     def _prefetch_hostvars(self) -> None:
@@ -340,6 +356,17 @@ class PlaybookNodeRunner:
             checkpoint_reset=change.checkpoint_reset,
             healthz_url=change.healthz_url,
         )
+
+
+def _inventory_key(inventory: Path) -> str | None:
+    """What the kept host variables were read from: the inventory's resolved path and the sha256
+    of its bytes; None (never use a kept copy) for a directory or a file that cannot be read."""
+    try:
+        path = Path(inventory).resolve()
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+    return f"{path}:{digest}"
 
 
 def _connection_vars(v: Mapping[str, Any]) -> dict[str, Any]:
