@@ -6,8 +6,10 @@ byte reaches a node (more on a busy controller). The restore's node-side work is
 command, through the SSH master connection Ansible left open (same ``ControlPath``, see
 :data:`CONTROL_PATH`), so a restore begins on the node within tens of milliseconds of the trigger.
 
-Only hosts Ansible would reach with plain ssh as the given user qualify (:func:`target`): a host
-with another connection plugin, ``become`` or a password falls back to the restore playbook.
+Only hosts Ansible would reach with plain ssh as the given user qualify (:func:`target`), with the
+user, key, interpreter and become ansible-playbook would use (the host's variables, else Ansible's
+environment, else its ``ansible.cfg``): a host with another connection plugin, ``become``, a
+password or no interpreter named falls back to the playbook.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import shlex
 import subprocess
 import threading
@@ -92,14 +95,90 @@ class Target:
         return out
 
 
-def target(name: str, hostvars: Mapping[str, Any]) -> Target | None:
+#: Where Ansible looks for its configuration when ``$ANSIBLE_CONFIG`` is unset (the first found).
+_CONFIG_FILES = (
+    Path("ansible.cfg"),
+    Path.home() / ".ansible.cfg",
+    Path("/etc/ansible/ansible.cfg"),
+)
+
+#: The settings of Ansible's own (beside a host's variables) that decide how ansible-playbook
+#: reaches a host: name -> (environment variable, ansible.cfg section, key).
+_SETTINGS = {
+    "user": ("ANSIBLE_REMOTE_USER", "defaults", "remote_user"),
+    "key": ("ANSIBLE_PRIVATE_KEY_FILE", "defaults", "private_key_file"),
+    "python": ("ANSIBLE_PYTHON_INTERPRETER", "defaults", "interpreter_python"),
+    "become": ("ANSIBLE_BECOME", "privilege_escalation", "become"),
+    "connection": ("ANSIBLE_TRANSPORT", "defaults", "transport"),
+}
+
+
+class _Unreadable(Exception):
+    """Ansible's configuration could not be read here: leave the host to ansible-playbook."""
+
+
+def _ansible_settings(env: Mapping[str, str]) -> dict[str, str]:
+    """The :data:`_SETTINGS` Ansible would use when a host's variables name none: from its
+    environment, else from its configuration file (``$ANSIBLE_CONFIG``, else the first of
+    :data:`_CONFIG_FILES`), as ansible-playbook reads them.
+
+    Raises:
+        _Unreadable: the configuration file is not one this can read.
+    """
+    import configparser
+
+    named = env.get("ANSIBLE_CONFIG")
+    files = [Path(named)] if named else list(_CONFIG_FILES)
+    cfg = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";", "#"))
+    for f in files:
+        if f.is_dir():
+            f = f / "ansible.cfg"
+        if f.is_file():
+            try:
+                cfg.read_string(f.read_text(encoding="utf-8"), str(f))
+            except (OSError, UnicodeDecodeError, configparser.Error) as e:
+                raise _Unreadable(str(e)) from e
+            break
+    out = {}
+    for name, (var, section, key) in _SETTINGS.items():
+        value = env.get(var) or cfg.get(section, key, fallback="")
+        if value:
+            out[name] = value.strip()
+    return out
+
+
+def _true(value: Any) -> bool:
+    """Ansible's boolean reading of a setting (``yes``, ``on``, ``1``, ``true`` ...)."""
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ("yes", "on", "1", "true", "y", "t")
+
+
+def target(
+    name: str, hostvars: Mapping[str, Any], env: Mapping[str, str] | None = None
+) -> Target | None:
     """The plain-ssh target of an inventory host, or None when Ansible would do more than plain
-    ssh as the given user (another connection, ``become``, a password): then use the playbook."""
+    ssh as the given user (another connection, ``become``, a password), or when this cannot
+    reach it as ansible-playbook would (no interpreter named, only discovered; an
+    ``ansible.cfg`` it cannot read): then use the playbook.
+
+    The user, key, interpreter, become and connection come from the host's variables, else
+    from Ansible's environment (``ANSIBLE_REMOTE_USER``, ``ANSIBLE_PRIVATE_KEY_FILE``,
+    ``ANSIBLE_PYTHON_INTERPRETER``, ``ANSIBLE_BECOME``, ``ANSIBLE_TRANSPORT``), else from its
+    ``ansible.cfg``: the precedence ansible-playbook applies."""
     v = hostvars
-    if v.get("ansible_connection") not in _PLAIN:
+    try:
+        a = _ansible_settings(os.environ if env is None else env)
+    except _Unreadable:
         return None
-    if any(v.get(k) for k in ("ansible_become", "ansible_ssh_pass", "ansible_password")):
+    if (v.get("ansible_connection") or a.get("connection")) not in _PLAIN:
         return None
+    become = v["ansible_become"] if "ansible_become" in v else a.get("become", False)
+    if _true(become) or any(v.get(k) for k in ("ansible_ssh_pass", "ansible_password")):
+        return None
+    python = str(v.get("ansible_python_interpreter") or a.get("python") or "")
+    if not python or python.startswith("auto"):
+        return None  # Ansible discovers the interpreter on the node; only it knows which
     if any("{{" in str(x) or "{%" in str(x) for x in v.values()):
         return None  # a templated variable: only Ansible can render it
     args: list[str] = []
@@ -110,11 +189,16 @@ def target(name: str, hostvars: Mapping[str, Any]) -> Target | None:
     return Target(
         host=str(v.get("ansible_host") or v.get("ansible_ssh_host") or name),
         port=int(port) if port else None,
-        user=str(v.get("ansible_user") or v.get("ansible_ssh_user") or "") or None,
-        key=str(v.get("ansible_ssh_private_key_file") or v.get("ansible_private_key_file") or "")
+        user=str(v.get("ansible_user") or v.get("ansible_ssh_user") or a.get("user") or "") or None,
+        key=str(
+            v.get("ansible_ssh_private_key_file")
+            or v.get("ansible_private_key_file")
+            or a.get("key")
+            or ""
+        )
         or None,
         args=tuple(args),
-        python=str(v.get("ansible_python_interpreter") or "/usr/bin/python3"),
+        python=python,
     )
 
 

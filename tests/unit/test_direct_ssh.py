@@ -45,7 +45,13 @@ def test_plain_ssh_hosts_qualify_and_others_fall_back_to_the_playbook() -> None:
     assert direct.target("n1", {**LAB_VARS, "ansible_connection": "docker"}) is None
     assert direct.target("n1", {**LAB_VARS, "ansible_ssh_pass": "x"}) is None
     assert direct.target("n1", {**LAB_VARS, "ansible_host": "{{ ip }}"}) is None
-    assert direct.target("n1", {}) == direct.Target("n1", None, None, None, (), "/usr/bin/python3")
+    py = {"ansible_python_interpreter": "/usr/bin/python3"}
+    assert direct.target("n1", py, env={}) == direct.Target(
+        "n1", None, None, None, (), "/usr/bin/python3"
+    )
+    # no interpreter named: Ansible would discover one on the node, so the playbook runs
+    # (tests/unit/test_transport_settings.py covers Ansible's environment and ansible.cfg)
+    assert direct.target("n1", {}, env={}) is None
 
 
 def test_ansible_and_the_direct_path_share_one_control_path() -> None:

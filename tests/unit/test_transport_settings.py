@@ -52,6 +52,74 @@ def test_an_inventory_given_to_a_later_command_wins_over_the_cached_host_variabl
     assert cached._direct_targets(["h1"]) is not None
 
 
+def _target(hv: dict[str, object]) -> direct.Target | None:
+    return direct.target("h1", {"ansible_host": "10.0.0.1", **hv})
+
+
+def test_user_and_key_from_ansible_s_environment_when_the_host_names_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ANSIBLE_REMOTE_USER", "ops")
+    monkeypatch.setenv("ANSIBLE_PRIVATE_KEY_FILE", "/keys/ops")
+    t = _target({"ansible_python_interpreter": "/usr/bin/python3"})
+    assert t is not None and t.user == "ops" and t.key == "/keys/ops"
+    assert t.argv()[t.argv().index("-i") :][:2] == ["-i", "/keys/ops"]
+    assert t.argv()[t.argv().index("-l") :][:2] == ["-l", "ops"]
+    # the host's own variables win, as in Ansible
+    t = _target({"ansible_python_interpreter": "/usr/bin/python3", "ansible_user": "root",
+                 "ansible_ssh_private_key_file": "/keys/root"})  # fmt: skip
+    assert t is not None and t.user == "root" and t.key == "/keys/root"
+
+
+def test_the_interpreter_is_the_one_ansible_would_use_else_the_playbook(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    t = _target({"ansible_python_interpreter": "/opt/py/bin/python3.12"})
+    assert t is not None and t.argv()[-1].startswith("/opt/py/bin/python3.12 -c ")
+    # none named: Ansible discovers one on the node; the ssh path does not guess /usr/bin/python3
+    assert _target({}) is None
+    assert _target({"ansible_python_interpreter": "auto_silent"}) is None
+    monkeypatch.setenv("ANSIBLE_PYTHON_INTERPRETER", "/usr/libexec/platform-python")
+    t = _target({})
+    assert t is not None and t.python == "/usr/libexec/platform-python"
+
+
+def test_become_from_the_environment_or_ansible_cfg_sends_the_host_to_the_playbook(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hv = {"ansible_python_interpreter": "/usr/bin/python3"}
+    assert _target(hv) is not None
+    monkeypatch.setenv("ANSIBLE_BECOME", "True")
+    assert _target(hv) is None
+    assert _target({**hv, "ansible_become": False}) is not None  # the host's own says no
+    monkeypatch.setenv("ANSIBLE_BECOME", "false")
+    assert _target(hv) is not None
+    monkeypatch.delenv("ANSIBLE_BECOME")
+    (tmp_path / "ansible.cfg").write_text("[privilege_escalation]\nbecome = yes\n")
+    assert _target(hv) is None
+
+
+def test_ansible_cfg_user_key_interpreter_and_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = tmp_path / "ansible.cfg"
+    cfg.write_text(
+        "[defaults]\nremote_user = deploy\nprivate_key_file = /keys/deploy\n"
+        "interpreter_python = /usr/bin/python3.11\n"
+    )
+    t = _target({})
+    assert t is not None and (t.user, t.key, t.python) == (
+        "deploy", "/keys/deploy", "/usr/bin/python3.11"
+    )  # fmt: skip
+    monkeypatch.setenv("ANSIBLE_REMOTE_USER", "ops")  # the environment wins over the file
+    t = _target({})
+    assert t is not None and t.user == "ops"
+    cfg.write_text("[defaults]\ntransport = paramiko\n")
+    assert _target({"ansible_python_interpreter": "/usr/bin/python3"}) is None
+    cfg.write_text("not an ini file [\n")  # unreadable: the playbook, which will say why
+    assert _target({"ansible_python_interpreter": "/usr/bin/python3"}) is None
+
+
 def test_the_kept_host_variables_still_reach_the_nodes_when_the_inventory_is_gone(
     tmp_path: Path,
 ) -> None:
