@@ -130,13 +130,6 @@ def annotate_node(api: Api, node: str, change_id: str, intent: str, state: str) 
     )
 
 
-def node_marks(api: Api, node: str) -> dict[str, str]:
-    """The ``rollout.dev/`` annotations of a Node."""
-    n = call(f"read node {node}", api.core.read_node, node)
-    notes = (n.get("metadata") or {}).get("annotations") or {}
-    return {k: str(v) for k, v in notes.items() if k.startswith("rollout.dev/")}
-
-
 def _items(
     api: Api, namespace: str, selector: str, retry_s: float = RETRY_S
 ) -> list[dict[str, Any]]:
