@@ -43,6 +43,7 @@ class ClusterMirror:
         self.marked: dict[str, str] = {}  # node -> state last written on the Node
         self.intent = ""
         self.failures = 0
+        self.written: set[int] = set()  # chunks this mirror has written (replaced, not created)
 
     def attach(self, journal: Journal) -> Journal:
         """Start mirroring ``journal`` (its existing entries are the starting projection)."""
@@ -90,8 +91,11 @@ class ClusterMirror:
             f.seek(self.base)
             tail = f.read()
         chunks = split_chunks(tail, km.CHUNK_BYTES)
-        for i, data in enumerate(chunks):
-            km.put_journal_chunk(self.api, self.namespace, journal.change_id, self.sealed + i, data)
+        for i, data in enumerate(chunks, start=self.sealed):
+            km.put_journal_chunk(
+                self.api, self.namespace, journal.change_id, i, data, i in self.written
+            )
+            self.written.add(i)
         if len(chunks) > 1:  # every chunk but the last is full: never written again
             self.base += sum(len(c) for c in chunks[:-1])
             self.sealed += len(chunks) - 1

@@ -60,14 +60,15 @@ def backup_name(change_id: str, node: str, digest: str) -> str:
     return f"rollout-backup-{_dns(change_id)}-{key}"
 
 
-def _put(api: Api, namespace: str, body: dict[str, Any]) -> None:
-    """Create the ConfigMap, or replace it when it exists."""
+def _put(api: Api, namespace: str, body: dict[str, Any], exists: bool = False) -> None:
+    """Create the ConfigMap, or replace it when it exists (``exists``: replace first, one
+    request in the common case of a chunk rewritten after each append)."""
     name = body["metadata"]["name"]
-    try:
+
+    def create() -> None:
         call(f"create configmap {name}", api.core.create_namespaced_config_map, namespace, body)
-    except Exception as e:
-        if getattr(e, "status", None) != 409:
-            raise
+
+    def replace() -> None:
         call(
             f"replace configmap {name}",
             api.core.replace_namespaced_config_map,
@@ -76,9 +77,19 @@ def _put(api: Api, namespace: str, body: dict[str, Any]) -> None:
             body,
         )
 
+    first, second, status = (replace, create, 404) if exists else (create, replace, 409)
+    try:
+        first()
+    except Exception as e:
+        if getattr(e, "status", None) != status:
+            raise
+        second()
 
-def put_journal_chunk(api: Api, namespace: str, change_id: str, index: int, data: bytes) -> None:
-    """Write journal chunk ``index`` (whole JSON lines, UTF-8)."""
+
+def put_journal_chunk(
+    api: Api, namespace: str, change_id: str, index: int, data: bytes, exists: bool = False
+) -> None:
+    """Write journal chunk ``index`` (whole JSON lines, UTF-8); ``exists``: written before."""
     _put(
         api,
         namespace,
@@ -90,6 +101,7 @@ def put_journal_chunk(api: Api, namespace: str, change_id: str, index: int, data
             },
             "data": {"journal.jsonl": data.decode()},
         },
+        exists,
     )
 
 

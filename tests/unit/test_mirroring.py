@@ -27,6 +27,10 @@ class Conflict(Exception):
     status = 409
 
 
+class NotFound(Exception):
+    status = 404
+
+
 class Forbidden(Exception):
     status = 403
 
@@ -36,6 +40,8 @@ class FakeCore:
         self.maps: dict[tuple[str, str], dict[str, Any]] = {}
         self.patches: list[tuple[str, dict[str, Any]]] = []
         self.down = False
+        self.replaced = 0
+        self.created = 0
 
     def _check(self) -> None:
         if self.down:
@@ -46,6 +52,7 @@ class FakeCore:
     ) -> Any:
         self._check()
         key = (namespace, body["metadata"]["name"])
+        self.created += 1
         if key in self.maps:
             raise Conflict()
         self.maps[key] = json.loads(json.dumps(body))
@@ -55,6 +62,9 @@ class FakeCore:
         self, name: str, namespace: str, body: dict[str, Any], _request_timeout: Any = None
     ) -> Any:
         self._check()
+        self.replaced += 1
+        if (namespace, name) not in self.maps:
+            raise NotFound()
         self.maps[(namespace, name)] = json.loads(json.dumps(body))
         return body
 
@@ -124,6 +134,9 @@ def test_every_append_and_backup_is_in_the_cluster_and_nodes_carry_their_state(
     }
     assert last["labels"][km.STATE_KEY] == "applied"
     assert warnings == []
+    # one request per chunk write: the open chunk is created once, then replaced
+    entries = len(journal.entries())
+    assert (api.core.created, api.core.replaced) == (1 + 1, entries - 1)  # + the backup
 
 
 def test_a_second_state_directory_is_rebuilt_from_the_record(tmp_path: Path) -> None:
