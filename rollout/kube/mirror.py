@@ -35,6 +35,12 @@ MAX_BACKUP_BYTES = 900 * 1024
 """A backed-up file larger than this cannot be mirrored in one ConfigMap (kubelet configs are a
 few KiB); the mirror reports it instead."""
 
+WRITE_RETRY_S = 2.0
+WRITE_TIMEOUT_S = 5.0
+"""A mirror write retries transient failures this long, each request this long at most: the
+record is best effort and must not hold a node step through an API outage (the step's own calls
+wait for the API server as before)."""
+
 CHANGE_KEY = "rollout.dev/change"
 INTENT_KEY = "rollout.dev/intent"
 STATE_KEY = "rollout.dev/state"
@@ -43,6 +49,9 @@ CHUNK_KEY = "rollout.dev/chunk"
 NODE_KEY = "rollout.dev/node"
 SHA_KEY = "rollout.dev/sha256"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "rollout"}
+
+
+_WRITE: dict[str, Any] = {"retry_s": WRITE_RETRY_S, "_request_timeout": WRITE_TIMEOUT_S}
 
 
 def _dns(change_id: str) -> str:
@@ -66,7 +75,13 @@ def _put(api: Api, namespace: str, body: dict[str, Any], exists: bool = False) -
     name = body["metadata"]["name"]
 
     def create() -> None:
-        call(f"create configmap {name}", api.core.create_namespaced_config_map, namespace, body)
+        call(
+            f"create configmap {name}",
+            api.core.create_namespaced_config_map,
+            namespace,
+            body,
+            **_WRITE,
+        )
 
     def replace() -> None:
         call(
@@ -75,6 +90,7 @@ def _put(api: Api, namespace: str, body: dict[str, Any], exists: bool = False) -
             name,
             namespace,
             body,
+            **_WRITE,
         )
 
     first, second, status = (replace, create, 404) if exists else (create, replace, 409)
@@ -139,6 +155,7 @@ def annotate_node(api: Api, node: str, change_id: str, intent: str, state: str) 
         api.core.patch_node,
         node,
         {"metadata": {"annotations": marks, "labels": labels}},
+        **_WRITE,
     )
 
 
