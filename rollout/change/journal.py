@@ -14,6 +14,10 @@ Layout::
     ${ROLLOUT_STATE_DIR:-~/.local/state/rollout}/changes/<change-id>/backups/<node>/<sha256>
 
 :func:`rollout.change.replaying.replay` turns the entries into every node's state.
+
+The directory is a cache of the change's cluster record: with a :class:`JournalMirror` attached
+(``rollout.kube.mirror.ClusterMirror``), every entry and backup is also written into the cluster
+after the local fsync, and a machine without the directory fetches it from there.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path as FsPath
-from typing import Any
+from typing import Any, Protocol
 
 from rollout.errors import InputError, Location
 from rollout.models import Path, Phase
@@ -102,14 +106,32 @@ class Entry:
         )
 
 
+class JournalMirror(Protocol):
+    """A second copy of the journal outside this machine, written after each local write.
+
+    Best effort: the local fsync is what a step waits for; a mirror reports its own failures
+    (it must not raise)."""
+
+    def entry(self, journal: Journal, entry: Entry) -> None:
+        """Called after ``entry`` is fsynced in ``journal``."""
+
+    def backup(self, journal: Journal, node: str, digest: str, content: bytes) -> None:
+        """Called after a backup is fsynced."""
+
+
 class Journal:
-    """An append-only, fsynced JSON-lines file for one change."""
+    """An append-only, fsynced JSON-lines file for one change.
+
+    Attributes:
+        mirror: written after each local append and backup (None: local only).
+    """
 
     def __init__(self, directory: FsPath, change_id: str) -> None:
         self.dir = directory
         self.change_id = change_id
         self.file = directory / "journal.jsonl"
         self.backups = directory / "backups"
+        self.mirror: JournalMirror | None = None
 
     @classmethod
     def create(cls, root: FsPath, change_id: str) -> Journal:
@@ -180,6 +202,8 @@ class Journal:
         finally:
             os.close(fd)  # releases the lock
         failpoint(entry)
+        if self.mirror is not None:
+            self.mirror.entry(self, entry)
         return entry
 
     def entries(self) -> list[Entry]:
@@ -206,6 +230,8 @@ class Journal:
                 os.fsync(f.fileno())
             os.replace(tmp, target)
             _fsync_dir(directory)
+        if self.mirror is not None:
+            self.mirror.backup(self, node, digest, content)
         return digest
 
     def load_backup(self, node: str, digest: str) -> bytes:

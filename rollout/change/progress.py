@@ -213,6 +213,7 @@ class ObservedJournal(Journal):
 
     def __init__(self, journal: Journal, observer: Callable[[Entry], None]) -> None:
         super().__init__(journal.dir, journal.change_id)
+        self.mirror = journal.mirror
         self._observer = observer
 
     def append(

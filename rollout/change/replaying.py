@@ -123,6 +123,11 @@ def replay(entries: Iterable[Entry], change: str = "") -> ChangeStatus:
     return ChangeStatus(change=change, nodes=nodes, outcome=outcome, message=message, info=info)
 
 
+def advance(s: NodeStatus, e: Entry) -> NodeStatus:
+    """A node's status after one more entry of its own (pure; the step :func:`replay` takes)."""
+    return _apply_entry(s, e)
+
+
 def _apply_entry(s: NodeStatus, e: Entry) -> NodeStatus:
     try:
         step = Step(e.step)

@@ -13,6 +13,7 @@ import threading
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -37,6 +38,7 @@ from .wiring import (
     _inventory,
     _lock_ns,
     _locked,
+    _mirrored,
     _preflight,
     _print_status,
     _progress,
@@ -172,7 +174,7 @@ def apply_cmd(
         drain = replace(drain, disable_eviction=True)
     change_id = new_change_id(datetime.now(UTC))
     with _locked(lock, change_id):
-        journal = Journal.create(state_dir(), change_id)
+        journal = _mirrored(Journal.create(state_dir(), change_id), api, lock_namespace)
         _echo(f"change {change_id}: journal {journal.file}")
         if prepared.accepted:
             journal.append(
@@ -209,18 +211,56 @@ def apply_cmd(
 
 
 @click.command("status")
-@click.option("--change", "change", help="The change id (default: the latest change).")
+@click.option(
+    "--change", "change", help="The change id (default: the latest change, in the cluster too)."
+)
+@_lock_ns
 @output_option
-def status_cmd(change: str | None, output: str) -> None:
+@kube_options
+def status_cmd(
+    change: str | None,
+    lock_namespace: str,
+    output: str,
+    kubeconfig: str | None,
+    context: str | None,
+) -> None:
     """Every node's state in a change, replayed from its journal.
+
+    A change this machine has no journal for is fetched from the cluster's record of it
+    (ConfigMaps in the lock namespace) into the state directory first, so status works from any
+    machine with the kubeconfig. Without --change: the latest change here or in the cluster.
 
     \b
     Examples:
       rollout status
       rollout status --change 20261130T214802Z-a1b2c3 -o json
     """
-    journal = _existing(change)
+    from rollout.change.journal import latest_change
+
+    api = _optional_api(kubeconfig, context)
+    if change is None and api is not None:
+        from rollout.kube.mirror import latest_change as cluster_latest
+
+        try:
+            remote = cluster_latest(api, lock_namespace, retry_s=2.0)
+        except Exception as e:  # the local journal still answers
+            _echo(f"warning: cannot read the cluster's change record: {e}")
+            remote = None
+        local = latest_change(state_dir())
+        if remote is not None and (local is None or remote > local):
+            change = remote
+    journal = _existing(change, api, lock_namespace)
     _print_status(replay(journal.entries(), journal.change_id), output)
+
+
+def _optional_api(kubeconfig: str | None, context: str | None) -> Any:
+    """An API connection when a kubeconfig loads, else None (status reads local journals)."""
+    from rollout.kube.client import connect
+
+    try:
+        return connect(kubeconfig, context)
+    except InputError:
+        return None
 
 
 COMMANDS = [apply_cmd, status_cmd]

@@ -29,6 +29,7 @@ from .wiring import (
     _info_path,
     _lock_ns,
     _locked,
+    _mirrored,
     _preflight,
     _print_status,
     _progress,
@@ -122,7 +123,8 @@ def promote_cmd(
     from rollout.kube.leases import LeaseLock, holder_identity
     from rollout.models import NodeState
 
-    journal = _existing(change)
+    api = connect(kubeconfig, context)
+    journal = _existing(change, api, lock_namespace)
     status = replay(journal.entries(), journal.change_id)
     refusal = promote_refusal(status, last_gate(journal))
     if refusal and status.outcome == "running":
@@ -144,7 +146,6 @@ def promote_cmd(
     if not dry_run and not (window := window_check(datetime.now(UTC))).allowed:
         raise PreflightError(window.reason)
     inv = read_inventory(_info_path(journal, "inventory", inventory))
-    api = connect(kubeconfig, context)
     lock = LeaseLock(api, lock_namespace)
     lock.check()
     prepared = _preflight(plan, inv, api, False)
@@ -185,6 +186,7 @@ def promote_cmd(
         "promotion": promotion,
     }
     with _locked(lock, journal.change_id):
+        _mirrored(journal, api, lock_namespace)
         progress = _progress(progress_mode)
         progress.nodes(tuple(all_nodes))
         ctx = _context(

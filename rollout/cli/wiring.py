@@ -303,8 +303,35 @@ def _preflight(
         facts.close()
 
 
-def _existing(change: str | None) -> Journal:
-    return Journal.open(state_dir(), change)
+def _existing(change: str | None, api: Any = None, lock_namespace: str = "kube-system") -> Journal:
+    """The change's journal from the state directory; with ``api``, a change the directory lacks
+    is fetched from its cluster record first (``rollout.change.mirroring.fetch_change``), so a
+    second machine with the kubeconfig and inventory carries on where the first left off."""
+    root = state_dir()
+    try:
+        return Journal.open(root, change)
+    except InputError:
+        if api is None:
+            raise
+    from rollout.change.mirroring import fetch_change
+
+    fetched = fetch_change(api, lock_namespace, root, change)
+    if fetched is None:
+        raise InputError(
+            f"no change {change or '(latest)'!r} under {root / 'changes'} "
+            f"nor in the cluster's record (namespace {lock_namespace})",
+            Location(field="--change"),
+        )
+    _echo(f"change {fetched}: fetched from the cluster record into {root / 'changes' / fetched}")
+    return Journal.open(root, fetched)
+
+
+def _mirrored(journal: Journal, api: Any, lock_namespace: str) -> Journal:
+    """Attach the cluster mirror: each later append and backup is also written into the cluster
+    (ConfigMaps in ``lock_namespace``, annotations on the Nodes); failures are warnings."""
+    from rollout.change.mirroring import ClusterMirror
+
+    return ClusterMirror(api, lock_namespace, _echo).attach(journal)
 
 
 def _info_path(journal: Journal, key: str, given: str | None) -> Path:
@@ -329,16 +356,17 @@ def _settle_command(
     from rollout.kube.client import connect
     from rollout.kube.leases import LeaseLock
 
-    journal = _existing(change)
+    api = connect(kubeconfig, context)
+    journal = _existing(change, api, lock_namespace)
     inv = _info_path(journal, "inventory", inventory)
     plan_file = replay(journal.entries()).info.get("plan")
     drain = DrainPolicy()
     if plan_file and Path(str(plan_file)).is_file():
         plan = load_plan(str(plan_file))
         drain = parse_strategy(plan.strategy, plan.location).drain
-    api = connect(kubeconfig, context)
     lock = LeaseLock(api, lock_namespace)
     with _locked(lock, journal.change_id):
+        _mirrored(journal, api, lock_namespace)
         progress = _progress(progress_mode)
         progress.nodes(tuple(replay(journal.entries()).nodes))
         ctx = _context(api, journal, inv, drain, verify_timeout, progress)

@@ -192,6 +192,38 @@ class CoreV1:
             "POST", f"{_ns(namespace, 'pods')}/{name}/eviction", body=body, timeout=_request_timeout
         )
 
+    def list_namespaced_config_map(
+        self,
+        namespace: str,
+        label_selector: str | None = None,
+        _request_timeout: Any = DEFAULT_TIMEOUT_S,
+    ) -> Any:
+        return self.rest.json(
+            "GET",
+            _ns(namespace, "configmaps"),
+            query={"labelSelector": label_selector},
+            timeout=_request_timeout,
+        )
+
+    def create_namespaced_config_map(
+        self, namespace: str, body: dict[str, Any], _request_timeout: Any = DEFAULT_TIMEOUT_S
+    ) -> Any:
+        return self.rest.json(
+            "POST", _ns(namespace, "configmaps"), body=body, timeout=_request_timeout
+        )
+
+    def replace_namespaced_config_map(
+        self,
+        name: str,
+        namespace: str,
+        body: dict[str, Any],
+        _request_timeout: Any = DEFAULT_TIMEOUT_S,
+    ) -> Any:
+        """PUT without a resourceVersion: an unconditional update."""
+        return self.rest.json(
+            "PUT", f"{_ns(namespace, 'configmaps')}/{name}", body=body, timeout=_request_timeout
+        )
+
     def create_namespace(
         self, body: dict[str, Any], _request_timeout: Any = DEFAULT_TIMEOUT_S
     ) -> Any:

@@ -114,6 +114,8 @@ def test_windows_runbook_and_report_on_a_lab_change(
         ["apply", "--canary", "--yes", "-o", "json", "--force-window", "lab test 42"], env
     )
     assert forced.returncode == 0, forced.stderr
+    # the role allows the change's cluster record (ConfigMaps, Node annotations): no write failed
+    assert "cluster record" not in forced.stderr, forced.stderr
     change = json.loads(forced.stdout)["change"]
     canary = nodes.names[0]
     # no terminal here: progress is plain lines on stderr, one per journaled node step
@@ -138,6 +140,7 @@ def test_windows_runbook_and_report_on_a_lab_change(
     back = rollout(["rollback", "--change", change, "--yes"], env)  # still outside the window
     assert back.returncode == 0, back.stderr
     assert f" {canary} restore restore done\n" in back.stderr, back.stderr
+    assert "cluster record" not in back.stderr, back.stderr
 
     md = rollout(["report", "--change", change, "--evidence", str(evidence)], env)
     assert md.returncode == 0, md.stderr

@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: Commands that call the Kubernetes API (directly, or through the rollback they run).
 TALKS_TO_API = {
-    "apply", "preview", "promote", "rollback", "resume", "watch", "serve", "runbook", "evidence"
+    "apply", "preview", "promote", "rollback", "resume", "watch", "serve", "runbook", "evidence",
+    "status",  # reads the cluster's record of a change this machine has no journal for
 }  # fmt: skip
 
 

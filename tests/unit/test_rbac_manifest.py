@@ -38,6 +38,9 @@ CALLS = {
     "replace_namespaced_lease": ("coordination.k8s.io", "leases", "update"),
     "patch_namespaced_lease": ("coordination.k8s.io", "leases", "patch"),
     "delete_namespaced_lease": ("coordination.k8s.io", "leases", "delete"),
+    "list_namespaced_config_map": ("", "configmaps", "list"),
+    "create_namespaced_config_map": ("", "configmaps", "create"),
+    "replace_namespaced_config_map": ("", "configmaps", "update"),
     "get_api_versions": None,  # discovery: system:discovery
     "get_code": None,  # /version: system:public-info-viewer
     "list_cluster_custom_object": None,  # checked by plural below

@@ -1,0 +1,158 @@
+"""The journal mirrored into the cluster, and the local cache rebuilt from it.
+
+:class:`ClusterMirror` is the :class:`~rollout.change.journal.JournalMirror` the CLI attaches to
+every journal it writes with an API connection: after each local append it rewrites the journal's
+last (still open) chunk ConfigMap, after each backup it writes the backup's bytes, and when a
+node's replayed state changes it annotates the Node (:mod:`rollout.kube.mirror`). Its projection
+of node states is updated entry by entry (O(1) per append).
+
+Best effort, by design: the local fsync is what each step waits for, and an API hiccup must not
+abandon a node half-drained. A failed mirror write is reported through ``warn`` (never silently
+dropped) and healed by the next append, which rewrites every chunk from the first one not yet
+confirmed. A crash between the local append and the mirror write leaves the mirror one entry
+behind until the next append (``resume`` or ``rollback`` from any machine that has the entry).
+
+:func:`fetch_change` is the other direction: a machine whose state directory has no journal for
+a change rebuilds ``changes/<id>/`` from the cluster and then proceeds as with a local journal.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path as FsPath
+from typing import Any
+
+from rollout.change.journal import CHANGE_STEP, Entry, Journal, read_entries
+from rollout.change.replaying import NodeStatus, advance
+from rollout.errors import InputError, Location
+from rollout.kube import mirror as km
+from rollout.models import Phase
+
+
+class ClusterMirror:
+    """Writes a journal's entries, backups and node states into the cluster (see module doc)."""
+
+    def __init__(self, api: Any, namespace: str, warn: Callable[[str], None]) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.warn = warn
+        self.sealed = 0  # chunks before this index are written and full
+        self.base = 0  # byte offset of chunk ``sealed`` in journal.jsonl
+        self.nodes: dict[str, NodeStatus] = {}
+        self.marked: dict[str, str] = {}  # node -> state last written on the Node
+        self.intent = ""
+        self.failures = 0
+        self.written: set[int] = set()  # chunks this mirror has written (replaced, not created)
+
+    def attach(self, journal: Journal) -> Journal:
+        """Start mirroring ``journal`` (its existing entries are the starting projection)."""
+        for e in journal.entries():
+            self._project(e)
+        self.marked = {n: s.state.value for n, s in self.nodes.items()}
+        journal.mirror = self
+        return journal
+
+    def entry(self, journal: Journal, entry: Entry) -> None:
+        """Mirror the journal's open chunk, then the node's state when it changed."""
+        try:
+            self._chunks(journal)
+        except Exception as e:  # best effort: reported, healed by the next append
+            self._failed(f"journal of change {journal.change_id}", e)
+        node = self._project(entry)
+        if node is None:
+            return
+        state = self.nodes[node].state.value
+        if self.marked.get(node) == state:
+            return
+        try:
+            km.annotate_node(self.api, node, journal.change_id, self.intent, state)
+            self.marked[node] = state
+        except Exception as e:
+            self._failed(f"annotation of Node {node}", e)
+
+    def backup(self, journal: Journal, node: str, digest: str, content: bytes) -> None:
+        """Mirror one backup's bytes."""
+        try:
+            km.put_backup(self.api, self.namespace, journal.change_id, node, digest, content)
+        except Exception as e:
+            self._failed(f"backup {digest[:12]} of {node}", e)
+
+    def _project(self, e: Entry) -> str | None:
+        if e.node is None:
+            if e.step == CHANGE_STEP and e.phase is Phase.BEGIN:
+                self.intent = str(e.data.get("intentSha256", "")) or self.intent
+            return None
+        self.nodes[e.node] = advance(self.nodes.get(e.node, NodeStatus(node=e.node)), e)
+        return e.node
+
+    def _chunks(self, journal: Journal) -> None:
+        with open(journal.file, "rb") as f:
+            f.seek(self.base)
+            tail = f.read()
+        chunks = split_chunks(tail, km.CHUNK_BYTES)
+        for i, data in enumerate(chunks, start=self.sealed):
+            km.put_journal_chunk(
+                self.api, self.namespace, journal.change_id, i, data, i in self.written
+            )
+            self.written.add(i)
+        if len(chunks) > 1:  # every chunk but the last is full: never written again
+            self.base += sum(len(c) for c in chunks[:-1])
+            self.sealed += len(chunks) - 1
+
+    def _failed(self, what: str, e: BaseException) -> None:
+        self.failures += 1
+        self.warn(f"warning: cluster record: {what} not written ({type(e).__name__}: {e})")
+
+
+def split_chunks(data: bytes, limit: int) -> list[bytes]:
+    """``data`` cut at line ends into pieces of at most ``limit`` bytes (a longer line alone);
+    a torn last line (no newline yet) stays in the last piece."""
+    chunks: list[bytes] = []
+    current = b""
+    for line in data.splitlines(keepends=True):
+        if current and len(current) + len(line) > limit:
+            chunks.append(current)
+            current = b""
+        current += line
+    chunks.append(current)
+    return chunks
+
+
+def fetch_change(api: Any, namespace: str, root: FsPath, change_id: str | None) -> str | None:
+    """Rebuild ``<root>/changes/<id>/`` from the cluster record (``change_id`` None: the latest
+    change in the cluster); return the id, or None when the cluster has no such change.
+
+    The journal is written first to a temporary name and renamed, so a half-fetched cache is never
+    taken for a journal; backups are checked against their sha256.
+
+    Raises:
+        InputError: a mirrored backup does not match its sha256.
+    """
+    import hashlib
+
+    if change_id is None:
+        change_id = km.latest_change(api, namespace)
+        if change_id is None:
+            return None
+    record = km.fetch(api, namespace, change_id)
+    if record is None:
+        return None
+    data, backups = record
+    directory = root / "changes" / change_id
+    for node, digest, content in backups:
+        if hashlib.sha256(content).hexdigest() != digest:
+            raise InputError(
+                f"the cluster's backup of {node} does not match its sha256 {digest}",
+                Location(file=km.backup_name(change_id, node, digest)),
+            )
+        target = directory / "backups" / node / digest
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "backups").mkdir(exist_ok=True)
+    tmp = directory / ".journal.jsonl.fetch"
+    tmp.write_bytes(data)
+    read_entries(tmp)  # a corrupt record is named now, not half-way through a rollback
+    os.replace(tmp, directory / "journal.jsonl")
+    return change_id

@@ -1,0 +1,204 @@
+"""The change's cluster record (rollout/change/mirroring.py, rollout/kube/mirror.py) against an
+in-memory API: every append and backup is mirrored, chunks stay under the object limit, Nodes are
+annotated as their state changes, a failed write is reported and healed, and a second state
+directory rebuilt from the record replays and restores the same bytes."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollout.change.journal import CHANGE_STEP, Journal
+from rollout.change.mirroring import ClusterMirror, fetch_change, split_chunks
+from rollout.change.replaying import replay
+from rollout.kube import mirror as km
+from rollout.models import Path as StepPath
+from rollout.models import Phase, Step
+
+NOW = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
+CHANGE = "20261202T090000Z-abc123"
+
+
+class Conflict(Exception):
+    status = 409
+
+
+class NotFound(Exception):
+    status = 404
+
+
+class Forbidden(Exception):
+    status = 403
+
+
+class FakeCore:
+    def __init__(self) -> None:
+        self.maps: dict[tuple[str, str], dict[str, Any]] = {}
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+        self.down = False
+        self.replaced = 0
+        self.created = 0
+
+    def _check(self) -> None:
+        if self.down:
+            raise Forbidden("configmaps is forbidden")
+
+    def create_namespaced_config_map(
+        self, namespace: str, body: dict[str, Any], _request_timeout: Any = None
+    ) -> Any:
+        self._check()
+        key = (namespace, body["metadata"]["name"])
+        self.created += 1
+        if key in self.maps:
+            raise Conflict()
+        self.maps[key] = json.loads(json.dumps(body))
+        return body
+
+    def replace_namespaced_config_map(
+        self, name: str, namespace: str, body: dict[str, Any], _request_timeout: Any = None
+    ) -> Any:
+        self._check()
+        self.replaced += 1
+        if (namespace, name) not in self.maps:
+            raise NotFound()
+        self.maps[(namespace, name)] = json.loads(json.dumps(body))
+        return body
+
+    def list_namespaced_config_map(
+        self, namespace: str, label_selector: str | None = None, _request_timeout: Any = None
+    ) -> Any:
+        self._check()
+        k, v = (label_selector or "=").split("=")
+        items = [
+            b
+            for (ns, _), b in self.maps.items()
+            if ns == namespace and b["metadata"]["labels"].get(k) == v
+        ]
+        return {"items": items}
+
+    def patch_node(self, name: str, body: dict[str, Any], _request_timeout: Any = None) -> Any:
+        self._check()
+        self.patches.append((name, body))
+        return body
+
+
+class FakeApi:
+    def __init__(self) -> None:
+        self.core = FakeCore()
+
+
+def _forward(journal: Journal, node: str) -> None:
+    for step in (Step.CORDON, Step.DRAIN, Step.BACKUP, Step.APPLY, Step.VERIFY, Step.UNCORDON):
+        journal.append(step.value, Phase.BEGIN, now=NOW, node=node, path=StepPath.FORWARD)
+        data: dict[str, Any] = {}
+        if step is Step.BACKUP:
+            digest = journal.save_backup(node, b"original bytes of " + node.encode() + b"\n")
+            data = {"files": [{"path": "/var/lib/kubelet/config.yaml", "existed": True,
+                               "sha256": digest}]}  # fmt: skip
+        journal.append(step.value, Phase.DONE, now=NOW, node=node, path=StepPath.FORWARD, data=data)
+
+
+def _change(tmp: Path, api: FakeApi, warnings: list[str]) -> Journal:
+    journal = ClusterMirror(api, "kube-system", warnings.append).attach(
+        Journal.create(tmp / "a", CHANGE)
+    )
+    journal.append(
+        CHANGE_STEP,
+        Phase.BEGIN,
+        now=NOW,
+        data={"nodes": ["n1", "n2"], "intentSha256": "f00d"},
+    )
+    return journal
+
+
+def test_every_append_and_backup_is_in_the_cluster_and_nodes_carry_their_state(
+    tmp_path: Path,
+) -> None:
+    api, warnings = FakeApi(), []
+    journal = _change(tmp_path, api, warnings)
+    _forward(journal, "n1")
+    data, backups = km.fetch(api, "kube-system", CHANGE)  # type: ignore[arg-type, misc]
+    assert data == journal.file.read_bytes()
+    assert [(n, c) for n, _, c in backups] == [("n1", b"original bytes of n1\n")]
+    states = [b["metadata"]["annotations"][km.STATE_KEY] for n, b in api.core.patches]
+    assert states == ["applying", "applied"]  # written when the state changes, not per entry
+    last = api.core.patches[-1][1]["metadata"]
+    assert last["annotations"] == {
+        km.CHANGE_KEY: CHANGE,
+        km.INTENT_KEY: "f00d",
+        km.STATE_KEY: "applied",
+    }
+    assert last["labels"][km.STATE_KEY] == "applied"
+    assert warnings == []
+    # one request per chunk write: the open chunk is created once, then replaced
+    entries = len(journal.entries())
+    assert (api.core.created, api.core.replaced) == (1 + 1, entries - 1)  # + the backup
+
+
+def test_a_second_state_directory_is_rebuilt_from_the_record(tmp_path: Path) -> None:
+    api, warnings = FakeApi(), []
+    journal = _change(tmp_path, api, warnings)
+    _forward(journal, "n1")
+    other = tmp_path / "b"
+    assert fetch_change(api, "kube-system", other, None) == CHANGE
+    copy = Journal.open(other, CHANGE)
+    assert copy.entries() == journal.entries()
+    status = replay(copy.entries())
+    assert status.nodes["n1"].state.value == "applied"
+    digest = status.nodes["n1"].backups[0].sha256
+    assert copy.load_backup("n1", digest) == b"original bytes of n1\n"
+    assert fetch_change(api, "kube-system", other, "20990101T000000Z-000000") is None
+
+
+def test_chunks_stay_under_the_limit_and_rejoin_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(km, "CHUNK_BYTES", 600)
+    api, warnings = FakeApi(), []
+    journal = _change(tmp_path, api, warnings)
+    for n in ("n1", "n2"):
+        _forward(journal, n)
+    chunks = [
+        b for b in api.core.maps.values() if b["metadata"]["labels"][km.RECORD_KEY] == "journal"
+    ]
+    assert len(chunks) > 3
+    assert all(len(b["data"]["journal.jsonl"].encode()) <= 600 for b in chunks)
+    data, _ = km.fetch(api, "kube-system", CHANGE)  # type: ignore[misc]
+    assert data == journal.file.read_bytes()
+
+
+def test_a_failed_mirror_write_is_reported_and_healed_by_the_next_append(tmp_path: Path) -> None:
+    api, warnings = FakeApi(), []
+    journal = _change(tmp_path, api, warnings)
+    api.core.down = True
+    journal.append(Step.CORDON.value, Phase.BEGIN, now=NOW, node="n1", path=StepPath.FORWARD)
+    assert any("cluster record: journal" in w for w in warnings)
+    assert any("annotation of Node n1" in w for w in warnings)
+    assert len(journal.entries()) == 2  # the local journal is what the step waited for
+    api.core.down = False
+    journal.append(Step.CORDON.value, Phase.DONE, now=NOW, node="n1", path=StepPath.FORWARD)
+    data, _ = km.fetch(api, "kube-system", CHANGE)  # type: ignore[misc]
+    assert data == journal.file.read_bytes()
+    assert api.core.patches[-1][1]["metadata"]["annotations"][km.STATE_KEY] == "applying"
+
+
+def test_split_chunks_cuts_at_line_ends() -> None:
+    assert split_chunks(b"aa\nbb\ncc\n", 6) == [b"aa\nbb\n", b"cc\n"]
+    assert split_chunks(b"toolongline\nx\n", 4) == [b"toolongline\n", b"x\n"]
+    assert split_chunks(b"", 4) == [b""]
+    assert b"".join(split_chunks(b"a\nb\ntorn", 3)) == b"a\nb\ntorn"
+
+
+def test_a_corrupt_mirrored_backup_is_refused(tmp_path: Path) -> None:
+    api, warnings = FakeApi(), []
+    journal = _change(tmp_path, api, warnings)
+    _forward(journal, "n1")
+    for b in api.core.maps.values():
+        if b["metadata"]["labels"][km.RECORD_KEY] == "backup":
+            b["binaryData"]["content"] = "dGFtcGVyZWQ="
+    with pytest.raises(Exception, match="does not match its sha256"):
+        fetch_change(api, "kube-system", tmp_path / "b", CHANGE)
