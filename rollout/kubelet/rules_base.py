@@ -28,6 +28,9 @@ class Stage(IntEnum):
     TOPOLOGY = 4
     CPU = 5
     MEMORY = 6
+    #: refused although this start succeeds: the kubelet fails on a later restart, or runs with
+    #: no CPU for any pod; lint and preflight report it, ``startup_errors`` does not.
+    LATER = 7
 
 
 class OriginLike(Protocol):

@@ -20,7 +20,7 @@ from rollout.kubelet.facts import NodeFacts
 from rollout.kubelet.findings import Finding, Severity
 from rollout.kubelet.options import DEFAULT_KUBELET_VERSION, parse_version
 from rollout.kubelet.rules_base import Ctx, OriginLike, Stage
-from rollout.kubelet.rules_machine import check_machine
+from rollout.kubelet.rules_machine import check_machine, check_strict_pool
 from rollout.kubelet.rules_managers import (
     check_cpu_manager,
     check_memory_manager,
@@ -46,6 +46,7 @@ def _run(
     check_topology_manager(ctx)
     check_cpu_manager(ctx, reserved)
     check_memory_manager(ctx, reserved)
+    check_strict_pool(ctx, reserved)
     return sorted(ctx.found, key=lambda sf: sf[0])
 
 
@@ -82,12 +83,13 @@ def startup_errors(
 
     The kubelet stops at the first stage that fails. ``validation.go`` reports all of its errors
     together (an aggregate), so for that stage every error is returned, in the kubelet's order;
-    for every other stage only the first error is, because the kubelet returns on it. Messages
+    for every other stage only the first error is, because the kubelet returns on it. Errors of
+    ``Stage.LATER`` are left out: the kubelet starts, and fails only on a later restart. Messages
     are what the kubelet's error says; the kubelet logs them wrapped, e.g.
     ``"Failed to run kubelet" err="failed to run Kubelet: <message>"``.
     """
     found = _run(config, origins, kubelet_version, node_facts)
-    errors = [(s, f) for s, f in found if f.severity is Severity.ERROR]
+    errors = [(s, f) for s, f in found if f.severity is Severity.ERROR and s is not Stage.LATER]
     if not errors:
         return []
     first_stage = errors[0][0]

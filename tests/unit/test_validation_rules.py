@@ -578,3 +578,67 @@ def test_startup_errors_stops_at_the_first_manager_error_in_kubelet_order() -> N
 
 def test_startup_errors_ignores_warnings() -> None:
     assert startup_errors(cfg(cpuManagerPolicyy="static")) == []
+
+
+# ---------------------------------------------------------- strict-cpu-reservation, empty pool
+FOUR_CPUS = NodeFacts(
+    online_cpus=frozenset(range(4)), numa_nodes=(NUMANode(0, frozenset(range(4))),), sockets=1
+)
+STRICT = {OPT: {"strict-cpu-reservation": "true"}}
+EMPTY_POOL = (
+    "strict-cpu-reservation with reservedSystemCPUs 0-3 reserving every online CPU (0-3) leaves "
+    "the shared pool (defaultCpuSet) empty: no CPU is allocatable to any pod, and a CPU Manager "
+    'checkpoint with an empty default set is refused on restart with "default cpuset cannot be '
+    'empty" (kubernetes#141196)'
+)
+
+
+def test_strict_reservation_of_every_online_cpu_is_an_error() -> None:
+    config = cfg(reservedSystemCPUs="0-3", topologyManagerPolicy="none", **STRICT)
+    findings = validate(config, node_facts=FOUR_CPUS)
+    assert [(f.severity, f.field, f.message) for f in findings if f.field.startswith(OPT)] == [
+        (E, f"{OPT}.strict-cpu-reservation", EMPTY_POOL)
+    ]
+    # the kubelet itself starts on it (the pool is empty, not invalid): not a start-up error
+    assert startup_errors(config, FOUR_CPUS) == []
+
+
+def test_strict_reservation_counted_from_kube_and_system_reserved() -> None:
+    config = cfg(
+        reservedSystemCPUs=None,
+        kubeReserved={"cpu": "1"},
+        systemReserved={"cpu": "2500m"},
+        topologyManagerPolicy="none",
+        **STRICT,
+    )
+    [finding] = validate(config, node_facts=FOUR_CPUS)
+    assert finding.severity is E
+    assert "kubeReserved + systemReserved cpu (4 CPUs) reserving every online CPU (0-3)" in (
+        finding.message
+    )
+    assert '"default cpuset cannot be empty"' in finding.message
+
+
+def test_strict_reservation_names_the_file_and_line_of_the_option() -> None:
+    class Where:
+        file = "/var/lib/rancher/k3s/agent/etc/kubelet.conf.d/50-rollout.conf"
+        line = 7
+
+    config = cfg(reservedSystemCPUs="0-3", topologyManagerPolicy="none", **STRICT)
+    [finding] = [
+        f
+        for f in validate(config, origins={OPT: Where()}, node_facts=FOUR_CPUS)
+        if f.field.startswith(OPT)
+    ]
+    assert (finding.file, finding.line) == (Where.file, 7)
+
+
+def test_strict_reservation_with_cpus_left_only_warns() -> None:
+    config = cfg(reservedSystemCPUs="0", topologyManagerPolicy="none", **STRICT)
+    findings = validate(config, node_facts=FOUR_CPUS)
+    assert [(f.severity, f.field) for f in findings] == [(W, f"{OPT}.strict-cpu-reservation")]
+    assert '"default cpuset cannot be empty"' in findings[0].message
+    # the same reservation without the option: the reserved CPUs stay in the shared pool
+    for opts in ({}, {OPT: {"strict-cpu-reservation": "false"}}):
+        config = cfg(reservedSystemCPUs="0-3", topologyManagerPolicy="none", **opts)
+        assert [f.severity for f in validate(config, node_facts=FOUR_CPUS)] == [W]  # NUMA node 0

@@ -1,0 +1,123 @@
+"""Preflight refuses (exit 3) what lint calls an error: the Kubernetes 1.34-1.37 rules reach
+``prepare`` through ``rendering.node_change``, before anything is written to a node."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollout.change.inventory import Inventory
+from rollout.change.plan import load_plan
+from rollout.change.preparing import ClusterReader, PreviewedRefusal, prepare
+from rollout.models import NodeInfo, PodRef
+
+CONFIG = "/var/lib/kubelet/config.yaml"
+BASE = b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+
+
+class Reader(ClusterReader):
+    """One Node ``n1``, no pods, no PDBs, no DRA: only the node's own rules can refuse."""
+
+    def __init__(self) -> None:
+        super().__init__(api=None)
+
+    def version(self) -> str:
+        return "v1.37.2"
+
+    def resource_versions(self) -> list[str]:
+        return []
+
+    def nodes(self) -> dict[str, NodeInfo]:
+        return {"n1": NodeInfo("n1", cpu_millis=4000, memory_bytes=8 * 2**30)}
+
+    def pods(self, node: str) -> list[PodRef]:
+        return []
+
+    def pdbs(self) -> list[Any]:
+        return []
+
+    def dra(self, versions: list[str]) -> dict[str, list[str]]:
+        return {}
+
+    def node_objects(self) -> dict[str, dict[str, Any]]:
+        return {"n1": {"metadata": {"name": "n1"}, "status": {}}}
+
+    def pod_objects(self, node: str) -> list[dict[str, Any]]:
+        return []
+
+    def controllers(self) -> list[dict[str, Any]]:
+        return []
+
+
+def facts(
+    files: dict[str, bytes] | None = None, distribution: str = "kubeadm", **extra: Any
+) -> dict[str, Any]:
+    files = files if files is not None else {CONFIG: BASE}
+    return {
+        "distribution": distribution,
+        "onlineCPUs": "0-3",
+        "sockets": 1,
+        "numaNodes": [{"id": 0, "cpus": "0-3"}],
+        "gpus": [],
+        "kubeletFiles": sorted(files),
+        "kubeletFileMeta": {
+            p: {
+                "sha256": hashlib.sha256(b).hexdigest(),
+                "mode": "0644",
+                "owner": "root",
+                "group": "root",
+                "content_b64": base64.b64encode(b).decode(),
+            }
+            for p, b in files.items()
+        },
+        **extra,
+    }
+
+
+def plan(tmp_path: Path, kubelet: list[str], method: str = "inplace") -> Path:
+    p = tmp_path / "plan.yaml"
+    p.write_text(
+        "\n".join(
+            [
+                "apiVersion: rollout.dev/v1alpha1",
+                "kind: RolloutPlan",
+                "metadata:",
+                "  name: t",
+                "kubelet:",
+                *[f"  {line}" for line in kubelet],
+                "strategy:",
+                "  canaryGroup: canary",
+                f"method: {method}",
+            ]
+        )
+        + "\n"
+    )
+    return p
+
+
+def refusal(tmp_path: Path, kubelet: list[str], raw: dict[str, Any], **kw: Any) -> str:
+    inv = Inventory(tmp_path / "inv", ("n1",), {"canary": ("n1",)}, {})
+    with pytest.raises(PreviewedRefusal) as e:
+        prepare(
+            load_plan(plan(tmp_path, kubelet, **kw)), inv, Reader(), {"n1": raw}, tmp_path, True
+        )
+    assert e.value.exit_code == 3
+    return str(e.value)
+
+
+STRICT_ALL = [
+    "cpuManagerPolicy: static",
+    'reservedSystemCPUs: "0-3"',
+    "cpuManagerPolicyOptions:",
+    '  strict-cpu-reservation: "true"',
+]
+
+
+def test_strict_reservation_of_every_cpu_is_refused(tmp_path: Path) -> None:
+    message = refusal(tmp_path, STRICT_ALL, facts())
+    assert "cpuManagerPolicyOptions.strict-cpu-reservation" in message
+    assert '"default cpuset cannot be empty"' in message
