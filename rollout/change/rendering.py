@@ -73,6 +73,8 @@ def node_change(
         origins=r.effective_after.origins,
         kubelet_version=raw.get("kubeletVersion"),
         node_facts=hw,
+        flags=r.effective_after.flag_origins,
+        distribution=str(dist),
     )
     errors = [f"node {node}: {f.describe()}" for f in findings if f.severity is Severity.ERROR]
     warnings = [f"node {node}: {w}" for w in r.warnings]

@@ -87,7 +87,12 @@ def lint(
         node = load_node(distribution, node_root)
         eff = effective(node)
         findings = validate(
-            eff.config, origins=eff.origins, kubelet_version=kubelet_version, node_facts=facts
+            eff.config,
+            origins=eff.origins,
+            kubelet_version=kubelet_version,
+            node_facts=facts,
+            flags=eff.flag_origins,
+            distribution=node.distribution.name,
         )
         d = node.distribution
         main = d.config_file or (d.flag_files[0].path if d.flag_files else None)

@@ -108,6 +108,8 @@ class EffectiveConfig:
     root_dir: str = "/var/lib/kubelet"
     dropins: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    #: every command-line flag by name (as written, without dashes): where it was set (last wins)
+    flag_origins: dict[str, Origin] = field(default_factory=dict)
 
     def as_json(self) -> str:
         return json.dumps(self.config, indent=2, sort_keys=True) + "\n"
@@ -309,7 +311,19 @@ def effective_from_config(
     if note:
         notes.append(note)
     _apply_defaults(config, origins)
-    return EffectiveConfig(config, origins, raw, distribution, notes=tuple(notes))
+    return EffectiveConfig(
+        config,
+        origins,
+        raw,
+        distribution,
+        notes=tuple(notes),
+        flag_origins=flag_origins(flags or []),
+    )
+
+
+def flag_origins(flags: list[Flag]) -> dict[str, Origin]:
+    """Where each flag was set, by name (a later occurrence wins, as in the kubelet's parser)."""
+    return {f.name: Origin(f.file, f.line, "flag") for f in flags}
 
 
 def effective(node: NodeFiles) -> EffectiveConfig:
@@ -371,4 +385,5 @@ def effective(node: NodeFiles) -> EffectiveConfig:
         root_dir=root_dir,
         dropins=tuple(dropins),
         notes=tuple(notes),
+        flag_origins=flag_origins(flags),
     )

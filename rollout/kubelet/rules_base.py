@@ -69,6 +69,10 @@ class Ctx:
     facts: NodeFacts | None
     found: list[tuple[Stage, Finding]] = field(default_factory=list)
     bad_fields: set[str] = field(default_factory=set)
+    #: the kubelet's command-line flags by name (without dashes), with where each was set
+    flags: Mapping[str, OriginLike] = field(default_factory=dict)
+    #: the node's distribution (``--distribution``), when lint knows it
+    distribution: str | None = None
 
     def get(self, name: str) -> Any:
         """A field's effective value: the configured one, else the kubelet's default.
@@ -90,9 +94,16 @@ class Ctx:
     def gate(self, name: str) -> bool:
         return gate_enabled(name, self.gates(), self.version)
 
-    def add(self, stage: Stage, severity: Severity, fieldpath: str, message: str) -> None:
+    def add(
+        self,
+        stage: Stage,
+        severity: Severity,
+        fieldpath: str,
+        message: str,
+        at: OriginLike | None = None,
+    ) -> None:
         top = fieldpath.split(".", 1)[0].split("[", 1)[0]
-        origin = self.origins.get(top)
+        origin = at if at is not None else self.origins.get(top)
         self.found.append(
             (
                 stage,
@@ -106,11 +117,15 @@ class Ctx:
             )
         )
 
-    def error(self, stage: Stage, fieldpath: str, message: str) -> None:
-        self.add(stage, Severity.ERROR, fieldpath, message)
+    def error(
+        self, stage: Stage, fieldpath: str, message: str, at: OriginLike | None = None
+    ) -> None:
+        self.add(stage, Severity.ERROR, fieldpath, message, at)
 
-    def warn(self, stage: Stage, fieldpath: str, message: str) -> None:
-        self.add(stage, Severity.WARNING, fieldpath, message)
+    def warn(
+        self, stage: Stage, fieldpath: str, message: str, at: OriginLike | None = None
+    ) -> None:
+        self.add(stage, Severity.WARNING, fieldpath, message, at)
 
 
 def go_map(m: Mapping[str, Any]) -> str:

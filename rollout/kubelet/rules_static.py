@@ -18,6 +18,50 @@ from rollout.kubelet.options import GATES, SPECIAL_GATES
 from rollout.kubelet.rules_base import Ctx, Stage, go_quote
 
 _API_VERSION = "kubelet.config.k8s.io/v1beta1"
+
+#: cAdvisor flags the kubelet registered as deprecated since 1.10 and dropped in 1.37 (#139870,
+#: "the long-deprecated cAdvisor kubelet flags"; ``cmd/kubelet/app/options/globalflags_linux.go``
+#: up to 1.36). ``housekeeping-interval`` stays. Names as the kubelet normalizes them
+#: (``_`` -> ``-``).
+CADVISOR_FLAGS_REMOVED = (
+    "application-metrics-count-limit",
+    "boot-id-file",
+    "container-hints",
+    "containerd",
+    "containerd-namespace",
+    "enable-load-reader",
+    "event-storage-age-limit",
+    "event-storage-event-limit",
+    "global-housekeeping-interval",
+    "log-cadvisor-usage",
+    "machine-id-file",
+    "storage-driver-buffer-duration",
+    "storage-driver-db",
+    "storage-driver-host",
+    "storage-driver-password",
+    "storage-driver-secure",
+    "storage-driver-table",
+    "storage-driver-user",
+)
+CADVISOR_FLAGS_GONE_IN = (1, 37)
+
+
+def check_flags(ctx: Ctx) -> None:
+    """The kubelet parses its command line before it reads any file: a flag it no longer
+    registers stops it there (``failed to parse kubelet flag: unknown flag: --<name>``)."""
+    if ctx.version < CADVISOR_FLAGS_GONE_IN:
+        return
+    for name, at in ctx.flags.items():
+        if name.replace("_", "-") in CADVISOR_FLAGS_REMOVED:
+            ctx.error(
+                Stage.DECODE,
+                f"--{name}",
+                f"failed to parse kubelet flag: unknown flag: --{name} (a cAdvisor flag, "
+                "deprecated since 1.10, removed in kubelet 1.37: kubernetes#139870; delete it)",
+                at=at,
+            )
+
+
 _TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 
 

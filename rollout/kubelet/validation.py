@@ -27,7 +27,12 @@ from rollout.kubelet.rules_managers import (
     check_server,
     check_topology_manager,
 )
-from rollout.kubelet.rules_static import check_decode, check_feature_gates, check_validation
+from rollout.kubelet.rules_static import (
+    check_decode,
+    check_feature_gates,
+    check_flags,
+    check_validation,
+)
 
 
 def _run(
@@ -35,9 +40,19 @@ def _run(
     origins: Mapping[str, OriginLike] | None,
     kubelet_version: str | None,
     node_facts: NodeFacts | None,
+    flags: Mapping[str, OriginLike] | None = None,
+    distribution: str | None = None,
 ) -> list[tuple[Stage, Finding]]:
     version = parse_version(kubelet_version) if kubelet_version else DEFAULT_KUBELET_VERSION
-    ctx = Ctx(config=config, origins=origins or {}, version=version, facts=node_facts)
+    ctx = Ctx(
+        config=config,
+        origins=origins or {},
+        version=version,
+        facts=node_facts,
+        flags=flags or {},
+        distribution=distribution,
+    )
+    check_flags(ctx)
     check_decode(ctx)
     check_feature_gates(ctx)
     check_validation(ctx)
@@ -56,6 +71,8 @@ def validate(
     origins: Mapping[str, OriginLike] | None = None,
     kubelet_version: str | None = None,
     node_facts: NodeFacts | None = None,
+    flags: Mapping[str, OriginLike] | None = None,
+    distribution: str | None = None,
 ) -> list[Finding]:
     """Every finding for an effective KubeletConfiguration, in the order the kubelet meets them.
 
@@ -65,11 +82,15 @@ def validate(
         kubelet_version: ``"1.35"`` or ``"v1.35.2"``; decides which policy options exist and their
             maturity. Default: ``options.DEFAULT_KUBELET_VERSION``.
         node_facts: the node's hardware; enables the machine-dependent rules.
+        flags: the kubelet's command-line flags by name (no dashes), with where each was set:
+            ``loading.effective(n).flag_origins``.
+        distribution: the node's distribution name; enables the distribution rules (EKS AL2
+            runs cgroup v1).
 
     Raises:
         InputError: ``kubelet_version`` is not a version.
     """
-    return [f for _, f in _run(config, origins, kubelet_version, node_facts)]
+    return [f for _, f in _run(config, origins, kubelet_version, node_facts, flags, distribution)]
 
 
 def startup_errors(
@@ -78,6 +99,8 @@ def startup_errors(
     *,
     origins: Mapping[str, OriginLike] | None = None,
     kubelet_version: str | None = None,
+    flags: Mapping[str, OriginLike] | None = None,
+    distribution: str | None = None,
 ) -> list[Finding]:
     """The errors this kubelet would exit with; empty when it would start.
 
@@ -88,7 +111,7 @@ def startup_errors(
     are what the kubelet's error says; the kubelet logs them wrapped, e.g.
     ``"Failed to run kubelet" err="failed to run Kubelet: <message>"``.
     """
-    found = _run(config, origins, kubelet_version, node_facts)
+    found = _run(config, origins, kubelet_version, node_facts, flags, distribution)
     errors = [(s, f) for s, f in found if f.severity is Severity.ERROR and s is not Stage.LATER]
     if not errors:
         return []

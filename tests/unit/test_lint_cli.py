@@ -215,3 +215,27 @@ def test_node_root_findings_name_the_nodes_config_file(tmp_path: Path) -> None:
     assert code == 1
     assert findings
     assert all(f["file"] for f in findings), findings
+
+
+def microk8s_node(tmp_path: Path) -> Path:
+    """The MicroK8s snap's own default args/kubelet at its node path."""
+    args = tmp_path / "var/snap/microk8s/current/args"
+    args.mkdir(parents=True)
+    real_file("microk8s-args-kubelet", tmp_path).rename(args / "kubelet")
+    return args / "kubelet"
+
+
+def test_microk8s_default_args_fail_on_kubelet_137(tmp_path: Path) -> None:
+    """The snap's args carry --containerd, a cAdvisor flag the 1.37 kubelet no longer has."""
+    args = microk8s_node(tmp_path)
+    node = ["--distribution", "microk8s", "--node-root", str(tmp_path)]
+    code, out = run(*node, "--kubelet-version", "1.37", "-o", "json")
+    assert code == 1
+    [finding] = [f for f in json.loads(out) if f["severity"] == "error"]
+    assert finding["field"] == "--containerd"
+    assert finding["message"].startswith("failed to parse kubelet flag: unknown flag: --containerd")
+    assert finding["file"] == "/var/snap/microk8s/current/args/kubelet"
+    assert args.read_text().splitlines()[finding["line"] - 1].startswith("--containerd=")
+    # the same args on 1.36: the flag is deprecated, not removed
+    code, out = run(*node, "--kubelet-version", "1.36", "-o", "json")
+    assert (code, [f for f in json.loads(out) if f["severity"] == "error"]) == (0, [])

@@ -121,3 +121,26 @@ def test_strict_reservation_of_every_cpu_is_refused(tmp_path: Path) -> None:
     message = refusal(tmp_path, STRICT_ALL, facts())
     assert "cpuManagerPolicyOptions.strict-cpu-reservation" in message
     assert '"default cpuset cannot be empty"' in message
+
+
+MICROK8S_ARGS = "/var/snap/microk8s/current/args/kubelet"
+STATIC = ["cpuManagerPolicy: static", 'reservedSystemCPUs: "0"']
+
+
+def test_microk8s_containerd_flag_is_refused_for_kubelet_137(tmp_path: Path) -> None:
+    args = (
+        b"--kubeconfig=${SNAP_DATA}/credentials/kubelet.config\n"
+        b"--container-runtime-endpoint=${SNAP_COMMON}/run/containerd.sock\n"
+        b"--containerd=${SNAP_COMMON}/run/containerd.sock\n"
+    )
+    raw = facts({MICROK8S_ARGS: args}, "microk8s", kubeletVersion="v1.37.2")
+    message = refusal(tmp_path, STATIC, raw, method="flags")
+    assert (
+        f"{MICROK8S_ARGS}:3: error: --containerd: failed to parse kubelet flag: unknown flag: "
+        "--containerd"
+    ) in message
+    # the same node on 1.36 is not refused: the flag is only deprecated there
+    raw = facts({MICROK8S_ARGS: args}, "microk8s", kubeletVersion="v1.36.3")
+    inv = Inventory(tmp_path / "inv", ("n1",), {"canary": ("n1",)}, {})
+    p = load_plan(plan(tmp_path, STATIC, method="flags"))
+    assert prepare(p, inv, Reader(), {"n1": raw}, tmp_path, True).changes["n1"].files

@@ -642,3 +642,22 @@ def test_strict_reservation_with_cpus_left_only_warns() -> None:
     for opts in ({}, {OPT: {"strict-cpu-reservation": "false"}}):
         config = cfg(reservedSystemCPUs="0-3", topologyManagerPolicy="none", **opts)
         assert [f.severity for f in validate(config, node_facts=FOUR_CPUS)] == [W]  # NUMA node 0
+
+
+# ---------------------------------------------------------- flags the 1.37 kubelet removed
+class ArgsLine:
+    file = "/var/snap/microk8s/current/args/kubelet"
+    line = 10
+
+
+@pytest.mark.parametrize("name", ["containerd", "boot_id_file", "storage-driver-db"])
+def test_removed_cadvisor_flag_stops_a_137_kubelet(name: str) -> None:
+    config = cfg(topologyManagerPolicy="none")
+    flags = {name: ArgsLine(), "housekeeping-interval": ArgsLine()}
+    findings = validate(config, kubelet_version="1.37", flags=flags)
+    assert [(f.severity, f.field, f.file, f.line) for f in findings] == [
+        (E, f"--{name}", ArgsLine.file, 10)
+    ]
+    assert findings[0].message.startswith(f"failed to parse kubelet flag: unknown flag: --{name}")
+    assert startup_errors(config, kubelet_version="v1.37.2", flags=flags) == findings
+    assert validate(config, kubelet_version="1.36", flags=flags) == []
