@@ -14,6 +14,7 @@ import base64
 import difflib
 import hashlib
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,11 @@ def node_change(
         flags=r.effective_after.flag_origins,
         distribution=str(dist),
     )
+    # a finding about a field no file sets (failCgroupV1 left at its default) is about the
+    # distribution's main file, as in `rollout lint`
+    d = node_files.distribution
+    main = d.config_file or (d.flag_files[0].path if d.flag_files else None)
+    findings = [f if f.file else replace(f, file=main, line=None) for f in findings]
     errors = [f"node {node}: {f.describe()}" for f in findings if f.severity is Severity.ERROR]
     warnings = [f"node {node}: {w}" for w in r.warnings]
     touched = [f.path for f in r.files] + list(r.removed)

@@ -67,6 +67,8 @@ class Distribution:
             ``--config-dir``.
         upgrades: what survives the distribution's upgrade/re-provisioning, in words (the
             table in docs/distributions.md).
+        cgroup_version: the cgroup hierarchy every node of the distribution boots with, when
+            the distribution fixes it (EKS AL2: v1); None when it depends on the node.
     """
 
     name: str
@@ -83,6 +85,7 @@ class Distribution:
     our_unit_dropin: str | None = None
     nodeadm_file: str | None = None
     upgrades: str = ""
+    cgroup_version: int | None = None
 
     @property
     def default_method(self) -> str:
@@ -260,6 +263,8 @@ EKS_AL2 = Distribution(
     services=("kubelet",),
     root_dir="/var/lib/kubelet",
     our_dropin=None,
+    # Amazon Linux 2 boots the cgroup v1 hierarchy (and EKS publishes no AL2 AMIs for 1.33+)
+    cgroup_version=1,
     upgrades=(
         "in-place edit lasts for the instance's life; replacement instances need it in the "
         "launch template"

@@ -19,7 +19,8 @@ File format (JSON or YAML; field names camelCase; CPU lists in the kernel's cpul
       "smtSiblings": ["0,32", "1,33"],      # optional: distinct cpuN/topology/thread_siblings_list
       "gpus": [                             # optional
         {"id": "0000:3b:00.0", "numaNode": 0}   # PCI address; device/numa_node (-1: none)
-      ]
+      ],
+      "cgroupVersion": 2                    # optional: 2 when /sys/fs/cgroup is cgroup2fs, else 1
     }
 
 A ``numaNode`` of ``-1`` (what sysfs reports on a single-node machine) is stored as None.
@@ -63,6 +64,7 @@ class NodeFacts:
     smt_siblings: tuple[frozenset[int], ...] = ()
     sockets: int | None = None
     gpus: tuple[GPU, ...] = ()
+    cgroup_version: int | None = None
 
     @property
     def memory_bytes(self) -> int | None:
@@ -131,12 +133,16 @@ def node_facts_from_dict(data: Mapping[str, Any], *, file: str | None = None) ->
             raise bad(f, "must be a mapping with id and numaNode")
         numa = integer(g.get("numaNode"), f + ".numaNode", optional=True)
         gpus.append(GPU(id=str(g["id"]), numa_node=None if numa is None or numa < 0 else numa))
+    cgroup = integer(data.get("cgroupVersion"), "cgroupVersion", optional=True)
+    if cgroup not in (None, 1, 2):
+        raise bad("cgroupVersion", f"must be 1 or 2, not {cgroup!r}")
     return NodeFacts(
         online_cpus=online,
         numa_nodes=tuple(sorted(nodes, key=lambda n: n.id)),
         smt_siblings=tuple(siblings),
         sockets=integer(data.get("sockets"), "sockets", optional=True),
         gpus=tuple(gpus),
+        cgroup_version=cgroup,
     )
 
 

@@ -107,6 +107,7 @@ FLAG_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "cluster-dns": ("clusterDNS", _list),
     "cluster-domain": ("clusterDomain", str),
     "fail-swap-on": ("failSwapOn", _bool),
+    "fail-cgroupv1": ("failCgroupV1", _bool),
     "read-only-port": ("readOnlyPort", int),
     "resolv-conf": ("resolvConf", str),
     "serialize-image-pulls": ("serializeImagePulls", _bool),

@@ -13,6 +13,7 @@ from typing import Any
 
 from rollout.durations import is_go_duration
 from rollout.kubelet import cpuset, quantity
+from rollout.kubelet.distributions import DISTRIBUTIONS
 from rollout.kubelet.fields import FIELDS, accepts, json_kind
 from rollout.kubelet.options import GATES, SPECIAL_GATES
 from rollout.kubelet.rules_base import Ctx, Stage, go_quote
@@ -157,6 +158,51 @@ def check_feature_gates(ctx: Ctx) -> None:
             )
 
 
+#: ``failCgroupV1`` exists since 1.31 (KEP-4569) and defaults to true since 1.35 (#134298)
+FAIL_CGROUP_V1_SINCE = (1, 31)
+FAIL_CGROUP_V1_DEFAULT_TRUE = (1, 35)
+
+
+def cgroup_version(ctx: Ctx) -> tuple[int | None, str]:
+    """The node's cgroup version and how lint knows it (node facts win over the distribution)."""
+    if ctx.facts is not None and ctx.facts.cgroup_version is not None:
+        return ctx.facts.cgroup_version, "node facts cgroupVersion"
+    dist = DISTRIBUTIONS.get(ctx.distribution or "")
+    if dist is not None and dist.cgroup_version is not None:
+        return dist.cgroup_version, f"distribution {dist.name}"
+    return None, ""
+
+
+def check_cgroup_v1(ctx: Ctx) -> None:
+    """``validateKubeletOSConfiguration``: ``failCgroupV1`` on a cgroup v1 host."""
+    if ctx.version < FAIL_CGROUP_V1_SINCE:
+        return
+    version, why = cgroup_version(ctx)
+    if version != 1:
+        return
+    value = None if "failCgroupV1" in ctx.bad_fields else ctx.config.get("failCgroupV1")
+    fail = value if isinstance(value, bool) else ctx.version >= FAIL_CGROUP_V1_DEFAULT_TRUE
+    if not fail:
+        return
+    status = (
+        "unsupported and will be removed in a future release"
+        if ctx.version >= FAIL_CGROUP_V1_DEFAULT_TRUE
+        else "in maintenance mode"
+    )
+    unset = "" if isinstance(value, bool) else " (failCgroupV1 defaults to true since 1.35)"
+    extra = (
+        "; EKS publishes no Amazon Linux 2 AMIs for 1.33 and later: move the node group to AL2023"
+        if ctx.distribution == "eks-al2"
+        else ""
+    )
+    ctx.error(
+        Stage.VALIDATION,
+        "failCgroupV1",
+        "kubelet is configured to not run on a host using cgroup v1. cgroup v1 support is "
+        f"{status} (cgroup v1 from {why}{unset}; set failCgroupV1: false to run on it{extra})",
+    )
+
+
 def check_validation(ctx: Ctx) -> None:
     """The CPU / memory / topology checks of ``ValidateKubeletConfiguration``, in its order."""
     v = Stage.VALIDATION
@@ -197,6 +243,7 @@ def check_validation(ctx: Ctx) -> None:
                 f"{reserved}, error: {why}",
             )
     _check_reserved_memory(ctx)
+    check_cgroup_v1(ctx)  # validateKubeletOSConfiguration, last in ValidateKubeletConfiguration
 
 
 def cpuset_error(text: str) -> str | None:

@@ -239,3 +239,29 @@ def test_microk8s_default_args_fail_on_kubelet_137(tmp_path: Path) -> None:
     # the same args on 1.36: the flag is deprecated, not removed
     code, out = run(*node, "--kubelet-version", "1.36", "-o", "json")
     assert (code, [f for f in json.loads(out) if f["severity"] == "error"]) == (0, [])
+
+
+def eks_al2_node(tmp_path: Path) -> Path:
+    """The EKS AL2 bootstrap's own kubelet-config.json at its node path."""
+    d = tmp_path / "etc/kubernetes/kubelet"
+    d.mkdir(parents=True)
+    return real_file("eks-al2-kubelet-config.json", tmp_path).rename(d / "kubelet-config.json")
+
+
+def test_eks_al2_node_fails_on_kubelet_135_unless_fail_cgroup_v1_false(tmp_path: Path) -> None:
+    """AL2 boots cgroup v1; since 1.35 the kubelet refuses it unless failCgroupV1: false."""
+    config = eks_al2_node(tmp_path)
+    node = ["--distribution", "eks-al2", "--node-root", str(tmp_path), "-o", "json"]
+    code, out = run(*node, "--kubelet-version", "1.35")
+    assert code == 1
+    [finding] = json.loads(out)
+    assert finding["field"] == "failCgroupV1"
+    assert finding["message"].startswith(
+        "kubelet is configured to not run on a host using cgroup v1. cgroup v1 support is "
+        "unsupported and will be removed in a future release"
+    )
+    assert finding["file"] == "/etc/kubernetes/kubelet/kubelet-config.json"
+    assert run(*node, "--kubelet-version", "1.34") == (0, "[]\n")
+    data = json.loads(config.read_text())
+    config.write_text(json.dumps({**data, "failCgroupV1": False}, indent=2))
+    assert run(*node, "--kubelet-version", "1.35") == (0, "[]\n")

@@ -144,3 +144,25 @@ def test_microk8s_containerd_flag_is_refused_for_kubelet_137(tmp_path: Path) -> 
     inv = Inventory(tmp_path / "inv", ("n1",), {"canary": ("n1",)}, {})
     p = load_plan(plan(tmp_path, STATIC, method="flags"))
     assert prepare(p, inv, Reader(), {"n1": raw}, tmp_path, True).changes["n1"].files
+
+
+AL2_CONFIG = "/etc/kubernetes/kubelet/kubelet-config.json"
+AL2_BASE = b'{"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration"}\n'
+
+
+def test_eks_al2_node_on_kubelet_135_is_refused(tmp_path: Path) -> None:
+    raw = facts({AL2_CONFIG: AL2_BASE}, "eks-al2", kubeletVersion="v1.35.4")
+    message = refusal(tmp_path, STATIC, raw)
+    assert (
+        f"{AL2_CONFIG}: error: failCgroupV1: kubelet is configured to not run on a host using "
+        "cgroup v1."
+    ) in message
+    # with failCgroupV1: false in the plan the same node is not refused on this rule
+    inv = Inventory(tmp_path / "inv", ("n1",), {"canary": ("n1",)}, {})
+    p = load_plan(plan(tmp_path, [*STATIC, "failCgroupV1: false"]))
+    assert prepare(p, inv, Reader(), {"n1": raw}, tmp_path, True).changes["n1"].files
+
+
+def test_facts_cgroup_version_1_is_refused_on_any_distribution(tmp_path: Path) -> None:
+    raw = facts(kubeletVersion="v1.36.3", cgroupVersion=1)
+    assert "failCgroupV1: kubelet is configured to not run" in refusal(tmp_path, STATIC, raw)

@@ -661,3 +661,47 @@ def test_removed_cadvisor_flag_stops_a_137_kubelet(name: str) -> None:
     assert findings[0].message.startswith(f"failed to parse kubelet flag: unknown flag: --{name}")
     assert startup_errors(config, kubelet_version="v1.37.2", flags=flags) == findings
     assert validate(config, kubelet_version="1.36", flags=flags) == []
+
+
+# ---------------------------------------------------------- cgroup v1 hosts, failCgroupV1
+V1 = NodeFacts(online_cpus=frozenset(range(8)), numa_nodes=TWO_NODES.numa_nodes, cgroup_version=1)
+V2 = NodeFacts(online_cpus=frozenset(range(8)), numa_nodes=TWO_NODES.numa_nodes, cgroup_version=2)
+CGROUP_V1_135 = (
+    "kubelet is configured to not run on a host using cgroup v1. cgroup v1 support is "
+    "unsupported and will be removed in a future release (cgroup v1 from node facts "
+    "cgroupVersion (failCgroupV1 defaults to true since 1.35); set failCgroupV1: false to run on it)"
+)
+
+
+@pytest.mark.parametrize("version", ["1.35", "1.36", "v1.37.2"])
+def test_cgroup_v1_host_without_fail_cgroup_v1_false_is_refused(version: str) -> None:
+    findings = validate(cfg(), kubelet_version=version, node_facts=V1)
+    assert [(f.severity, f.field, f.message) for f in findings] == [
+        (E, "failCgroupV1", CGROUP_V1_135)
+    ]
+    assert startup_errors(cfg(), V1, kubelet_version=version) == findings
+
+
+def test_cgroup_v1_host_runs_with_fail_cgroup_v1_false_or_before_135() -> None:
+    assert validate(cfg(failCgroupV1=False), kubelet_version="1.35", node_facts=V1) == []
+    assert validate(cfg(), kubelet_version="1.34", node_facts=V1) == []
+    assert validate(cfg(), kubelet_version="1.35", node_facts=V2) == []
+    assert validate(cfg(), kubelet_version="1.35", node_facts=TWO_NODES) == []  # unknown
+
+
+def test_fail_cgroup_v1_true_on_134_says_maintenance_mode() -> None:
+    [f] = validate(cfg(failCgroupV1=True), kubelet_version="1.34", node_facts=V1)
+    assert f.message.startswith(
+        "kubelet is configured to not run on a host using cgroup v1. cgroup v1 support is in "
+        "maintenance mode (cgroup v1 from node facts cgroupVersion; "
+    )
+
+
+def test_eks_al2_is_cgroup_v1() -> None:
+    [f] = validate(cfg(), kubelet_version="1.35", distribution="eks-al2")
+    assert f.severity is E and f.field == "failCgroupV1"
+    assert "(cgroup v1 from distribution eks-al2 (failCgroupV1 defaults to true" in f.message
+    assert "EKS publishes no Amazon Linux 2 AMIs for 1.33 and later" in f.message
+    # node facts win over what the distribution usually is
+    assert validate(cfg(), kubelet_version="1.35", distribution="eks-al2", node_facts=V2) == []
+    assert validate(cfg(), kubelet_version="1.35", distribution="eks-al2023") == []
