@@ -23,6 +23,7 @@ from rollout.change.inventory import Inventory
 from rollout.change.plan import Plan
 from rollout.change.verifying import WATCHED
 from rollout.errors import InputError, Location, PreflightError
+from rollout.kubelet.checkpoints import gate_flip_findings
 from rollout.kubelet.facts import node_facts_from_dict
 from rollout.kubelet.findings import Severity
 from rollout.kubelet.intent import build_intent
@@ -81,6 +82,10 @@ def node_change(
     # distribution's main file, as in `rollout lint`
     d = node_files.distribution
     main = d.config_file or (d.flag_files[0].path if d.flag_files else None)
+    # a checkpoint-format gate flipped together with a policy (the kubelet layer's own rule)
+    findings += gate_flip_findings(
+        before.config, r.effective_after.config, r.effective_after.origins
+    )
     findings = [f if f.file else replace(f, file=main, line=None) for f in findings]
     errors = [f"node {node}: {f.describe()}" for f in findings if f.severity is Severity.ERROR]
     warnings = [f"node {node}: {w}" for w in r.warnings]

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollout.kubelet import cpuset
+from rollout.kubelet.findings import Finding, Severity
 
 CPU_STATE_FILE = "cpu_manager_state"
 MEMORY_STATE_FILE = "memory_manager_state"
@@ -299,7 +300,101 @@ def reset_needed(before_cfg: Mapping[str, Any], after_cfg: Mapping[str, Any]) ->
         )
     if mem_changed:
         out.append(MEMORY_STATE_FILE)
+    if gate_flips(before_cfg, after_cfg):
+        # the gate changes both files' format: neither is read back safely across the flip
+        out += [f for f in (CPU_STATE_FILE, MEMORY_STATE_FILE) if f not in out]
     return tuple(out)
+
+
+#: Feature gates that change the format of ``cpu_manager_state`` and ``memory_manager_state``:
+#: ``PodLevelResourceManagers`` (alpha 1.36, beta but off by default in 1.37, #141209; a kubelet
+#: that used it cannot turn it off without draining and deleting both files, per the docs) and
+#: ``InPlacePodVerticalScalingExclusiveCPUs`` (alpha 1.37, on checkpoint v4, #139102). Both are
+#: off unless set.
+CHECKPOINT_GATES = ("PodLevelResourceManagers", "InPlacePodVerticalScalingExclusiveCPUs")
+
+#: the fields whose change is a resource-manager policy change (besides the checkpoint resets)
+_POLICY_KEYS = (
+    "cpuManagerPolicy",
+    "cpuManagerPolicyOptions",
+    "reservedSystemCPUs",
+    "memoryManagerPolicy",
+    "reservedMemory",
+    "topologyManagerPolicy",
+    "topologyManagerScope",
+    "topologyManagerPolicyOptions",
+)
+
+
+def _gate(cfg: Mapping[str, Any], name: str) -> bool:
+    gates = cfg.get("featureGates")
+    return isinstance(gates, Mapping) and gates.get(name) is True
+
+
+def gate_flips(
+    before_cfg: Mapping[str, Any], after_cfg: Mapping[str, Any]
+) -> tuple[tuple[str, bool, bool], ...]:
+    """``(gate, before, after)`` for each :data:`CHECKPOINT_GATES` gate the change flips."""
+    return tuple(
+        (g, _gate(before_cfg, g), _gate(after_cfg, g))
+        for g in CHECKPOINT_GATES
+        if _gate(before_cfg, g) != _gate(after_cfg, g)
+    )
+
+
+def policy_changes(before_cfg: Mapping[str, Any], after_cfg: Mapping[str, Any]) -> list[str]:
+    """The resource-manager policy fields that differ between the two configurations."""
+    empty: dict[str, Any] = {}
+    defaults = {
+        "cpuManagerPolicy": "none",
+        "memoryManagerPolicy": "None",
+        "topologyManagerPolicy": "none",
+        "topologyManagerScope": "container",
+    }
+
+    def norm(cfg: Mapping[str, Any], k: str) -> Any:
+        v = cfg.get(k)
+        if k == "reservedSystemCPUs":
+            return _cpus_or_text(v)
+        if v in (None, "", empty, []):
+            return defaults.get(k)
+        return v
+
+    return [k for k in _POLICY_KEYS if norm(before_cfg, k) != norm(after_cfg, k)]
+
+
+def gate_flip_findings(
+    before_cfg: Mapping[str, Any],
+    after_cfg: Mapping[str, Any],
+    where: Mapping[str, Any] | None = None,
+) -> list[Finding]:
+    """A refusal for each checkpoint-format gate flipped in the same change as a policy.
+
+    ``where`` maps top-level fields to their origin (anything with ``file`` and ``line``).
+    """
+    flips = gate_flips(before_cfg, after_cfg)
+    changed = policy_changes(before_cfg, after_cfg)
+    if not flips or not changed:
+        return []
+    origin = (where or {}).get("featureGates")
+    out = []
+    for gate, old, new in flips:
+        out.append(
+            Finding(
+                severity=Severity.ERROR,
+                field=f"featureGates.{gate}",
+                message=(
+                    f"feature gate {gate} changes from {str(old).lower()} to {str(new).lower()} "
+                    f"in the same change as {', '.join(changed)}: the gate changes the format "
+                    f"of {CPU_STATE_FILE} and {MEMORY_STATE_FILE}, and a kubelet that ran with "
+                    "it cannot switch it off without draining the node and deleting both "
+                    "files; flip the gate in a change of its own, then change the policy"
+                ),
+                file=getattr(origin, "file", None),
+                line=getattr(origin, "line", None),
+            )
+        )
+    return out
 
 
 def _same(v: Any) -> Any:

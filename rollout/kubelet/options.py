@@ -136,6 +136,12 @@ GATES: dict[str, FeatureGate] = {
             "MemoryManager",
             (((1, 21), False, False), ((1, 22), True, False), ((1, 32), True, True)),
         ),
+        # KEP-2837: beta and on since 1.34 (#132999)
+        FeatureGate("PodLevelResources", (((1, 32), False, False), ((1, 34), True, False))),
+        # KEP-5526: alpha 1.36 (#134768); beta in 1.37 but off by default (#141209)
+        FeatureGate("PodLevelResourceManagers", (((1, 36), False, False),)),
+        # KEP-5554: alpha 1.37, off (not in the 1.37 rc.0 notes: verify on the binary)
+        FeatureGate("InPlacePodVerticalScalingExclusiveCPUs", (((1, 37), False, False),)),
     )
 }
 

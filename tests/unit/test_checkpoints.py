@@ -185,3 +185,42 @@ def test_memory_round_trip_and_errors() -> None:
 )
 def test_reset_needed(before: dict, after: dict, expected: tuple[str, ...]) -> None:  # type: ignore[type-arg]
     assert ck.reset_needed(before, after) == expected
+
+
+# ---------------------------------------------------------- checkpoint-format feature gates
+PLRM = {"featureGates": {"PodLevelResourceManagers": True}}
+
+
+@pytest.mark.parametrize("gate", ck.CHECKPOINT_GATES)
+def test_gate_flipped_with_a_policy_change_is_refused(gate: str) -> None:
+    class Where:
+        file = "/etc/kubernetes/kubelet.conf.d/50-rollout.conf"
+        line = 9
+
+    before = {"cpuManagerPolicy": "none"}
+    after = {"cpuManagerPolicy": "static", "featureGates": {gate: True}}
+    [f] = ck.gate_flip_findings(before, after, {"featureGates": Where()})
+    assert (f.severity, f.field, f.file, f.line) == (
+        ck.Severity.ERROR,
+        f"featureGates.{gate}",
+        Where.file,
+        9,
+    )
+    assert f.message.startswith(
+        f"feature gate {gate} changes from false to true in the same change as cpuManagerPolicy: "
+        "the gate changes the format of cpu_manager_state and memory_manager_state"
+    )
+    # and back: switching it off with a policy change is refused the same way
+    [back] = ck.gate_flip_findings(after, before)
+    assert "changes from true to false" in back.message
+
+
+def test_gate_alone_or_policy_alone_is_not_refused_and_a_flip_resets_both_files() -> None:
+    assert ck.gate_flip_findings({}, PLRM) == []  # the gate in a change of its own
+    assert ck.reset_needed({}, PLRM) == (ck.CPU_STATE_FILE, ck.MEMORY_STATE_FILE)
+    same = {**PLRM, "cpuManagerPolicy": "none"}
+    assert ck.gate_flip_findings(same, {**PLRM, "cpuManagerPolicy": "static"}) == []
+    # an explicit false is the default, not a flip
+    off = {"featureGates": {"PodLevelResourceManagers": False}}
+    assert ck.gate_flips({}, off) == ()
+    assert ck.gate_flip_findings({}, {**off, "topologyManagerPolicy": "single-numa-node"}) == []

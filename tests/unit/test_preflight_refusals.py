@@ -166,3 +166,14 @@ def test_eks_al2_node_on_kubelet_135_is_refused(tmp_path: Path) -> None:
 def test_facts_cgroup_version_1_is_refused_on_any_distribution(tmp_path: Path) -> None:
     raw = facts(kubeletVersion="v1.36.3", cgroupVersion=1)
     assert "failCgroupV1: kubelet is configured to not run" in refusal(tmp_path, STATIC, raw)
+
+
+def test_checkpoint_gate_flipped_with_the_policy_is_refused(tmp_path: Path) -> None:
+    raw = facts(kubeletVersion="v1.36.3")
+    kubelet = [*STATIC, "featureGates:", "  PodLevelResourceManagers: true"]
+    message = refusal(tmp_path, kubelet, raw)
+    assert (
+        "error: featureGates.PodLevelResourceManagers: feature gate PodLevelResourceManagers "
+        "changes from false to true in the same change as cpuManagerPolicy, reservedSystemCPUs"
+    ) in message
+    assert f"{CONFIG}:" in message

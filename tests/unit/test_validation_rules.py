@@ -705,3 +705,18 @@ def test_eks_al2_is_cgroup_v1() -> None:
     # node facts win over what the distribution usually is
     assert validate(cfg(), kubelet_version="1.35", distribution="eks-al2", node_facts=V2) == []
     assert validate(cfg(), kubelet_version="1.35", distribution="eks-al2023") == []
+
+
+@pytest.mark.parametrize(
+    ("gate", "missing", "present"),
+    [
+        ("PodLevelResources", "1.31", "1.34"),
+        ("PodLevelResourceManagers", "1.35", "1.36"),
+        ("InPlacePodVerticalScalingExclusiveCPUs", "1.36", "1.37"),
+    ],
+)
+def test_resource_gates_exist_from_their_release(gate: str, missing: str, present: str) -> None:
+    config = cfg(featureGates={gate: True})
+    [f] = validate(config, kubelet_version=missing)
+    assert (f.severity, f.message) == (E, f"unrecognized feature gate: {gate}")
+    assert validate(config, kubelet_version=present) == []
