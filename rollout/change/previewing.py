@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollout.kubelet.admission.inputs import (
+    POD_LEVEL_SKIPPED,
     config_from_kubelet,
     explain,
     machine_from_facts,
     pod_from_api,
+    pod_level_managers,
 )
-from rollout.kubelet.admission.model import Node
+from rollout.kubelet.admission.model import Config, Node, Pod
 from rollout.kubelet.facts import NodeFacts
 
 CONTROLLERS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet")
@@ -46,6 +48,8 @@ class Prediction:
             as their owner, the form the gate's samples carry: a running pod's own controller
             (a Deployment's pod names its ReplicaSet), a workload's ReplicaSets for a Deployment,
             else the workload itself; empty for a bare pod.
+        note: what the verdict does not say (a pod with pod-level resources is admitted without
+            alignment while ``PodLevelResourceManagers`` is off); empty when nothing.
     """
 
     workload: str
@@ -56,6 +60,7 @@ class Prediction:
     message: str = ""
     numbers: str = ""
     owners: tuple[str, ...] = ()
+    note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -66,11 +71,15 @@ class Prediction:
             "reason": self.reason,
             "message": self.message,
             "numbers": self.numbers,
+            "note": self.note,
         }
 
+    @property
+    def what(self) -> str:
+        return f"pod {self.pod} of {self.workload}" if self.pod else f"workload {self.workload}"
+
     def describe(self, node: str) -> str:
-        what = f"pod {self.pod} of {self.workload}" if self.pod else f"workload {self.workload}"
-        return f"{what} predicted rejected on node {node}: {self.reason}: {self.numbers}"
+        return f"{self.what} predicted rejected on node {node}: {self.reason}: {self.numbers}"
 
 
 @dataclass(frozen=True)
@@ -243,11 +252,12 @@ def preview_node(
     name = str((node.get("metadata") or {}).get("name", ""))
     machine = machine_from_facts(facts)
     config = config_from_kubelet(kubelet_config)
+    managers = pod_level_managers(kubelet_config)
     kubelet = Node(machine, config)
     out: list[Prediction] = []
     running: set[str] = set()
     for p in pods:
-        pod = pod_from_api(p)
+        pod = pod_from_api(p, managers=managers)
         v = kubelet.admit(pod)
         meta = p.get("metadata") or {}
         workload = workload_of(p, objects)
@@ -264,13 +274,14 @@ def preview_node(
                 v.message,
                 explain(v, pod, machine, config, name),
                 (f"{owner[0]}/{ns}/{owner[1]}",) if owner is not None else (),
+                _note(pod, v.admitted, managers, config),
             )
         )
     for key, w in sorted(workloads(objects).items()):
         spec = ((w.get("spec") or {}).get("template") or {}).get("spec") or {}
         if key in running or not lands_on(spec, node):
             continue
-        pod = pod_from_api({"metadata": {"name": key}, "spec": spec}, uid=key)
+        pod = pod_from_api({"metadata": {"name": key}, "spec": spec}, uid=key, managers=managers)
         v = Node(machine, config).admit(pod)
         out.append(
             Prediction(
@@ -282,9 +293,24 @@ def preview_node(
                 v.message,
                 explain(v, pod, machine, config, name),
                 _controllers_of(key, objects),
+                _note(pod, v.admitted, managers, config),
             )
         )
     return NodePreview(name, tuple(out))
+
+
+def _note(pod: Pod, admitted: bool, managers: bool, config: Config) -> str:
+    """Pod-level resources under a resource-manager policy while the gate is off: admitted,
+    but with no exclusive CPUs, pinned memory or NUMA hints from those managers."""
+    if not (pod.pod_level and admitted) or managers:
+        return ""
+    if config.cpu_policy != "static" and config.memory_policy != "Static":
+        return ""
+    return (
+        "uses pod-level resources (spec.resources) and PodLevelResourceManagers is off: admitted "
+        "without exclusive CPUs, pinned memory or NUMA alignment from the CPU and Memory "
+        f'managers (kubelet: "{POD_LEVEL_SKIPPED}"; #133279)'
+    )
 
 
 def fleet_misfits(previews: Iterable[NodePreview]) -> list[str]:
@@ -325,6 +351,7 @@ def decide(previews: Sequence[NodePreview], accept: bool) -> tuple[list[str], li
         else:
             refusals += [f"{r} (--accept-predicted-rejections to go on)" for r in rejected]
         warnings += [p.describe(pv.node) for p in pv.rejected_candidates]
+        warnings += [f"{p.what} on node {pv.node}: {p.note}" for p in pv.predictions if p.note]
     warnings += [f"{w} fits no node in scope under the new config" for w in fleet_misfits(previews)]
     return refusals, warnings, accepted
 
@@ -341,6 +368,8 @@ def render_text(previews: Sequence[NodePreview]) -> str:
             verdict = "admitted" if p.admitted else f"REJECTED {p.reason}: {p.message}"
             lines.append(f"  {what}: {verdict}")
             lines.append(f"    {p.numbers}")
+            if p.note:
+                lines.append(f"    note: {p.note}")
     misfits = fleet_misfits(previews)
     lines.append(
         "fits no node in scope: " + (", ".join(misfits) if misfits else "(none)"),

@@ -348,3 +348,50 @@ def test_predicted_rejections_name_owners_as_the_gate_sees_them() -> None:
         ("gpu-07", "ReplicaSet/ml/big-0"),
         ("gpu-07", "ReplicaSet/ml/big-1"),
     }
+
+
+# ---------------------------------------------------------- pod-level resources (KEP-2837)
+def _pod_level_pod(name: str, pod_level: bool = True) -> dict[str, Any]:
+    spec = _spec(1, cpu="4")
+    if pod_level:
+        res = {"cpu": "4", "memory": "1Gi"}
+        spec["resources"] = {"requests": res, "limits": res}
+    return {"metadata": {"name": name, "namespace": "ml", "uid": name}, "spec": spec}
+
+
+def test_pod_level_resources_get_no_exclusive_cpus_while_the_gate_is_off() -> None:
+    from rollout.kubelet.admission.inputs import (
+        config_from_kubelet,
+        machine_from_facts,
+        pod_from_api,
+    )
+    from rollout.kubelet.admission.model import Node
+
+    machine, config = machine_from_facts(FACTS), config_from_kubelet(SINGLE)
+    plain = Node(machine, config).admit(pod_from_api(_pod_level_pod("a", pod_level=False)))
+    assert plain.admitted and plain.cpus  # exclusive CPUs, aligned with the GPU
+    off = Node(machine, config).admit(pod_from_api(_pod_level_pod("b")))
+    assert off.admitted and not off.cpus  # the CPU manager skips it: no exclusive CPUs
+    on = Node(machine, config).admit(pod_from_api(_pod_level_pod("c"), managers=True))
+    assert on.cpus
+
+
+def test_preview_warns_that_pod_level_pods_are_not_aligned() -> None:
+    pv = preview_node(NODE, FACTS, SINGLE, [_pod_level_pod("p1")], [])
+    [p] = pv.predictions
+    assert p.admitted
+    assert p.note.startswith(
+        "uses pod-level resources (spec.resources) and PodLevelResourceManagers is off: admitted "
+        "without exclusive CPUs, pinned memory or NUMA alignment"
+    )
+    assert "CPU Manager allocation skipped, pod is using pod-level resources but the " in p.note
+    refusals, warnings, _ = decide([pv], accept=False)
+    assert refusals == []
+    assert warnings == [f"pod ml/p1 of Pod/ml/p1 on node gpu-07: {p.note}"]
+    assert "note: uses pod-level resources" in render_text([pv])
+    assert pv.to_dict()["pods"][0]["note"] == p.note
+    # the gate on, or a pod without pod-level resources: nothing to say
+    gated = {**SINGLE, "featureGates": {"PodLevelResourceManagers": True}}
+    assert preview_node(NODE, FACTS, gated, [_pod_level_pod("p1")], []).predictions[0].note == ""
+    plain = preview_node(NODE, FACTS, SINGLE, [_pod_level_pod("p1", pod_level=False)], [])
+    assert plain.predictions[0].note == ""

@@ -73,8 +73,33 @@ def config_from_kubelet(cfg: Mapping[str, Any]) -> Config:
     )
 
 
-def pod_from_api(pod: Mapping[str, Any], uid: str = "") -> Pod:
-    """A Pod object (or ``{"spec": template.spec}``); requests default to limits as in the API."""
+#: the kubelet's log line for a pod with pod-level resources while the gate is off (1.34+, #133279)
+POD_LEVEL_SKIPPED = (
+    "CPU Manager allocation skipped, pod is using pod-level resources but the "
+    "PodLevelResourceManagers feature gate is not enabled"
+)
+
+
+def has_pod_level_resources(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod (or template) sets ``spec.resources`` requests or limits."""
+    res = (pod.get("spec") or {}).get("resources") or {}
+    return bool(res.get("requests") or res.get("limits"))
+
+
+def pod_level_managers(cfg: Mapping[str, Any]) -> bool:
+    """Whether ``PodLevelResourceManagers`` is on (off by default in every release)."""
+    gates = cfg.get("featureGates") or {}
+    return isinstance(gates, Mapping) and gates.get("PodLevelResourceManagers") is True
+
+
+def pod_from_api(pod: Mapping[str, Any], uid: str = "", managers: bool = False) -> Pod:
+    """A Pod object (or ``{"spec": template.spec}``); requests default to limits as in the API.
+
+    A pod with pod-level resources is, while ``managers`` (``PodLevelResourceManagers``) is off,
+    not Guaranteed for the CPU and Memory managers: since 1.34 (#133279) the kubelet gives it no
+    exclusive CPUs, no pinned memory and no hints from those managers (:data:`POD_LEVEL_SKIPPED`).
+    With the gate on, pod-level allocation is not modelled: the containers' requests are used.
+    """
     spec = pod.get("spec") or {}
     meta = pod.get("metadata") or {}
     containers = []
@@ -104,11 +129,13 @@ def pod_from_api(pod: Mapping[str, Any], uid: str = "") -> Pod:
                     init,
                 )
             )
+    pod_level = has_pod_level_resources(pod)
     return Pod(
         uid or str(meta.get("uid") or meta.get("name") or ""),
         tuple(containers),
-        guaranteed and bool(containers),
+        guaranteed and bool(containers) and (managers or not pod_level),
         str(meta.get("name") or ""),
+        pod_level,
     )
 
 

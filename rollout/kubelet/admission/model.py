@@ -91,6 +91,8 @@ class Pod:
     containers: tuple[Container, ...]
     guaranteed: bool = False
     name: str = ""
+    #: the pod sets pod-level resources (``spec.resources``, KEP-2837)
+    pod_level: bool = False
 
     @property
     def init(self) -> list[Container]:
