@@ -16,6 +16,7 @@ from typing import Any
 
 from rollout.durations import parse_go_duration
 from rollout.errors import InputError, Location
+from rollout.kubelet.distributions import CONTROL_PLANE_UNITS
 from rollout.models import NodeFacts, NodeInfo, PdbRef, PodRef
 
 STRATEGY_KEYS = ("canaryGroup", "maxUnavailable", "drain", "batches")
@@ -201,6 +202,35 @@ def make_batches(
         out.append(Batch(tuple(rest[i : i + n]), False))
         i += n
     return out
+
+
+def one_control_plane_at_a_time(
+    batches: Sequence[Batch], units: Mapping[str, str]
+) -> tuple[list[Batch], list[str]]:
+    """Nodes whose kubelet restart restarts the control plane too (the k3s server, the RKE2
+    server, MicroK8s' kubelite) each get a batch of their own, in order; the other nodes of a
+    batch stay together. Returns the batches and one warning per such node saying so.
+
+    Args:
+        batches: from :func:`make_batches`.
+        units: node -> the systemd unit its change restarts.
+    """
+    out: list[Batch] = []
+    warnings: list[str] = []
+    for b in batches:
+        special = [n for n in b.nodes if units.get(n) in CONTROL_PLANE_UNITS]
+        rest = tuple(n for n in b.nodes if n not in special)
+        if rest:
+            out.append(Batch(rest, b.canary))
+        out += [Batch((n,), b.canary) for n in special]
+        for n in special:
+            unit = units[n]
+            warnings.append(
+                f"node {n}: restarting the kubelet restarts {unit}, that is "
+                f"{CONTROL_PLANE_UNITS[unit]}: the control plane on this node restarts with it; "
+                "such nodes are changed one at a time"
+            )
+    return out, warnings
 
 
 def backoff_delay(attempt: int, initial_s: float, cap_s: float) -> float:

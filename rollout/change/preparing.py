@@ -27,6 +27,7 @@ from rollout.change.planning import (
     check_homogeneous,
     evictable,
     make_batches,
+    one_control_plane_at_a_time,
     parse_strategy,
 )
 from rollout.change.previewing import NodePreview, decide, fleet_misfits, preview_node
@@ -251,6 +252,10 @@ def prepare(
     problems += check_homogeneous([facts[n] for n in canary if n in facts])
     order = [inv.node_of(h) for h in hosts]
     batches = make_batches(order, canary, strategy, canary_only)
+    batches, restarts = one_control_plane_at_a_time(
+        batches, {n: c.service for n, c in changes.items()}
+    )
+    warnings += restarts
     moving = [n for b in batches for n in b.nodes]
     dra = cluster.dra(versions)
     pods = {n: cluster.pods(n) for n in all_nodes}

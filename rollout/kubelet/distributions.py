@@ -338,6 +338,18 @@ MICROK8S = Distribution(
     upgrades="the args file persists across snap refreshes (deprecated flags are removed on start)",
 )
 
+#: Units whose restart restarts the control plane too: the k3s server and RKE2 server run the
+#: kubelet in one process with the API server, scheduler and controller manager (and embedded
+#: etcd); MicroK8s runs every component in kubelite. Restarting "the kubelet" restarts them all.
+CONTROL_PLANE_UNITS: dict[str, str] = {
+    "k3s": "the k3s server (API server, scheduler, controller manager, embedded etcd or kine)",
+    "rke2-server": "the RKE2 server (its kubelet starts the control-plane static pods and etcd)",
+    "snap.microk8s.daemon-kubelite": (
+        "kubelite, which runs every MicroK8s component (API server, scheduler, controller "
+        "manager, proxy)"
+    ),
+}
+
 DISTRIBUTIONS: dict[str, Distribution] = {
     d.name: d for d in (KUBEADM, K3S, RKE2, EKS_AL2, EKS_AL2023, KUBESPRAY, MICROK8S)
 }

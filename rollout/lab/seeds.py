@@ -346,6 +346,10 @@ def seed_files(distribution: str, ctx: SeedContext) -> dict[str, str]:
             "kubeReserved": {"cpu": "310m", "ephemeral-storage": "1Gi", "memory": "9902Mi"},
             "systemReservedCgroup": "/system",
             "kubeReservedCgroup": "/runtime",
+            # AL2 boots cgroup v1, and since 1.35 the kubelet refuses it unless told not to
+            # (failCgroupV1 defaults to true): an AL2 node on the lab's kubelet needs this line,
+            # and lint / preflight refuse the node without it
+            "failCgroupV1": False,
         }
         files |= {
             "/etc/kubernetes/kubelet/kubelet-config.json": json.dumps(cfg, indent=2) + "\n",

@@ -186,3 +186,22 @@ def test_shim_daemon_reload_and_enable(shim_env: Path, capsys: pytest.CaptureFix
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == "disabled"
     assert (shim_env / "state/daemon-reloads").read_text() == "1\n"
+
+
+def test_lab_eks_al2_seed_runs_on_cgroup_v1_kubelets() -> None:
+    """AL2 is cgroup v1: the lab's AL2 seed carries failCgroupV1: false, so lint and preflight
+    do not refuse the lab's own AL2 node on a 1.35+ kubelet."""
+    from rollout.kubelet.loading import effective, node_from_files
+    from rollout.kubelet.validation import validate
+
+    files = {p: v for p, v in seed_files("eks-al2", CTX).items() if isinstance(v, str | bytes)}
+    eff = effective(node_from_files("eks-al2", files))
+    found = validate(
+        eff.config,
+        origins=eff.origins,
+        kubelet_version="1.36",
+        flags=eff.flag_origins,
+        distribution="eks-al2",
+    )
+    assert [f for f in found if f.field == "failCgroupV1"] == []
+    assert eff.config["failCgroupV1"] is False

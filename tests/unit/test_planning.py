@@ -117,3 +117,27 @@ def test_double_ownership() -> None:
     (msg,) = check_double_ownership("n1", alloc, ["gpu.nvidia.com"])
     assert "nvidia.com/gpu=8" in msg and "gpu.nvidia.com" in msg
     assert check_double_ownership("n1", {"nvidia.com/gpu": "0"}, ["gpu.nvidia.com"]) == []
+
+
+def test_control_plane_restarting_nodes_go_one_at_a_time() -> None:
+    from rollout.change.planning import Batch, one_control_plane_at_a_time
+
+    batches = [Batch(("a", "b", "c"), True), Batch(("d", "e"), False)]
+    units = {"a": "k3s", "b": "kubelet", "c": "rke2-server", "d": "kubelet", "e": "kubelet"}
+    out, warnings = one_control_plane_at_a_time(batches, units)
+    assert out == [
+        Batch(("b",), True),
+        Batch(("a",), True),
+        Batch(("c",), True),
+        Batch(("d", "e"), False),
+    ]
+    assert len(warnings) == 2
+    assert warnings[0].startswith(
+        "node a: restarting the kubelet restarts k3s, that is the k3s server (API server, "
+    )
+    assert warnings[0].endswith("such nodes are changed one at a time")
+    micro, [w] = one_control_plane_at_a_time(
+        [Batch(("m",), False)], {"m": "snap.microk8s.daemon-kubelite"}
+    )
+    assert micro == [Batch(("m",), False)] and "kubelite, which runs every MicroK8s" in w
+    assert one_control_plane_at_a_time(batches[1:], units) == (batches[1:], [])

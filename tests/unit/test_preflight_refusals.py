@@ -20,10 +20,11 @@ BASE = b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n
 
 
 class Reader(ClusterReader):
-    """One Node ``n1``, no pods, no PDBs, no DRA: only the node's own rules can refuse."""
+    """Nodes ``n1`` (and more), no pods, no PDBs, no DRA: only the nodes' own rules refuse."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: tuple[str, ...] = ("n1",)) -> None:
         super().__init__(api=None)
+        self.names = names
 
     def version(self) -> str:
         return "v1.37.2"
@@ -32,7 +33,7 @@ class Reader(ClusterReader):
         return []
 
     def nodes(self) -> dict[str, NodeInfo]:
-        return {"n1": NodeInfo("n1", cpu_millis=4000, memory_bytes=8 * 2**30)}
+        return {n: NodeInfo(n, cpu_millis=4000, memory_bytes=8 * 2**30) for n in self.names}
 
     def pods(self, node: str) -> list[PodRef]:
         return []
@@ -44,7 +45,7 @@ class Reader(ClusterReader):
         return {}
 
     def node_objects(self) -> dict[str, dict[str, Any]]:
-        return {"n1": {"metadata": {"name": "n1"}, "status": {}}}
+        return {n: {"metadata": {"name": n}, "status": {}} for n in self.names}
 
     def pod_objects(self, node: str) -> list[dict[str, Any]]:
         return []
@@ -78,7 +79,9 @@ def facts(
     }
 
 
-def plan(tmp_path: Path, kubelet: list[str], method: str = "inplace") -> Path:
+def plan(
+    tmp_path: Path, kubelet: list[str], method: str = "inplace", strategy: tuple[str, ...] = ()
+) -> Path:
     p = tmp_path / "plan.yaml"
     p.write_text(
         "\n".join(
@@ -91,6 +94,7 @@ def plan(tmp_path: Path, kubelet: list[str], method: str = "inplace") -> Path:
                 *[f"  {line}" for line in kubelet],
                 "strategy:",
                 "  canaryGroup: canary",
+                *[f"  {line}" for line in strategy],
                 f"method: {method}",
             ]
         )
@@ -177,3 +181,21 @@ def test_checkpoint_gate_flipped_with_the_policy_is_refused(tmp_path: Path) -> N
         "changes from false to true in the same change as cpuManagerPolicy, reservedSystemCPUs"
     ) in message
     assert f"{CONFIG}:" in message
+
+
+def test_k3s_server_nodes_are_changed_one_at_a_time_and_preflight_says_so(
+    tmp_path: Path,
+) -> None:
+    names = ("n1", "n2", "n3")
+    inv = Inventory(tmp_path / "inv", names, {"canary": ("n1", "n2")}, {})
+    raw = {n: facts({}, "k3s", kubeletVersion="v1.35.4") for n in names}
+    p = load_plan(plan(tmp_path, STATIC, method="dropin", strategy=("maxUnavailable: 2",)))
+    prepared = prepare(p, inv, Reader(names), raw, tmp_path, False)
+    assert [(b.nodes, b.canary) for b in prepared.batches] == [
+        (("n1",), True),
+        (("n2",), True),
+        (("n3",), False),
+    ]
+    restarts = [w for w in prepared.warnings if "restarting the kubelet restarts k3s" in w]
+    assert [w.split(":", 1)[0] for w in restarts] == ["node n1", "node n2", "node n3"]
+    assert all("one at a time" in w for w in restarts)
