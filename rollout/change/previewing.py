@@ -26,7 +26,7 @@ from rollout.kubelet.admission.inputs import (
     pod_from_api,
     pod_level_managers,
 )
-from rollout.kubelet.admission.model import Config, Node, Pod
+from rollout.kubelet.admission.model import Config, Node, Pod, Verdict
 from rollout.kubelet.facts import NodeFacts
 
 CONTROLLERS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet")
@@ -274,7 +274,7 @@ def preview_node(
                 v.message,
                 explain(v, pod, machine, config, name),
                 (f"{owner[0]}/{ns}/{owner[1]}",) if owner is not None else (),
-                _note(pod, v.admitted, managers, config),
+                _join(_note(pod, v.admitted, managers, config), _resize_note(pod, v, config)),
             )
         )
     for key, w in sorted(workloads(objects).items()):
@@ -297,6 +297,36 @@ def preview_node(
             )
         )
     return NodePreview(name, tuple(out))
+
+
+def _join(*notes: str) -> str:
+    return "; ".join(n for n in notes if n)
+
+
+#: the kubelet's resize refusals (pod condition PodResizePending, reason Infeasible)
+RESIZE_INFEASIBLE = {
+    "cpu": "Resize is infeasible for Guaranteed Pods alongside CPU Manager static policy",
+    "memory": "Resize is infeasible for Guaranteed Pods alongside Memory Manager static policy",
+}
+
+
+def _resize_note(pod: Pod, verdict: Verdict, config: Config) -> str:
+    """A running Guaranteed pod under a static resource manager cannot be resized in place
+    (KEP-1287 GA in 1.35; the exclusive-CPU resize of KEP-5554 is alpha, off)."""
+    if not (pod.guaranteed and verdict.admitted):
+        return ""
+    said = []
+    if config.cpu_policy == "static":
+        said.append(RESIZE_INFEASIBLE["cpu"])
+    if config.memory_policy == "Static":
+        said.append(RESIZE_INFEASIBLE["memory"])
+    if not said:
+        return ""
+    quoted = " / ".join(f'"{m}"' for m in said)
+    return (
+        f"in-place resize of this Guaranteed pod will be refused ({quoted}: PodResizePending, "
+        "reason Infeasible); resize by recreating the pod"
+    )
 
 
 def _note(pod: Pod, admitted: bool, managers: bool, config: Config) -> str:

@@ -392,6 +392,29 @@ def test_preview_warns_that_pod_level_pods_are_not_aligned() -> None:
     assert pv.to_dict()["pods"][0]["note"] == p.note
     # the gate on, or a pod without pod-level resources: nothing to say
     gated = {**SINGLE, "featureGates": {"PodLevelResourceManagers": True}}
-    assert preview_node(NODE, FACTS, gated, [_pod_level_pod("p1")], []).predictions[0].note == ""
+    note = preview_node(NODE, FACTS, gated, [_pod_level_pod("p1")], []).predictions[0].note
+    assert "pod-level" not in note
     plain = preview_node(NODE, FACTS, SINGLE, [_pod_level_pod("p1", pod_level=False)], [])
-    assert plain.predictions[0].note == ""
+    assert "pod-level" not in plain.predictions[0].note
+
+
+def test_preview_warns_that_running_guaranteed_pods_cannot_be_resized_under_static() -> None:
+    running = {"metadata": {"name": "g", "namespace": "ml", "uid": "g"}, "spec": _spec(1)}
+    [p] = preview_node(NODE, FACTS, SINGLE, [running], []).predictions
+    assert p.admitted
+    assert p.note == (
+        'in-place resize of this Guaranteed pod will be refused ("Resize is infeasible for '
+        'Guaranteed Pods alongside CPU Manager static policy": PodResizePending, reason '
+        "Infeasible); resize by recreating the pod"
+    )
+    memory = {**SINGLE, "memoryManagerPolicy": "Static"}
+    memory["reservedMemory"] = [{"numaNode": 0, "limits": {"memory": "100Mi"}}]
+    [m] = preview_node(NODE, FACTS, memory, [running], []).predictions
+    assert "alongside Memory Manager static policy" in m.note
+    # not Guaranteed, or the none policy: resizable, nothing to say
+    burst = _spec(1)
+    burst["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "1"}
+    pod = {"metadata": {"name": "b", "namespace": "ml", "uid": "b"}, "spec": burst}
+    assert preview_node(NODE, FACTS, SINGLE, [pod], []).predictions[0].note == ""
+    none = {"cpuManagerPolicy": "none"}
+    assert preview_node(NODE, FACTS, none, [running], []).predictions[0].note == ""
