@@ -274,7 +274,11 @@ def preview_node(
                 v.message,
                 explain(v, pod, machine, config, name),
                 (f"{owner[0]}/{ns}/{owner[1]}",) if owner is not None else (),
-                _join(_note(pod, v.admitted, managers, config), _resize_note(pod, v, config)),
+                _join(
+                    _note(pod, v.admitted, managers, config),
+                    _resize_note(pod, v, config),
+                    _init_note(p, pod, config),
+                ),
             )
         )
     for key, w in sorted(workloads(objects).items()):
@@ -293,10 +297,40 @@ def preview_node(
                 v.message,
                 explain(v, pod, machine, config, name),
                 _controllers_of(key, objects),
-                _note(pod, v.admitted, managers, config),
+                _join(_note(pod, v.admitted, managers, config), _init_note(w, pod, config)),
             )
         )
     return NodePreview(name, tuple(out))
+
+
+def _init_note(obj: Mapping[str, Any], pod: Pod, config: Config) -> str:
+    """Init and sidecar containers under the static CPU policy: what the kubelet does that the
+    preview does not model (restartable init containers) or that is known to reject pods on a
+    restart (#123816, #112228, #119447)."""
+    if config.cpu_policy != "static" or not pod.guaranteed:
+        return ""
+    spec = obj.get("spec") or {}
+    if "template" in spec:
+        spec = (spec.get("template") or {}).get("spec") or {}
+    inits = spec.get("initContainers") or ()
+    sidecars = [str(c.get("name", "")) for c in inits if c.get("restartPolicy") == "Always"]
+    exclusive = [c.name for c in pod.init if c.cpu_millis and c.cpu_millis % 1000 == 0]
+    notes = []
+    if sidecars and any(n in exclusive for n in sidecars):
+        notes.append(
+            f"sidecar (restartable init) container(s) {', '.join(sidecars)} get exclusive CPUs "
+            "that the app containers do not reuse (#119447); the preview models them as plain "
+            "init containers"
+        )
+    plain = [n for n in exclusive if n not in sidecars]
+    if plain and config.topology_policy != "none":
+        notes.append(
+            f"init container(s) {', '.join(plain)} request integer CPUs under "
+            f"{config.topology_policy}: pods like this have been rejected with "
+            "TopologyAffinityError or UnexpectedAdmissionError when the kubelet restarts "
+            "(#123816, #112228, open)"
+        )
+    return "; ".join(notes)
 
 
 def _join(*notes: str) -> str:

@@ -418,3 +418,32 @@ def test_preview_warns_that_running_guaranteed_pods_cannot_be_resized_under_stat
     assert preview_node(NODE, FACTS, SINGLE, [pod], []).predictions[0].note == ""
     none = {"cpuManagerPolicy": "none"}
     assert preview_node(NODE, FACTS, none, [running], []).predictions[0].note == ""
+
+
+def test_preview_warns_about_init_and_sidecar_containers_with_exclusive_cpus() -> None:
+    res = {"cpu": "1", "memory": "100Mi"}
+    spec = _spec(1)
+    spec["initContainers"] = [
+        {"name": "setup", "resources": {"requests": res, "limits": res}},
+        {"name": "proxy", "restartPolicy": "Always", "resources": {"requests": res, "limits": res}},
+    ]
+    pod = {"metadata": {"name": "s", "namespace": "ml", "uid": "s"}, "spec": spec}
+    [p] = preview_node(NODE, FACTS, SINGLE, [pod], []).predictions
+    assert (
+        "sidecar (restartable init) container(s) proxy get exclusive CPUs that the app "
+        "containers do not reuse (#119447)"
+    ) in p.note
+    assert (
+        "init container(s) setup request integer CPUs under single-numa-node: pods like this "
+        "have been rejected with TopologyAffinityError or UnexpectedAdmissionError"
+    ) in p.note
+    refusals, warnings, _ = decide([preview_node(NODE, FACTS, SINGLE, [pod], [])], False)
+    assert any("#119447" in w for w in warnings)
+    # the same workload as a Deployment that can land: the same notes
+    [w] = preview_node(NODE, FACTS, SINGLE, [], [_deployment("s", spec)]).predictions
+    assert "#119447" in w.note and "#123816" in w.note
+    # without init containers, or under the none policy: nothing about them
+    [plain] = preview_node(NODE, FACTS, SINGLE, [], [_deployment("p", _spec(1))]).predictions
+    assert "init container" not in plain.note
+    none = preview_node(NODE, FACTS, {"cpuManagerPolicy": "none"}, [pod], []).predictions[0]
+    assert none.note == ""
