@@ -438,6 +438,7 @@ def test_preview_warns_about_init_and_sidecar_containers_with_exclusive_cpus() -
         "have been rejected with TopologyAffinityError or UnexpectedAdmissionError"
     ) in p.note
     refusals, warnings, _ = decide([preview_node(NODE, FACTS, SINGLE, [pod], [])], False)
+    assert refusals == []
     assert any("#119447" in w for w in warnings)
     # the same workload as a Deployment that can land: the same notes
     [w] = preview_node(NODE, FACTS, SINGLE, [], [_deployment("s", spec)]).predictions
