@@ -19,7 +19,6 @@ from .options import inventory_option, kube_options, output_option
 from .wiring import (
     _change_required,
     _confirm,
-    _existing,
     _info_path,
     _lock_ns,
     _preflight,
@@ -64,10 +63,11 @@ def resume_cmd(
       rollout resume --change 20261130T214802Z-a1b2c3 --yes -o json --progress plain
     """
     _confirm(yes, f"resume change {change}")
-    journal = _existing(change)
-    before = replay(journal.entries(), journal.change_id)
 
     def work(ctx: Context, lock: Any) -> ChangeStatus:
+        # read under the Lease, from the journal _settle_command fetched or refreshed from the
+        # cluster record: a machine that never saw the change resumes it too
+        before = replay(ctx.journal.entries(), ctx.journal.change_id)
         if before.outcome != "running":
             return resume(ctx)  # it had ended (held, completed, stopped): nothing more to start
         pending = unfinished_rollback(ctx.journal.entries())

@@ -173,11 +173,11 @@ def _items(
 
 
 def fetch(
-    api: Api, namespace: str, change_id: str
+    api: Api, namespace: str, change_id: str, retry_s: float = RETRY_S
 ) -> tuple[bytes, list[tuple[str, str, bytes]]] | None:
     """The mirrored journal (chunks joined in order) and backups ``(node, sha256, bytes)`` of a
     change, or None when the cluster has no journal for it."""
-    items = _items(api, namespace, f"{CHANGE_KEY}={change_id}")
+    items = _items(api, namespace, f"{CHANGE_KEY}={change_id}", retry_s)
     chunks: dict[int, str] = {}
     backups: list[tuple[str, str, bytes]] = []
     for cm in items:
@@ -203,3 +203,23 @@ def latest_change(api: Api, namespace: str, retry_s: float = RETRY_S) -> str | N
     }
     ids.discard("None")
     return max(ids) if ids else None
+
+
+def node_change(api: Api, node: str) -> str | None:
+    """The change a Node's ``rollout.dev/change`` label names (None: no such label)."""
+    body = call(f"read node {node}", api.core.read_node, node, retry_s=2.0)
+    labels = (body.get("metadata") or {}).get("labels") or {}
+    value = labels.get(CHANGE_KEY)
+    return str(value) if value else None
+
+
+def node_states(api: Api) -> dict[str, str]:
+    """Every Node with a ``rollout.dev/state`` label: its state in the change that last wrote it."""
+    answer = call("list nodes", api.core.list_node, label_selector=STATE_KEY, retry_s=2.0)
+    out: dict[str, str] = {}
+    for item in answer.get("items") or []:
+        meta = item.get("metadata") or {}
+        state = (meta.get("labels") or {}).get(STATE_KEY)
+        if state:
+            out[str(meta.get("name"))] = str(state)
+    return out
