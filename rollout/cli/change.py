@@ -196,6 +196,9 @@ def apply_cmd(
                 canary,
                 info={
                     "plan": str(Path(plan.path).resolve()),
+                    # the plan itself, so a machine without the file resumes and rolls back
+                    # with it (rollout.change.plan.recorded_plan)
+                    "planText": Path(plan.path).read_text(encoding="utf-8"),
                     "inventory": str(inv.path.resolve()),
                     "intentSha256": intent_digest(plan),
                 },

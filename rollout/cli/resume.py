@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
 
-from rollout.change.plan import load_plan
+from rollout.change.plan import load_plan, recorded_plan
 from rollout.change.previewing import predicted_rejections
 from rollout.change.replaying import ChangeStatus, replay
 from rollout.change.restoring import Context
@@ -123,8 +122,7 @@ def _resume_later_batches(
         for b in info.get("batches", ())
     ]
     todo = [b for b in pending if b]
-    plan_file = info.get("plan")
-    plan = load_plan(str(plan_file)) if plan_file and Path(str(plan_file)).is_file() else None
+    plan = recorded_plan(info, before.change)
     # a gate the crash cut short (or whose verdict was not acted on) is settled first
     has_gate = plan is not None and gate_config(plan) is not None
     regate = unfinished_gate(ctx.journal.entries(), has_gate)

@@ -22,7 +22,7 @@ import click
 
 from rollout.change.journal import Journal
 from rollout.change.orchestrator import NoGate, summary
-from rollout.change.plan import Plan, load_plan
+from rollout.change.plan import Plan, recorded_plan
 from rollout.change.planning import DrainPolicy, parse_strategy
 from rollout.change.progress import Progress
 from rollout.change.replaying import ChangeStatus, replay
@@ -329,10 +329,9 @@ def _settle_command(
     api = connect(kubeconfig, context)
     journal = existing_journal(change, api, lock_namespace)
     inv = _info_path(journal, "inventory", inventory)
-    plan_file = replay(journal.entries()).info.get("plan")
+    plan = recorded_plan(replay(journal.entries()).info, journal.change_id)
     drain = DrainPolicy()
-    if plan_file and Path(str(plan_file)).is_file():
-        plan = load_plan(str(plan_file))
+    if plan is not None:
         drain = parse_strategy(plan.strategy, plan.location).drain
     lock = LeaseLock(api, lock_namespace)
     with _locked(lock, journal.change_id):

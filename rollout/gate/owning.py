@@ -43,17 +43,15 @@ def change_statuses(root: Path) -> list[ChangeStatus]:
 
 
 def rolls_back_group(status: ChangeStatus) -> bool:
-    """Whether the change's plan says ``gate.onFailure: rollback-group`` (False when the plan is
-    gone or unreadable: an alert then rolls back only its own node, the smaller act)."""
-    from rollout.change.plan import load_plan
+    """Whether the change's plan (its file, else the text the change recorded) says
+    ``gate.onFailure: rollback-group`` (False when neither is there or it is unreadable: an alert
+    then rolls back only its own node, the smaller act)."""
+    from rollout.change.plan import recorded_plan
     from rollout.gate.analysis import parse_gate_config
 
-    plan_file = status.info.get("plan")
-    if not plan_file or not Path(str(plan_file)).is_file():
-        return False
     try:
-        plan = load_plan(str(plan_file))
-        if not plan.gate:
+        plan = recorded_plan(status.info, status.change)
+        if plan is None or not plan.gate:
             return False
         cfg = parse_gate_config(plan.gate, file=plan.path, line_of=plan.line_of)
     except RolloutError:
