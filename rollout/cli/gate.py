@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from rollout.cli.options import kube_options, output_option
-from rollout.errors import ExternalError, InputError, Location, NodeOperationError
+from rollout.errors import ExternalError, InputError, Location, NodeOperationError, RolloutError
 from rollout.gate.analysis import GateConfig, Outcome, Predicted, parse_gate_config
 
 #: Exit code of ``rollout watch`` and ``rollout apply`` when the gate holds (Inconclusive or Error).
@@ -290,12 +290,20 @@ def watch(
     show_default=True,
     help="Namespace of the rollout-lock Lease (the change's owner is found there).",
 )
+@click.option(
+    "--drift-interval",
+    type=float,
+    default=300.0,
+    show_default=True,
+    help="Seconds between drift checks of every marked Node (rollout_node_drifted); 0: none.",
+)
 @output_option
 @kube_options
 def serve(
     listen: str,
     token_file: str,
     lock_namespace: str,
+    drift_interval: float,
     output: str,
     kubeconfig: str | None,
     context: str | None,
@@ -375,6 +383,12 @@ def serve(
         receiver,
         export_node_states(root, cluster_states),
     )
+    if drift_interval > 0:
+        threading.Thread(
+            target=_drift_loop,
+            args=(connected, lock_namespace, receiver.metrics, drift_interval),
+            daemon=True,
+        ).start()
     port = server.server_address[1]
     host = listen.rpartition(":")[0]
     if output == "json":
@@ -394,6 +408,21 @@ def serve(
         pass
     finally:
         server.server_close()
+
+
+def _drift_loop(
+    connected: Callable[[], Any], lock_namespace: str, metrics: Any, interval: float
+) -> None:
+    """``rollout nodes``' drift on /configz of every marked Node, every ``interval`` seconds,
+    into ``rollout_node_drifted``; a failed round is logged and tried again next time."""
+    from rollout.cli.fleet import survey
+
+    while True:
+        try:
+            metrics.set_drift(survey(connected(), lock_namespace), time.time())
+        except (RolloutError, OSError) as e:
+            click.echo(f"rollout serve: drift check failed: {e}", err=True)
+        time.sleep(interval)
 
 
 def _kube_args(kubeconfig: str | None, context: str | None, lock_namespace: str) -> list[str]:

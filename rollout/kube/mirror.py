@@ -213,13 +213,23 @@ def node_change(api: Api, node: str) -> str | None:
     return str(value) if value else None
 
 
-def node_states(api: Api) -> dict[str, str]:
-    """Every Node with a ``rollout.dev/state`` label: its state in the change that last wrote it."""
-    answer = call("list nodes", api.core.list_node, label_selector=STATE_KEY, retry_s=2.0)
-    out: dict[str, str] = {}
+def marked_nodes(api: Api, retry_s: float = 2.0) -> dict[str, dict[str, str]]:
+    """Every Node a change marked: name -> ``{"change", "intent", "state"}`` (its labels and
+    annotations), in the API's order."""
+    answer = call("list nodes", api.core.list_node, label_selector=CHANGE_KEY, retry_s=retry_s)
+    out: dict[str, dict[str, str]] = {}
     for item in answer.get("items") or []:
         meta = item.get("metadata") or {}
-        state = (meta.get("labels") or {}).get(STATE_KEY)
-        if state:
-            out[str(meta.get("name"))] = str(state)
+        labels = meta.get("labels") or {}
+        notes = meta.get("annotations") or {}
+        out[str(meta.get("name"))] = {
+            "change": str(notes.get(CHANGE_KEY) or labels.get(CHANGE_KEY) or ""),
+            "intent": str(notes.get(INTENT_KEY) or ""),
+            "state": str(notes.get(STATE_KEY) or labels.get(STATE_KEY) or ""),
+        }
     return out
+
+
+def node_states(api: Api) -> dict[str, str]:
+    """Every Node a change marked: its state in the change that last wrote it."""
+    return {n: m["state"] for n, m in marked_nodes(api).items() if m["state"]}
