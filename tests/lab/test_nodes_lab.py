@@ -12,10 +12,10 @@ are not reported. ``rollout serve`` (a state directory of its own) exports the s
 from __future__ import annotations
 
 import json
-import time
-import urllib.request
 import shutil
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
