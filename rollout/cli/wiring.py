@@ -25,7 +25,7 @@ from rollout.change.orchestrator import NoGate, summary
 from rollout.change.plan import Plan, recorded_plan
 from rollout.change.planning import DrainPolicy, parse_strategy
 from rollout.change.progress import Progress
-from rollout.change.replaying import ChangeStatus, replay
+from rollout.change.replaying import ChangeStatus, status_of
 from rollout.change.restoring import Context
 from rollout.cli.gate import gate_config
 from rollout.cli.record import existing_journal, mirrored
@@ -219,7 +219,7 @@ def _reported_failure(journal: Journal, lock: Any, output: str) -> Iterator[None
     try:
         yield
     except RolloutError:
-        final = replay(journal.entries())
+        final = status_of(journal)
         if final.outcome in ("rolled-back", "rollback-failed"):
             lock.report(final.outcome, final.message)
         if output == "json":
@@ -305,7 +305,7 @@ def _preflight(
 
 
 def _info_path(journal: Journal, key: str, given: str | None) -> Path:
-    info = replay(journal.entries()).info
+    info = status_of(journal).info
     value = given or info.get(key)
     if not value:
         raise InputError(f"no {key} recorded for change {journal.change_id}; pass it")
@@ -329,7 +329,7 @@ def _settle_command(
     api = connect(kubeconfig, context)
     journal = existing_journal(change, api, lock_namespace)
     inv = _info_path(journal, "inventory", inventory)
-    plan = recorded_plan(replay(journal.entries()).info, journal.change_id)
+    plan = recorded_plan(status_of(journal).info, journal.change_id)
     drain = DrainPolicy()
     if plan is not None:
         drain = parse_strategy(plan.strategy, plan.location).drain
@@ -337,7 +337,7 @@ def _settle_command(
     with _locked(lock, journal.change_id):
         mirrored(journal, api, lock_namespace)
         progress = _progress(progress_mode)
-        progress.nodes(tuple(replay(journal.entries()).nodes))
+        progress.nodes(tuple(status_of(journal).nodes))
         ctx = _context(api, journal, inv, drain, verify_timeout, progress)
         ctx.interrupt = lock.interrupt
         with _reported_failure(journal, lock, output):
