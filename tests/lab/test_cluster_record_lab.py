@@ -208,3 +208,41 @@ def test_serve_with_its_own_state_directory_rolls_back_on_a_node_alert(
     assert "brought up to date from the cluster record" in r.stderr
     st = {n["node"]: n["state"] for n in json.loads(r.stdout)["nodes"]}
     assert st[canary[0]] == "restored"
+
+
+def test_rollback_puts_back_the_nodes_own_copy_when_every_other_copy_is_lost(
+    lab: Lab, lab_nodes: Any, tmp_path: Path, homes: list[Path]
+) -> None:
+    """Machine A applied, then is lost, and the record's backup ConfigMaps are deleted too: the
+    journal (in the record) still names every original file's sha256, and the node kept the
+    bytes under /var/lib/rollout/backups/<id>/; rollback from machine B restores from there."""
+    names = lab_nodes(2).names
+    canary = names[:1]
+    ns = "rollout-record-node"
+    lock = _namespace(lab, ns)
+    inv = ck.inventory(lab, names, canary, tmp_path / "inv.ini")
+    plan = ck.plan(tmp_path / "plan.yaml", dict.fromkeys(names, "kubeadm"))
+    before = {n: ck.snapshot(lab, n) for n in names}
+    a, b = _machine(lab, tmp_path / "a", homes[0]), _machine(lab, tmp_path / "b", homes[1])
+    args = ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"]
+    r = ck.cli([*args, *lock], a)
+    assert r.returncode == 0, r.stderr[-3000:]
+    change = json.loads(r.stdout)["change"]
+    shutil.rmtree(a["ROLLOUT_STATE_DIR"])
+    code, out = lab.api.request(
+        "DELETE",
+        f"/api/v1/namespaces/{ns}/configmaps?labelSelector=rollout.dev/record%3Dbackup",
+    )
+    assert code == 200, out
+    code, left = lab.api.request(
+        "GET", f"/api/v1/namespaces/{ns}/configmaps?labelSelector=rollout.dev/record%3Dbackup"
+    )
+    assert code == 200 and left["items"] == []
+    node_copy = lab.node_root(canary[0]) / "var/lib/rollout/backups" / change / "manifest.json"
+    assert node_copy.is_file()
+
+    r = ck.cli(["rollback", "--change", change, "-i", str(inv), "--yes", "-o", "json", *lock], b)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for n in names:
+        assert ck.snapshot(lab, n) == before[n], n  # byte for byte, from the node's own copy
+    assert ck.configz(lab, canary[0]).get("cpuManagerPolicy") == "none"

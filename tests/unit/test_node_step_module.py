@@ -336,3 +336,33 @@ def test_the_read_only_check_reports_digests_and_writes_nothing(tmp_path: Path) 
     assert out["status"] == "ok" and out["changed"] is False
     assert out["digests"] == {str(config): sha(before), str(dropin): "absent"}
     assert node.calls == []
+
+
+def test_restore_without_the_bytes_puts_back_the_nodes_own_checked_copy(tmp_path: Path) -> None:
+    """The controller lost the backup (state directory and cluster record): the payload names
+    only the sha256; the node step restores from the copy its apply kept, checked against it,
+    and refuses, writing nothing, when that copy is missing or is other bytes."""
+    config, _, before = _node(tmp_path)
+    new = b"cpuManagerPolicy: static\n"
+    applied = step.run_step(
+        FakeNode(), "apply", _apply_payload(tmp_path, [_file(config, new, sha(before))])
+    )
+    assert applied["status"] == "ok" and config.read_bytes() == new
+    payload = _restore_payload([(config, before, new)])
+    (item,) = payload["restore"]
+    item["content_b64"] = None
+    item["from_node_backup"] = True
+    payload["backup_dir"] = str(tmp_path / "backup" / "c1")
+
+    wrong = json.loads(json.dumps(payload))
+    wrong["restore"][0]["sha256"] = sha(b"something else\n")
+    out = step.run_step(FakeNode(), "restore", wrong)
+    assert out["failed"] and "is not the journal's" in out["msg"] and out["written"] is False
+    missing = {**json.loads(json.dumps(payload)), "backup_dir": str(tmp_path / "nowhere")}
+    out = step.run_step(FakeNode(), "restore", missing)
+    assert out["failed"] and "no node backup of" in out["msg"]
+    assert config.read_bytes() == new  # nothing written by either
+
+    out = step.run_step(FakeNode(), "restore", payload)
+    assert out["status"] == "ok", out
+    assert config.read_bytes() == before and out["changedFiles"] == [str(config)]

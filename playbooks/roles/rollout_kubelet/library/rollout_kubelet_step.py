@@ -12,7 +12,9 @@ apply:   compare-and-swap check of every file to be written (its sha256 must sti
          the same directory, fsync, owner and mode, rename, fsync of the directory) ->
          daemon-reload -> stop -> checkpoint reset -> start -> /healthz wait -> result.
 restore: compare-and-swap check (each file must hold what our apply wrote, or already the
-         original; ``force`` skips the check) -> atomic writes of the original bytes, removal of
+         original; ``force`` skips the check) -> atomic writes of the original bytes (sent by
+         the controller, or, when it has none, this node's own backup checked against the
+         journal's sha256), removal of
          the files and directories the change created -> daemon-reload -> stop -> checkpoint
          reset -> start -> /healthz wait -> result.
 
@@ -458,15 +460,37 @@ def apply(node, payload):
     }
 
 
+def node_copy(backup_dir, item):
+    """The original bytes of ``item`` from this node's own backup (the controller has none):
+    they must be in the manifest the apply wrote and match the journal's sha256."""
+    manifest_path = os.path.join(backup_dir or "", "manifest.json")
+    try:
+        with open(manifest_path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as e:
+        raise StepError("check", "no node backup of %s: %s" % (item["path"], e)) from e
+    for entry in manifest.get("files", []):
+        if entry.get("path") == item["path"] and entry.get("existed"):
+            data = base64.b64decode(entry.get("content_b64") or "")
+            if hashlib.sha256(data).hexdigest() != item["sha256"]:
+                raise StepError(
+                    "check",
+                    "the node's backup of %s is not the journal's %s"
+                    % (item["path"], item["sha256"]),
+                )
+            return data
+    raise StepError("check", "no node backup of %s in %s" % (item["path"], manifest_path))
+
+
 def restore(node, payload, force):
     items = payload["restore"]
     contents = {}
     for item in items:
         if item.get("content_b64") is not None:
             contents[item["path"]] = decode(item)
-    original = {
-        i["path"]: (i["sha256"] if i.get("content_b64") is not None else ABSENT) for i in items
-    }
+        elif item.get("from_node_backup"):
+            contents[item["path"]] = node_copy(payload.get("backup_dir"), item)
+    original = {i["path"]: (i["sha256"] if i["path"] in contents else ABSENT) for i in items}
     allowed = [(i["path"], [*(i.get("current") or []), original[i["path"]]]) for i in items]
     if force:
         current = {i["path"]: digest(i["path"]) for i in items}
