@@ -170,6 +170,8 @@ def apply_cmd(
     drain = prepared.strategy.drain
     if disable_eviction:
         drain = replace(drain, disable_eviction=True)
+    from rollout.kube.lease_objects import holder_identity
+
     change_id = new_change_id(datetime.now(UTC))
     with _locked(lock, change_id):
         journal = mirrored(Journal.create(state_dir(), change_id), api, lock_namespace)
@@ -201,6 +203,7 @@ def apply_cmd(
                     "planText": Path(plan.path).read_text(encoding="utf-8"),
                     "inventory": str(inv.path.resolve()),
                     "intentSha256": intent_digest(plan),
+                    "by": holder_identity(),  # who ran it, in the cluster record too
                 },
                 forward=window_check,
             )

@@ -366,3 +366,25 @@ def test_restore_without_the_bytes_puts_back_the_nodes_own_checked_copy(tmp_path
     out = step.run_step(FakeNode(), "restore", payload)
     assert out["status"] == "ok", out
     assert config.read_bytes() == before and out["changedFiles"] == [str(config)]
+
+
+def test_a_successful_apply_keeps_the_backups_of_the_last_changes_only(tmp_path: Path) -> None:
+    config, _, before = _node(tmp_path)
+    root = tmp_path / "backup"
+    for i in range(12):  # older changes' backups (ids sort by start time)
+        d = root / f"2026010{i // 10}T0{i % 10}0000Z-old"
+        d.mkdir(parents=True)
+        (d / "manifest.json").write_text("{}")
+    (root / "not-a-backup").mkdir()
+    payload = {
+        **_apply_payload(tmp_path, [_file(config, b"new\n", sha(before))]),
+        "keep_backups": 3,
+    }
+    out = step.run_step(FakeNode(), "apply", payload)
+    assert out["status"] == "ok", out
+    kept = sorted(p.name for p in root.iterdir())
+    # this change's own (c1), the 2 newest others, and what is not a backup
+    assert "c1" in kept and "not-a-backup" in kept and len(kept) == 4
+    backups = [k for k in kept if k.endswith("-old")]
+    assert backups == ["20260101T000000Z-old", "20260101T010000Z-old"]
+    assert len(out["prunedBackups"]) == 10

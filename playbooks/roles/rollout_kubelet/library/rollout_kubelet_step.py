@@ -449,6 +449,7 @@ def apply(node, payload):
     node.timings["write"] = round(time.monotonic() - t, 3)
     removed, body = node.restart(payload, bool(state["written"]))
     created = [e["path"] for e in manifest["files"] if not e["existed"]]
+    pruned = prune_backups(payload["backup_dir"], payload.get("keep_backups", KEEP_BACKUPS))
     return {
         "changed": True,
         "changedFiles": state["written"],
@@ -457,7 +458,30 @@ def apply(node, payload):
         "healthz": body,
         "manifest": manifest,
         "backupDir": payload["backup_dir"],
+        "prunedBackups": pruned,
     }
+
+
+KEEP_BACKUPS = 10
+
+
+def prune_backups(backup_dir, keep):
+    """After an apply that succeeded: keep this change's backup and the ``keep - 1`` newest
+    others beside it (by change id, which sorts by start time); remove the older ones. A node
+    then holds the originals of its last ``keep`` changes, whatever its disk."""
+    root, current = os.path.split(os.path.normpath(backup_dir))
+    try:
+        others = sorted(
+            d
+            for d in os.listdir(root)
+            if d != current and os.path.isfile(os.path.join(root, d, "manifest.json"))
+        )
+    except OSError:
+        return []
+    old = others[: max(0, len(others) - (keep - 1))] if keep > 0 else []
+    for d in old:
+        shutil.rmtree(os.path.join(root, d), ignore_errors=True)
+    return old
 
 
 def node_copy(backup_dir, item):
