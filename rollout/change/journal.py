@@ -36,6 +36,12 @@ from typing import Any, Protocol
 from rollout.errors import InputError, Location
 from rollout.models import Path, Phase
 
+SCHEMA_VERSION = 1
+"""The journal's schema version, written as ``v`` in every entry (entries without one are v1).
+An entry of a newer version is refused by name, never guessed at: a rollback must not act on a
+record it cannot read (``tests/unit/test_journal.py::test_an_entry_of_a_newer_schema_is_refused``).
+"""
+
 CHANGE_STEP = "change"
 """The step name of change-level entries (node is None): begin, then done/failed with an outcome."""
 
@@ -82,7 +88,8 @@ class Entry:
 
     def to_json(self) -> str:
         """The entry as one compact JSON line (no newline)."""
-        obj: dict[str, Any] = {"ts": self.ts, "change": self.change, "step": self.step}
+        obj: dict[str, Any] = {"v": SCHEMA_VERSION, "ts": self.ts, "change": self.change}
+        obj["step"] = self.step
         obj["phase"] = self.phase.value
         if self.node is not None:
             obj["node"] = self.node
@@ -94,7 +101,18 @@ class Entry:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Entry:
-        """Build an entry from a parsed JSON object (KeyError/ValueError on a bad shape)."""
+        """Build an entry from a parsed JSON object (KeyError/ValueError on a bad shape).
+
+        Raises:
+            InputError: the entry is of a newer schema than :data:`SCHEMA_VERSION`.
+        """
+        version = obj.get("v", 1)
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise InputError(
+                f"journal entry of schema v{version}, written by a newer rollout; this one reads "
+                f"v{SCHEMA_VERSION}: upgrade rollout to act on this change",
+                Location(field="v"),
+            )
         path = obj.get("path")
         return cls(
             ts=str(obj["ts"]),

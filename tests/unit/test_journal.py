@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -304,3 +305,18 @@ def test_a_replaced_journal_file_is_read_again_from_the_start(tmp_path: Path) ->
     with open(j.file, "ab") as f:
         f.write(b"}\n")
     assert status_of(j).nodes["z"].step is Step.CORDON
+
+
+def test_an_entry_of_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    from rollout.change.journal import SCHEMA_VERSION
+
+    j = Journal.create(tmp_path, "c")
+    j.append("cordon", Phase.BEGIN, now=T, node="n1", path=StepPath.FORWARD)
+    assert f'"v":{SCHEMA_VERSION}' in j.file.read_text()
+    old = {"ts": "t", "change": "c", "step": "cordon", "phase": "done", "node": "n1"}
+    assert Entry.from_json(old).phase is Phase.DONE  # written before the version: v1
+    newer = {**old, "v": SCHEMA_VERSION + 1}
+    with open(j.file, "a") as f:
+        f.write(json.dumps(newer) + "\n")
+    with pytest.raises(InputError, match=f"schema v{SCHEMA_VERSION + 1}, written by a newer"):
+        Journal.open(tmp_path, "c").entries()
