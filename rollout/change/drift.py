@@ -25,11 +25,6 @@ from rollout.change.replaying import NodeStatus
 from rollout.change.verifying import WATCHED, config_mismatches
 from rollout.models import NodeState
 
-LEFT_STATES = (NodeState.APPLIED, NodeState.RESTORED)
-"""The states a change leaves a node in; a node in any other state is in flight or failed,
-which ``rollout status`` reports, not drift."""
-
-
 @dataclass(frozen=True)
 class Left:
     """What a change left on one node.
@@ -44,7 +39,8 @@ class Left:
 
 
 def left_by(status: NodeStatus) -> Left | None:
-    """What the change of ``status`` left on its node (None: it left nothing settled there)."""
+    """What the change of ``status`` left on its node (None: it left nothing settled there: a
+    node in flight or failed is ``rollout status``'s to report, not drift)."""
     if status.state is NodeState.APPLIED:
         rec = status.record
         files: dict[str, str | None] = {
