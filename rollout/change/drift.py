@@ -25,6 +25,7 @@ from rollout.change.replaying import NodeStatus
 from rollout.change.verifying import WATCHED, config_mismatches
 from rollout.models import NodeState
 
+
 @dataclass(frozen=True)
 class Left:
     """What a change left on one node.
