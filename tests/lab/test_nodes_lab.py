@@ -30,6 +30,15 @@ CONFIG = "/var/lib/kubelet/config.yaml"
 CHECKPOINTS = ("var/lib/kubelet/cpu_manager_state", "var/lib/kubelet/memory_manager_state")
 
 
+def _policy(lab: Lab, node: str) -> str | None:
+    """The running kubelet's cpuManagerPolicy, None while it restarts."""
+    code, body = lab.api.request("GET", f"/api/v1/nodes/{node}/proxy/configz")
+    if code != 200:
+        return None
+    data = body if isinstance(body, dict) else json.loads(body)
+    return str(data.get("kubeletconfig", data).get("cpuManagerPolicy"))
+
+
 @pytest.fixture
 def home() -> Any:
     made = Path(tempfile.mkdtemp(prefix="ro-"))  # short: ssh's ControlPath lives under it
@@ -81,7 +90,7 @@ def test_nodes_reports_a_kubeadm_upgrade_rewrite_as_drift_and_nothing_else(
         (root / rel).unlink(missing_ok=True)
     lab.start_kubelet(canary)
     ck.wait_for(
-        lambda: ck.configz(lab, canary).get("cpuManagerPolicy") == "none",
+        lambda: _policy(lab, canary) == "none",
         120,
         f"{canary}'s kubelet back on the upgraded config",
     )
