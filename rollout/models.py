@@ -130,6 +130,8 @@ class NodeChange:
         before: path -> bytes before the change, for every touched path (None: absent).
         before_meta: path -> (mode, owner, group) before the change.
         healthz_url: the kubelet's healthz endpoint on the node (the playbook waits on it).
+        written: path -> sha256 of the bytes the change writes there, when rebuilt from the
+            journal for a restore whose machine has no copy of those bytes (``files`` lacks them).
         expect: path -> the sha256 preflight read for every written path, or ``"absent"``: the
             node step writes only while the node's file still has it (compare-and-swap).
     """
@@ -146,6 +148,7 @@ class NodeChange:
     before_meta: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
     healthz_url: str = "http://127.0.0.1:10248/healthz"
     expect: Mapping[str, str] = field(default_factory=dict)
+    written: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def touched(self) -> tuple[str, ...]:

@@ -95,13 +95,19 @@ class Lock(Protocol):
 
 @dataclass(frozen=True)
 class RestoreFile:
-    """One file to put back: bytes (None: remove it, the change created it) and metadata."""
+    """One file to put back: bytes (None: remove it, the change created it) and metadata.
+
+    ``node_copy``: the sha256 of original bytes this machine has no copy of (neither its state
+    directory nor the cluster record): the node step puts back its own copy, kept under
+    ``/var/lib/rollout/backups/<change>/`` before the first write, after checking that sha256.
+    """
 
     path: str
     content: bytes | None
     mode: str = "0644"
     owner: str = "root"
     group: str = "root"
+    node_copy: str | None = None
 
 
 @dataclass(frozen=True)

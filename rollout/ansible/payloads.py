@@ -250,9 +250,12 @@ class RestorePayload:
                         "group": f.group,
                         "sha256": f.sha256,
                         "current": [f.written] if f.written else [],
+                        # no bytes here: the node puts back its own copy of them (checked)
+                        **({"from_node_backup": True} if f.existed and f.content is None else {}),
                     }
                     for f in self.files
                 ],
+                "backup_dir": f"{BACKUP_ROOT}/{self.change_id}",
                 "remove_dirs": list(self.remove_dirs),
                 "checkpoint_reset": list(self.checkpoint_reset),
                 "service": self.service,

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from rollout.change.draining import drain
 from rollout.change.planning import device_resources
-from rollout.change.replaying import NodeStatus, replay
+from rollout.change.replaying import NodeStatus, status_of
 from rollout.change.restoring import (
     Context,
     change_record,
@@ -91,7 +91,7 @@ def _fail_and_restore(
         One error per node saying which step failed and whether its restore held.
     """
     steps: dict[str, Step] = {}
-    status = replay(ctx.journal.entries())
+    status = status_of(ctx.journal)
     for node, err in failures.items():
         current = status.nodes.get(node, NodeStatus(node))
         step = current.step or Step.PREFLIGHT
@@ -99,7 +99,7 @@ def _fail_and_restore(
             ctx.record(node, step, Phase.FAILED, Path.FORWARD, {"message": str(err)})
         steps[node] = step
         ctx.on_event(f"{node}: {step.value} failed: {err}; restoring the node")
-    status = replay(ctx.journal.entries())
+    status = status_of(ctx.journal)
     restore_errors = restore_nodes(ctx, [status.nodes[n] for n in failures])
     out: dict[str, NodeOperationError | NodeFilesChangedError] = {}
     for node, err in failures.items():
@@ -266,7 +266,7 @@ def _verify_and_uncordon(ctx: Context, change: NodeChange, devices: Mapping[str,
     ctx.record(node, Step.VERIFY, Phase.BEGIN, Path.FORWARD, {"expected": dict(change.expected)})
     verify(ctx.cluster, node, change.expected, devices, ctx.forward_clock, ctx.verify_timeout_s)
     ctx.record(node, Step.VERIFY, Phase.DONE, Path.FORWARD)
-    status = replay(ctx.journal.entries()).nodes[node]
+    status = status_of(ctx.journal).nodes[node]
     ours = status.we_cordoned
     ctx.record(node, Step.UNCORDON, Phase.BEGIN, Path.FORWARD, {"weCordoned": ours})
     if ours:

@@ -26,6 +26,7 @@ import fcntl
 import json
 import os
 import secrets
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,6 +35,12 @@ from typing import Any, Protocol
 
 from rollout.errors import InputError, Location
 from rollout.models import Path, Phase
+
+SCHEMA_VERSION = 1
+"""The journal's schema version, written as ``v`` in every entry (entries without one are v1).
+An entry of a newer version is refused by name, never guessed at: a rollback must not act on a
+record it cannot read (``tests/unit/test_journal.py::test_an_entry_of_a_newer_schema_is_refused``).
+"""
 
 CHANGE_STEP = "change"
 """The step name of change-level entries (node is None): begin, then done/failed with an outcome."""
@@ -81,7 +88,8 @@ class Entry:
 
     def to_json(self) -> str:
         """The entry as one compact JSON line (no newline)."""
-        obj: dict[str, Any] = {"ts": self.ts, "change": self.change, "step": self.step}
+        obj: dict[str, Any] = {"v": SCHEMA_VERSION, "ts": self.ts, "change": self.change}
+        obj["step"] = self.step
         obj["phase"] = self.phase.value
         if self.node is not None:
             obj["node"] = self.node
@@ -93,7 +101,18 @@ class Entry:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Entry:
-        """Build an entry from a parsed JSON object (KeyError/ValueError on a bad shape)."""
+        """Build an entry from a parsed JSON object (KeyError/ValueError on a bad shape).
+
+        Raises:
+            InputError: the entry is of a newer schema than :data:`SCHEMA_VERSION`.
+        """
+        version = obj.get("v", 1)
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise InputError(
+                f"journal entry of schema v{version}, written by a newer rollout; this one reads "
+                f"v{SCHEMA_VERSION}: upgrade rollout to act on this change",
+                Location(field="v"),
+            )
         path = obj.get("path")
         return cls(
             ts=str(obj["ts"]),
@@ -132,6 +151,11 @@ class Journal:
         self.file = directory / "journal.jsonl"
         self.backups = directory / "backups"
         self.mirror: JournalMirror | None = None
+        self._read: list[Entry] = []  # every complete entry read so far, in file order
+        self._offset = 0  # the byte after the last of them
+        self._inode: tuple[int, int] | None = None  # (st_dev, st_ino) they were read from
+        self._reading = threading.Lock()  # the node threads of a batch read the same journal
+        self.generation = 0  # +1 each time the file was replaced and is read from the start
 
     @classmethod
     def create(cls, root: FsPath, change_id: str) -> Journal:
@@ -207,12 +231,56 @@ class Journal:
         return entry
 
     def entries(self) -> list[Entry]:
-        """Read every entry. A torn last line (the process died mid-write) is ignored.
+        """Every entry. A torn last line (the process died mid-write) is ignored.
+
+        Incremental: only the bytes appended since the last call (by this process or another)
+        are read and parsed, so a change that asks after every step costs O(entries), not
+        O(entries^2) (``tests/unit/test_journal.py::test_entries_parse_each_line_once``). A file
+        replaced under the same name (a cache fetched again) is read from the start.
 
         Raises:
             InputError: a line before the last one is not a journal entry (file and line named).
         """
-        return read_entries(self.file)
+        with self._reading:
+            return list(self._catch_up())
+
+    def entries_since(self, count: int) -> list[Entry]:
+        """The entries after the first ``count`` (what a live projection has not seen)."""
+        with self._reading:
+            return self._catch_up()[count:]
+
+    def _catch_up(self) -> list[Entry]:
+        try:
+            st = os.stat(self.file)
+        except OSError as e:
+            raise InputError(f"cannot read journal: {e}", Location(file=str(self.file))) from e
+        if self._inode != (st.st_dev, st.st_ino) or st.st_size < self._offset:
+            if self._inode is not None:
+                self.generation += 1
+            self._read, self._offset, self._inode = [], 0, (st.st_dev, st.st_ino)
+        if st.st_size == self._offset:
+            return self._read
+        with open(self.file, "rb") as f:
+            f.seek(self._offset)
+            tail = f.read()
+        end = tail.rfind(b"\n") + 1  # whole lines only: a torn last one waits for its newline
+        lines = tail[:end].split(b"\n")[:-1]
+        first_line = len(self._read) + 1
+        for i, raw in enumerate(lines):
+            try:
+                self._read.append(Entry.from_json(json.loads(raw)))
+            except (ValueError, KeyError, TypeError) as e:
+                if i == len(lines) - 1 and end == len(tail):
+                    # the last line of the file: a torn write whose newline made it; it is
+                    # cut by the next append's repair, and read again if it is still there
+                    end -= len(raw) + 1
+                    break
+                raise InputError(
+                    f"not a journal entry: {e}",
+                    Location(file=str(self.file), line=first_line + i),
+                ) from e
+        self._offset += end
+        return self._read
 
     def save_backup(self, node: str, content: bytes) -> str:
         """Store an original file's bytes under its sha256 (fsynced); return the digest."""

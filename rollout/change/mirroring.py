@@ -119,6 +119,75 @@ def split_chunks(data: bytes, limit: int) -> list[bytes]:
     return chunks
 
 
+def sync_change(
+    api: Any, namespace: str, root: FsPath, change_id: str, warn: Callable[[str], None]
+) -> str:
+    """Bring this machine's cached journal of ``change_id`` up to the cluster record: entries
+    another machine appended since (the record is longer and begins with every byte here) are
+    appended under the journal's lock, with the backups they name; return what happened:
+    ``"current"``, ``"refreshed"`` or ``"diverged"`` (the record and the cache disagree on an
+    entry both have: the cache is kept, ``warn`` says so) or ``"unreachable"`` (no record read).
+
+    Why: the state directory is a cache. A change applied here, then advanced from another
+    machine (a promote, a rollback from the on-call's laptop), must not be acted on from the
+    stale copy (``tests/unit/test_mirroring.py::test_a_stale_cache_is_refreshed_from_the_record``).
+    """
+    import fcntl
+
+    directory = root / "changes" / change_id
+    try:
+        record = km.fetch(api, namespace, change_id, retry_s=2.0)
+    except Exception as e:  # the cache still answers; say that it may be behind
+        warn(f"warning: cluster record of {change_id} not read ({type(e).__name__}: {e})")
+        return "unreachable"
+    if record is None:
+        return "current"
+    data, backups = record
+    fd = os.open(directory / "journal.jsonl", os.O_RDWR | os.O_APPEND)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        have = os.pread(fd, size, 0)
+        if len(data) <= len(have) or not data.startswith(have):
+            if not have.startswith(data) and not data.startswith(have):
+                warn(
+                    f"warning: the cluster record of {change_id} and {directory} disagree; "
+                    "acting on the local journal"
+                )
+                return "diverged"
+            return "current"
+        _store_backups(directory, change_id, backups)
+        extra = data[len(have) :]
+        view = memoryview(extra)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    read_entries(directory / "journal.jsonl")
+    return "refreshed"
+
+
+def _store_backups(
+    directory: FsPath, change_id: str, backups: list[tuple[str, str, bytes]]
+) -> None:
+    import hashlib
+
+    for node, digest, content in backups:
+        if hashlib.sha256(content).hexdigest() != digest:
+            raise InputError(
+                f"the cluster's backup of {node} does not match its sha256 {digest}",
+                Location(file=km.backup_name(change_id, node, digest)),
+            )
+        target = directory / "backups" / node / digest
+        if target.exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{digest}.fetch")
+        tmp.write_bytes(content)
+        os.replace(tmp, target)
+
+
 def fetch_change(api: Any, namespace: str, root: FsPath, change_id: str | None) -> str | None:
     """Rebuild ``<root>/changes/<id>/`` from the cluster record (``change_id`` None: the latest
     change in the cluster); return the id, or None when the cluster has no such change.
@@ -129,8 +198,6 @@ def fetch_change(api: Any, namespace: str, root: FsPath, change_id: str | None) 
     Raises:
         InputError: a mirrored backup does not match its sha256.
     """
-    import hashlib
-
     if change_id is None:
         change_id = km.latest_change(api, namespace)
         if change_id is None:
@@ -140,15 +207,7 @@ def fetch_change(api: Any, namespace: str, root: FsPath, change_id: str | None) 
         return None
     data, backups = record
     directory = root / "changes" / change_id
-    for node, digest, content in backups:
-        if hashlib.sha256(content).hexdigest() != digest:
-            raise InputError(
-                f"the cluster's backup of {node} does not match its sha256 {digest}",
-                Location(file=km.backup_name(change_id, node, digest)),
-            )
-        target = directory / "backups" / node / digest
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(content)
+    _store_backups(directory, change_id, backups)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "backups").mkdir(exist_ok=True)
     tmp = directory / ".journal.jsonl.fetch"

@@ -19,7 +19,7 @@ from typing import Any
 from rollout.change.applying import apply_batch
 from rollout.change.journal import CHANGE_STEP
 from rollout.change.planning import Batch
-from rollout.change.replaying import ChangeStatus, replay
+from rollout.change.replaying import ChangeStatus, status_of
 from rollout.change.restoring import Context, restore_nodes
 from rollout.change.windows import Decision
 from rollout.errors import (
@@ -68,7 +68,7 @@ def end_change(ctx: Context, outcome: str, message: str, phase: Phase = Phase.DO
     ctx.journal.append(
         CHANGE_STEP, phase, now=ctx.clock.now(), data={"outcome": outcome, "message": message}
     )
-    return replay(ctx.journal.entries())
+    return status_of(ctx.journal)
 
 
 def run_change(
@@ -239,7 +239,7 @@ def _gate(
     if verdict.status is VerdictStatus.FAILED:
         # the gate names what to restore (its onFailure policy); by default all of its nodes
         targets = [n for n in nodes if n in verdict.failed_nodes] or list(nodes)
-        status = replay(ctx.journal.entries())
+        status = status_of(ctx.journal)
         targets = [n for n in targets if status.nodes[n].state is not NodeState.RESTORED]
         errors = _restore_many(ctx, targets, status)
         what = f"gate failed {which}: {verdict.reason}; restored {', '.join(targets)}"
@@ -312,7 +312,7 @@ def _stopped(ctx: Context, reason: StopReason) -> ChangeStatus:
         current = ctx.interrupt.reason() or reason
         if current.lost:
             break  # restore nothing more; the rollback so far is journaled
-        status = replay(ctx.journal.entries())
+        status = status_of(ctx.journal)
         wanted = current.nodes or tuple(status.nodes)
         targets = [
             n
@@ -367,7 +367,7 @@ def rollback(ctx: Context, nodes: Sequence[str] | None = None, force: bool = Fal
         InputError: a named node is not part of the change.
         NodeOperationError: a restore failed (the others still ran); every node's state named.
     """
-    status = replay(ctx.journal.entries())
+    status = status_of(ctx.journal)
     if nodes:
         unknown = [n for n in nodes if n not in status.nodes]
         if unknown:

@@ -194,3 +194,21 @@ def load_plan(path: Path | str) -> Plan:
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"cannot read: {e}", Location(file=str(p))) from e
     return parse_plan(text, str(p))
+
+
+def recorded_plan(info: Mapping[str, Any], change_id: str) -> Plan | None:
+    """The plan a change started with: its file when it is still there, else the text the change
+    recorded (``planText`` in the journal's change entry, and so in the cluster record): a
+    machine that never had the file resumes, rolls back by group and serves alerts with the
+    same plan. None when neither is at hand (a change recorded before ``planText``).
+
+    Raises:
+        InputError, ParseError: the file is there but no longer parses.
+    """
+    path = info.get("plan")
+    if path and Path(str(path)).is_file():
+        return load_plan(str(path))
+    text = info.get("planText")
+    if not isinstance(text, str):
+        return None
+    return parse_plan(text, f"{path or 'plan'} (as recorded in change {change_id})")

@@ -84,9 +84,20 @@ def change_record(change: NodeChange, blobs: Mapping[str, str]) -> dict[str, Any
     }
 
 
-def change_from_record(journal: Journal, node: str, rec: Mapping[str, Any]) -> NodeChange:
-    """Rebuild a node change from its journal record (file bytes from the blob store)."""
-    files = {f["path"]: journal.load_backup(node, f["sha256"]) for f in rec.get("files", ())}
+def change_from_record(
+    journal: Journal, node: str, rec: Mapping[str, Any], for_restore: bool = False
+) -> NodeChange:
+    """Rebuild a node change from its journal record (file bytes from the blob store).
+
+    ``for_restore``: the bytes the change wrote are needed only for their sha256 (a restore
+    accepts them as the file's current content), so a blob this machine lacks is left out of
+    ``files`` and its sha256 kept in ``written``; a forward path (resume) needs every byte.
+    """
+    files = {}
+    for f in rec.get("files", ()):
+        if for_restore and not (journal.backups / node / f["sha256"]).exists():
+            continue
+        files[f["path"]] = journal.load_backup(node, f["sha256"])
     mode = {f["path"]: (f["mode"], f["owner"], f["group"]) for f in rec.get("files", ())}
     return NodeChange(
         node=node,
@@ -99,23 +110,29 @@ def change_from_record(journal: Journal, node: str, rec: Mapping[str, Any]) -> N
         mode=mode,
         healthz_url=str(rec.get("healthzUrl", "http://127.0.0.1:10248/healthz")),
         expect={f["path"]: f["expect"] for f in rec.get("files", ()) if "expect" in f},
+        written={f["path"]: f["sha256"] for f in rec.get("files", ())},
     )
 
 
 def restore_files(
     journal: Journal, node: str, backups: tuple[FileBackup, ...]
 ) -> list[RestoreFile]:
-    """The restore payload: original bytes for files that existed, None for files we created."""
-    return [
-        RestoreFile(
-            path=b.path,
-            content=journal.load_backup(node, b.sha256) if b.existed else None,
-            mode=b.mode,
-            owner=b.owner,
-            group=b.group,
-        )
-        for b in backups
-    ]
+    """The restore payload: original bytes for files that existed, None for files we created.
+
+    A backup this machine does not have (the state directory and the cluster record both lost
+    it) is put back from the node's own copy, which the node step checks against the journal's
+    sha256 (``RestoreFile.node_copy``); a backup that is here but corrupt is refused.
+    """
+    out = []
+    for b in backups:
+        content, node_copy = None, None
+        if b.existed:
+            if (journal.backups / node / b.sha256).exists():
+                content = journal.load_backup(node, b.sha256)
+            else:
+                node_copy = b.sha256
+        out.append(RestoreFile(b.path, content, b.mode, b.owner, b.group, node_copy))
+    return out
 
 
 def needs_uncordon(status: NodeStatus) -> bool:
@@ -243,7 +260,7 @@ def restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, Rol
         if not status.record:
             step_of[node] = Step.UNCORDON
             raise InputError(f"journal has no change record for node {node}")
-        changes[node] = change_from_record(ctx.journal, node, status.record)
+        changes[node] = change_from_record(ctx.journal, node, status.record, for_restore=True)
         step_of[node] = Step.CORDON
         info = ctx.cluster.node(node)
         ctx.record(

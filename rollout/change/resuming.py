@@ -22,7 +22,7 @@ from rollout.change.orchestrator import (
     rollback_targets,
     summary,
 )
-from rollout.change.replaying import ChangeStatus, NodeStatus, replay
+from rollout.change.replaying import ChangeStatus, NodeStatus, replay, status_of
 from rollout.change.restoring import (
     Context,
     change_from_record,
@@ -99,12 +99,12 @@ def settle_node(ctx: Context, s: NodeStatus) -> None:
             return
         except Exception as e:
             err = wrap(e)
-            current = replay(ctx.journal.entries()).nodes[s.node]
+            current = status_of(ctx.journal).nodes[s.node]
             step = current.step or Step.VERIFY
             if current.phase is not Phase.FAILED:  # a refused apply journaled its own failure
                 ctx.record(s.node, step, Phase.FAILED, Path.FORWARD, {"message": str(err)})
             ctx.on_event(f"{s.node}: {step.value} failed on resume: {err}; restoring the node")
-            s = replay(ctx.journal.entries()).nodes[s.node]
+            s = status_of(ctx.journal).nodes[s.node]
         restore_node(ctx, s)
         if isinstance(err, NodeFilesChangedError):  # as the forward path says it (applying.py)
             raise NodeFilesChangedError(
@@ -125,7 +125,7 @@ def resume(ctx: Context, end: bool = True) -> ChangeStatus:
     Raises:
         NodeOperationError: a node could not be settled; every node's state named.
     """
-    status = replay(ctx.journal.entries())
+    status = status_of(ctx.journal)
     todo = [
         s
         for s in status.nodes.values()
@@ -141,7 +141,7 @@ def resume(ctx: Context, end: bool = True) -> ChangeStatus:
             raise NodeFilesChangedError(f"resume stopped: {what}\nnode states:\n{summary(final)}")
         final = end_change(ctx, "resume-failed", what, Phase.FAILED)
         raise NodeOperationError(f"resume failed: {what}\nnode states:\n{summary(final)}")
-    return end_resumed(ctx) if end else replay(ctx.journal.entries())
+    return end_resumed(ctx) if end else status_of(ctx.journal)
 
 
 def end_resumed(ctx: Context) -> ChangeStatus:
@@ -202,7 +202,7 @@ def resume_rollback(ctx: Context, pending: PendingRollback) -> ChangeStatus:
     """
     if pending.force and hasattr(ctx.runner, "force_restore"):
         ctx.runner.force_restore = True
-    status = replay(ctx.journal.entries())
+    status = status_of(ctx.journal)
     named = set(pending.nodes or status.nodes)
     others = [
         n
@@ -211,7 +211,7 @@ def resume_rollback(ctx: Context, pending: PendingRollback) -> ChangeStatus:
         and s.state not in (NodeState.PENDING, NodeState.APPLIED, NodeState.RESTORED)
     ]
     _, errors = in_parallel(others, lambda n: settle_node(ctx, status.nodes[n]))
-    status = replay(ctx.journal.entries())
+    status = status_of(ctx.journal)
     targets = rollback_targets(status, pending.nodes)
     ctx.on_event(f"finishing the rollback: {', '.join(targets) or 'nothing left to restore'}")
     errors.update(restore_nodes(ctx, [status.nodes[n] for n in targets]))

@@ -336,8 +336,12 @@ class PlaybookNodeRunner:
             out.append(
                 BackedUpFile(
                     path=f.path,
-                    existed=f.content is not None,
-                    sha256=hashlib.sha256(f.content).hexdigest() if f.content is not None else None,
+                    existed=f.content is not None or f.node_copy is not None,
+                    sha256=(
+                        hashlib.sha256(f.content).hexdigest()
+                        if f.content is not None
+                        else f.node_copy
+                    ),
                     mode=(m.mode if m and m.mode else f.mode),
                     owner=(m.owner if m and m.owner else f.owner),
                     group=(m.group if m and m.group else f.group),
@@ -346,7 +350,7 @@ class PlaybookNodeRunner:
                     written=(
                         hashlib.sha256(change.files[f.path]).hexdigest()
                         if f.path in change.files
-                        else None
+                        else change.written.get(f.path)
                     ),
                 )
             )

@@ -36,6 +36,7 @@ COMMAND_MODULES = {
     "runbook": "rollout.cli.docs",
     "report": "rollout.cli.docs",
     "evidence": "rollout.cli.docs",
+    "nodes": "rollout.cli.fleet",
 }
 
 

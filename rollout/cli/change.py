@@ -13,7 +13,6 @@ import threading
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -29,16 +28,15 @@ from rollout.errors import InputError, Location, PreflightError
 from rollout.models import Phase
 
 from .options import inventory_option, kube_options, output_option, plan_option
+from .record import existing_journal, mirrored, optional_api
 from .wiring import (
     _confirm,
     _context,
     _echo,
-    _existing,
     _Facts,
     _inventory,
     _lock_ns,
     _locked,
-    _mirrored,
     _preflight,
     _print_status,
     _progress,
@@ -172,9 +170,11 @@ def apply_cmd(
     drain = prepared.strategy.drain
     if disable_eviction:
         drain = replace(drain, disable_eviction=True)
+    from rollout.kube.lease_objects import holder_identity
+
     change_id = new_change_id(datetime.now(UTC))
     with _locked(lock, change_id):
-        journal = _mirrored(Journal.create(state_dir(), change_id), api, lock_namespace)
+        journal = mirrored(Journal.create(state_dir(), change_id), api, lock_namespace)
         _echo(f"change {change_id}: journal {journal.file}")
         if prepared.accepted:
             journal.append(
@@ -198,8 +198,12 @@ def apply_cmd(
                 canary,
                 info={
                     "plan": str(Path(plan.path).resolve()),
+                    # the plan itself, so a machine without the file resumes and rolls back
+                    # with it (rollout.change.plan.recorded_plan)
+                    "planText": Path(plan.path).read_text(encoding="utf-8"),
                     "inventory": str(inv.path.resolve()),
                     "intentSha256": intent_digest(plan),
+                    "by": holder_identity(),  # who ran it, in the cluster record too
                 },
                 forward=window_check,
             )
@@ -235,32 +239,9 @@ def status_cmd(
       rollout status
       rollout status --change 20261130T214802Z-a1b2c3 -o json
     """
-    from rollout.change.journal import latest_change
-
-    api = _optional_api(kubeconfig, context)
-    if change is None and api is not None:
-        from rollout.kube.mirror import latest_change as cluster_latest
-
-        try:
-            remote = cluster_latest(api, lock_namespace, retry_s=2.0)
-        except Exception as e:  # the local journal still answers
-            _echo(f"warning: cannot read the cluster's change record: {e}")
-            remote = None
-        local = latest_change(state_dir())
-        if remote is not None and (local is None or remote > local):
-            change = remote
-    journal = _existing(change, api, lock_namespace)
+    api = optional_api(kubeconfig, context)
+    journal = existing_journal(change, api, lock_namespace)
     _print_status(replay(journal.entries(), journal.change_id), output)
-
-
-def _optional_api(kubeconfig: str | None, context: str | None) -> Any:
-    """An API connection when a kubeconfig loads, else None (status reads local journals)."""
-    from rollout.kube.client import connect
-
-    try:
-        return connect(kubeconfig, context)
-    except InputError:
-        return None
 
 
 COMMANDS = [apply_cmd, status_cmd]

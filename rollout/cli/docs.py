@@ -139,9 +139,25 @@ def runbook_cmd(
     type=click.Path(exists=True, dir_okay=False),
     help="Collected node data (default: evidence.json in the change's directory, if any).",
 )
-def report_cmd(change: str | None, output: str, out: str | None, evidence: str | None) -> None:
+@click.option(
+    "--lock-namespace",
+    default="kube-system",
+    show_default=True,
+    help="Namespace of the change's cluster record (a change this machine lacks is read there).",
+)
+@kube_options
+def report_cmd(
+    change: str | None,
+    output: str,
+    out: str | None,
+    evidence: str | None,
+    lock_namespace: str,
+    kubeconfig: str | None,
+    context: str | None,
+) -> None:
     """Write the change's evidence report from its journal: every node's states over time, the
-    gate's decisions with their inputs, files changed with hashes, and the evidence checks.
+    gate's decisions with their inputs, files changed with hashes, and the evidence checks. A
+    change this machine has no journal for is read from the cluster's record (kubeconfig).
 
     \b
     Examples:
@@ -149,10 +165,10 @@ def report_cmd(change: str | None, output: str, out: str | None, evidence: str |
       rollout report -o html --out report.html
       rollout report -o json | jq .evidence
     """
-    from rollout.change.journal import Journal, state_dir
+    from rollout.cli.record import existing_journal, optional_api
     from rollout.evidence.report import load_report, render
 
-    journal = Journal.open(state_dir(), change)
+    journal = existing_journal(change, optional_api(kubeconfig, context), lock_namespace)
     report = load_report(journal, Path(evidence) if evidence else None)
     _write(render(report, output), out)
 
@@ -181,6 +197,12 @@ def report_cmd(change: str | None, output: str, out: str | None, evidence: str |
     show_default=True,
     help="Device resource whose allocatable is compared with the GPUs found on the node.",
 )
+@click.option(
+    "--lock-namespace",
+    default="kube-system",
+    show_default=True,
+    help="Namespace of the change's cluster record (a change this machine lacks is read there).",
+)
 @output_option
 @kube_options
 def evidence_cmd(
@@ -189,6 +211,7 @@ def evidence_cmd(
     inventory: str | None,
     out: str | None,
     gpu_resource: str,
+    lock_namespace: str,
     output: str,
     kubeconfig: str | None,
     context: str | None,
@@ -207,7 +230,6 @@ def evidence_cmd(
     import json
 
     from rollout.ansible.runner import AnsibleRunner
-    from rollout.change.journal import Journal, state_dir
     from rollout.change.preparing import hosts_for, read_inventory
     from rollout.change.replaying import replay
     from rollout.evidence.checks import build_collection, merge_collection
@@ -217,11 +239,14 @@ def evidence_cmd(
     from rollout.kube.collecting import evidence_pods
     from rollout.kube.nodes import node_info
 
+    from .record import existing_journal
+
     recorded: dict[str, object] = {}
     nodes: list[str] = []
     target = Path(out) if out else None
+    api = connect(kubeconfig, context)
     if change:
-        journal = Journal.open(state_dir(), change)
+        journal = existing_journal(change, api, lock_namespace)
         status = replay(journal.entries())
         recorded, nodes = dict(status.info), list(status.nodes)
         target = target or journal.dir / EVIDENCE_FILE
@@ -236,7 +261,6 @@ def evidence_cmd(
     with tempfile.TemporaryDirectory(prefix="rollout-evidence-") as tmp:
         raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(inv.path, hosts, Path(tmp) / "facts")
     facts = {inv.node_of(h): f for h, f in raw.items()}
-    api = connect(kubeconfig, context)
     allocatable = {n: dict(node_info(api, n).allocatable) for n in nodes}
     pods = {n: evidence_pods(api, n) for n in nodes}
     configz = {}

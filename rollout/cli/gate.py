@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from rollout.cli.options import kube_options, output_option
-from rollout.errors import ExternalError, InputError, Location, NodeOperationError
+from rollout.errors import ExternalError, InputError, Location, NodeOperationError, RolloutError
 from rollout.gate.analysis import GateConfig, Outcome, Predicted, parse_gate_config
 
 #: Exit code of ``rollout watch`` and ``rollout apply`` when the gate holds (Inconclusive or Error).
@@ -165,11 +165,11 @@ def build_soak_gate(
     )
 
 
-def _change_nodes(change_id: str) -> tuple[list[str], float, Any]:
-    from rollout.change.journal import Journal, state_dir
+def _change_nodes(change_id: str, api: Any, lock_namespace: str) -> tuple[list[str], float, Any]:
     from rollout.change.replaying import replay
+    from rollout.cli.record import existing_journal, mirrored
 
-    journal = Journal.open(state_dir(), change_id)
+    journal = mirrored(existing_journal(change_id, api, lock_namespace), api, lock_namespace)
     entries = journal.entries()
     status = replay(entries, change_id)
     nodes = [n for n, s in status.nodes.items() if str(s.state) == "applied"]
@@ -233,8 +233,8 @@ def watch(
     from rollout.models import Phase
 
     cfg = _gate_config(plan_file)
-    nodes, started, journal = _change_nodes(change_id)
     api = connect(kubeconfig, context)
+    nodes, started, journal = _change_nodes(change_id, api, lock_namespace)
     kube_args = _kube_args(kubeconfig, context, lock_namespace)
     trigger = functools.partial(cli_rollback, kube_args=kube_args, wait=False)
 
@@ -290,12 +290,20 @@ def watch(
     show_default=True,
     help="Namespace of the rollout-lock Lease (the change's owner is found there).",
 )
+@click.option(
+    "--drift-interval",
+    type=float,
+    default=300.0,
+    show_default=True,
+    help="Seconds between drift checks of every marked Node (rollout_node_drifted); 0: none.",
+)
 @output_option
 @kube_options
 def serve(
     listen: str,
     token_file: str,
     lock_namespace: str,
+    drift_interval: float,
     output: str,
     kubeconfig: str | None,
     context: str | None,
@@ -305,10 +313,12 @@ def serve(
 
     POST /webhook (Alertmanager webhook_config) or /api/v2/alerts with
     "Authorization: Bearer <token>". An alert's label node names the node: the change that owns
-    it now (the newest change whose journal in $ROLLOUT_STATE_DIR touched it and whose files are
-    on it) is rolled back on that node, or on its batch when the plan says onFailure:
-    rollback-group. An alert with label change_id rolls back that change. Alerts for nodes no
-    change owns: 200, logged, counted, nothing changed. Without the token: 401, nothing happens.
+    it now (the newest change that touched it and whose files are on it; the change the Node's
+    rollout.dev/change label names is fetched from the cluster record into $ROLLOUT_STATE_DIR
+    first, so no disk is shared with the machine that applied) is rolled back on that node, or
+    on its batch when the plan says onFailure: rollback-group. An alert with label change_id
+    rolls back that change. Alerts for nodes no change owns: 200, logged, counted, nothing
+    changed. Without the token: 401, nothing happens.
     The same alert twice, or a second alert for a node already rolled back, rolls back once.
     Each rollback is journaled as a trigger record naming the alert. While a process owns the
     change (apply, promote, resume), the rollback is handed to it and the webhook answers
@@ -322,6 +332,7 @@ def serve(
       rollout serve --listen 127.0.0.1:0 --token-file token -o json --context prod-east
     """
     from rollout.change.journal import state_dir
+    from rollout.cli.record import existing_journal, mirrored
     from rollout.gate.owning import JournalOwners, export_node_states, journal_recorder
     from rollout.gate.serve import AlertReceiver, make_server, parse_listen, read_token
 
@@ -331,22 +342,53 @@ def serve(
     api: list[Any] = []
 
     def lease() -> str | None:
-        from rollout.kube.client import connect
         from rollout.kube.lease_reading import live_lease_change
+
+        return live_lease_change(connected(), lock_namespace)
+
+    def connected() -> Any:
+        from rollout.kube.client import connect
 
         if not api:
             api.append(connect(kubeconfig, context))
-        return live_lease_change(api[0], lock_namespace)
+        return api[0]
+
+    def refresh(node: str) -> None:
+        """The change the alert's Node names, from the cluster record into ``root``."""
+        from rollout.kube.mirror import node_change
+
+        change = node_change(connected(), node)
+        if change:
+            existing_journal(change, connected(), lock_namespace)
+
+    def opener(change_id: str) -> Any:
+        return mirrored(
+            existing_journal(change_id, connected(), lock_namespace), api[0], lock_namespace
+        )
+
+    def cluster_states() -> Any:
+        from rollout.kube.mirror import node_states as labelled
+
+        return labelled(connected())
 
     receiver = AlertReceiver(
         trigger,
-        owners=JournalOwners(root, lease),
-        record=journal_recorder(root),
+        owners=JournalOwners(root, lease, refresh),
+        record=journal_recorder(root, opener),
         log=lambda m: click.echo(f"rollout serve: {m}", err=True),
     )
     server = make_server(
-        parse_listen(listen), read_token(token_file), receiver, export_node_states(root)
+        parse_listen(listen),
+        read_token(token_file),
+        receiver,
+        export_node_states(root, cluster_states),
     )
+    if drift_interval > 0:
+        threading.Thread(
+            target=_drift_loop,
+            args=(connected, lock_namespace, receiver.metrics, drift_interval),
+            daemon=True,
+        ).start()
     port = server.server_address[1]
     host = listen.rpartition(":")[0]
     if output == "json":
@@ -366,6 +408,21 @@ def serve(
         pass
     finally:
         server.server_close()
+
+
+def _drift_loop(
+    connected: Callable[[], Any], lock_namespace: str, metrics: Any, interval: float
+) -> None:
+    """``rollout nodes``' drift on /configz of every marked Node, every ``interval`` seconds,
+    into ``rollout_node_drifted``; a failed round is logged and tried again next time."""
+    from rollout.cli.fleet import survey
+
+    while True:
+        try:
+            metrics.set_drift(survey(connected(), lock_namespace), time.time())
+        except (RolloutError, OSError) as e:
+            click.echo(f"rollout serve: drift check failed: {e}", err=True)
+        time.sleep(interval)
 
 
 def _kube_args(kubeconfig: str | None, context: str | None, lock_namespace: str) -> list[str]:

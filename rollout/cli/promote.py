@@ -20,16 +20,15 @@ from rollout.errors import PreflightError
 from rollout.models import Phase
 
 from .options import inventory_option, kube_options, output_option
+from .record import existing_journal, mirrored
 from .wiring import (
     _change_required,
     _confirm,
     _context,
     _echo,
-    _existing,
     _info_path,
     _lock_ns,
     _locked,
-    _mirrored,
     _preflight,
     _print_status,
     _progress,
@@ -124,7 +123,7 @@ def promote_cmd(
     from rollout.models import NodeState
 
     api = connect(kubeconfig, context)
-    journal = _existing(change, api, lock_namespace)
+    journal = existing_journal(change, api, lock_namespace)
     status = replay(journal.entries(), journal.change_id)
     refusal = promote_refusal(status, last_gate(journal))
     if refusal and status.outcome == "running":
@@ -186,7 +185,7 @@ def promote_cmd(
         "promotion": promotion,
     }
     with _locked(lock, journal.change_id):
-        _mirrored(journal, api, lock_namespace)
+        mirrored(journal, api, lock_namespace)
         progress = _progress(progress_mode)
         progress.nodes(tuple(all_nodes))
         ctx = _context(

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
 
-from rollout.change.plan import load_plan
+from rollout.change.plan import load_plan, recorded_plan
 from rollout.change.previewing import predicted_rejections
 from rollout.change.replaying import ChangeStatus, replay
 from rollout.change.restoring import Context
@@ -19,7 +18,6 @@ from .options import inventory_option, kube_options, output_option
 from .wiring import (
     _change_required,
     _confirm,
-    _existing,
     _info_path,
     _lock_ns,
     _preflight,
@@ -64,10 +62,11 @@ def resume_cmd(
       rollout resume --change 20261130T214802Z-a1b2c3 --yes -o json --progress plain
     """
     _confirm(yes, f"resume change {change}")
-    journal = _existing(change)
-    before = replay(journal.entries(), journal.change_id)
 
     def work(ctx: Context, lock: Any) -> ChangeStatus:
+        # read under the Lease, from the journal _settle_command fetched or refreshed from the
+        # cluster record: a machine that never saw the change resumes it too
+        before = replay(ctx.journal.entries(), ctx.journal.change_id)
         if before.outcome != "running":
             return resume(ctx)  # it had ended (held, completed, stopped): nothing more to start
         pending = unfinished_rollback(ctx.journal.entries())
@@ -123,8 +122,7 @@ def _resume_later_batches(
         for b in info.get("batches", ())
     ]
     todo = [b for b in pending if b]
-    plan_file = info.get("plan")
-    plan = load_plan(str(plan_file)) if plan_file and Path(str(plan_file)).is_file() else None
+    plan = recorded_plan(info, before.change)
     # a gate the crash cut short (or whose verdict was not acted on) is settled first
     has_gate = plan is not None and gate_config(plan) is not None
     regate = unfinished_gate(ctx.journal.entries(), has_gate)

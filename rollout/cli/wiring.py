@@ -20,14 +20,15 @@ from typing import Any
 
 import click
 
-from rollout.change.journal import Journal, state_dir
+from rollout.change.journal import Journal
 from rollout.change.orchestrator import NoGate, summary
-from rollout.change.plan import Plan, load_plan
+from rollout.change.plan import Plan, recorded_plan
 from rollout.change.planning import DrainPolicy, parse_strategy
 from rollout.change.progress import Progress
-from rollout.change.replaying import ChangeStatus, replay
+from rollout.change.replaying import ChangeStatus, status_of
 from rollout.change.restoring import Context
 from rollout.cli.gate import gate_config
+from rollout.cli.record import existing_journal, mirrored
 from rollout.errors import InputError, Location, RolloutError
 from rollout.gate.analysis import Predicted
 from rollout.interrupt import Interrupt
@@ -218,7 +219,7 @@ def _reported_failure(journal: Journal, lock: Any, output: str) -> Iterator[None
     try:
         yield
     except RolloutError:
-        final = replay(journal.entries())
+        final = status_of(journal)
         if final.outcome in ("rolled-back", "rollback-failed"):
             lock.report(final.outcome, final.message)
         if output == "json":
@@ -303,39 +304,8 @@ def _preflight(
         facts.close()
 
 
-def _existing(change: str | None, api: Any = None, lock_namespace: str = "kube-system") -> Journal:
-    """The change's journal from the state directory; with ``api``, a change the directory lacks
-    is fetched from its cluster record first (``rollout.change.mirroring.fetch_change``), so a
-    second machine with the kubeconfig and inventory carries on where the first left off."""
-    root = state_dir()
-    try:
-        return Journal.open(root, change)
-    except InputError:
-        if api is None:
-            raise
-    from rollout.change.mirroring import fetch_change
-
-    fetched = fetch_change(api, lock_namespace, root, change)
-    if fetched is None:
-        raise InputError(
-            f"no change {change or '(latest)'!r} under {root / 'changes'} "
-            f"nor in the cluster's record (namespace {lock_namespace})",
-            Location(field="--change"),
-        )
-    _echo(f"change {fetched}: fetched from the cluster record into {root / 'changes' / fetched}")
-    return Journal.open(root, fetched)
-
-
-def _mirrored(journal: Journal, api: Any, lock_namespace: str) -> Journal:
-    """Attach the cluster mirror: each later append and backup is also written into the cluster
-    (ConfigMaps in ``lock_namespace``, annotations on the Nodes); failures are warnings."""
-    from rollout.change.mirroring import ClusterMirror
-
-    return ClusterMirror(api, lock_namespace, _echo).attach(journal)
-
-
 def _info_path(journal: Journal, key: str, given: str | None) -> Path:
-    info = replay(journal.entries()).info
+    info = status_of(journal).info
     value = given or info.get(key)
     if not value:
         raise InputError(f"no {key} recorded for change {journal.change_id}; pass it")
@@ -357,18 +327,17 @@ def _settle_command(
     from rollout.kube.leases import LeaseLock
 
     api = connect(kubeconfig, context)
-    journal = _existing(change, api, lock_namespace)
+    journal = existing_journal(change, api, lock_namespace)
     inv = _info_path(journal, "inventory", inventory)
-    plan_file = replay(journal.entries()).info.get("plan")
+    plan = recorded_plan(status_of(journal).info, journal.change_id)
     drain = DrainPolicy()
-    if plan_file and Path(str(plan_file)).is_file():
-        plan = load_plan(str(plan_file))
+    if plan is not None:
         drain = parse_strategy(plan.strategy, plan.location).drain
     lock = LeaseLock(api, lock_namespace)
     with _locked(lock, journal.change_id):
-        _mirrored(journal, api, lock_namespace)
+        mirrored(journal, api, lock_namespace)
         progress = _progress(progress_mode)
-        progress.nodes(tuple(replay(journal.entries()).nodes))
+        progress.nodes(tuple(status_of(journal).nodes))
         ctx = _context(api, journal, inv, drain, verify_timeout, progress)
         ctx.interrupt = lock.interrupt
         with _reported_failure(journal, lock, output):

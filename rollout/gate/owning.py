@@ -3,12 +3,14 @@
 Why a module of its own: the decision is pure (:func:`rollout.gate.alerting.owner_of`); this is the
 I/O around it — replaying every change's journal under the state directory, reading each
 change's plan for its ``onFailure`` policy, asking the cluster which change holds the Lease —
-and journaling the ``trigger`` record an alert causes. ``rollout serve`` must run with the same
-state directory (``$ROLLOUT_STATE_DIR``) as the ``rollout apply`` it guards.
+and journaling the ``trigger`` record an alert causes. The journals are a cache: ``rollout serve``
+first fetches the change the alert's Node names (its ``rollout.dev/change`` label) from the
+cluster record, so it needs no disk shared with the ``rollout apply`` it guards.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,17 +43,15 @@ def change_statuses(root: Path) -> list[ChangeStatus]:
 
 
 def rolls_back_group(status: ChangeStatus) -> bool:
-    """Whether the change's plan says ``gate.onFailure: rollback-group`` (False when the plan is
-    gone or unreadable: an alert then rolls back only its own node, the smaller act)."""
-    from rollout.change.plan import load_plan
+    """Whether the change's plan (its file, else the text the change recorded) says
+    ``gate.onFailure: rollback-group`` (False when neither is there or it is unreadable: an alert
+    then rolls back only its own node, the smaller act)."""
+    from rollout.change.plan import recorded_plan
     from rollout.gate.analysis import parse_gate_config
 
-    plan_file = status.info.get("plan")
-    if not plan_file or not Path(str(plan_file)).is_file():
-        return False
     try:
-        plan = load_plan(str(plan_file))
-        if not plan.gate:
+        plan = recorded_plan(status.info, status.change)
+        if plan is None or not plan.gate:
             return False
         cfg = parse_gate_config(plan.gate, file=plan.path, line_of=plan.line_of)
     except RolloutError:
@@ -65,13 +65,25 @@ class JournalOwners:
     Args:
         root: the state directory (``rollout.change.journal.state_dir()``).
         lease: returns the change id the live Lease names (None: no live Lease, or unknown).
+        refresh: called with the alert's node first: ``rollout serve`` fetches the change the
+            Node's ``rollout.dev/change`` label names from the cluster record into ``root``.
     """
 
-    def __init__(self, root: Path, lease: LeaseReader = lambda: None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        lease: LeaseReader = lambda: None,
+        refresh: Callable[[str], None] = lambda node: None,
+    ) -> None:
         self.root = root
         self.lease = lease
+        self.refresh = refresh
 
     def __call__(self, node: str) -> Owner | None:
+        # the change the Node names, fetched or brought up to date from the cluster record;
+        # when that fails the journals here still answer
+        with contextlib.suppress(RolloutError, OSError):
+            self.refresh(node)
         statuses = change_statuses(self.root)
         touched = [c for c in statuses if node in c.nodes]
         try:
@@ -82,13 +94,15 @@ class JournalOwners:
         return owner_of(node, touched, lease_change=lease_change, group_policy=policy)
 
 
-def journal_recorder(root: Path) -> Callable[[str, Mapping[str, Any]], None]:
-    """Appends a ``trigger`` record (phase done) to the named change's journal."""
+def journal_recorder(
+    root: Path, opener: Callable[[str], Journal] | None = None
+) -> Callable[[str, Mapping[str, Any]], None]:
+    """Appends a ``trigger`` record (phase done) to the named change's journal (``opener``: how
+    to open it; ``rollout serve`` fetches it from the cluster record and mirrors the record)."""
 
     def record(change_id: str, data: Mapping[str, Any]) -> None:
-        Journal.open(root, change_id).append(
-            "trigger", Phase.DONE, now=datetime.now(UTC), data=data
-        )
+        journal = opener(change_id) if opener else Journal.open(root, change_id)
+        journal.append("trigger", Phase.DONE, now=datetime.now(UTC), data=data)
 
     return record
 
@@ -106,12 +120,21 @@ def node_states(root: Path) -> dict[str, str]:
     return {n: st for n, (_, st) in out.items()}
 
 
-def export_node_states(root: Path) -> Callable[[Any], None]:
-    """``make_server``'s ``before_metrics``: set ``rollout_node_state`` from the journals."""
+def export_node_states(
+    root: Path, cluster: Callable[[], Mapping[str, str]] | None = None
+) -> Callable[[Any], None]:
+    """``make_server``'s ``before_metrics``: set ``rollout_node_state`` from the journals, and
+    from the Nodes' ``rollout.dev/state`` labels when ``cluster`` reads them (they win: a change
+    applied from another machine is on the Node, not in these journals)."""
     states = [s.value for s in NodeState]
 
     def refresh(metrics: Any) -> None:
-        for node, state in node_states(root).items():
+        current = node_states(root)
+        if cluster is not None:
+            # when the API fails the journals still answer; the next scrape tries again
+            with contextlib.suppress(RolloutError, OSError):
+                current.update(cluster())
+        for node, state in current.items():
             metrics.set_node_state(node, state, states)
 
     return refresh

@@ -107,6 +107,18 @@ class GateMetrics:
             ["action"],
             registry=self.registry,
         )
+        self.drifted = Gauge(
+            "rollout_node_drifted",
+            "1 when the node's live kubelet config differs from what its last change left "
+            "(rollout nodes' drift, on /configz), else 0; by node and change.",
+            ["node", "change"],
+            registry=self.registry,
+        )
+        self.drift_checked = Gauge(
+            "rollout_drift_last_check_timestamp_seconds",
+            "When rollout serve last compared every marked Node with its change (Unix time).",
+            registry=self.registry,
+        )
         self.requests = Counter(
             "rollout_webhook_requests",
             "Webhook requests, by HTTP status code.",
@@ -130,6 +142,15 @@ class GateMetrics:
         """Mark ``node`` as being in ``state`` (and in none of the other ``states``)."""
         for s in states:
             self.node_state.labels(node=node, state=s).set(1 if s == state else 0)
+
+    def set_drift(self, rows: Sequence[Any], at: float) -> None:
+        """Each node's drift from ``rollout nodes``-style rows (a node no longer marked drops
+        out of the series)."""
+        self.drifted.clear()
+        for r in rows:
+            if r.change:
+                self.drifted.labels(node=r.node, change=r.change).set(1 if r.drift else 0)
+        self.drift_checked.set(at)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

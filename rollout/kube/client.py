@@ -9,8 +9,9 @@ eviction, 404, 409) stay with the caller.
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -50,17 +51,36 @@ class Api:
     apis: Discovery
 
 
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+"""Where a pod's ServiceAccount token and CA are mounted (``rollout serve`` in its Deployment)."""
+
+
+def in_cluster(env: Mapping[str, str] | None = None, home: str | None = None) -> bool:
+    """Whether to use the pod's ServiceAccount, as client-go does: no kubeconfig named and none
+    at ``~/.kube/config``, and ``KUBERNETES_SERVICE_HOST`` set."""
+    env = os.environ if env is None else env
+    default = os.path.join(home or os.path.expanduser("~"), ".kube", "config")
+    return bool(env.get("KUBERNETES_SERVICE_HOST")) and not os.path.exists(default)
+
+
 def connect(kubeconfig: str | None = None, context: str | None = None) -> Api:
-    """Load the kubeconfig (``--kubeconfig``/``$KUBECONFIG``/``~/.kube/config``) and context.
+    """Load the kubeconfig (``--kubeconfig``/``$KUBECONFIG``/``~/.kube/config``) and context;
+    in a pod with none of those, its ServiceAccount (:func:`in_cluster`).
 
     Raises:
         InputError: no usable kubeconfig or context.
     """
     cfg = Configuration()
     try:
-        config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig, context=context, client_configuration=cfg
-        )
+        if kubeconfig is None and context is None and in_cluster():
+            config.incluster_config.InClusterConfigLoader(  # type: ignore[no-untyped-call]
+                token_filename=os.path.join(SERVICE_ACCOUNT_DIR, "token"),
+                cert_filename=os.path.join(SERVICE_ACCOUNT_DIR, "ca.crt"),
+            ).load_and_set(cfg)
+        else:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, context=context, client_configuration=cfg
+            )
     except (ConfigException, OSError, TypeError) as e:
         raise InputError(f"cannot load kubeconfig: {e}", Location(file=kubeconfig)) from e
     cfg.retries = False

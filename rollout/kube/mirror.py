@@ -173,11 +173,11 @@ def _items(
 
 
 def fetch(
-    api: Api, namespace: str, change_id: str
+    api: Api, namespace: str, change_id: str, retry_s: float = RETRY_S
 ) -> tuple[bytes, list[tuple[str, str, bytes]]] | None:
     """The mirrored journal (chunks joined in order) and backups ``(node, sha256, bytes)`` of a
     change, or None when the cluster has no journal for it."""
-    items = _items(api, namespace, f"{CHANGE_KEY}={change_id}")
+    items = _items(api, namespace, f"{CHANGE_KEY}={change_id}", retry_s)
     chunks: dict[int, str] = {}
     backups: list[tuple[str, str, bytes]] = []
     for cm in items:
@@ -203,3 +203,33 @@ def latest_change(api: Api, namespace: str, retry_s: float = RETRY_S) -> str | N
     }
     ids.discard("None")
     return max(ids) if ids else None
+
+
+def node_change(api: Api, node: str) -> str | None:
+    """The change a Node's ``rollout.dev/change`` label names (None: no such label)."""
+    body = call(f"read node {node}", api.core.read_node, node, retry_s=2.0)
+    labels = (body.get("metadata") or {}).get("labels") or {}
+    value = labels.get(CHANGE_KEY)
+    return str(value) if value else None
+
+
+def marked_nodes(api: Api, retry_s: float = 2.0) -> dict[str, dict[str, str]]:
+    """Every Node a change marked: name -> ``{"change", "intent", "state"}`` (its labels and
+    annotations), in the API's order."""
+    answer = call("list nodes", api.core.list_node, label_selector=CHANGE_KEY, retry_s=retry_s)
+    out: dict[str, dict[str, str]] = {}
+    for item in answer.get("items") or []:
+        meta = item.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        notes = meta.get("annotations") or {}
+        out[str(meta.get("name"))] = {
+            "change": str(notes.get(CHANGE_KEY) or labels.get(CHANGE_KEY) or ""),
+            "intent": str(notes.get(INTENT_KEY) or ""),
+            "state": str(notes.get(STATE_KEY) or labels.get(STATE_KEY) or ""),
+        }
+    return out
+
+
+def node_states(api: Api) -> dict[str, str]:
+    """Every Node a change marked: its state in the change that last wrote it."""
+    return {n: m["state"] for n, m in marked_nodes(api).items() if m["state"]}

@@ -115,8 +115,11 @@ class CoreV1:
     def read_node(self, name: str, _request_timeout: Any = DEFAULT_TIMEOUT_S) -> Any:
         return self.rest.json("GET", f"/api/v1/nodes/{name}", timeout=_request_timeout)
 
-    def list_node(self, _request_timeout: Any = DEFAULT_TIMEOUT_S) -> Any:
-        return self.rest.json("GET", "/api/v1/nodes", timeout=_request_timeout)
+    def list_node(
+        self, label_selector: str | None = None, _request_timeout: Any = DEFAULT_TIMEOUT_S
+    ) -> Any:
+        query = {"labelSelector": label_selector} if label_selector else None
+        return self.rest.json("GET", "/api/v1/nodes", query=query, timeout=_request_timeout)
 
     def patch_node(
         self, name: str, body: dict[str, Any], _request_timeout: Any = DEFAULT_TIMEOUT_S

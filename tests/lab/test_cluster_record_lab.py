@@ -7,6 +7,13 @@ Machine B, which never saw the change, finds it with ``rollout status`` (no ``--
 latest change in the cluster), reads it with ``status --change ID``, and rolls it back with
 ``rollout rollback --change ID --yes``: the node's files come back byte for byte from the backups
 mirrored into the cluster, and the Node's ``rollout.dev/state`` annotation says ``restored``.
+
+Machine A killed mid-apply (``ROLLOUT_FAILPOINT`` right after the node's files were written) and
+its directory deleted: machine B finishes the change with ``rollout resume`` and rolls it back.
+
+``rollout serve`` with a state directory of its own (the in-cluster receiver shares no disk with
+the operator): an alert naming only the node rolls the change back, found from the Node's
+``rollout.dev/change`` label and the cluster record.
 """
 
 from __future__ import annotations
@@ -14,11 +21,13 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from rollout.change.journal import FAILPOINT_ENV
 from rollout.lab.cluster import Lab
 from tests.lab import changekit as ck
 
@@ -36,6 +45,14 @@ def homes() -> Any:
     yield made
     for h in made:
         shutil.rmtree(h, ignore_errors=True)
+
+
+def _namespace(lab: Lab, ns: str) -> list[str]:
+    code, out = lab.api.request(
+        "POST", "/api/v1/namespaces", {"metadata": {"name": ns}, "kind": "Namespace"}
+    )
+    assert code == 201, out
+    return ["--lock-namespace", ns]
 
 
 def _marks(lab: Lab, node: str) -> dict[str, str]:
@@ -94,3 +111,138 @@ def test_status_and_rollback_from_a_second_machine_after_the_first_is_lost(
     assert ck.configz(lab, canary[0]).get("cpuManagerPolicy") == "none"
     assert _marks(lab, canary[0])["rollout.dev/state"] == "restored"
     assert not ck.unschedulable(lab, canary[0])
+
+
+def test_resume_from_a_second_machine_after_the_first_died_mid_apply(
+    lab: Lab, lab_nodes: Any, tmp_path: Path, homes: list[Path]
+) -> None:
+    names = lab_nodes(2).names
+    canary = names[:1]
+    lock = _namespace(lab, "rollout-record-resume")
+    inv = ck.inventory(lab, names, canary, tmp_path / "inv.ini")
+    plan = ck.plan(tmp_path / "plan.yaml", dict.fromkeys(names, "kubeadm"))
+    before = {n: ck.snapshot(lab, n) for n in names}
+    a, b = _machine(lab, tmp_path / "a", homes[0]), _machine(lab, tmp_path / "b", homes[1])
+
+    killed = {**a, FAILPOINT_ENV: f"apply:done:{canary[0]}"}  # files written, not verified
+    args = ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"]
+    r = ck.cli([*args, *lock], killed)
+    assert r.returncode == -9, (r.returncode, r.stderr[-2000:])
+    journal = ck.latest_journal(Path(a["ROLLOUT_STATE_DIR"]))
+    assert journal is not None
+    change = journal.change_id
+    assert ck.snapshot(lab, canary[0]) != before[canary[0]]  # the new files are on the node
+    shutil.rmtree(a["ROLLOUT_STATE_DIR"])  # machine A is gone, mid-change
+
+    r = ck.cli(["resume", "--change", change, "-i", str(inv), "--yes", "-o", "json", *lock], b)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "fetched from the cluster record" in r.stderr
+    st = {n["node"]: n["state"] for n in json.loads(r.stdout)["nodes"]}
+    assert st[canary[0]] == "applied", st
+    assert ck.configz(lab, canary[0]).get("cpuManagerPolicy") == "static"
+    assert not ck.unschedulable(lab, canary[0])
+    assert _marks(lab, canary[0])["rollout.dev/state"] == "applied"
+
+    r = ck.cli(["rollback", "--change", change, "-i", str(inv), "--yes", "-o", "json", *lock], b)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for n in names:
+        assert ck.snapshot(lab, n) == before[n], n  # byte for byte
+    assert _marks(lab, canary[0])["rollout.dev/state"] == "restored"
+
+
+def test_serve_with_its_own_state_directory_rolls_back_on_a_node_alert(
+    lab: Lab, lab_nodes: Any, tmp_path: Path, homes: list[Path]
+) -> None:
+    names = lab_nodes(2).names
+    canary = names[:1]
+    ns = "rollout-record-serve"
+    lock = _namespace(lab, ns)
+    inv = ck.inventory(lab, names, canary, tmp_path / "inv.ini")
+    plan = ck.plan(tmp_path / "plan.yaml", dict.fromkeys(names, "kubeadm"))
+    before = {n: ck.snapshot(lab, n) for n in names}
+    a = _machine(lab, tmp_path / "a", homes[0])
+    args = ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"]
+    r = ck.cli([*args, *lock], a)
+    assert r.returncode == 0, r.stderr[-3000:]
+    change = json.loads(r.stdout)["change"]
+
+    # the receiver: its own HOME and state directory, the inventory from its environment
+    receiver = {**_machine(lab, tmp_path / "serve", homes[1]), "ROLLOUT_INVENTORY": str(inv)}
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    listen = ["serve", "--listen", "127.0.0.1:0", "--token-file", str(token), *lock]
+    proc = ck.start_cli(listen, receiver)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert "listening on 127.0.0.1:" in line, line
+        port = int(line.split("127.0.0.1:")[1].split()[0])
+        alert = {
+            "status": "firing",
+            "labels": {"alertname": "KubeletTopologyAffinityRejections", "node": canary[0]},
+            "fingerprint": "c0ffee",
+        }
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/webhook",
+            data=json.dumps({"version": "4", "status": "firing", "alerts": [alert]}).encode(),
+            headers={"Content-Type": "application/json", "Authorization": "Bearer s3cret-token"},
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=180) as resp:
+            answer = json.loads(resp.read())
+        (outcome,) = answer["alerts"]
+        assert outcome["action"] == "rolled-back", answer
+        assert outcome["change_id"] == change, answer
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as resp:
+            metrics = resp.read().decode()
+        assert f'rollout_node_state{{node="{canary[0]}",state="restored"}} 1.0' in metrics
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    for n in names:
+        assert ck.snapshot(lab, n) == before[n], n  # byte for byte
+    assert _marks(lab, canary[0])["rollout.dev/state"] == "restored"
+    # the trigger record reached the cluster: machine A, refreshed from it, sees the rollback
+    r = ck.cli(["status", "--change", change, "-o", "json", *lock], a)
+    assert r.returncode == 0, r.stderr
+    assert "brought up to date from the cluster record" in r.stderr
+    st = {n["node"]: n["state"] for n in json.loads(r.stdout)["nodes"]}
+    assert st[canary[0]] == "restored"
+
+
+def test_rollback_puts_back_the_nodes_own_copy_when_every_other_copy_is_lost(
+    lab: Lab, lab_nodes: Any, tmp_path: Path, homes: list[Path]
+) -> None:
+    """Machine A applied, then is lost, and the record's backup ConfigMaps are deleted too: the
+    journal (in the record) still names every original file's sha256, and the node kept the
+    bytes under /var/lib/rollout/backups/<id>/; rollback from machine B restores from there."""
+    names = lab_nodes(2).names
+    canary = names[:1]
+    ns = "rollout-record-node"
+    lock = _namespace(lab, ns)
+    inv = ck.inventory(lab, names, canary, tmp_path / "inv.ini")
+    plan = ck.plan(tmp_path / "plan.yaml", dict.fromkeys(names, "kubeadm"))
+    before = {n: ck.snapshot(lab, n) for n in names}
+    a, b = _machine(lab, tmp_path / "a", homes[0]), _machine(lab, tmp_path / "b", homes[1])
+    args = ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"]
+    r = ck.cli([*args, *lock], a)
+    assert r.returncode == 0, r.stderr[-3000:]
+    change = json.loads(r.stdout)["change"]
+    shutil.rmtree(a["ROLLOUT_STATE_DIR"])
+    code, out = lab.api.request(
+        "DELETE",
+        f"/api/v1/namespaces/{ns}/configmaps?labelSelector=rollout.dev/record%3Dbackup",
+    )
+    assert code == 200, out
+    code, left = lab.api.request(
+        "GET", f"/api/v1/namespaces/{ns}/configmaps?labelSelector=rollout.dev/record%3Dbackup"
+    )
+    assert code == 200 and left["items"] == []
+    node_copy = lab.node_root(canary[0]) / "var/lib/rollout/backups" / change / "manifest.json"
+    assert node_copy.is_file()
+
+    r = ck.cli(["rollback", "--change", change, "-i", str(inv), "--yes", "-o", "json", *lock], b)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for n in names:
+        assert ck.snapshot(lab, n) == before[n], n  # byte for byte, from the node's own copy
+    assert ck.configz(lab, canary[0]).get("cpuManagerPolicy") == "none"

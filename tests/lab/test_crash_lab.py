@@ -284,6 +284,39 @@ def _put_back(w: World, stage: Stage, state: Path) -> None:
         shutil.copytree(stage.state, state)
     else:
         state.mkdir(parents=True)
+    _put_back_record(w, state)
+
+
+def _put_back_record(w: World, state: Path) -> None:
+    """The change's cluster record as the stage's journal was (the record is part of the world
+    a case starts from: a command syncs its local journal up to it before acting), written with
+    the mirror's own chunking."""
+    from rollout.change.mirroring import split_chunks
+    from rollout.kube import mirror as km
+
+    if not w.change:
+        return
+    selector = f"{km.CHANGE_KEY}%3D{w.change},{km.RECORD_KEY}%3Djournal"
+    code, out = w.lab.api.request(
+        "DELETE", f"/api/v1/namespaces/{w.lock_ns}/configmaps?labelSelector={selector}"
+    )
+    assert code == 200, out
+    file = state / "changes" / w.change / "journal.jsonl"
+    if not file.is_file():
+        return
+    for i, data in enumerate(split_chunks(file.read_bytes(), km.CHUNK_BYTES)):
+        body = {
+            "metadata": {
+                "name": km.journal_name(w.change, i),
+                "labels": {**km.MANAGED_BY, km.CHANGE_KEY: w.change, km.RECORD_KEY: "journal"},
+                "annotations": {km.CHUNK_KEY: str(i)},
+            },
+            "data": {"journal.jsonl": data.decode()},
+        }
+        code, out = w.lab.api.request(
+            "POST", f"/api/v1/namespaces/{w.lock_ns}/configmaps", {**body, "kind": "ConfigMap"}
+        )
+        assert code == 201, out
 
 
 def _keys(entries: list[Any]) -> list[str]:

@@ -124,3 +124,45 @@ def test_shipped_role_grants_what_the_tool_needs_and_nothing_of_workloads(
     ]
     for verb, res, group, ns in denied:
         assert not _allowed(sa, verb, res, group, ns), (verb, res, ns)
+
+
+def test_the_serve_deployment_is_accepted_by_the_api_server(lab: Lab, kube: Any) -> None:
+    """deploy/serve.yaml (Deployment and Service of ``rollout serve``) after deploy/rbac.yaml:
+    the real kubectl's server-side dry run, so the API server's own validation and admission
+    (the ServiceAccount, every field of the pod spec) accept it; nothing is created."""
+    import subprocess
+
+    from rollout.lab.binaries import find_bin_dir
+
+    _apply_manifest(kube)
+    manifest = RBAC.with_name("serve.yaml")
+    r = subprocess.run(
+        [
+            str(find_bin_dir() / "kubectl"),
+            "--kubeconfig",
+            str(lab.kubeconfig),
+            "apply",
+            "--dry-run=server",
+            "-o",
+            "name",
+            "-f",
+            str(manifest),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.split()) == ["deployment.apps/rollout-serve", "service/rollout-serve"]
+    code, _ = lab.api.request("GET", "/apis/apps/v1/namespaces/rollout/deployments/rollout-serve")
+    assert code == 404  # a dry run: nothing was created
+    doc = next(d for d in yaml.safe_load_all(manifest.read_text()) if d["kind"] == "Deployment")
+    (container,) = doc["spec"]["template"]["spec"]["containers"]
+    assert container["args"][0] == "serve"
+    env = {e["name"]: e["value"] for e in container["env"]}
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert env["ROLLOUT_STATE_DIR"] in mounts  # its own state directory, not a shared disk
+    assert "/etc/rollout/token" in mounts and env["ANSIBLE_PRIVATE_KEY_FILE"].startswith(
+        "/etc/rollout/ssh/"
+    )

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from rollout import errors
 from rollout.cli import cli
+from rollout.cli.fleet import DRIFT_EXIT
 from rollout.cli.gate import GATE_HOLDS_EXIT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TALKS_TO_API = {
     "apply", "preview", "promote", "rollback", "resume", "watch", "serve", "runbook", "evidence",
     "status",  # reads the cluster's record of a change this machine has no journal for
+    "report",  # the same
+    "nodes",
 }  # fmt: skip
 
 
@@ -84,7 +87,8 @@ def test_documented_exit_codes_match_the_code() -> None:
         for cls in vars(errors).values()
         if isinstance(cls, type) and issubclass(cls, errors.RolloutError)
     }
-    used |= {0, GATE_HOLDS_EXIT}  # success; the gate holds (sys.exit in watch / apply)
+    # success; the gate holds (sys.exit in watch / apply); a node drifted (rollout nodes)
+    used |= {0, GATE_HOLDS_EXIT, DRIFT_EXIT}
     assert documented == used
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -232,3 +233,90 @@ def test_replay_keeps_first_prior_cordon_state_backups_and_outcome() -> None:
     assert st.nodes["m"].state is NodeState.PENDING
     assert (st.outcome, st.message) == ("held", "canary applied")
     assert n.step is Step.CORDON
+
+
+def _node_steps(j: Journal, node: str) -> None:
+    for step in ("cordon", "drain", "backup", "apply", "verify", "uncordon"):
+        j.append(step, Phase.BEGIN, now=T, node=node, path=StepPath.FORWARD)
+        data = {"cordonedByUs": True} if step == "cordon" else {}
+        j.append(step, Phase.DONE, now=T, node=node, path=StepPath.FORWARD, data=data)
+
+
+def test_entries_parse_each_line_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine asks for the status after every step of every node: each line is parsed once
+    over the whole change (O(entries)), not once per question (O(entries^2))."""
+    from rollout.change import journal as jm
+    from rollout.change.replaying import status_of
+
+    parsed = []
+    real = jm.Entry.from_json.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(
+        jm.Entry, "from_json", classmethod(lambda cls, obj: parsed.append(1) or real(cls, obj))
+    )
+    j = Journal.create(tmp_path, "c")
+    j.append(CHANGE_STEP, Phase.BEGIN, now=T, data={"nodes": [f"n{i}" for i in range(40)]})
+    for i in range(40):
+        _node_steps(j, f"n{i}")
+        assert status_of(j).nodes[f"n{i}"].state is NodeState.APPLIED
+        assert len(j.entries()) == 1 + 12 * (i + 1)
+    assert len(parsed) == 1 + 12 * 40
+
+
+def test_the_live_projection_equals_a_full_replay(tmp_path: Path) -> None:
+    from rollout.change.replaying import status_of
+
+    j = Journal.create(tmp_path, "c")
+    j.append(CHANGE_STEP, Phase.BEGIN, now=T, data={"nodes": ["a", "b"], "plan": "p"})
+    assert status_of(j) == replay(j.entries(), "c")
+    _node_steps(j, "a")
+    j.append("cordon", Phase.BEGIN, now=T, node="b", path=StepPath.FORWARD)
+    assert status_of(j) == replay(j.entries(), "c")
+    # another process (another Journal object on the file) appends: both see it
+    other = Journal.open(tmp_path, "c")
+    other.append("restore", Phase.BEGIN, now=T, node="b", path=StepPath.RESTORE)
+    other.append(CHANGE_STEP, Phase.DONE, now=T, data={"outcome": "rolled-back"})
+    live = status_of(j)
+    assert live == replay(read_all(j.file), "c")
+    assert live.outcome == "rolled-back" and live.nodes["b"].state is NodeState.RESTORING
+
+
+def read_all(file: Path) -> list[Entry]:
+    from rollout.change.journal import read_entries
+
+    return read_entries(file)
+
+
+def test_a_replaced_journal_file_is_read_again_from_the_start(tmp_path: Path) -> None:
+    from rollout.change.replaying import status_of
+
+    j = Journal.create(tmp_path, "c")
+    _node_steps(j, "a")
+    assert status_of(j).nodes["a"].state is NodeState.APPLIED
+    # a cache fetched again from the cluster record: a new file renamed over the old one
+    tmp = j.dir / ".journal.jsonl.fetch"
+    tmp.write_bytes(j.file.read_bytes().splitlines(keepends=True)[0])
+    tmp.replace(j.file)
+    assert len(j.entries()) == 1
+    assert status_of(j).nodes["a"].state is NodeState.APPLYING
+    # a torn last line waits for its newline
+    with open(j.file, "ab") as f:
+        f.write(b'{"ts": "t", "change": "c", "step": "cordon", "phase": "done", "node": "z"')
+    assert "z" not in status_of(j).nodes
+    with open(j.file, "ab") as f:
+        f.write(b"}\n")
+    assert status_of(j).nodes["z"].step is Step.CORDON
+
+
+def test_an_entry_of_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    from rollout.change.journal import SCHEMA_VERSION
+
+    j = Journal.create(tmp_path, "c")
+    j.append("cordon", Phase.BEGIN, now=T, node="n1", path=StepPath.FORWARD)
+    assert f'"v":{SCHEMA_VERSION}' in j.file.read_text()
+    old = {"ts": "t", "change": "c", "step": "cordon", "phase": "done", "node": "n1"}
+    assert Entry.from_json(old).phase is Phase.DONE  # written before the version: v1
+    newer = {**old, "v": SCHEMA_VERSION + 1}
+    with open(j.file, "a") as f:
+        f.write(json.dumps(newer) + "\n")
+    with pytest.raises(InputError, match=f"schema v{SCHEMA_VERSION + 1}, written by a newer"):
+        Journal.open(tmp_path, "c").entries()

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from rollout.change.journal import CHANGE_STEP, Journal
-from rollout.change.mirroring import ClusterMirror, fetch_change, split_chunks
+from rollout.change.mirroring import ClusterMirror, fetch_change, split_chunks, sync_change
 from rollout.change.replaying import replay
 from rollout.kube import mirror as km
 from rollout.models import Path as StepPath
@@ -202,3 +202,49 @@ def test_a_corrupt_mirrored_backup_is_refused(tmp_path: Path) -> None:
             b["binaryData"]["content"] = "dGFtcGVyZWQ="
     with pytest.raises(Exception, match="does not match its sha256"):
         fetch_change(api, "kube-system", tmp_path / "b", CHANGE)
+
+
+def test_a_stale_cache_is_refreshed_from_the_record(tmp_path: Path) -> None:
+    """Machine A applied n1; machine B fetched the change, then went on with n2 (mirrored). A's
+    state directory is now a stale cache: sync_change appends B's entries and backups."""
+    api, warnings = FakeApi(), []
+    journal = _change(tmp_path, api, warnings)
+    _forward(journal, "n1")
+    other = tmp_path / "b"
+    fetch_change(api, "kube-system", other, CHANGE)
+    on_b = ClusterMirror(api, "kube-system", warnings.append).attach(Journal.open(other, CHANGE))
+    _forward(on_b, "n2")
+    assert replay(journal.entries()).nodes["n2"].state.value == "pending"
+    assert sync_change(api, "kube-system", tmp_path / "a", CHANGE, warnings.append) == "refreshed"
+    assert journal.file.read_bytes() == on_b.file.read_bytes()
+    status = replay(journal.entries())
+    assert status.nodes["n2"].state.value == "applied"
+    digest = status.nodes["n2"].backups[0].sha256
+    assert journal.load_backup("n2", digest) == b"original bytes of n2\n"
+    # nothing new: the cache is current, not rewritten
+    assert sync_change(api, "kube-system", tmp_path / "a", CHANGE, warnings.append) == "current"
+    assert warnings == []
+
+
+def test_a_cache_ahead_of_the_record_or_disagreeing_with_it_is_kept(tmp_path: Path) -> None:
+    api, warnings = FakeApi(), []
+    journal = _change(tmp_path, api, warnings)
+    api.core.down = True  # the mirror falls behind: the local journal is ahead
+    _forward(journal, "n1")
+    api.core.down = False
+    before = journal.file.read_bytes()
+    assert sync_change(api, "kube-system", tmp_path / "a", CHANGE, warnings.append) == "current"
+    assert journal.file.read_bytes() == before
+    # another writer's record that does not begin with these bytes: kept, and said
+    for b in api.core.maps.values():
+        if b["metadata"]["labels"][km.RECORD_KEY] == "journal":
+            b["data"]["journal.jsonl"] = b["data"]["journal.jsonl"].replace("f00d", "beef")
+            b["data"]["journal.jsonl"] += b["data"]["journal.jsonl"]
+    warnings.clear()
+    assert sync_change(api, "kube-system", tmp_path / "a", CHANGE, warnings.append) == "diverged"
+    assert journal.file.read_bytes() == before
+    assert any("disagree" in w for w in warnings)
+    api.core.down = True
+    assert sync_change(api, "kube-system", tmp_path / "a", CHANGE, warnings.append) == (
+        "unreachable"
+    )

@@ -336,3 +336,55 @@ def test_the_read_only_check_reports_digests_and_writes_nothing(tmp_path: Path) 
     assert out["status"] == "ok" and out["changed"] is False
     assert out["digests"] == {str(config): sha(before), str(dropin): "absent"}
     assert node.calls == []
+
+
+def test_restore_without_the_bytes_puts_back_the_nodes_own_checked_copy(tmp_path: Path) -> None:
+    """The controller lost the backup (state directory and cluster record): the payload names
+    only the sha256; the node step restores from the copy its apply kept, checked against it,
+    and refuses, writing nothing, when that copy is missing or is other bytes."""
+    config, _, before = _node(tmp_path)
+    new = b"cpuManagerPolicy: static\n"
+    applied = step.run_step(
+        FakeNode(), "apply", _apply_payload(tmp_path, [_file(config, new, sha(before))])
+    )
+    assert applied["status"] == "ok" and config.read_bytes() == new
+    payload = _restore_payload([(config, before, new)])
+    (item,) = payload["restore"]
+    item["content_b64"] = None
+    item["from_node_backup"] = True
+    payload["backup_dir"] = str(tmp_path / "backup" / "c1")
+
+    wrong = json.loads(json.dumps(payload))
+    wrong["restore"][0]["sha256"] = sha(b"something else\n")
+    out = step.run_step(FakeNode(), "restore", wrong)
+    assert out["failed"] and "is not the journal's" in out["msg"] and out["written"] is False
+    missing = {**json.loads(json.dumps(payload)), "backup_dir": str(tmp_path / "nowhere")}
+    out = step.run_step(FakeNode(), "restore", missing)
+    assert out["failed"] and "no node backup of" in out["msg"]
+    assert config.read_bytes() == new  # nothing written by either
+
+    out = step.run_step(FakeNode(), "restore", payload)
+    assert out["status"] == "ok", out
+    assert config.read_bytes() == before and out["changedFiles"] == [str(config)]
+
+
+def test_a_successful_apply_keeps_the_backups_of_the_last_changes_only(tmp_path: Path) -> None:
+    config, _, before = _node(tmp_path)
+    root = tmp_path / "backup"
+    for i in range(12):  # older changes' backups (ids sort by start time)
+        d = root / f"2026010{i // 10}T0{i % 10}0000Z-old"
+        d.mkdir(parents=True)
+        (d / "manifest.json").write_text("{}")
+    (root / "not-a-backup").mkdir()
+    payload = {
+        **_apply_payload(tmp_path, [_file(config, b"new\n", sha(before))]),
+        "keep_backups": 3,
+    }
+    out = step.run_step(FakeNode(), "apply", payload)
+    assert out["status"] == "ok", out
+    kept = sorted(p.name for p in root.iterdir())
+    # this change's own (c1), the 2 newest others, and what is not a backup
+    assert "c1" in kept and "not-a-backup" in kept and len(kept) == 4
+    backups = [k for k in kept if k.endswith("-old")]
+    assert backups == ["20260101T000000Z-old", "20260101T010000Z-old"]
+    assert len(out["prunedBackups"]) == 10

@@ -12,7 +12,9 @@ apply:   compare-and-swap check of every file to be written (its sha256 must sti
          the same directory, fsync, owner and mode, rename, fsync of the directory) ->
          daemon-reload -> stop -> checkpoint reset -> start -> /healthz wait -> result.
 restore: compare-and-swap check (each file must hold what our apply wrote, or already the
-         original; ``force`` skips the check) -> atomic writes of the original bytes, removal of
+         original; ``force`` skips the check) -> atomic writes of the original bytes (sent by
+         the controller, or, when it has none, this node's own backup checked against the
+         journal's sha256), removal of
          the files and directories the change created -> daemon-reload -> stop -> checkpoint
          reset -> start -> /healthz wait -> result.
 
@@ -447,6 +449,7 @@ def apply(node, payload):
     node.timings["write"] = round(time.monotonic() - t, 3)
     removed, body = node.restart(payload, bool(state["written"]))
     created = [e["path"] for e in manifest["files"] if not e["existed"]]
+    pruned = prune_backups(payload["backup_dir"], payload.get("keep_backups", KEEP_BACKUPS))
     return {
         "changed": True,
         "changedFiles": state["written"],
@@ -455,7 +458,52 @@ def apply(node, payload):
         "healthz": body,
         "manifest": manifest,
         "backupDir": payload["backup_dir"],
+        "prunedBackups": pruned,
     }
+
+
+KEEP_BACKUPS = 10
+
+
+def prune_backups(backup_dir, keep):
+    """After an apply that succeeded: keep this change's backup and the ``keep - 1`` newest
+    others beside it (by change id, which sorts by start time); remove the older ones. A node
+    then holds the originals of its last ``keep`` changes, whatever its disk."""
+    root, current = os.path.split(os.path.normpath(backup_dir))
+    try:
+        others = sorted(
+            d
+            for d in os.listdir(root)
+            if d != current and os.path.isfile(os.path.join(root, d, "manifest.json"))
+        )
+    except OSError:
+        return []
+    old = others[: max(0, len(others) - (keep - 1))] if keep > 0 else []
+    for d in old:
+        shutil.rmtree(os.path.join(root, d), ignore_errors=True)
+    return old
+
+
+def node_copy(backup_dir, item):
+    """The original bytes of ``item`` from this node's own backup (the controller has none):
+    they must be in the manifest the apply wrote and match the journal's sha256."""
+    manifest_path = os.path.join(backup_dir or "", "manifest.json")
+    try:
+        with open(manifest_path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as e:
+        raise StepError("check", "no node backup of %s: %s" % (item["path"], e)) from e
+    for entry in manifest.get("files", []):
+        if entry.get("path") == item["path"] and entry.get("existed"):
+            data = base64.b64decode(entry.get("content_b64") or "")
+            if hashlib.sha256(data).hexdigest() != item["sha256"]:
+                raise StepError(
+                    "check",
+                    "the node's backup of %s is not the journal's %s"
+                    % (item["path"], item["sha256"]),
+                )
+            return data
+    raise StepError("check", "no node backup of %s in %s" % (item["path"], manifest_path))
 
 
 def restore(node, payload, force):
@@ -464,9 +512,9 @@ def restore(node, payload, force):
     for item in items:
         if item.get("content_b64") is not None:
             contents[item["path"]] = decode(item)
-    original = {
-        i["path"]: (i["sha256"] if i.get("content_b64") is not None else ABSENT) for i in items
-    }
+        elif item.get("from_node_backup"):
+            contents[item["path"]] = node_copy(payload.get("backup_dir"), item)
+    original = {i["path"]: (i["sha256"] if i["path"] in contents else ABSENT) for i in items}
     allowed = [(i["path"], [*(i.get("current") or []), original[i["path"]]]) for i in items]
     if force:
         current = {i["path"]: digest(i["path"]) for i in items}
