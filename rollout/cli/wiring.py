@@ -305,7 +305,7 @@ def _preflight(
     pods are not refusals."""
     from rollout.change.preparing import ClusterReader, prepare
 
-    reader = ClusterReader(api)
+    reader = ClusterReader(api, {inv.node_of(h) for h in inv.hosts})
     # the API reads that do not need the facts go on while the nodes answer
     reads = threading.Thread(target=reader.prefetch, daemon=True)
     reads.start()
