@@ -1,6 +1,7 @@
-"""``--forks`` against the lab: a batch of 6 SSH nodes applied and rolled back with ``--forks 2``
-never has more than 2 ssh processes running as children of the rollout process (facts, apply and
-restore over plain ssh), and the apply runs in 3 waves.
+"""``--forks`` against the lab: a batch of 6 SSH nodes applied with ``--forks 2`` never has more
+than 2 ssh processes running as children of the rollout process (facts and apply over plain
+ssh), and runs in 3 waves; rolled back with the default bound, the same count sees all 6 restores
+at once.
 
 How the children are counted: the test polls ``/proc`` every few milliseconds for processes named
 ``ssh`` whose parent is the rollout process (the SSH master connections that ``ControlPersist``
@@ -70,7 +71,7 @@ def _watch(proc: subprocess.Popen[str]) -> tuple[int, int, str, str]:
     return peak, len(seen), out, err
 
 
-def test_forks_bounds_the_ssh_children_of_an_apply_and_a_rollback(
+def test_forks_bounds_the_ssh_children_of_an_apply(
     lab: Lab, lab_nodes: Any, tmp_path: Path
 ) -> None:
     started = time.monotonic()
@@ -92,13 +93,13 @@ def test_forks_bounds_the_ssh_children_of_an_apply_and_a_rollback(
     assert peak == FORKS, (peak, seen)
     print(f"apply --forks {FORKS}: peak {peak} ssh children at once, {seen} in all")
 
-    proc = ck.start_cli(
-        ["rollback", "--change", doc["change"], "--yes", "-o", "json", "--forks", str(FORKS)], env
-    )
+    # the control: the rollback with the default bound (50) restores all six at once, and the
+    # same count sees it, so a peak of 2 above is the bound and not the counter's blind spot
+    proc = ck.start_cli(["rollback", "--change", doc["change"], "--yes", "-o", "json"], env)
     peak, seen, out, err = _watch(proc)
     assert proc.returncode == 0, err
     assert {n["state"] for n in json.loads(out)["nodes"]} == {"restored"}
     assert seen >= NODES, (seen, err)
-    assert peak == FORKS, (peak, seen)
-    print(f"rollback --forks {FORKS}: peak {peak}, {seen} in all")
+    assert peak > FORKS, (peak, seen)
+    print(f"rollback, default forks: peak {peak}, {seen} in all")
     print(f"forks lab test: {time.monotonic() - started:.1f}s")

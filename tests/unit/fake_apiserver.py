@@ -11,6 +11,7 @@ only the reads preflight makes are answered, everything else is an empty list.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -85,13 +86,19 @@ class Fleet:
         self.requests: Counter[str] = Counter()
         self.expire_once: set[str] = set()  # continue tokens answered 410 Gone, once each
         self.lock = threading.Lock()
+        self._listed: dict[str, list[dict[str, Any]]] = {}
 
     def pods(self, selector: str) -> list[dict[str, Any]]:
         terms = [t for t in selector.split(",") if t]
         on = [t.split("=", 1)[1] for t in terms if t.startswith("spec.nodeName=")]
+        if not on and selector in self._listed:  # the same cluster-wide selection, page after page
+            return self._listed[selector]
         pods = self.by_node.get(on[0], []) if on else self.all_pods()
         skip = {t.split("!=", 1)[1] for t in terms if t.startswith("status.phase!=")}
-        return [p for p in pods if p["status"]["phase"] not in skip]
+        out = [p for p in pods if p["status"]["phase"] not in skip]
+        if not on:
+            self._listed[selector] = out
+        return out
 
     def all_pods(self) -> list[dict[str, Any]]:
         return [p for pods in self.by_node.values() for p in pods] + self.unbound
@@ -100,6 +107,12 @@ class Fleet:
 def _handler(fleet: Fleet) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:
+            super().setup()
+            # headers and body are separate writes: without this, Nagle's algorithm and the
+            # client's delayed ACK add 40 ms to every answer (kube-apiserver has no such wait)
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -116,6 +129,11 @@ def _handler(fleet: Fleet) -> type[BaseHTTPRequestHandler]:
             url = urlsplit(self.path)
             q = {k: v[0] for k, v in parse_qs(url.query).items()}
             selector = q.get("fieldSelector", "")
+            if url.path == "/_requests":  # the counts, for a client in another process
+                with fleet.lock:
+                    self._answer(200, dict(fleet.requests))
+                    fleet.requests.clear()
+                return
             kind = url.path
             if url.path == "/api/v1/pods":
                 kind = "pods on a node" if "spec.nodeName=" in selector else "pods, a page"
@@ -161,6 +179,16 @@ def serving(fleet: Fleet) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def serve_forever(nodes: int, pods: int, port_out: Any) -> None:
+    """Build a :class:`Fleet` and serve it until killed (a benchmark's server process; the port
+    is sent on ``port_out``, a ``multiprocessing`` connection). ``GET /_requests`` answers the
+    request counts so far and resets them."""
+    fleet = Fleet(nodes, pods)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fleet))
+    port_out.send(server.server_address[1])
+    server.serve_forever()
 
 
 def api_for(url: str) -> Any:
