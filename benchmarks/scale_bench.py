@@ -10,16 +10,17 @@ Usage::
 a real ``run_change`` over the unit fakes, one canary batch of 2 nodes then one of 2, templated to N
 nodes in batches of 50, backups hard-linked per node), read back by ``rollout status`` and
 ``rollout report -o json`` as subprocesses (no kubeconfig: the local journal only). Each command's
-CPU seconds (user + system) and peak RSS come from ``wait4``'s rusage of that process; medians of
-``--rounds``.
+CPU seconds (user + system) come from ``wait4``'s rusage of that process, its peak RSS from its
+``VmHWM`` (:func:`hwm_mb`); medians of ``--rounds``.
 
 ``preflight``: preflight's reads ahead of the facts (``ClusterReader.prefetch``: version,
 discovery, Nodes, PDBs, ResourceSlices, controllers, pods) against a loopback stand-in of the API
 server (``tests/unit/fake_apiserver.py``, in its own process) holding N Nodes with ``--pods`` pods
 each, for an inventory of 8 of them. ``before`` is the pod read preflight made until issue 23
 (one ``spec.nodeName`` listing per Node of the cluster, what ``prefetch`` did), ``after`` the
-paginated listing it makes now; each in a fresh client process (CPU seconds, wall, peak RSS), the
-requests counted by the server.
+paginated listing it makes now; each in a fresh client process (CPU seconds and wall of the
+reads, the imports before them excluded; peak RSS as ``VmHWM``), the
+requests counted by the server; the two alternate, ``--rounds`` times, medians reported.
 
 Prints the raw numbers as JSON, then a Markdown table.
 """
@@ -112,22 +113,39 @@ def synthetic_journal(root: Path, n: int, tmp: Path) -> Path:
     return cdir / "journal.jsonl"
 
 
+def hwm_mb(pid: int | str = "self") -> float:
+    """The process's peak resident set (``VmHWM`` in ``/proc/PID/status``), MB; 0 once gone.
+
+    Not ``ru_maxrss``: Linux carries a parent's peak RSS into a child across fork and exec, so a
+    child started by this (large) benchmark process would report at least the benchmark's own
+    peak. ``VmHWM`` belongs to the child's own address space, which starts empty at exec."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def _measure(argv: list[str], env: dict[str, str]) -> dict[str, float]:
-    """Run ``argv``; its CPU seconds, wall seconds and peak RSS (MB), from ``wait4``."""
+    """Run ``argv``; its CPU seconds (``wait4``), wall seconds and peak RSS (MB, ``VmHWM``
+    polled every 5 ms until it exits: the last reading is within 5 ms of its end)."""
     started = time.monotonic()
-    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    assert p.stderr is not None
-    err = p.stderr.read()
-    _, status, ru = os.wait4(p.pid, 0)
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peak = 0.0
+    while True:
+        peak = max(peak, hwm_mb(p.pid))
+        pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            break
+        time.sleep(0.005)
     p.returncode = os.waitstatus_to_exitcode(status)
     wall = time.monotonic() - started
     if p.returncode != 0:
-        raise SystemExit(f"{argv[3:]} failed ({p.returncode}): {err.decode()[-800:]}")
-    return {
-        "cpu_s": ru.ru_utime + ru.ru_stime,
-        "wall_s": wall,
-        "rss_mb": ru.ru_maxrss / 1024,
-    }
+        raise SystemExit(f"{argv[3:]} failed ({p.returncode})")
+    return {"cpu_s": ru.ru_utime + ru.ru_stime, "wall_s": wall, "rss_mb": peak}
 
 
 _CLI = "import sys; from rollout.cli import cli; sys.exit(cli.main(prog_name='rollout'))"
@@ -162,8 +180,6 @@ def journal_bench(sizes: list[int], rounds: int) -> dict[str, Any]:
 def _prefetch_child(strategy: str, url: str) -> None:
     """In a fresh process: preflight's reads ahead of the facts, the ``before`` or ``after`` way;
     prints CPU seconds, wall and peak RSS."""
-    import resource
-
     t0, c0 = time.monotonic(), time.process_time()
     from rollout.change.preparing import ClusterReader
     from rollout.kube import nodes as kn
@@ -195,13 +211,13 @@ def _prefetch_child(strategy: str, url: str) -> None:
         "wall_s": time.monotonic() - t1,
         "import_cpu_s": c1 - c0,
         "import_wall_s": t1 - t0,
-        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_mb": hwm_mb(),
         "pods": pods,
     }
     print(json.dumps(done))
 
 
-def preflight_bench(sizes: list[int], pods: int) -> dict[str, Any]:
+def preflight_bench(sizes: list[int], pods: int, rounds: int) -> dict[str, Any]:
     from urllib.request import urlopen
 
     from tests.unit.fake_apiserver import serve_forever
@@ -215,19 +231,29 @@ def preflight_bench(sizes: list[int], pods: int) -> dict[str, Any]:
         url = f"http://127.0.0.1:{parent.recv()}"
         row: dict[str, Any] = {"nodes": n, "pods_per_node": pods}
         try:
-            for strategy in ("before", "after"):
-                urlopen(f"{url}/_requests").read()  # reset the counts
-                p = subprocess.run(
-                    [sys.executable, __file__, "_prefetch", strategy, url],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                    env={**os.environ, "PYTHONPATH": str(REPO)},
-                )
-                got = json.loads(p.stdout.strip().splitlines()[-1])
-                got["requests"] = json.loads(urlopen(f"{url}/_requests").read())
-                got["requests_total"] = sum(got["requests"].values())
-                row[strategy] = got
+            runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+            for _ in range(rounds):
+                for strategy in ("before", "after"):  # alternating, so load hits both alike
+                    urlopen(f"{url}/_requests").read()  # reset the counts
+                    p = subprocess.run(
+                        [sys.executable, __file__, "_prefetch", strategy, url],
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                        env={**os.environ, "PYTHONPATH": str(REPO)},
+                    )
+                    got = json.loads(p.stdout.strip().splitlines()[-1])
+                    got["requests"] = json.loads(urlopen(f"{url}/_requests").read())
+                    got["requests_total"] = sum(got["requests"].values())
+                    runs[strategy].append(got)
+            for strategy, got_all in runs.items():
+                row[strategy] = {
+                    "raw": got_all,
+                    **{
+                        k: statistics.median(g[k] for g in got_all)
+                        for k in ("cpu_s", "wall_s", "rss_mb", "requests_total", "pods")
+                    },
+                }
         finally:
             server.kill()
             server.join()
@@ -260,7 +286,7 @@ def _table(journal: dict[str, Any] | None, preflight: dict[str, Any] | None) -> 
             b, a = r["before"], r["after"]
             lines.append(
                 f"| {int(n):,} | {int(n) * r['pods_per_node']:,} "
-                f"| {b['requests_total']:,} / {a['requests_total']:,} "
+                f"| {int(b['requests_total']):,} / {int(a['requests_total']):,} "
                 f"| {b['cpu_s']:.2f} / {a['cpu_s']:.2f} | {b['wall_s']:.2f} / {a['wall_s']:.2f} "
                 f"| {b['rss_mb']:.0f} / {a['rss_mb']:.0f} |"
             )
@@ -283,7 +309,7 @@ def main() -> None:
         journal = journal_bench(sizes, a.rounds)
     if a.what in ("preflight", "all"):
         sizes = [int(x) for x in (a.nodes or "0,500,2000,5000").split(",")]
-        preflight = preflight_bench(sizes, a.pods)
+        preflight = preflight_bench(sizes, a.pods, a.rounds)
     print(json.dumps({"journal": journal, "preflight": preflight}, indent=2))
     print(_table(journal, preflight))
 
