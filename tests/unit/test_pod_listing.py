@@ -72,3 +72,23 @@ def test_a_token_that_keeps_expiring_is_an_error_naming_the_listing() -> None:
     with serving(fleet) as url, pytest.raises(ExternalError, match="continue token expired"):
         kn.pods_by_node(api_for(url), keep=set(), page=100)
     assert fleet.requests["pods, a page"] == 3 * 2  # three tries of a page and its 410
+
+
+def test_pod_requests_are_summed_as_quantities() -> None:
+    """The records the capacity check sums: requests over containers, as the API writes them
+    (the parse is cached per distinct value; a value that does not parse counts 0)."""
+    pod = {
+        "metadata": {"name": "p", "namespace": "ns"},
+        "spec": {
+            "nodeName": "n1",
+            "containers": [
+                {"resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}},
+                {"resources": {"requests": {"cpu": "1.5", "memory": "1G"}}},
+                {"resources": {"requests": {"cpu": "lots"}}},
+            ],
+        },
+    }
+    ref = kn.to_pod_ref(pod)
+    assert ref.cpu_millis == 100 + 1500
+    assert ref.memory_bytes == 64 * 2**20 + 10**9
+    assert kn.to_pod_ref(pod) == ref  # the same again, from the cache
