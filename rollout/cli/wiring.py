@@ -171,11 +171,13 @@ def _context(
 
 _forks_option = click.option(
     "--forks",
+    envvar="ROLLOUT_FORKS",
     type=click.IntRange(min=1),
     default=DEFAULT_FORKS,
     show_default=True,
     help="At most this many nodes at once: ssh calls, playbook forks and per-node work; a "
-    "batch wider than it runs in waves (default: the shipped ansible.cfg's forks).",
+    "batch wider than it runs in waves (default: the shipped ansible.cfg's forks; "
+    "$ROLLOUT_FORKS).",
 )
 
 _progress_option = click.option(

@@ -285,3 +285,26 @@ def test_a_restore_of_many_nodes_is_bounded_too(tmp_path: Path) -> None:
         mp.undo()
     assert status.outcome == "rolled-back"
     assert seen and set(seen) == {3}
+
+
+@pytest.mark.parametrize("command", ["apply", "promote", "resume", "rollback"])
+def test_every_changing_command_takes_forks_from_the_option_or_the_environment(
+    command: str,
+) -> None:
+    """``--forks`` and ``$ROLLOUT_FORKS`` on each changing command; below one is refused naming
+    the option, before anything is read or touched."""
+    from click.testing import CliRunner
+
+    from rollout.cli import cli
+
+    runner = CliRunner()
+    args = [command, "--change", "x"] if command != "apply" else [command]
+    for extra, env in (
+        (["--forks", "0"], {}),
+        ([], {"ROLLOUT_FORKS": "0"}),
+    ):
+        r = runner.invoke(cli, [*args, *extra], env=env)
+        assert r.exit_code == 2, r.output
+        assert "Invalid value for '--forks'" in r.output
+    help_text = runner.invoke(cli, [command, "--help"]).output
+    assert "--forks" in help_text and "ROLLOUT_FORKS" in help_text
