@@ -29,6 +29,7 @@ from typing import Any
 
 from rollout import assets
 from rollout.ansible.runner import ENV
+from rollout.fanout import DEFAULT_FORKS, workers
 
 #: The role's modules that can run without Ansible (each defines ``direct(args)``).
 STEP = "rollout_kubelet_step"
@@ -326,13 +327,15 @@ def run_all(
     calls: Mapping[str, tuple[Target, Mapping[str, Any]]],
     timeout_s: Callable[[Mapping[str, Any]], float],
     module: str = STEP,
+    forks: int = DEFAULT_FORKS,
 ) -> dict[str, dict[str, Any]]:
-    """:func:`run_step` on every host of ``calls`` (host -> target and arguments) at once, one ssh
-    call each; each host's result, in the order of ``calls``."""
+    """:func:`run_step` on every host of ``calls`` (host -> target and arguments), one ssh call
+    each, at most ``forks`` at once (``--forks``; the next host's call starts as one ends); each
+    host's result, in the order of ``calls``."""
 
     def one(host: str) -> dict[str, Any]:
         t, args = calls[host]
         return run_step(t, args, timeout_s(args), module)
 
-    with ThreadPoolExecutor(max_workers=max(1, len(calls))) as pool:
+    with ThreadPoolExecutor(max_workers=workers(len(calls), forks)) as pool:
         return dict(zip(calls, pool.map(one, calls), strict=True))

@@ -17,6 +17,7 @@ from typing import Any
 from rollout.ansible import direct
 from rollout.ansible.runner import _write_json
 from rollout.errors import ExternalError
+from rollout.fanout import DEFAULT_FORKS
 
 #: role variables (defaults/main.yml, overridable per host) -> the facts module's arguments
 FACTS_VARS = {
@@ -46,9 +47,10 @@ def facts_direct(
     hostvars: Mapping[str, Mapping[str, Any]],
     out: Path,
     playbook_dir: Path,
+    forks: int = DEFAULT_FORKS,
 ) -> dict[str, dict[str, Any]] | None:
-    """What facts.yml does, over one plain ssh call per host, all hosts at once; None when a host
-    needs more than plain ssh (then the playbook runs).
+    """What facts.yml does, over one plain ssh call per host, at most ``forks`` at once; None
+    when a host needs more than plain ssh (then the playbook runs).
 
     Raises:
         ExternalError: as :meth:`AnsibleRunner.gather_facts`.
@@ -65,7 +67,7 @@ def facts_direct(
             return None  # a templated or missing role variable: only Ansible can render it
         jobs[h] = (t, args)
 
-    results = direct.run_all(jobs, lambda _args: FACTS_TIMEOUT_S, module=direct.FACTS)
+    results = direct.run_all(jobs, lambda _args: FACTS_TIMEOUT_S, module=direct.FACTS, forks=forks)
     bad = {h: r for h, r in results.items() if r.get("failed") or "node_facts" not in r}
     if bad:
         detail = "; ".join(

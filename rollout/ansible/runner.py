@@ -2,7 +2,8 @@
 
 Why a wrapper: the orchestrator needs per-host outcomes (ok / failed at which step / unreachable),
 not Ansible's event stream, and it must not pay Ansible's start-up cost more than once per batch.
-So one call runs one playbook for all hosts of a batch (``forks`` = number of hosts), over
+So one call runs one playbook for all hosts of a batch (``forks``: the number of hosts, at most
+``--forks``, see :mod:`rollout.fanout`), over
 pipelined SSH with ControlPersist, with fact gathering off. The node-side work of an apply or a
 restore is one module call per host (``rollout_kubelet_step``); its result, read from the event
 stream, is the host's report. Per-host outcomes are computed by a pure function
@@ -45,6 +46,7 @@ from rollout.ansible.outcomes import (
 )
 from rollout.ansible.payloads import ApplyPayload, Backup, RestorePayload
 from rollout.errors import ExternalError, InputError, Location
+from rollout.fanout import DEFAULT_FORKS, workers
 
 # what callers of rollout.ansible.runner import from here, though it now lives beside it
 __all__ = [
@@ -165,6 +167,8 @@ class AnsibleRunner:
         playbook_dir: where the playbooks live (default: the ones rollout ships,
             ``rollout.assets.playbooks()``).
         envvars: extra environment for Ansible (e.g. ``ANSIBLE_PYTHON_INTERPRETER``).
+        forks: at most this many hosts at once, in a playbook run and over plain ssh
+            (``--forks``; :mod:`rollout.fanout`).
     """
 
     def __init__(
@@ -172,8 +176,10 @@ class AnsibleRunner:
         private_data_dir_root: Path,
         playbook_dir: Path | None = None,
         envvars: Mapping[str, str] | None = None,
+        forks: int = DEFAULT_FORKS,
     ) -> None:
         self.root = Path(private_data_dir_root)
+        self.forks = forks
         self.playbook_dir = Path(playbook_dir) if playbook_dir else assets.playbooks()
         self.envvars = {
             **ENV,
@@ -226,7 +232,7 @@ class AnsibleRunner:
             return True
 
         extra = {"rollout_hosts": "all", **extravars}
-        forks = max(1, len(hosts)) if hosts else 50
+        forks = workers(len(hosts), self.forks) if hosts else self.forks
         started = time.monotonic()
         limit = playbook_timeout()
         slot = self._take_slot()
@@ -292,7 +298,8 @@ class AnsibleRunner:
 
         With ``hostvars`` (the inventory's, as ``ansible-inventory --list`` gives them) and every
         host reachable with plain ssh, the facts module runs over one ssh call per host, all at
-        once (:func:`rollout.ansible.gathering.facts_direct`): no Ansible start-up, and each call
+        once (at most ``forks``; :func:`rollout.ansible.gathering.facts_direct`): no Ansible
+        start-up, and each call
         leaves the SSH master connection open for the apply, verify and restore that follow.
         Otherwise facts.yml runs.
 
@@ -304,7 +311,7 @@ class AnsibleRunner:
         if hosts and hostvars is not None:
             from rollout.ansible.gathering import facts_direct  # it imports this module
 
-            direct_facts = facts_direct(hosts, hostvars, out, self.playbook_dir)
+            direct_facts = facts_direct(hosts, hostvars, out, self.playbook_dir, self.forks)
             if direct_facts is not None:
                 return direct_facts
         result = self.run(

@@ -152,7 +152,7 @@ def apply_batch(
         except Exception as e:  # any failure, even an unexpected one, must restore the node
             raise _fail_and_restore(ctx, {node: wrap(e)})[node] from e
 
-    devices, errors = in_parallel(order, prepare)
+    devices, errors = in_parallel(order, prepare, ctx.forks)
     ready = [n for n in order if n in devices]
     late: dict[str, RolloutError] = {}
     if ready and (reason := ctx.interrupt.reason()) is not None:
@@ -170,7 +170,7 @@ def apply_batch(
                 late[node] = err
         applied = [n for n in ready if n not in late]
         _, verify_errors = in_parallel(
-            applied, lambda n: _verify_and_uncordon(ctx, by_node[n], devices[n])
+            applied, lambda n: _verify_and_uncordon(ctx, by_node[n], devices[n]), ctx.forks
         )
         late.update(verify_errors)
     if late:
@@ -239,7 +239,7 @@ def _pipelined(
             raise _fail_and_restore(ctx, {node: wrap(e)})[node] from e
 
     order = list(by_node)
-    _, errors = in_parallel(order, node_path)
+    _, errors = in_parallel(order, node_path, ctx.forks)
     return {n: _as_node_error(errors[n]) for n in order if n in errors}
 
 

@@ -30,6 +30,7 @@ from rollout.errors import (
     PreflightError,
     RolloutError,
 )
+from rollout.fanout import waves
 from rollout.interrupt import StopReason, StopRequested
 from rollout.models import NodeChange, NodeState, Path, Phase, Verdict, VerdictStatus
 from rollout.protocols import Gate
@@ -186,8 +187,7 @@ def _batches(
         ctx.interrupt.check()
         if forward is not None and i > 0 and not (window := forward(ctx.clock.now())).allowed:
             return end_change(ctx, "held", f"change window closed; holding: {window.reason}")
-        ctx.on_event(f"batch {i + 1}/{len(batches)}: {', '.join(batch.nodes)}")
-        failures = apply_batch(ctx, [changes[n] for n in batch.nodes])
+        failures = _apply_in_waves(ctx, changes, batch.nodes, f"batch {i + 1}/{len(batches)}")
         ctx.interrupt.check()  # the batch's failures are the interrupt's doing: settle below
         if failures:
             what = "; ".join(str(e) for e in failures.values())
@@ -206,6 +206,35 @@ def _batches(
             return end_change(ctx, "held", f"canary applied; holding (gate: {_last_reason(ctx)})")
     ctx.interrupt.check()
     return end_change(ctx, "completed", f"{len(changes)} node(s) applied")
+
+
+def _apply_in_waves(
+    ctx: Context, changes: Mapping[str, NodeChange], nodes: Sequence[str], name: str
+) -> Mapping[str, RolloutError]:
+    """Apply one batch; a batch wider than ``ctx.forks`` runs in consecutive waves of at most
+    that many nodes (``rollout.fanout.waves``), each wave's nodes through their whole forward
+    path before the next wave starts, and the progress display says so. A wave with a failed
+    node ends the batch: the later waves' nodes stay pending (untouched), as a later batch's do.
+
+    Returns:
+        The failed nodes of the last wave run (empty: every node applied and verified).
+    """
+    parts = waves(list(nodes), ctx.forks)
+    if len(parts) <= 1:
+        ctx.on_event(f"{name}: {', '.join(nodes)}")
+        return apply_batch(ctx, [changes[n] for n in nodes])
+    ctx.on_event(
+        f"{name}: {len(nodes)} node(s) in {len(parts)} waves of at most {ctx.forks} "
+        f"(--forks {ctx.forks})"
+    )
+    for j, wave in enumerate(parts):
+        if j:
+            ctx.interrupt.check()
+        ctx.on_event(f"{name} wave {j + 1}/{len(parts)}: {', '.join(wave)}")
+        failures = apply_batch(ctx, [changes[n] for n in wave])
+        if failures:
+            return failures
+    return {}
 
 
 def _gate(

@@ -11,7 +11,7 @@ prints and what the orchestrator runs. The inventory it runs on is read by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,14 +121,22 @@ class ClusterReader:
 
     :meth:`prefetch` reads what does not depend on the nodes' facts (run it while the facts are
     gathered); each answer it got is then served once from memory instead of read again. It lists
-    the Nodes once and each node's pods once: the checks' records (:class:`NodeInfo`,
-    :class:`PodRef`) and the admission preview's objects come from the same listing.
+    the Nodes once and the cluster's pods once, paginated (:func:`rollout.kube.nodes.pods_by_node`:
+    no request per Node, so the requests do not grow with the Nodes outside the inventory): the
+    checks' records (:class:`NodeInfo`, :class:`PodRef`) and the admission preview's objects
+    come from the same listings.
+
+    Args:
+        api: the API connection.
+        nodes: the Node names of the inventory: only their pods are kept as whole objects (the
+            admission preview reads them); None keeps every node's.
     """
 
-    def __init__(self, api: Any) -> None:
+    def __init__(self, api: Any, nodes: Collection[str] | None = None) -> None:
         self._kn = kn
         self._wl = workloads
         self.api = api
+        self.wanted = None if nodes is None else frozenset(nodes)
         self._got: dict[tuple[str, str], Any] = {}
 
     def _read(self, key: tuple[str, str], read: Callable[[], Any]) -> Any:
@@ -138,7 +146,7 @@ class ClusterReader:
 
     def prefetch(self) -> None:
         """Read the server version, ``resource.k8s.io`` versions, Nodes, PDBs, DRA drivers,
-        controllers and every node's pods now; any error is left for the real read to raise."""
+        controllers and the cluster's pods now; any error is left for the real read to raise."""
         try:
             versions = self.resource_versions()
             objects = self.node_objects()
@@ -150,11 +158,8 @@ class ClusterReader:
                 ("pdbs", ""): self.pdbs(),
                 ("dra", ",".join(versions)): self.dra(versions),
                 ("controllers", ""): self.controllers(),
+                ("pod_listing", ""): self.pod_listing(),
             }
-            for n in objects:
-                pods = self._kn.pod_objects_on(self.api, n)
-                got[("pods", n)] = self._kn.pod_refs(pods)
-                got[("pod_objects", n)] = self._wl.oldest_first(pods)
         except Exception:  # prepare's own reads raise it, properly
             return
         self._got.update(got)
@@ -170,8 +175,13 @@ class ClusterReader:
     def nodes(self) -> dict[str, NodeInfo]:
         return dict(self._read(("nodes", ""), lambda: self._kn.list_nodes(self.api)))
 
-    def pods(self, node: str) -> list[PodRef]:
-        return list(self._read(("pods", node), lambda: self._kn.pods_on_node(self.api, node)))
+    def pod_listing(self) -> tuple[dict[str, list[PodRef]], dict[str, list[dict[str, Any]]]]:
+        """Every pod not finished, by node: as records (every node) and as objects, oldest
+        first (the inventory's nodes); one paginated listing."""
+        refs, objects = self._read(
+            ("pod_listing", ""), lambda: self._kn.pods_by_node(self.api, self.wanted)
+        )
+        return dict(refs), dict(objects)
 
     def pdbs(self) -> list[Any]:
         return list(self._read(("pdbs", ""), lambda: self._kn.list_pdbs(self.api)))
@@ -186,9 +196,6 @@ class ClusterReader:
 
     def node_objects(self) -> dict[str, dict[str, Any]]:
         return dict(self._read(("node_objects", ""), lambda: self._wl.node_objects(self.api)))
-
-    def pod_objects(self, node: str) -> list[dict[str, Any]]:
-        return list(self._read(("pod_objects", node), lambda: self._wl.pod_objects(self.api, node)))
 
     def controllers(self) -> list[dict[str, Any]]:
         return list(self._read(("controllers", ""), lambda: self._wl.controller_objects(self.api)))
@@ -258,7 +265,8 @@ def prepare(
     warnings += restarts
     moving = [n for b in batches for n in b.nodes]
     dra = cluster.dra(versions)
-    pods = {n: cluster.pods(n) for n in all_nodes}
+    listed, pod_objects = cluster.pod_listing()
+    pods = {n: listed.get(n, []) for n in all_nodes}
     pdbs = cluster.pdbs()
     for n in order:
         problems += check_double_ownership(n, all_nodes[n].allocatable, dra.get(n, []))
@@ -268,7 +276,7 @@ def prepare(
         problems += check_capacity(b.nodes, all_nodes, pods)
     previews: list[NodePreview] = []
     try:
-        previews = _previews(cluster, moving, facts, raw_facts, facts_dir)
+        previews = _previews(cluster, moving, facts, raw_facts, facts_dir, pod_objects)
     except ValueError as e:  # the kubelet would not start with this config (its own words)
         problems.append(f"admission preview: the kubelet would not start: {e}")
     refused, warned, accepted = decide(previews, accept_predicted_rejections)
@@ -298,8 +306,10 @@ def _previews(
     facts: Mapping[str, NodeFacts],
     raw_facts: Mapping[str, Mapping[str, Any]],
     facts_dir: Path,
+    pod_objects: Mapping[str, Sequence[dict[str, Any]]],
 ) -> list[NodePreview]:
-    """The admission preview of every node that moves (``rollout.change.previewing``)."""
+    """The admission preview of every node that moves (``rollout.change.previewing``), over
+    each node's pods (``pod_objects``: oldest first)."""
     objects = cluster.node_objects()
     controllers = cluster.controllers()
     out = []
@@ -307,6 +317,6 @@ def _previews(
         f = facts[n]
         hw = node_facts_from_dict(raw_facts[f.host], file=str(facts_dir / f"{f.host}.json"))
         out.append(
-            preview_node(objects[n], hw, f.kubelet_after, cluster.pod_objects(n), controllers)
+            preview_node(objects[n], hw, f.kubelet_after, list(pod_objects.get(n, ())), controllers)
         )
     return out

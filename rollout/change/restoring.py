@@ -22,6 +22,7 @@ from rollout.change.planning import DrainPolicy
 from rollout.change.replaying import NodeStatus
 from rollout.change.verifying import verify
 from rollout.errors import ExternalError, InputError, NodeOperationError, RolloutError
+from rollout.fanout import DEFAULT_FORKS, workers
 from rollout.interrupt import Interrupt, InterruptibleClock
 from rollout.models import FileBackup, NodeChange, Path, Phase, Step
 from rollout.protocols import Clock, Cluster, NodeRunner, RestoreFile, RunResult
@@ -39,6 +40,8 @@ class Context:
     verify_timeout_s: float = 120.0
     on_event: Callable[[str], None] = lambda _m: None
     interrupt: Interrupt = field(default_factory=Interrupt)
+    #: at most this many nodes are worked on at once (``--forks``; see ``rollout.fanout``)
+    forks: int = DEFAULT_FORKS
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -160,9 +163,10 @@ def wrap(e: Exception) -> RolloutError:
 
 
 def in_parallel(
-    nodes: Sequence[str], work: Callable[[str], T]
+    nodes: Sequence[str], work: Callable[[str], T], forks: int = DEFAULT_FORKS
 ) -> tuple[dict[str, T], dict[str, RolloutError]]:
-    """Run ``work`` on each node at once (inline for one node): results and failures by node.
+    """Run ``work`` on each node, at most ``forks`` at once (inline for one node): results and
+    failures by node. A node waits for a free worker before its work starts.
 
     A ``BaseException`` that is not an ``Exception`` (SIGINT, a test's stand-in for SIGKILL) is
     re-raised once every node's work has ended: it stops the process, it does not fail a node.
@@ -178,7 +182,7 @@ def in_parallel(
     if not nodes:
         return results, failures
     fatal: BaseException | None = None
-    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+    with ThreadPoolExecutor(max_workers=workers(len(nodes), forks)) as pool:
         futures = {n: pool.submit(work, n) for n in nodes}
         for n, f in futures.items():
             exc = f.exception()
@@ -285,7 +289,7 @@ def restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, Rol
         )
         ctx.on_event(f"{node}: restoring {len(files[node])} file(s)")
 
-    in_parallel(list(by_node), guarded(Step.CORDON, prepare))
+    in_parallel(list(by_node), guarded(Step.CORDON, prepare), ctx.forks)
 
     todo = [n for n in by_node if n in files and n not in failed]
     if todo:
@@ -332,5 +336,5 @@ def restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, Rol
         ctx.record(node, Step.UNCORDON, Phase.DONE, Path.RESTORE, {"uncordoned": mine})
         ctx.on_event(f"{node}: restored" + ("" if mine else " (cordon state left as it was)"))
 
-    in_parallel([n for n in by_node if n not in failed], guarded(Step.UNCORDON, finish))
+    in_parallel([n for n in by_node if n not in failed], guarded(Step.UNCORDON, finish), ctx.forks)
     return {n: failed[n] for n in by_node if n in failed}

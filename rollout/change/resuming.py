@@ -132,7 +132,9 @@ def resume(ctx: Context, end: bool = True) -> ChangeStatus:
         if s.state not in (NodeState.PENDING, NodeState.APPLIED, NodeState.RESTORED)
     ]
     ctx.on_event(f"resuming {status.change}: {', '.join(s.node for s in todo) or 'nothing to do'}")
-    _, errors = in_parallel([s.node for s in todo], lambda n: settle_node(ctx, status.nodes[n]))
+    _, errors = in_parallel(
+        [s.node for s in todo], lambda n: settle_node(ctx, status.nodes[n]), ctx.forks
+    )
     if errors:
         what = "; ".join(str(e) for e in errors.values())
         if all(isinstance(e, NodeFilesChangedError) for e in errors.values()):
@@ -210,7 +212,7 @@ def resume_rollback(ctx: Context, pending: PendingRollback) -> ChangeStatus:
         if n not in named
         and s.state not in (NodeState.PENDING, NodeState.APPLIED, NodeState.RESTORED)
     ]
-    _, errors = in_parallel(others, lambda n: settle_node(ctx, status.nodes[n]))
+    _, errors = in_parallel(others, lambda n: settle_node(ctx, status.nodes[n]), ctx.forks)
     status = status_of(ctx.journal)
     targets = rollback_targets(status, pending.nodes)
     ctx.on_event(f"finishing the rollback: {', '.join(targets) or 'nothing left to restore'}")

@@ -3,13 +3,14 @@
 Why an adapter: the orchestrator speaks in ``NodeChange`` and ``RestoreFile``; the node step
 module takes per-host JSON payloads (``rollout.ansible.payloads``). Where every host of a call is
 reachable with plain ssh (``rollout.ansible.direct.target``), the module runs over one ssh call
-per host, all hosts at once, through the SSH master connection preflight's facts call opened: no
-Ansible start-up on the critical path (it cost ~7 s per batch on a busy 2-core controller). Other
-hosts (``become``, another connection plugin, templated variables) share one apply.yml /
-restore.yml run per batch (``forks`` = batch size). Either way the same module does the same
-work, so the playbooks stay the by-hand equivalent. Outcomes stay per host, so a node that fails
-or is unreachable fails alone. A restore prefers the metadata (mode, owner, group, directories we
-created) that the apply recorded on the node, and always the bytes the journal holds.
+per host, at most ``--forks`` at once, through the SSH master connection preflight's facts call
+opened: no Ansible start-up on the critical path (it cost ~7 s per batch on a busy 2-core
+controller). Other hosts (``become``, another connection plugin, templated variables) share one
+apply.yml / restore.yml run per batch (``forks`` = batch size, at most ``--forks``). Either way
+the same module does the same work, so the playbooks stay the by-hand equivalent. Outcomes stay
+per host, so a node that fails or is unreachable fails alone. A restore prefers the metadata
+(mode, owner, group, directories we created) that the apply recorded on the node, and always the
+bytes the journal holds.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from rollout.ansible.runner import (
     _write_json,
 )
 from rollout.errors import RolloutError
+from rollout.fanout import DEFAULT_FORKS
 from rollout.models import NodeChange
 from rollout.protocols import RestoreFile, RunResult
 
@@ -80,11 +82,14 @@ class PlaybookNodeRunner:
         direct_restore: bool = True,
         direct_apply: bool = True,
         hostvars: Mapping[str, Mapping[str, Any]] | None = None,
+        forks: int = DEFAULT_FORKS,
     ) -> None:
         self.root = root
         self.inventory = inventory
         self.on_event = on_event
-        self.ansible = AnsibleRunner(root)
+        #: at most this many hosts at once, over ssh and in a playbook run (``rollout.fanout``)
+        self.forks = forks
+        self.ansible = AnsibleRunner(root, forks=forks)
         #: restore over files someone edited after our write (``rollback --force``)
         self.force_restore = force_restore
         #: restores run the node step over plain ssh (no Ansible start-up) where a host allows
@@ -299,7 +304,7 @@ class PlaybookNodeRunner:
                     args[arg] = hv[var]
             jobs[host] = (t, args)
         out: dict[str, HostResult] = {}
-        for host, res in direct.run_all(jobs, _direct_timeout).items():
+        for host, res in direct.run_all(jobs, _direct_timeout, forks=self.forks).items():
             status: HostStatus = "ok"
             if res.get("unreachable"):
                 status = "unreachable"

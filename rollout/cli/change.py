@@ -34,6 +34,7 @@ from .wiring import (
     _context,
     _echo,
     _Facts,
+    _forks_option,
     _inventory,
     _lock_ns,
     _locked,
@@ -81,6 +82,7 @@ def _import_kube() -> None:
 )
 @_lock_ns
 @_verify_timeout
+@_forks_option
 @_progress_option
 @output_option
 @kube_options
@@ -95,6 +97,7 @@ def apply_cmd(
     accept_rejections: bool,
     lock_namespace: str,
     verify_timeout: float,
+    forks: int,
     progress_mode: str,
     output: str,
     kubeconfig: str | None,
@@ -110,6 +113,7 @@ def apply_cmd(
       rollout apply --plan plan.yaml -i inventory.ini --yes
       rollout apply --yes --progress plain 2> apply.log
       rollout apply --canary --yes --accept-predicted-rejections
+      rollout apply --yes --forks 20
     """
     from rollout.change.inventory import start_inventory
 
@@ -129,7 +133,7 @@ def apply_cmd(
     # not run twice: Python's import lock)
     threading.Thread(target=_import_kube, daemon=True).start()
     inv = start_inventory(_inventory(inventory))()
-    facts = _Facts(inv)
+    facts = _Facts(inv, forks)
     try:
         from rollout.kube.canaries import canaries_in_progress
         from rollout.kube.client import connect
@@ -144,7 +148,7 @@ def apply_cmd(
         raise
     for w in in_progress:
         _echo(f"warning: {w}")
-    prepared = _preflight(plan, inv, api, canary, accept_rejections, facts)
+    prepared = _preflight(plan, inv, api, canary, accept_rejections, facts, forks)
     for line in prepared.report:
         _echo(line)
     for w in prepared.warnings:
@@ -185,7 +189,7 @@ def apply_cmd(
             )
         progress = _progress(progress_mode)
         progress.nodes(tuple(nodes))
-        ctx = _context(api, journal, inv.path, drain, verify_timeout, progress, inv.hostvars)
+        ctx = _context(api, journal, inv.path, drain, verify_timeout, progress, inv.hostvars, forks)
         ctx.interrupt = lock.interrupt
         predicted = predicted_rejections(prepared.previews)
         gate = gate_for(plan, api, journal, output, inv, progress.event, lock.interrupt, predicted)

@@ -108,7 +108,14 @@ def runbook_cmd(
                 inv.path, list(inv.hosts), facts_dir
             )
             try:
-                prepared = prepare(plan, inv, ClusterReader(api), raw, facts_dir, False)
+                prepared = prepare(
+                    plan,
+                    inv,
+                    ClusterReader(api, {inv.node_of(h) for h in inv.hosts}),
+                    raw,
+                    facts_dir,
+                    False,
+                )
                 lines = [*prepared.report, *(f"warning: {w}" for w in prepared.warnings)]
                 lines += [
                     f"{n}: evicts {', '.join(pods) or 'no pods'}"

@@ -26,6 +26,7 @@ from .wiring import (
     _confirm,
     _context,
     _echo,
+    _forks_option,
     _info_path,
     _lock_ns,
     _locked,
@@ -85,6 +86,7 @@ def promote_refusal(status: ChangeStatus, gate: Mapping[str, Any] | None) -> str
 )
 @_lock_ns
 @_verify_timeout
+@_forks_option
 @_progress_option
 @output_option
 @kube_options
@@ -98,6 +100,7 @@ def promote_cmd(
     force_window: str | None,
     lock_namespace: str,
     verify_timeout: float,
+    forks: int,
     progress_mode: str,
     output: str,
     kubeconfig: str | None,
@@ -147,7 +150,7 @@ def promote_cmd(
     inv = read_inventory(_info_path(journal, "inventory", inventory))
     lock = LeaseLock(api, lock_namespace)
     lock.check()
-    prepared = _preflight(plan, inv, api, False)
+    prepared = _preflight(plan, inv, api, False, forks=forks)
     for w in prepared.warnings:
         _echo(f"warning: {w}")
     done = {n for n, s in status.nodes.items() if s.state is not NodeState.PENDING}
@@ -189,7 +192,14 @@ def promote_cmd(
         progress = _progress(progress_mode)
         progress.nodes(tuple(all_nodes))
         ctx = _context(
-            api, journal, inv.path, prepared.strategy.drain, verify_timeout, progress, inv.hostvars
+            api,
+            journal,
+            inv.path,
+            prepared.strategy.drain,
+            verify_timeout,
+            progress,
+            inv.hostvars,
+            forks,
         )
         ctx.interrupt = lock.interrupt
         has_gate = gate_config(plan) is not None

@@ -18,6 +18,7 @@ from .options import inventory_option, kube_options, output_option
 from .wiring import (
     _change_required,
     _confirm,
+    _forks_option,
     _info_path,
     _lock_ns,
     _preflight,
@@ -35,6 +36,7 @@ from .wiring import (
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (required without a TTY).")
 @_lock_ns
 @_verify_timeout
+@_forks_option
 @_progress_option
 @output_option
 @kube_options
@@ -44,6 +46,7 @@ def resume_cmd(
     yes: bool,
     lock_namespace: str,
     verify_timeout: float,
+    forks: int,
     progress_mode: str,
     output: str,
     kubeconfig: str | None,
@@ -87,6 +90,7 @@ def resume_cmd(
         context,
         work,
         progress_mode,
+        forks,
     )
 
 
@@ -136,7 +140,7 @@ def _resume_later_batches(
             "started with; its settled nodes stay as they are, the rest is not started"
         )
     inv = read_inventory(_info_path(ctx.journal, "inventory", inventory))
-    prepared = _preflight(plan, inv, lock.api, False) if todo else None
+    prepared = _preflight(plan, inv, lock.api, False, forks=ctx.forks) if todo else None
     canary = set(info.get("canary", ()))
     batches = [Batch(tuple(b), bool(canary & set(b))) for b in todo]
     if info.get("promotion"):  # promote gates after each batch when the plan has a gate

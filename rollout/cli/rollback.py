@@ -17,6 +17,7 @@ from .wiring import (
     _confirm,
     _echo,
     _forced,
+    _forks_option,
     _lock_ns,
     _progress_option,
     _settle_command,
@@ -54,6 +55,7 @@ from .wiring import (
 )
 @_lock_ns
 @_verify_timeout
+@_forks_option
 @_progress_option
 @output_option
 @kube_options
@@ -68,6 +70,7 @@ def rollback_cmd(
     force: bool,
     lock_namespace: str,
     verify_timeout: float,
+    forks: int,
     progress_mode: str,
     output: str,
     kubeconfig: str | None,
@@ -146,6 +149,7 @@ def rollback_cmd(
         context,
         lambda ctx, _lock: rollback(_forced(ctx, force), list(nodes) or None, force),
         progress_mode,
+        forks,
     )
 
 

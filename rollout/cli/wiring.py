@@ -30,6 +30,7 @@ from rollout.change.restoring import Context
 from rollout.cli.gate import gate_config
 from rollout.cli.record import existing_journal, mirrored
 from rollout.errors import InputError, Location, RolloutError
+from rollout.fanout import DEFAULT_FORKS
 from rollout.gate.analysis import Predicted
 from rollout.interrupt import Interrupt
 from rollout.models import Phase
@@ -145,9 +146,11 @@ def _context(
     verify_timeout: float,
     progress: Progress | None = None,
     hostvars: Mapping[str, Mapping[str, Any]] | None = None,
+    forks: int = DEFAULT_FORKS,
 ) -> Context:
     """The orchestrator's context; with ``progress``, every journal entry and event feeds it;
-    ``hostvars``: the inventory's variables when the caller has read them already."""
+    ``hostvars``: the inventory's variables when the caller has read them already; ``forks``:
+    at most this many nodes at once (``--forks``)."""
     from rollout.change.progress import ObservedJournal
     from rollout.change.shipping import PlaybookNodeRunner
     from rollout.kube.cluster import KubeCluster
@@ -155,14 +158,28 @@ def _context(
     on_event = progress.event if progress is not None else _echo
     return Context(
         cluster=KubeCluster(api),
-        runner=PlaybookNodeRunner(journal.dir / "ansible", inventory, on_event, hostvars=hostvars),
+        runner=PlaybookNodeRunner(
+            journal.dir / "ansible", inventory, on_event, hostvars=hostvars, forks=forks
+        ),
         clock=SystemClock(),
         journal=journal if progress is None else ObservedJournal(journal, progress.entry),
         drain=drain,
         verify_timeout_s=verify_timeout,
         on_event=on_event,
+        forks=forks,
     )
 
+
+_forks_option = click.option(
+    "--forks",
+    envvar="ROLLOUT_FORKS",
+    type=click.IntRange(min=1),
+    default=DEFAULT_FORKS,
+    show_default=True,
+    help="At most this many nodes at once: ssh calls, playbook forks and per-node work; a "
+    "batch wider than it runs in waves (default: the shipped ansible.cfg's forks; "
+    "$ROLLOUT_FORKS).",
+)
 
 _progress_option = click.option(
     "--progress",
@@ -248,12 +265,12 @@ class _Facts:
     (over plain ssh that is mostly waiting on the nodes, so the API client's import and the
     Lease check go on meanwhile)."""
 
-    def __init__(self, inv: Any) -> None:
+    def __init__(self, inv: Any, forks: int = DEFAULT_FORKS) -> None:
         from rollout.ansible.runner import AnsibleRunner
 
         self._tmp = tempfile.TemporaryDirectory(prefix="rollout-preflight-")
         self.dir = Path(self._tmp.name) / "facts"
-        self._runner = AnsibleRunner(Path(self._tmp.name) / "runner")
+        self._runner = AnsibleRunner(Path(self._tmp.name) / "runner", forks=forks)
         self._got: dict[str, Any] = {}
         self._thread = threading.Thread(target=self._gather, args=(inv,), daemon=True)
         self._thread.start()
@@ -284,17 +301,18 @@ def _preflight(
     canary: bool,
     accept: bool = False,
     facts: _Facts | None = None,
+    forks: int = DEFAULT_FORKS,
 ) -> Any:
     """Gather the nodes' facts (or use ``facts``, already under way) and run every preflight
     check (``rollout.change.preparing.prepare``); ``accept``: predicted rejections of running
     pods are not refusals."""
     from rollout.change.preparing import ClusterReader, prepare
 
-    reader = ClusterReader(api)
+    reader = ClusterReader(api, {inv.node_of(h) for h in inv.hosts})
     # the API reads that do not need the facts go on while the nodes answer
     reads = threading.Thread(target=reader.prefetch, daemon=True)
     reads.start()
-    facts = facts or _Facts(inv)
+    facts = facts or _Facts(inv, forks)
     try:
         raw = facts.result()
         reads.join()
@@ -322,6 +340,7 @@ def _settle_command(
     context: str | None,
     work: Callable[[Context, Any], ChangeStatus],
     progress_mode: str = "auto",
+    forks: int = DEFAULT_FORKS,
 ) -> None:
     from rollout.kube.client import connect
     from rollout.kube.leases import LeaseLock
@@ -338,7 +357,7 @@ def _settle_command(
         mirrored(journal, api, lock_namespace)
         progress = _progress(progress_mode)
         progress.nodes(tuple(status_of(journal).nodes))
-        ctx = _context(api, journal, inv, drain, verify_timeout, progress)
+        ctx = _context(api, journal, inv, drain, verify_timeout, progress, forks=forks)
         ctx.interrupt = lock.interrupt
         with _reported_failure(journal, lock, output):
             status = work(ctx, lock)

@@ -134,10 +134,19 @@ class CoreV1:
         )
 
     def list_pod_for_all_namespaces(
-        self, field_selector: str | None = None, _request_timeout: Any = DEFAULT_TIMEOUT_S
+        self,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        _continue: str | None = None,
+        _request_timeout: Any = DEFAULT_TIMEOUT_S,
     ) -> Any:
+        """One page of at most ``limit`` pods (all when None); ``_continue``: the token the
+        previous page's ``metadata.continue`` gave."""
         return self.rest.json(
-            "GET", "/api/v1/pods", query={"fieldSelector": field_selector}, timeout=_request_timeout
+            "GET",
+            "/api/v1/pods",
+            query={"fieldSelector": field_selector, "limit": limit, "continue": _continue},
+            timeout=_request_timeout,
         )
 
     def _watch_all(

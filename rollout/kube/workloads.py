@@ -1,4 +1,5 @@
-"""Read-only reads for the admission preview: Nodes, pods and controllers as plain dicts.
+"""Read-only reads for the admission preview: Nodes and controllers as plain dicts (the pods
+come from the one paginated listing, ``rollout.kube.nodes.pods_by_node``).
 
 Why dicts: ``rollout.change.previewing`` is pure and reads objects as the API serves them
 (camelCase),
@@ -10,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from rollout.kube.client import Api, call
-from rollout.kube.nodes import finished, pod_objects_on
 
 
 def _dicts(listing: dict[str, Any], kind: str = "") -> list[dict[str, Any]]:
@@ -24,17 +24,6 @@ def _dicts(listing: dict[str, Any], kind: str = "") -> list[dict[str, Any]]:
 def node_objects(api: Api) -> dict[str, dict[str, Any]]:
     """Every Node by name (labels and taints are what the preview reads)."""
     return {d["metadata"]["name"]: d for d in _dicts(call("list nodes", api.core.list_node))}
-
-
-def oldest_first(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The pods that have not finished, oldest first (pure)."""
-    live = [d for d in pods if not finished(d)]
-    return sorted(live, key=lambda d: str(d["metadata"].get("creationTimestamp") or ""))
-
-
-def pod_objects(api: Api, node: str) -> list[dict[str, Any]]:
-    """The pods bound to the node that have not finished, oldest first."""
-    return oldest_first(pod_objects_on(api, node))
 
 
 def controller_objects(api: Api) -> list[dict[str, Any]]:

@@ -31,21 +31,16 @@ class FakeKn:
             raise RuntimeError("API server away")
         return {"n1": NodeInfo("n1"), "n2": NodeInfo("n2")}
 
-    def pods_on_node(self, api: Any, node: str) -> list[Any]:
-        self.calls.append(f"pods {node}")
-        return []
-
-    def pod_objects_on(self, api: Any, node: str) -> list[dict[str, Any]]:
-        self.calls.append(f"pods {node}")
-        return [{"metadata": {"name": f"p-{node}"}}]
+    def pods_by_node(self, api: Any, keep: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        self.calls.append("pods")
+        return (
+            {n: [f"p-{n}"] for n in ("n1", "n2")},
+            {n: [{"metadata": {"name": f"p-{n}"}}] for n in ("n1", "n2") if not keep or n in keep},
+        )
 
     @staticmethod
     def to_node_info(obj: dict[str, Any]) -> NodeInfo:
         return NodeInfo(obj["metadata"]["name"])
-
-    @staticmethod
-    def pod_refs(pods: list[dict[str, Any]]) -> list[Any]:
-        return [p["metadata"]["name"] for p in pods]
 
     def list_pdbs(self, api: Any) -> list[Any]:
         self.calls.append("pdbs")
@@ -68,21 +63,13 @@ class FakeWorkloads:
             raise RuntimeError("API server away")
         return {n: {"metadata": {"name": n}} for n in ("n1", "n2")}
 
-    def pod_objects(self, api: Any, node: str) -> list[dict[str, Any]]:
-        self.kn.calls.append(f"pods {node}")
-        return []
-
     def controller_objects(self, api: Any) -> list[dict[str, Any]]:
         self.kn.calls.append("controllers")
         return []
 
-    @staticmethod
-    def oldest_first(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return list(pods)
 
-
-def _reader(fake: FakeKn) -> ClusterReader:
-    reader = ClusterReader(api=None)
+def _reader(fake: FakeKn, nodes: Any = None) -> ClusterReader:
+    reader = ClusterReader(api=None, nodes=nodes)
     reader._kn = fake  # type: ignore[assignment]
     reader._wl = FakeWorkloads(fake)  # type: ignore[assignment]
     return reader
@@ -92,21 +79,28 @@ def test_prefetched_answers_are_used_once() -> None:
     fake = FakeKn()
     reader = _reader(fake)
     reader.prefetch()
-    assert set(fake.calls) >= {"version", "nodes", "pdbs", "dra", "pods n1", "pods n2"}
-    # one listing of the Nodes and one of each node's pods serve the checks and the preview
-    assert fake.calls.count("nodes") == 1
-    assert fake.calls.count("pods n1") == 1 and fake.calls.count("pods n2") == 1
+    assert set(fake.calls) >= {"version", "nodes", "pdbs", "dra", "pods"}
+    # one listing of the Nodes and one of the cluster's pods serve the checks and the preview
+    assert fake.calls.count("nodes") == 1 and fake.calls.count("pods") == 1
     fake.calls.clear()
     assert reader.version() == "v1.36.3" and set(reader.nodes()) == {"n1", "n2"}
-    assert reader.pods("n1") == ["p-n1"] and reader.pdbs() == [] and reader.dra(["v1"]) == {}
+    refs, objects = reader.pod_listing()
+    assert refs["n1"] == ["p-n1"] and objects["n1"] == [{"metadata": {"name": "p-n1"}}]
+    assert reader.pdbs() == [] and reader.dra(["v1"]) == {}
     assert set(reader.node_objects()) == {"n1", "n2"}
-    assert reader.pod_objects("n1") == [{"metadata": {"name": "p-n1"}}]
     assert reader.controllers() == []
     assert fake.calls == []  # all served from the prefetch
     reader.nodes()
-    reader.pods("n1")
-    reader.pod_objects("n1")
-    assert fake.calls == ["nodes", "pods n1", "pods n1"]  # a second read goes to the API server
+    reader.pod_listing()
+    assert fake.calls == ["nodes", "pods"]  # a second read goes to the API server
+
+
+def test_only_the_inventorys_nodes_keep_their_pod_objects() -> None:
+    fake = FakeKn()
+    reader = _reader(fake, nodes=["n2"])
+    refs, objects = reader.pod_listing()
+    assert set(refs) == {"n1", "n2"}  # every node's records: the capacity check sums them
+    assert set(objects) == {"n2"}
 
 
 def test_a_failed_prefetch_leaves_the_reads_to_the_real_calls() -> None:

@@ -1,0 +1,318 @@
+"""Fleet-scale costs of the rollout process, side by side in one run (issue 23).
+
+Usage::
+
+    .venv/bin/python benchmarks/scale_bench.py journal [--nodes 1000,5000] [--rounds 3]
+    .venv/bin/python benchmarks/scale_bench.py preflight [--nodes 0,500,2000,5000] [--pods 20]
+    .venv/bin/python benchmarks/scale_bench.py all
+
+``journal``: a synthetic change of N nodes, journaled as the real engine journals it (the entries of
+a real ``run_change`` over the unit fakes, one canary batch of 2 nodes then one of 2, templated to N
+nodes in batches of 50, backups hard-linked per node), read back by ``rollout status`` and
+``rollout report -o json`` as subprocesses (no kubeconfig: the local journal only). Each command's
+CPU seconds (user + system) come from ``wait4``'s rusage of that process, its peak RSS from its
+``VmHWM`` (:func:`hwm_mb`); medians of ``--rounds``.
+
+``preflight``: preflight's reads ahead of the facts (``ClusterReader.prefetch``: version,
+discovery, Nodes, PDBs, ResourceSlices, controllers, pods) against a loopback stand-in of the API
+server (``tests/unit/fake_apiserver.py``, in its own process) holding N Nodes with ``--pods`` pods
+each, for an inventory of 8 of them. ``before`` is the pod read preflight made until issue 23
+(one ``spec.nodeName`` listing per Node of the cluster, what ``prefetch`` did), ``after`` the
+paginated listing it makes now; each in a fresh client process (CPU seconds and wall of the
+reads, the imports before them excluded; peak RSS as ``VmHWM``), the
+requests counted by the server; the two alternate, ``--rounds`` times, medians reported.
+
+Prints the raw numbers as JSON, then a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+CHANGE = "20261202T120000Z-scale0"
+TEMPLATE_NODES = ["tmpl-a", "tmpl-b", "tmpl-c", "tmpl-d"]
+BATCH = 50
+INVENTORY = 8
+
+
+def _template(tmp: Path) -> tuple[list[dict[str, Any]], Path]:
+    """The journal a real change of 4 nodes writes (canary of 2, then 2), through the engine and
+    the unit fakes; and its directory (the backups)."""
+    from rollout.change.journal import Journal
+    from rollout.change.orchestrator import NoGate, run_change
+    from rollout.change.planning import Batch, DrainPolicy
+    from rollout.change.restoring import Context
+    from tests.unit.fakes_change import FakeClock, FakeCluster, FakeRunner, make_change, make_node
+
+    cluster = FakeCluster({n: make_node(n) for n in TEMPLATE_NODES})
+    journal = Journal.create(tmp / "template", CHANGE)
+    ctx = Context(
+        cluster=cluster,
+        runner=FakeRunner(cluster),
+        clock=FakeClock(),
+        journal=journal,
+        drain=DrainPolicy(timeout_s=5, backoff_initial_s=0.5, backoff_cap_s=2),
+        verify_timeout_s=3,
+    )
+    batches = [Batch(tuple(TEMPLATE_NODES[:2]), True), Batch(tuple(TEMPLATE_NODES[2:]), False)]
+    changes = {n: make_change(n) for n in TEMPLATE_NODES}
+    run_change(ctx, changes, batches, NoGate(), False, info={"plan": "/p", "inventory": "/i"})
+    lines = journal.file.read_text(encoding="utf-8").splitlines()
+    return [json.loads(x) for x in lines], journal.dir
+
+
+def synthetic_journal(root: Path, n: int, tmp: Path) -> Path:
+    """A state directory holding change ``CHANGE`` over ``n`` nodes (see the module docstring)."""
+    entries, tdir = _template(tmp)
+    names = [f"node-{i:05d}" for i in range(n)]
+    canary = names[:BATCH]
+    batches = [names[i : i + BATCH] for i in range(0, n, BATCH)]
+    per_node = [e for e in entries if e.get("node") == TEMPLATE_NODES[0]]
+    begin = next(e for e in entries if e["step"] == "change" and e["phase"] == "begin")
+    gates = [e for e in entries if e["step"] == "gate"]
+    end = [e for e in entries if e["step"] == "change" and e["phase"] != "begin"]
+    out: list[str] = []
+
+    def put(e: dict[str, Any]) -> None:
+        out.append(json.dumps(e, sort_keys=True, separators=(",", ":")))
+
+    data = {**begin.get("data", {}), "nodes": names, "batches": batches, "canary": canary}
+    put({**begin, "data": data})
+    node_lines = [json.dumps(e, sort_keys=True, separators=(",", ":")) for e in per_node]
+    for i, batch in enumerate(batches):
+        for name in batch:
+            out.extend(x.replace(f'"{TEMPLATE_NODES[0]}"', f'"{name}"') for x in node_lines)
+        if i == 0:
+            for g in gates:
+                put({**g, "data": {**g.get("data", {}), "nodes": canary}})
+    for e in end:
+        put({**e, "data": {**e.get("data", {}), "message": f"{n} node(s) applied"}})
+    cdir = root / "changes" / CHANGE
+    (cdir / "backups").mkdir(parents=True)
+    (cdir / "journal.jsonl").write_text("\n".join(out) + "\n", encoding="utf-8")
+    blobs = list((tdir / "backups" / TEMPLATE_NODES[0]).iterdir())
+    for name in names:
+        d = cdir / "backups" / name
+        d.mkdir()
+        for b in blobs:
+            os.link(b, d / b.name)
+    return cdir / "journal.jsonl"
+
+
+def hwm_mb(pid: int | str = "self") -> float:
+    """The process's peak resident set (``VmHWM`` in ``/proc/PID/status``), MB; 0 once gone.
+
+    Not ``ru_maxrss``: Linux carries a parent's peak RSS into a child across fork and exec, so a
+    child started by this (large) benchmark process would report at least the benchmark's own
+    peak. ``VmHWM`` belongs to the child's own address space, which starts empty at exec."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _measure(argv: list[str], env: dict[str, str]) -> dict[str, float]:
+    """Run ``argv``; its CPU seconds (``wait4``), wall seconds and peak RSS (MB, ``VmHWM``
+    polled every 5 ms until it exits: the last reading is within 5 ms of its end)."""
+    started = time.monotonic()
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peak = 0.0
+    while True:
+        peak = max(peak, hwm_mb(p.pid))
+        pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            break
+        time.sleep(0.005)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.monotonic() - started
+    if p.returncode != 0:
+        raise SystemExit(f"{argv[3:]} failed ({p.returncode})")
+    return {"cpu_s": ru.ru_utime + ru.ru_stime, "wall_s": wall, "rss_mb": peak}
+
+
+_CLI = "import sys; from rollout.cli import cli; sys.exit(cli.main(prog_name='rollout'))"
+
+
+def journal_bench(sizes: list[int], rounds: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="rollout-scale-") as tmp:
+        for n in sizes:
+            root = Path(tmp) / f"state-{n}"
+            file = synthetic_journal(root, n, Path(tmp) / f"t{n}")
+            lines = sum(1 for _ in file.open(encoding="utf-8"))
+            env = {
+                **os.environ,
+                "ROLLOUT_STATE_DIR": str(root),
+                "KUBECONFIG": str(Path(tmp) / "no-kubeconfig"),
+                "PYTHONPATH": str(REPO),
+            }
+            row: dict[str, Any] = {"entries": lines, "journal_mb": file.stat().st_size / 2**20}
+            status = ["status", "--change", CHANGE]
+            for cmd in (status, ["report", "--change", CHANGE, "-o", "json"]):
+                runs = [_measure([sys.executable, "-c", _CLI, *cmd], env) for _ in range(rounds)]
+                row[cmd[0]] = {
+                    "raw": runs,
+                    **{k: statistics.median(r[k] for r in runs) for k in runs[0]},
+                }
+            out[str(n)] = row
+            shutil.rmtree(root)
+    return out
+
+
+def _prefetch_child(strategy: str, url: str) -> None:
+    """In a fresh process: preflight's reads ahead of the facts, the ``before`` or ``after`` way;
+    prints CPU seconds, wall and peak RSS."""
+    t0, c0 = time.monotonic(), time.process_time()
+    from rollout.change.preparing import ClusterReader
+    from rollout.kube import nodes as kn
+    from tests.unit.fake_apiserver import api_for, node_name
+
+    api = api_for(url)
+    t1, c1 = time.monotonic(), time.process_time()
+    reader = ClusterReader(api, {node_name(i) for i in range(INVENTORY)})
+    if strategy == "after":
+        reader.prefetch()
+        refs, _objects = reader.pod_listing()
+        pods = sum(len(v) for v in refs.values())
+    else:  # what prefetch did until issue 23: the same reads, the pods one Node at a time,
+        # each node's records and objects kept (it served both from memory later)
+        reader.pod_listing = lambda: ({}, {})  # type: ignore[method-assign]
+        reader.prefetch()
+        refs: dict[str, Any] = {}
+        objects: dict[str, Any] = {}
+        for n in reader.node_objects():
+            got = kn.pod_objects_on(api, n)
+            refs[n] = kn.pod_refs(got)
+            objects[n] = sorted(
+                (d for d in got if not kn.finished(d)),
+                key=lambda d: str(d["metadata"].get("creationTimestamp") or ""),
+            )
+        pods = sum(len(v) for v in refs.values())
+    done = {
+        "cpu_s": time.process_time() - c1,
+        "wall_s": time.monotonic() - t1,
+        "import_cpu_s": c1 - c0,
+        "import_wall_s": t1 - t0,
+        "rss_mb": hwm_mb(),
+        "pods": pods,
+    }
+    print(json.dumps(done))
+
+
+def preflight_bench(sizes: list[int], pods: int, rounds: int) -> dict[str, Any]:
+    from urllib.request import urlopen
+
+    from tests.unit.fake_apiserver import serve_forever
+
+    out: dict[str, Any] = {}
+    ctx = multiprocessing.get_context("fork")
+    for n in sizes:
+        parent, child = ctx.Pipe()
+        server = ctx.Process(target=serve_forever, args=(n, pods, child), daemon=True)
+        server.start()
+        url = f"http://127.0.0.1:{parent.recv()}"
+        row: dict[str, Any] = {"nodes": n, "pods_per_node": pods}
+        try:
+            runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+            for _ in range(rounds):
+                for strategy in ("before", "after"):  # alternating, so load hits both alike
+                    urlopen(f"{url}/_requests").read()  # reset the counts
+                    p = subprocess.run(
+                        [sys.executable, __file__, "_prefetch", strategy, url],
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                        env={**os.environ, "PYTHONPATH": str(REPO)},
+                    )
+                    got = json.loads(p.stdout.strip().splitlines()[-1])
+                    got["requests"] = json.loads(urlopen(f"{url}/_requests").read())
+                    got["requests_total"] = sum(got["requests"].values())
+                    runs[strategy].append(got)
+            for strategy, got_all in runs.items():
+                row[strategy] = {
+                    "raw": got_all,
+                    **{
+                        k: statistics.median(g[k] for g in got_all)
+                        for k in ("cpu_s", "wall_s", "rss_mb", "requests_total", "pods")
+                    },
+                }
+        finally:
+            server.kill()
+            server.join()
+        out[str(n)] = row
+    return out
+
+
+def _table(journal: dict[str, Any] | None, preflight: dict[str, Any] | None) -> str:
+    lines: list[str] = []
+    if journal:
+        lines += [
+            "| journal nodes | entries | MB | status CPU s | status RSS MB | report CPU s "
+            "| report RSS MB |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for n, r in journal.items():
+            s, rp = r["status"], r["report"]
+            lines.append(
+                f"| {int(n):,} | {r['entries']:,} | {r['journal_mb']:.1f} | {s['cpu_s']:.2f} "
+                f"| {s['rss_mb']:.0f} | {rp['cpu_s']:.2f} | {rp['rss_mb']:.0f} |"
+            )
+        lines.append("")
+    if preflight:
+        lines += [
+            "| cluster Nodes | pods | requests before / after | CPU s before / after "
+            "| wall s before / after | RSS MB before / after |",
+            "|---|---|---|---|---|---|",
+        ]
+        for n, r in preflight.items():
+            b, a = r["before"], r["after"]
+            lines.append(
+                f"| {int(n):,} | {int(n) * r['pods_per_node']:,} "
+                f"| {int(b['requests_total']):,} / {int(a['requests_total']):,} "
+                f"| {b['cpu_s']:.2f} / {a['cpu_s']:.2f} | {b['wall_s']:.2f} / {a['wall_s']:.2f} "
+                f"| {b['rss_mb']:.0f} / {a['rss_mb']:.0f} |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "_prefetch":
+        _prefetch_child(sys.argv[2], sys.argv[3])
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("what", choices=["journal", "preflight", "all"])
+    ap.add_argument("--nodes", help="comma-separated sizes")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--pods", type=int, default=20)
+    a = ap.parse_args()
+    journal = preflight = None
+    if a.what in ("journal", "all"):
+        sizes = [int(x) for x in (a.nodes or "1000,5000").split(",")]
+        journal = journal_bench(sizes, a.rounds)
+    if a.what in ("preflight", "all"):
+        sizes = [int(x) for x in (a.nodes or "0,500,2000,5000").split(",")]
+        preflight = preflight_bench(sizes, a.pods, a.rounds)
+    print(json.dumps({"journal": journal, "preflight": preflight}, indent=2))
+    print(_table(journal, preflight))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""Preflight's pod reads do not grow with the Nodes outside the inventory: one paginated listing
+of the cluster's pods (``limit`` / ``continue``), never a request per Node. Counted against a
+loopback stand-in of the API server (``tests/unit/fake_apiserver.py``) through the tool's own
+HTTP client; the lab's preflight tests run the same code against kube-apiserver."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rollout.change.preparing import ClusterReader
+from rollout.kube import nodes as kn
+from tests.unit.fake_apiserver import Fleet, api_for, node_name, serving
+
+NODES = 400
+PODS = 5
+
+
+def test_one_paginated_listing_however_many_nodes() -> None:
+    fleet = Fleet(NODES, PODS)
+    with serving(fleet) as url:
+        refs, objects = kn.pods_by_node(api_for(url), keep={node_name(1), node_name(2)}, page=100)
+    live = NODES * PODS
+    served = len(fleet.pods(kn.LIVE))  # the live pods and one not bound to a Node yet
+    assert served == live + 1
+    assert fleet.requests["pods, a page"] == math.ceil(served / 100)  # 21 requests, not 400
+    assert fleet.requests["pods on a node"] == 0
+    assert sum(len(v) for v in refs.values()) == live  # the finished and the unbound left out
+    assert len(refs) == NODES and all(len(v) == PODS for v in refs.values())
+    assert set(objects) == {node_name(1), node_name(2)}  # whole objects only where asked
+    stamps = [p["metadata"]["creationTimestamp"] for p in objects[node_name(1)]]
+    assert stamps == sorted(stamps)  # oldest first, what the admission preview admits in order
+
+
+def test_prefetch_sends_no_request_per_node() -> None:
+    """Everything preflight reads ahead of the facts: a fixed number of requests (version,
+    discovery, Nodes, PDBs, controllers, the pod pages), none per Node."""
+    counts = {}
+    for n in (50, 500):
+        fleet = Fleet(n, 2)
+        with serving(fleet) as url:
+            reader = ClusterReader(api_for(url), {node_name(0)})
+            reader.prefetch()
+            refs, objects = reader.pod_listing()
+        assert len(refs) == n and set(objects) == {node_name(0)}
+        assert fleet.requests["pods on a node"] == 0
+        counts[n] = sum(fleet.requests.values()) - fleet.requests["pods, a page"]
+        assert fleet.requests["pods, a page"] == math.ceil(len(fleet.pods(kn.LIVE)) / kn.POD_PAGE)
+    assert counts[50] == counts[500]  # the other requests do not grow with the Nodes either
+
+
+def test_an_expired_continue_token_lists_again_from_the_start() -> None:
+    fleet = Fleet(30, 10)
+    fleet.expire_once = {"200"}  # the third page's token: compacted away
+    with serving(fleet) as url:
+        refs, _ = kn.pods_by_node(api_for(url), keep=set(), page=100)
+    assert sum(len(v) for v in refs.values()) == 300  # no page twice, none missing
+    # 301 served (one unbound) in pages of 100: two pages, the 410, then all four again
+    assert fleet.requests["pods, a page"] == 2 + 1 + 4
+
+
+def test_a_token_that_keeps_expiring_is_an_error_naming_the_listing() -> None:
+    from rollout.errors import ExternalError
+
+    class Sticky(set[str]):
+        def discard(self, _x: str) -> None:  # never forgets the token: 410 every time
+            return None
+
+    fleet = Fleet(30, 10)
+    fleet.expire_once = Sticky({"100"})
+    with serving(fleet) as url, pytest.raises(ExternalError, match="continue token expired"):
+        kn.pods_by_node(api_for(url), keep=set(), page=100)
+    assert fleet.requests["pods, a page"] == 3 * 2  # three tries of a page and its 410
+
+
+def test_pod_requests_are_summed_as_quantities() -> None:
+    """The records the capacity check sums: requests over containers, as the API writes them
+    (the parse is cached per distinct value; a value that does not parse counts 0)."""
+    pod = {
+        "metadata": {"name": "p", "namespace": "ns"},
+        "spec": {
+            "nodeName": "n1",
+            "containers": [
+                {"resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}},
+                {"resources": {"requests": {"cpu": "1.5", "memory": "1G"}}},
+                {"resources": {"requests": {"cpu": "lots"}}},
+            ],
+        },
+    }
+    ref = kn.to_pod_ref(pod)
+    assert ref.cpu_millis == 100 + 1500
+    assert ref.memory_bytes == 64 * 2**20 + 10**9
+    assert kn.to_pod_ref(pod) == ref  # the same again, from the cache
