@@ -179,7 +179,8 @@ def report_cmd(change: str | None, output: str, out: str | None, evidence: str |
     "--gpu-resource",
     default="nvidia.com/gpu",
     show_default=True,
-    help="Device resource whose allocatable is compared with the GPUs found on the node.",
+    help="Device resource the node's NVIDIA PCI functions are counted for (shown, not judged: "
+    "the healthy count is the kubelet's RegisteredDevices).",
 )
 @output_option
 @kube_options
@@ -193,9 +194,10 @@ def evidence_cmd(
     kubeconfig: str | None,
     context: str | None,
 ) -> None:
-    """Collect the evidence data of a change's nodes (read-only) into its evidence.json:
-    allocatable and GPUs found, NUMA layout, cpu_manager_state and the device manager's
-    kubelet_internal_checkpoint (through the facts playbook), pods with their QoS, and the running
+    """Collect the evidence data of a change's nodes (read-only) into its evidence.json: the
+    Nodes' allocatable and capacity, the device manager's kubelet_internal_checkpoint (its
+    RegisteredDevices are the healthy set; its assignments give each pod's devices), NUMA layout
+    and cpu_manager_state (through the facts playbook), pods with their QoS, and the running
     Topology Manager policy (configz). -o json prints the new collection and the checks over it.
 
     \b
@@ -210,7 +212,7 @@ def evidence_cmd(
     from rollout.change.journal import Journal, state_dir
     from rollout.change.preparing import hosts_for, read_inventory
     from rollout.change.replaying import replay
-    from rollout.evidence.checks import build_collection, merge_collection
+    from rollout.evidence.checks import build_collection, merge_collection, registered_devices
     from rollout.evidence.report import EVIDENCE_FILE
     from rollout.kube import proxy
     from rollout.kube.client import connect
@@ -237,18 +239,30 @@ def evidence_cmd(
         raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(inv.path, hosts, Path(tmp) / "facts")
     facts = {inv.node_of(h): f for h, f in raw.items()}
     api = connect(kubeconfig, context)
-    allocatable = {n: dict(node_info(api, n).allocatable) for n in nodes}
+    infos = {n: node_info(api, n) for n in nodes}
+    allocatable = {n: dict(i.allocatable) for n, i in infos.items()}
+    capacity = {n: dict(i.capacity) for n, i in infos.items()}
     pods = {n: evidence_pods(api, n) for n in nodes}
     configz = {}
     for n in nodes:
         body = proxy.configz(api, n)
         configz[n] = body.get("kubeletconfig", body)
-    at = datetime.now(UTC).isoformat(timespec="seconds")
-    collection = build_collection(label, at, facts, allocatable, pods, configz, gpu_resource)
     try:
         document = json.loads(target.read_text(encoding="utf-8")) if target.is_file() else None
     except ValueError as e:
         raise InputError(f"not an evidence file: {e}", Location(file=str(target))) from e
+    at = datetime.now(UTC).isoformat(timespec="seconds")
+    collection = build_collection(
+        label,
+        at,
+        facts,
+        allocatable,
+        pods,
+        configz,
+        gpu_resource,
+        capacity=capacity,
+        known=registered_devices(document),
+    )
     merged = merge_collection(document, collection)
     _write(json.dumps(merged, indent=2, sort_keys=True) + "\n", str(target))
     if output == "json":

@@ -39,6 +39,7 @@ def to_node_info(n: dict[str, Any]) -> NodeInfo:
         allocatable=alloc,
         cpu_millis=_qty(alloc.get("cpu", 0), 1000),
         memory_bytes=_qty(alloc.get("memory", 0)),
+        capacity={k: str(v) for k, v in (status.get("capacity") or {}).items()},
     )
 
 
