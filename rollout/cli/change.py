@@ -81,6 +81,14 @@ def _import_kube() -> None:
     help="Go on although pods running on a node in scope are predicted rejected there under "
     "the new config (see `rollout preview`); the accepted predictions are journaled.",
 )
+@click.option(
+    "--force",
+    "force",
+    metavar="REASON",
+    help="Change nodes the device preflight refuses (GPUs not all advertised: device plugin "
+    "down or devices unhealthy; one resource served by a device plugin and DRA); the reason and "
+    "the refusals are journaled.",
+)
 @_lock_ns
 @_verify_timeout
 @_progress_option
@@ -95,6 +103,7 @@ def apply_cmd(
     disable_eviction: bool,
     force_window: str | None,
     accept_rejections: bool,
+    force: str | None,
     lock_namespace: str,
     verify_timeout: float,
     progress_mode: str,
@@ -112,11 +121,14 @@ def apply_cmd(
       rollout apply --plan plan.yaml -i inventory.ini --yes
       rollout apply --yes --progress plain 2> apply.log
       rollout apply --canary --yes --accept-predicted-rejections
+      rollout apply --canary --yes --force "GPU-3 is being replaced, 7 of 8 is expected"
     """
     from rollout.change.inventory import start_inventory
 
     if not plan_path:
         raise InputError("no plan: pass --plan or set ROLLOUT_PLAN", Location(field="--plan"))
+    if force is not None and not force.strip():
+        raise InputError("--force needs a REASON (it is journaled)", Location(field="--force"))
     plan = load_plan(plan_path)
     parse_strategy(plan.strategy, plan.location)  # bad input fails before any I/O
     gate_config(plan)  # the gate: section too
@@ -146,7 +158,7 @@ def apply_cmd(
         raise
     for w in in_progress:
         _echo(f"warning: {w}")
-    prepared = _preflight(plan, inv, api, canary, accept_rejections, facts)
+    prepared = _preflight(plan, inv, api, canary, accept_rejections, facts, force is not None)
     for line in prepared.report:
         _echo(line)
     for w in prepared.warnings:
@@ -176,6 +188,13 @@ def apply_cmd(
     with _locked(lock, change_id):
         journal = _mirrored(Journal.create(state_dir(), change_id), api, lock_namespace)
         _echo(f"change {change_id}: journal {journal.file}")
+        if prepared.forced:
+            journal.append(
+                "preflight-forced",
+                Phase.DONE,
+                now=datetime.now(UTC),
+                data={"reason": force, "refusals": list(prepared.forced)},
+            )
         if prepared.accepted:
             journal.append(
                 "predicted-rejections-accepted",

@@ -77,7 +77,8 @@ def promote_refusal(status: ChangeStatus, gate: Mapping[str, Any] | None) -> str
     "--force",
     "force",
     metavar="REASON",
-    help="Promote although the canary is not applied or its gate did not pass; journaled.",
+    help="Promote although the canary is not applied or its gate did not pass, or the device "
+    "preflight refuses a node (see apply --force); journaled.",
 )
 @click.option(
     "--force-window",
@@ -148,7 +149,7 @@ def promote_cmd(
     inv = read_inventory(_info_path(journal, "inventory", inventory))
     lock = LeaseLock(api, lock_namespace)
     lock.check()
-    prepared = _preflight(plan, inv, api, False)
+    prepared = _preflight(plan, inv, api, False, force=force is not None)
     for w in prepared.warnings:
         _echo(f"warning: {w}")
     done = {n for n, s in status.nodes.items() if s.state is not NodeState.PENDING}
@@ -175,8 +176,9 @@ def promote_cmd(
         "by": holder_identity(),
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "batches": batches,
-        "forced": force if refusal else None,
+        "forced": force if refusal or prepared.forced else None,
         "refusal": refusal,
+        "forcedRefusals": list(prepared.forced),
     }
     info = {
         **{k: v for k, v in status.info.items() if k != ROLLBACK_INFO},  # a new part, no rollback

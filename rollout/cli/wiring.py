@@ -283,10 +283,11 @@ def _preflight(
     canary: bool,
     accept: bool = False,
     facts: _Facts | None = None,
+    force: bool = False,
 ) -> Any:
     """Gather the nodes' facts (or use ``facts``, already under way) and run every preflight
     check (``rollout.change.preparing.prepare``); ``accept``: predicted rejections of running
-    pods are not refusals."""
+    pods are not refusals; ``force``: nor are the device refusals (``--force REASON``)."""
     from rollout.change.preparing import ClusterReader, prepare
 
     reader = ClusterReader(api)
@@ -297,7 +298,7 @@ def _preflight(
     try:
         raw = facts.result()
         reads.join()
-        return prepare(plan, inv, reader, raw, facts.dir, canary, accept)
+        return prepare(plan, inv, reader, raw, facts.dir, canary, accept, force)
     finally:
         reads.join()
         facts.close()

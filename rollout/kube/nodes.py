@@ -175,6 +175,23 @@ def resource_api_versions(api: Api) -> list[str]:
     return []
 
 
+def device_class_objects(api: Api, versions: list[str]) -> list[dict[str, Any]]:
+    """Every DeviceClass (empty when ``resource.k8s.io`` is not served)."""
+    if not versions:
+        return []
+    try:
+        classes: Any = call(
+            "list DeviceClasses",
+            api.custom.list_cluster_custom_object,
+            "resource.k8s.io",
+            versions[0],
+            "deviceclasses",
+        )
+    except ApiException as e:
+        raise ExternalError(f"list DeviceClasses: {describe(e)}") from e
+    return list(classes.get("items", []))
+
+
 def dra_drivers_by_node(api: Api, versions: list[str]) -> dict[str, list[str]]:
     """DRA drivers publishing ResourceSlices, by node name."""
     if not versions:

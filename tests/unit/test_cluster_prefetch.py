@@ -55,6 +55,10 @@ class FakeKn:
         self.calls.append("dra")
         return {}
 
+    def device_class_objects(self, api: Any, versions: list[str]) -> list[dict[str, Any]]:
+        self.calls.append("deviceclasses")
+        return []
+
 
 class FakeWorkloads:
     """The preview's reads (``rollout.kube.workloads``), recording into the same call list."""
@@ -92,13 +96,15 @@ def test_prefetched_answers_are_used_once() -> None:
     fake = FakeKn()
     reader = _reader(fake)
     reader.prefetch()
-    assert set(fake.calls) >= {"version", "nodes", "pdbs", "dra", "pods n1", "pods n2"}
+    want = {"version", "nodes", "pdbs", "dra", "deviceclasses", "pods n1", "pods n2"}
+    assert set(fake.calls) >= want
     # one listing of the Nodes and one of each node's pods serve the checks and the preview
     assert fake.calls.count("nodes") == 1
     assert fake.calls.count("pods n1") == 1 and fake.calls.count("pods n2") == 1
     fake.calls.clear()
     assert reader.version() == "v1.36.3" and set(reader.nodes()) == {"n1", "n2"}
     assert reader.pods("n1") == ["p-n1"] and reader.pdbs() == [] and reader.dra(["v1"]) == {}
+    assert reader.device_classes(["v1"]) == []
     assert set(reader.node_objects()) == {"n1", "n2"}
     assert reader.pod_objects("n1") == [{"metadata": {"name": "p-n1"}}]
     assert reader.controllers() == []
