@@ -58,6 +58,26 @@ def _import_kube() -> None:
     import rollout.kube.leases  # noqa: F401
 
 
+def journal_consents(journal: Journal, prepared: Any, force: str | None, now: datetime) -> None:
+    """Journal what the operator consented to before the first node step: device refusals
+    overridden with ``--force REASON`` (``preflight-forced``, with the reason) and predicted
+    rejections accepted (``predicted-rejections-accepted``)."""
+    if prepared.forced:
+        journal.append(
+            "preflight-forced",
+            Phase.DONE,
+            now=now,
+            data={"reason": force, "refusals": list(prepared.forced)},
+        )
+    if prepared.accepted:
+        journal.append(
+            "predicted-rejections-accepted",
+            Phase.DONE,
+            now=now,
+            data={"rejections": list(prepared.accepted)},
+        )
+
+
 @click.command("apply")
 @plan_option
 @inventory_option
@@ -188,20 +208,7 @@ def apply_cmd(
     with _locked(lock, change_id):
         journal = _mirrored(Journal.create(state_dir(), change_id), api, lock_namespace)
         _echo(f"change {change_id}: journal {journal.file}")
-        if prepared.forced:
-            journal.append(
-                "preflight-forced",
-                Phase.DONE,
-                now=datetime.now(UTC),
-                data={"reason": force, "refusals": list(prepared.forced)},
-            )
-        if prepared.accepted:
-            journal.append(
-                "predicted-rejections-accepted",
-                Phase.DONE,
-                now=datetime.now(UTC),
-                data={"rejections": list(prepared.accepted)},
-            )
+        journal_consents(journal, prepared, force, datetime.now(UTC))
         progress = _progress(progress_mode)
         progress.nodes(tuple(nodes))
         ctx = _context(api, journal, inv.path, drain, verify_timeout, progress, inv.hostvars)

@@ -249,3 +249,22 @@ def test_preflight_refuses_the_dual_path_and_warns_of_dra_devices(tmp_path: Path
     prepared = _prepare(tmp_path, Reader(objects, dra))  # the class gone: one path
     assert prepared.forced == ()
     assert any("node n1: devices of DRA driver(s) gpu.example.com" in w for w in prepared.warnings)
+
+
+def test_apply_journals_the_forced_refusals_with_the_reason(tmp_path: Path) -> None:
+    """What ``rollout apply --force REASON`` appends before the first node step (and ``resume``
+    reads back as the change's consent)."""
+    from datetime import UTC, datetime
+
+    from rollout.change.journal import Journal
+    from rollout.cli.change import journal_consents
+
+    objects = {"n1": _node("n1", {GPU: "8"}, {GPU: "7"}), "n2": _node("n2", {GPU: "8"}, {})}
+    prepared = _prepare(tmp_path, Reader(objects), force=True)
+    journal = Journal.create(tmp_path / "state", "20261202T000000Z-abcdef")
+    journal_consents(journal, prepared, "GPU-3 is being replaced", datetime.now(UTC))
+    (entry,) = journal.entries()
+    assert entry.step == "preflight-forced"
+    assert entry.data["reason"] == "GPU-3 is being replaced"
+    assert entry.data["refusals"] == list(prepared.forced)
+    assert entry.data["refusals"][0].startswith("node n1: advertises 7 of 8 nvidia.com/gpu")

@@ -1,0 +1,153 @@
+"""Device faults on the real kubelet, through the CLI (``rollout lab fault``), and what the tool
+makes of them.
+
+One small lab for the module: two real-kubelet kubeadm nodes (the canary and one more), 8 GPUs
+each from the fake device plugin. In file order:
+
+* one GPU marked unhealthy: the real kubelet takes it out of allocatable (capacity keeps it) and
+  out of ``RegisteredDevices`` in its checkpoint; ``rollout evidence`` then passes
+  ``allocatable-matches-healthy`` (7 = 7) and names the unhealthy device, where the old check
+  (against the 8 PCI functions) failed; ``rollout apply --canary`` refuses the canary, naming
+  it and the cause; the GPU healthy again, allocatable is 8.
+* the plugin stopped: allocatable 0 of 8; ``apply --canary`` refuses (exit 3) naming the node,
+  nothing is written and nothing cordoned; ``--force REASON --dry-run`` goes past the refusal
+  and says it was forced; the plugin started and restarted, it registers again and all 8 are
+  back.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollout.kubelet.device_checkpoint import DEVICE_CHECKPOINT_FILE, parse_device
+from rollout.lab.cluster import Lab
+from tests.lab import changekit as ck
+
+pytestmark = [pytest.mark.lab]
+GPU = "nvidia.com/gpu"
+
+
+@pytest.fixture(scope="module")
+def real(lab: Lab) -> Iterator[list[str]]:
+    names = ["df-real-1", "df-real-2"]
+    lab.add_nodes(names, ["kubeadm"], kubelet="real", timeout=120)
+    try:
+        yield names
+    finally:
+        lab.remove_nodes(names)
+
+
+def _fault(lab: Lab, env: dict[str, str], *args: str) -> dict[str, Any]:
+    where = ["--name", lab.name, "--workdir", str(lab.dir), "-o", "json"]
+    r = ck.cli(["lab", "fault", *args, *where], env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc: dict[str, Any] = json.loads(r.stdout)
+    return doc
+
+
+def _counts(lab: Lab, node: str) -> tuple[str, str]:
+    code, body = lab.api.request("GET", f"/api/v1/nodes/{node}")
+    assert code == 200, body
+    st = body["status"]
+    return str(st["capacity"].get(GPU)), str(st["allocatable"].get(GPU))
+
+
+def _registered(lab: Lab, node: str) -> set[str]:
+    text = (lab.node_root(node) / "var/lib/kubelet" / DEVICE_CHECKPOINT_FILE).read_text()
+    return set((parse_device(text).registered or {}).get(GPU) or ())
+
+
+def _setup(lab: Lab, real: list[str], tmp: Path) -> tuple[Path, Path, dict[str, str]]:
+    inv = ck.inventory(lab, real, real[:1], tmp / "inv.ini")
+    plan = ck.plan(tmp / "plan.yaml", dict.fromkeys(real, "kubeadm"))
+    return inv, plan, ck.env(lab, tmp / "state")
+
+
+@pytest.mark.timeout(420)
+def test_an_unhealthy_gpu_leaves_allocatable_and_the_evidence_names_it(
+    lab: Lab, real: list[str], tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    canary = real[0]
+    inv, plan, env = _setup(lab, real, tmp_path)
+    evidence = tmp_path / "evidence.json"
+    before = ck.cli(["evidence", "--label", "before", "-i", str(inv), "--out", str(evidence)], env)
+    assert before.returncode == 0, before.stderr
+    assert len(_registered(lab, canary)) == 8
+
+    got = _fault(lab, env, "device-unhealthy", canary, "GPU-3")
+    assert (got["capacity"], got["allocatable"], got["changed"]) == (8, 7, ["GPU-3"])
+    assert _counts(lab, canary) == ("8", "7")
+    # the real kubelet's device manager wrote its healthy set without GPU-3
+    ck.wait_for(lambda: "GPU-3" not in _registered(lab, canary), 30, "RegisteredDevices")
+    assert len(_registered(lab, canary)) == 7
+
+    after = ck.cli(
+        ["evidence", "--label", "after", "-i", str(inv), "--out", str(evidence), "-o", "json"],
+        env,
+    )
+    assert after.returncode == 0, after.stderr
+    checks = {c["name"]: c for c in json.loads(after.stdout)["checks"]}
+    alloc = checks["allocatable-matches-healthy"]
+    assert alloc["status"] == "pass", alloc
+    assert (
+        f"{canary}: 1 {GPU} device(s) unhealthy (capacity 8, allocatable 7): GPU-3"
+        in alloc["notes"]
+    ), alloc
+    node = json.loads(after.stdout)["collection"]["nodes"][canary]
+    assert node["healthyDevices"] == {GPU: 7} and node["pciGpus"] == {GPU: 8}, node
+
+    r = ck.cli(["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes"], env)
+    assert r.returncode == 3, (r.returncode, r.stderr[-3000:])
+    assert f"node {canary}: advertises 7 of 8 {GPU}" in r.stderr, r.stderr
+    assert not (tmp_path / "state").exists()
+
+    back = _fault(lab, env, "device-healthy", canary, "GPU-3")
+    assert (back["capacity"], back["allocatable"]) == (8, 8)
+    print(f"unhealthy GPU, evidence, refusal, healthy again: {time.monotonic() - started:.1f}s")
+
+
+@pytest.mark.timeout(420)
+def test_a_stopped_device_plugin_is_refused_by_preflight_naming_the_node(
+    lab: Lab, real: list[str], tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    canary, other = real
+    inv, plan, env = _setup(lab, real, tmp_path)
+    files = {n: ck.snapshot(lab, n) for n in real}
+
+    stopped = _fault(lab, env, "plugin-stop", canary)
+    assert (stopped["state"], stopped["allocatable"]) == ("stopped", 0)
+    assert _counts(lab, canary) == ("8", "0")  # the kubelet holds all 8, unhealthy
+    assert _counts(lab, other) == ("8", "8")
+
+    r = ck.cli(["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes"], env)
+    assert r.returncode == 3, (r.returncode, r.stderr[-3000:])
+    assert f"node {canary}: advertises 0 of 8 {GPU}" in r.stderr, r.stderr
+    assert "--force REASON" in r.stderr
+    assert other not in r.stderr.split("preflight refused the change")[-1]
+    assert not (tmp_path / "state").exists()  # no journal, nothing written
+    assert {n: ck.snapshot(lab, n) for n in real} == files
+    assert not ck.unschedulable(lab, canary)
+
+    why = ["--force", "lab: plugin down on purpose"]
+    forced = ck.cli(
+        ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--dry-run", *why], env
+    )
+    assert forced.returncode == 0, forced.stderr[-3000:]
+    assert f"warning: forced (--force): node {canary}: advertises 0 of 8" in forced.stderr
+
+    started_again = _fault(lab, env, "plugin-start", canary)
+    assert started_again["allocatable"] == 8 and started_again["changed"] is True
+    log = lab.node_root(canary) / "var/log/rollout-lab-fakedeviceplugin.log"
+    registrations = log.read_text().count("fakedeviceplugin: registered ")
+    restarted = _fault(lab, env, "plugin-restart", canary)
+    assert restarted["allocatable"] == 8
+    assert log.read_text().count("fakedeviceplugin: registered ") == registrations + 1
+    print(f"plugin stop, refusal, force, start, restart: {time.monotonic() - started:.1f}s")
