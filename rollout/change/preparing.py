@@ -70,6 +70,8 @@ class Prepared:
             ``--accept-predicted-rejections`` (apply journals them).
         forced: device refusals (:mod:`rollout.change.devicechecks`) overridden with
             ``--force REASON`` (apply journals them with the reason).
+        raw_facts: the facts preflight judged, by host (apply's ``before`` evidence is built
+            from them).
     """
 
     strategy: Strategy
@@ -83,6 +85,7 @@ class Prepared:
     previews: tuple[NodePreview, ...] = ()
     accepted: tuple[str, ...] = ()
     forced: tuple[str, ...] = ()
+    raw_facts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready plan (``--dry-run -o json``)."""
@@ -313,6 +316,7 @@ def prepare(
         previews=tuple(previews),
         accepted=tuple(accepted),
         forced=tuple(device_refusals) if force else (),
+        raw_facts=raw_facts,
     )
 
 

@@ -26,7 +26,7 @@ from rollout.change.replaying import replay
 from rollout.change.windows import guard, parse_windows
 from rollout.cli.gate import GATE_HOLDS_EXIT, gate_config
 from rollout.errors import InputError, Location, PreflightError
-from rollout.models import Phase
+from rollout.models import NodeState, Phase
 
 from .options import inventory_option, kube_options, output_option, plan_option
 from .wiring import (
@@ -56,6 +56,30 @@ def _import_kube() -> None:
     import rollout.change.preparing
     import rollout.kube.canaries
     import rollout.kube.leases  # noqa: F401
+
+
+def _evidence(
+    journal: Journal,
+    label: str,
+    api: Any,
+    inv: Any,
+    nodes: list[str],
+    raw_facts: Any = None,
+) -> None:
+    """Collect ``label`` evidence of ``nodes`` into ``evidence.json`` beside the journal and
+    journal what it showed; a collection that fails is journaled and warned about, and never
+    stops the change (``promote`` then refuses without its ``after`` evidence)."""
+    from rollout.cli.collect import collect, describe, journal_evidence
+    from rollout.evidence.report import EVIDENCE_FILE
+
+    target = journal.dir / EVIDENCE_FILE
+    try:
+        collection = collect(label, api, inv, nodes, target, raw_facts)
+    except Exception as e:
+        data = journal_evidence(journal, label, nodes, target, error=str(e) or type(e).__name__)
+        _echo(f"warning: {describe(data)}")
+        return
+    _echo(describe(journal_evidence(journal, label, nodes, target, collection)))
 
 
 def journal_consents(journal: Journal, prepared: Any, force: str | None, now: datetime) -> None:
@@ -109,6 +133,12 @@ def journal_consents(journal: Journal, prepared: Any, force: str | None, now: da
     "down or devices unhealthy; one resource served by a device plugin and DRA); the reason and "
     "the refusals are journaled.",
 )
+@click.option(
+    "--no-evidence",
+    is_flag=True,
+    help="Do not collect the before/after evidence (evidence.json beside the journal); "
+    "promote then refuses without --force.",
+)
 @_lock_ns
 @_verify_timeout
 @_progress_option
@@ -124,6 +154,7 @@ def apply_cmd(
     force_window: str | None,
     accept_rejections: bool,
     force: str | None,
+    no_evidence: bool,
     lock_namespace: str,
     verify_timeout: float,
     progress_mode: str,
@@ -132,7 +163,8 @@ def apply_cmd(
     context: str | None,
 ) -> None:
     """Apply the plan's kubelet change: preflight, then per node cordon, drain, write, restart,
-    verify, uncordon; any failure restores the node and stops.
+    verify, uncordon; any failure restores the node and stops. The nodes' evidence is collected
+    before (at preflight) and after (once applied) into evidence.json beside the journal.
 
     \b
     Examples:
@@ -209,6 +241,9 @@ def apply_cmd(
         journal = _mirrored(Journal.create(state_dir(), change_id), api, lock_namespace)
         _echo(f"change {change_id}: journal {journal.file}")
         journal_consents(journal, prepared, force, datetime.now(UTC))
+        moving = [n for b in prepared.batches for n in b.nodes]
+        if not no_evidence:
+            _evidence(journal, "before", api, inv, moving, prepared.raw_facts)
         progress = _progress(progress_mode)
         progress.nodes(tuple(nodes))
         ctx = _context(api, journal, inv.path, drain, verify_timeout, progress, inv.hostvars)
@@ -229,6 +264,9 @@ def apply_cmd(
                 },
                 forward=window_check,
             )
+        applied = [n for n in moving if status.nodes[n].state is NodeState.APPLIED]
+        if applied and not no_evidence:
+            _evidence(journal, "after", api, inv, applied)
     _print_status(status, output)
     verdict = getattr(gate, "verdict", None)
     if verdict is not None and verdict.holds:  # Inconclusive / Error: held, say what it waits for

@@ -208,20 +208,17 @@ def evidence_cmd(
     """
     import json
 
-    from rollout.ansible.runner import AnsibleRunner
     from rollout.change.journal import Journal, state_dir
-    from rollout.change.preparing import hosts_for, read_inventory
+    from rollout.change.preparing import read_inventory
     from rollout.change.replaying import replay
-    from rollout.evidence.checks import build_collection, merge_collection, registered_devices
+    from rollout.cli.collect import checks_of, collect, journal_evidence
     from rollout.evidence.report import EVIDENCE_FILE
-    from rollout.kube import proxy
     from rollout.kube.client import connect
-    from rollout.kube.collecting import evidence_pods
-    from rollout.kube.nodes import node_info
 
     recorded: dict[str, object] = {}
     nodes: list[str] = []
     target = Path(out) if out else None
+    journal = None
     if change:
         journal = Journal.open(state_dir(), change)
         status = replay(journal.entries())
@@ -234,43 +231,12 @@ def evidence_cmd(
         raise InputError("no inventory: pass -i or set ROLLOUT_INVENTORY", Location(field="-i"))
     inv = read_inventory(Path(str(inv_path)))
     nodes = nodes or [inv.node_of(h) for h in inv.hosts]
-    hosts = hosts_for(inv, nodes)
-    with tempfile.TemporaryDirectory(prefix="rollout-evidence-") as tmp:
-        raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(inv.path, hosts, Path(tmp) / "facts")
-    facts = {inv.node_of(h): f for h, f in raw.items()}
     api = connect(kubeconfig, context)
-    infos = {n: node_info(api, n) for n in nodes}
-    allocatable = {n: dict(i.allocatable) for n, i in infos.items()}
-    capacity = {n: dict(i.capacity) for n, i in infos.items()}
-    pods = {n: evidence_pods(api, n) for n in nodes}
-    configz = {}
-    for n in nodes:
-        body = proxy.configz(api, n)
-        configz[n] = body.get("kubeletconfig", body)
-    try:
-        document = json.loads(target.read_text(encoding="utf-8")) if target.is_file() else None
-    except ValueError as e:
-        raise InputError(f"not an evidence file: {e}", Location(file=str(target))) from e
-    at = datetime.now(UTC).isoformat(timespec="seconds")
-    collection = build_collection(
-        label,
-        at,
-        facts,
-        allocatable,
-        pods,
-        configz,
-        gpu_resource,
-        capacity=capacity,
-        known=registered_devices(document),
-    )
-    merged = merge_collection(document, collection)
-    _write(json.dumps(merged, indent=2, sort_keys=True) + "\n", str(target))
+    collection = collect(label, api, inv, nodes, target, gpu_resource=gpu_resource)
+    if journal is not None:  # promote reads the change's last 'after' evidence from its journal
+        journal_evidence(journal, label, nodes, target, collection)
     if output == "json":
-        from rollout.evidence.checks import CHECKS, parse_collections
-
-        (parsed,) = parse_collections({"collections": [collection]})
-        checks = [fn(parsed).as_dict() for _, fn in CHECKS]
-        doc = {"file": str(target), "collection": collection, "checks": checks}
+        doc = {"file": str(target), "collection": collection, "checks": checks_of(collection)}
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
 
 
