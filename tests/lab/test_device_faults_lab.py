@@ -13,6 +13,11 @@ each from the fake device plugin. In file order:
   nothing is written and nothing cordoned; ``--force REASON --dry-run`` goes past the refusal
   and says it was forced; the plugin started and restarted, it registers again and all 8 are
   back.
+* a DeviceClass with ``spec.extendedResourceName: nvidia.com/gpu`` over a DRA driver that
+  publishes a ResourceSlice for the canary, whose device plugin advertises ``nvidia.com/gpu``:
+  ``apply --canary`` refuses naming node, class and driver (the older check by vendor domain
+  let driver ``gpu.example.com`` pass); with ``--force`` it goes on and warns that DRA devices get
+  no Topology Manager hints.
 """
 
 from __future__ import annotations
@@ -151,3 +156,58 @@ def test_a_stopped_device_plugin_is_refused_by_preflight_naming_the_node(
     assert restarted["allocatable"] == 8
     assert log.read_text().count("fakedeviceplugin: registered ") == registrations + 1
     print(f"plugin stop, refusal, force, start, restart: {time.monotonic() - started:.1f}s")
+
+
+@pytest.mark.timeout(300)
+def test_one_resource_from_a_device_plugin_and_a_dra_device_class_is_refused(
+    lab: Lab, real: list[str], tmp_path: Path
+) -> None:
+    canary = real[0]
+    inv, plan, env = _setup(lab, real, tmp_path)
+    driver = "gpu.example.com"
+    klass = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "df-gpu"},
+        "spec": {
+            "extendedResourceName": GPU,
+            "selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}],
+        },
+    }
+    rs = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{canary}-df"},
+        "spec": {
+            "driver": driver,
+            "nodeName": canary,
+            "pool": {"name": canary, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0"}],
+        },
+    }
+    base = "/apis/resource.k8s.io/v1"
+    code, body = lab.api.request("POST", f"{base}/deviceclasses", klass)
+    assert code == 201, body
+    try:
+        # the API server keeps the field (DRAExtendedResource is on in the lab's v1.36)
+        assert body["spec"].get("extendedResourceName") == GPU, body
+        code, body = lab.api.request("POST", f"{base}/resourceslices", rs)
+        assert code == 201, body
+        args = ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--dry-run"]
+        r = ck.cli(args, env)
+        assert r.returncode == 3, (r.returncode, r.stderr[-3000:])
+        assert f"node {canary}: {GPU} is served by a device plugin (capacity 8) and by DRA" in (
+            r.stderr
+        ), r.stderr
+        assert f"DeviceClass df-gpu has spec.extendedResourceName {GPU} and driver(s) {driver}" in (
+            r.stderr
+        )
+        forced = ck.cli([*args, "--force", "lab: both paths on purpose"], env)
+        assert forced.returncode == 0, forced.stderr[-3000:]
+        assert f"warning: forced (--force): node {canary}: {GPU} is served" in forced.stderr
+        assert f"warning: node {canary}: devices of DRA driver(s) {driver} are DRA-managed" in (
+            forced.stderr
+        )
+    finally:
+        lab.api.request("DELETE", f"{base}/resourceslices/{canary}-df")
+        lab.api.request("DELETE", f"{base}/deviceclasses/df-gpu")
