@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rollout.change.journal import CHANGE_STEP, Entry
+from rollout.change.journal import CHANGE_STEP, EVIDENCE_STEP, Entry
 from rollout.models import FileBackup, NodeState, Path, Phase, Step
 
 
@@ -78,6 +78,8 @@ class ChangeStatus:
             (``completed``, ``held``, ``stopped``, ``rolled-back``, ...).
         message: the change-level message.
         info: what the change-level ``begin`` recorded (plan, batches, canary).
+        evidence: label -> the last evidence collection of that label (``overall``, ``nodes``,
+            ``file``, each check's ``name``/``status``/``summary``, or the ``error``).
     """
 
     change: str
@@ -85,6 +87,7 @@ class ChangeStatus:
     outcome: str = "running"
     message: str = ""
     info: Mapping[str, Any] = field(default_factory=dict)
+    evidence: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary."""
@@ -94,6 +97,7 @@ class ChangeStatus:
             "message": self.message,
             "promotion": self.info.get("promotion"),
             "nodes": [s.to_dict() for s in self.nodes.values()],
+            "evidence": {k: dict(v) for k, v in self.evidence.items()},
         }
 
 
@@ -107,10 +111,13 @@ def replay(entries: Iterable[Entry], change: str = "") -> ChangeStatus:
     """
     nodes: dict[str, NodeStatus] = {}
     outcome, message, info = "running", "", {}
+    evidence: dict[str, dict[str, Any]] = {}
     for e in entries:
         change = change or e.change
         if e.node is None:
-            if e.step == CHANGE_STEP and e.phase is Phase.BEGIN:
+            if e.step == EVIDENCE_STEP:
+                evidence[str(e.data.get("label", ""))] = _evidence_summary(e.data)
+            elif e.step == CHANGE_STEP and e.phase is Phase.BEGIN:
                 info = dict(e.data)
                 outcome = "running"
                 for n in e.data.get("nodes", ()):
@@ -120,7 +127,17 @@ def replay(entries: Iterable[Entry], change: str = "") -> ChangeStatus:
                 message = str(e.data.get("message", ""))
             continue
         nodes[e.node] = _apply_entry(nodes.get(e.node, NodeStatus(node=e.node)), e)
-    return ChangeStatus(change=change, nodes=nodes, outcome=outcome, message=message, info=info)
+    return ChangeStatus(
+        change=change, nodes=nodes, outcome=outcome, message=message, info=info, evidence=evidence
+    )
+
+
+def _evidence_summary(data: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: data[k] for k in ("overall", "nodes", "file", "error") if k in data}
+    out["checks"] = [
+        {k: c.get(k) for k in ("name", "status", "summary")} for c in data.get("checks") or ()
+    ]
+    return out
 
 
 def advance(s: NodeStatus, e: Entry) -> NodeStatus:

@@ -18,11 +18,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rollout.change.journal import Journal
+from rollout.change.journal import EVIDENCE_STEP, Journal
 from rollout.errors import InputError, Location
 from rollout.models import Phase
 
-EVIDENCE_STEP = "evidence"
+__all__ = ["EVIDENCE_STEP", "collect", "evidence_refusal", "journal_evidence"]
 
 
 def collect(

@@ -116,6 +116,11 @@ def _print_status(status: ChangeStatus, output: str) -> None:
     if promotion:
         forced = f"; forced: {promotion['forced']}" if promotion.get("forced") else ""
         click.echo(f"  promoted by {promotion.get('by')} at {promotion.get('at')}{forced}")
+    for label, ev in status.evidence.items():
+        failed = [c["name"] for c in ev.get("checks") or () if c.get("status") == "fail"]
+        why = f": {ev['error']}" if ev.get("error") else f" ({', '.join(failed)})" if failed else ""
+        nodes = ", ".join(ev.get("nodes") or ())
+        click.echo(f"  evidence {label} ({nodes}): {ev.get('overall')}{why}")
     click.echo(summary(status))
 
 

@@ -100,3 +100,34 @@ def test_an_unhealthy_device_the_kubelet_does_not_advertise_does_not_refuse(
     )
     assert data["overall"] != "fail"
     assert evidence_refusal(j.entries(), ["n1", "n2"]) is None
+
+
+def test_status_shows_the_last_collection_of_each_label(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from rollout.change.replaying import replay
+    from rollout.cli import cli
+
+    j = _journal(tmp_path / "state")
+    journal_evidence(j, "after", ["n1", "n2"], tmp_path / "e.json", _collection("after", 7, "8"))
+    journal_evidence(j, "before", ["n1", "n2"], tmp_path / "e.json", error="ssh: n2 unreachable")
+    ev = replay(j.entries()).to_dict()["evidence"]
+    assert ev["after"]["overall"] == "fail" and ev["after"]["nodes"] == ["n1", "n2"]
+    assert {"name": "allocatable-matches-healthy", "status": "fail"}.items() <= ev["after"][
+        "checks"
+    ][0].items()
+    assert ev["before"] == {
+        "overall": "not-collected",
+        "nodes": ["n1", "n2"],
+        "file": str(tmp_path / "e.json"),
+        "error": "ssh: n2 unreachable",
+        "checks": [],
+    }
+    r = CliRunner().invoke(
+        cli,
+        ["status", "--change", j.change_id],
+        env={"ROLLOUT_STATE_DIR": str(tmp_path / "state"), "KUBECONFIG": str(tmp_path / "none")},
+    )
+    assert r.exit_code == 0, r.output
+    assert "  evidence after (n1, n2): fail (allocatable-matches-healthy)" in r.output
+    assert "  evidence before (n1, n2): not-collected: ssh: n2 unreachable" in r.output
