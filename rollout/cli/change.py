@@ -58,28 +58,31 @@ def _import_kube() -> None:
     import rollout.kube.leases  # noqa: F401
 
 
-def _evidence(
-    journal: Journal,
-    label: str,
-    api: Any,
-    inv: Any,
-    nodes: list[str],
-    raw_facts: Any = None,
-) -> None:
-    """Collect ``label`` evidence of ``nodes`` into ``evidence.json`` beside the journal and
-    journal what it showed; a collection that fails is journaled and warned about, and never
-    stops the change (``promote`` then refuses without its ``after`` evidence)."""
-    from rollout.cli.collect import collect, describe, journal_evidence
+def _collect(
+    journal: Journal, label: str, api: Any, inv: Any, nodes: list[str], raw_facts: Any = None
+) -> tuple[Any, str | None]:
+    """Collect ``label`` evidence of ``nodes`` into ``evidence.json`` beside the journal: the
+    collection, or None and why it failed (a failed collection never stops the change)."""
+    from rollout.cli.collect import collect
     from rollout.evidence.report import EVIDENCE_FILE
 
-    target = journal.dir / EVIDENCE_FILE
     try:
-        collection = collect(label, api, inv, nodes, target, raw_facts)
+        return collect(label, api, inv, nodes, journal.dir / EVIDENCE_FILE, raw_facts), None
     except Exception as e:
-        data = journal_evidence(journal, label, nodes, target, error=str(e) or type(e).__name__)
-        _echo(f"warning: {describe(data)}")
-        return
-    _echo(describe(journal_evidence(journal, label, nodes, target, collection)))
+        return None, str(e) or type(e).__name__
+
+
+def _journal_evidence(
+    journal: Journal, label: str, nodes: list[str], collected: tuple[Any, str | None]
+) -> None:
+    """Journal what a collection showed and say it (a warning when it was not collected)."""
+    from rollout.cli.collect import describe, journal_evidence
+    from rollout.evidence.report import EVIDENCE_FILE
+
+    collection, error = collected
+    target = journal.dir / EVIDENCE_FILE
+    data = journal_evidence(journal, label, nodes, target, collection, error)
+    _echo(f"warning: {describe(data)}" if error else describe(data))
 
 
 def journal_consents(journal: Journal, prepared: Any, force: str | None, now: datetime) -> None:
@@ -242,8 +245,14 @@ def apply_cmd(
         _echo(f"change {change_id}: journal {journal.file}")
         journal_consents(journal, prepared, force, datetime.now(UTC))
         moving = [n for b in prepared.batches for n in b.nodes]
-        if not no_evidence:
-            _evidence(journal, "before", api, inv, moving, prepared.raw_facts)
+        # 'before' from the facts preflight judged, into evidence.json now; both collections are
+        # journaled once the change has ended (held or completed): an evidence entry is never the
+        # last one of a change that has not begun
+        before = (
+            None
+            if no_evidence
+            else _collect(journal, "before", api, inv, moving, prepared.raw_facts)
+        )
         progress = _progress(progress_mode)
         progress.nodes(tuple(nodes))
         ctx = _context(api, journal, inv.path, drain, verify_timeout, progress, inv.hostvars)
@@ -264,9 +273,13 @@ def apply_cmd(
                 },
                 forward=window_check,
             )
-        applied = [n for n in moving if status.nodes[n].state is NodeState.APPLIED]
-        if applied and not no_evidence:
-            _evidence(journal, "after", api, inv, applied)
+        if before is not None:
+            _journal_evidence(journal, "before", moving, before)
+            applied = [n for n in moving if status.nodes[n].state is NodeState.APPLIED]
+            if applied:
+                _journal_evidence(
+                    journal, "after", applied, _collect(journal, "after", api, inv, applied)
+                )
     _print_status(status, output)
     verdict = getattr(gate, "verdict", None)
     if verdict is not None and verdict.holds:  # Inconclusive / Error: held, say what it waits for
