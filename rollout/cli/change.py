@@ -280,6 +280,7 @@ def apply_cmd(
                 _journal_evidence(
                     journal, "after", applied, _collect(journal, "after", api, inv, applied)
                 )
+            status = replay(journal.entries(), journal.change_id)  # with its evidence
     _print_status(status, output)
     verdict = getattr(gate, "verdict", None)
     if verdict is not None and verdict.holds:  # Inconclusive / Error: held, say what it waits for

@@ -18,6 +18,9 @@ each from the fake device plugin. In file order:
   ``apply --canary`` refuses naming node, class and driver (the older check by vendor domain
   let driver ``gpu.example.com`` pass); with ``--force`` it goes on and warns that DRA devices get
   no Topology Manager hints.
+* the plugin stopped while ``apply --canary`` restarts the canary's kubelet: the node stays
+  cordoned, its verify waiting, until the plugin registers again and all 8 GPUs are back; then it
+  is uncordoned and applied, and its 'after' evidence passes. Rolled back at the end.
 """
 
 from __future__ import annotations
@@ -211,3 +214,39 @@ def test_one_resource_from_a_device_plugin_and_a_dra_device_class_is_refused(
     finally:
         lab.api.request("DELETE", f"{base}/resourceslices/{canary}-df")
         lab.api.request("DELETE", f"{base}/deviceclasses/df-gpu")
+
+
+@pytest.mark.timeout(420)
+def test_a_node_is_not_uncordoned_until_its_gpus_are_back_after_the_restart(
+    lab: Lab, real: list[str], tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    canary = real[0]
+    inv, plan, env = _setup(lab, real, tmp_path)
+    state = tmp_path / "state"
+    args = ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"]
+    proc = ck.start_cli([*args, "--verify-timeout", "180"], env)
+    try:
+        ck.wait_for(lambda: ck.journal_has(state, canary, "apply", "begin"), 120, "apply begin")
+        _fault(lab, env, "plugin-stop", canary)  # the restarted kubelet finds no plugin
+        ck.wait_for(lambda: ck.journal_has(state, canary, "verify", "begin"), 120, "verify begin")
+        time.sleep(8)  # several verify rounds without the GPUs
+        assert proc.poll() is None, proc.communicate()
+        assert ck.unschedulable(lab, canary), "uncordoned without its GPUs"
+        assert not ck.journal_has(state, canary, "verify", "done")
+        assert _counts(lab, canary)[1] == "0"
+        back = _fault(lab, env, "plugin-start", canary)
+        assert back["allocatable"] == 8
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    doc = json.loads(out)
+    assert {n["node"]: n["state"] for n in doc["nodes"]}[canary] == "applied", doc
+    assert not ck.unschedulable(lab, canary)
+    assert doc["evidence"]["after"]["overall"] != "fail", doc["evidence"]
+    r = ck.cli(["rollback", "--change", doc["change"], "--yes"], env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert _counts(lab, canary) == ("8", "8")
+    print(f"plugin stopped across the restart, verify waited: {time.monotonic() - started:.1f}s")
