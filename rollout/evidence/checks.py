@@ -160,12 +160,20 @@ def check_allocatable(c: Collection) -> Check:
             checked += 1
             count = healthy.get(res, 0)
             got = _int(alloc.get(res))
+            cap = _int(capacity.get(res))
             if got != _int(count):
+                stale = ""
+                want = _int(count)
+                if got is not None and cap is not None and want is not None and got < want <= cap:
+                    stale = (
+                        f"; capacity {cap}: the kubelet holds {cap - got} unhealthy since it wrote "
+                        "the checkpoint (a device plugin not registered again after a kubelet "
+                        "restart, or disconnected)"
+                    )
                 problems.append(
                     f"{node}: allocatable {res} is {alloc.get(res, 'absent')}, "
-                    f"{count} healthy device(s) in the device manager's RegisteredDevices"
+                    f"{count} healthy device(s) in the device manager's RegisteredDevices{stale}"
                 )
-            cap = _int(capacity.get(res))
             named = sorted(str(x) for x in unhealthy.get(res) or ())
             if (cap is not None and got is not None and cap > got) or named:
                 n = max(cap - got if cap is not None and got is not None else 0, len(named))

@@ -390,6 +390,17 @@ HEALTHY_CASES = [
         "RegisteredDevices",
     ),
     (
+        "after a kubelet restart, a plugin not registered again: the checkpoint is stale",
+        {"nvidia.com/gpu": GPUS},
+        {"nvidia.com/gpu": "8"},
+        {"nvidia.com/gpu": "0"},
+        {},
+        Status.FAIL,
+        "n1: allocatable nvidia.com/gpu is 0, 8 healthy device(s) in the device manager's "
+        "RegisteredDevices; capacity 8: the kubelet holds 8 unhealthy since it wrote the "
+        "checkpoint",
+    ),
+    (
         "a resource in capacity and allocatable but never registered",
         {},
         {"nvidia.com/gpu": "8"},
