@@ -228,6 +228,8 @@ class NodeInfo:
         allocatable: extended and core allocatable, as strings (``nvidia.com/gpu: "8"``).
         cpu_millis: allocatable CPU, for the capacity check.
         memory_bytes: allocatable memory, for the capacity check.
+        capacity: ``status.capacity`` as strings; for a device plugin's resource it counts
+            healthy and unhealthy devices, allocatable only the healthy ones.
     """
 
     name: str
@@ -236,3 +238,4 @@ class NodeInfo:
     allocatable: Mapping[str, str] = field(default_factory=dict)
     cpu_millis: int = 0
     memory_bytes: int = 0
+    capacity: Mapping[str, str] = field(default_factory=dict)

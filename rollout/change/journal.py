@@ -44,6 +44,9 @@ record it cannot read (``tests/unit/test_journal.py::test_an_entry_of_a_newer_sc
 
 CHANGE_STEP = "change"
 """The step name of change-level entries (node is None): begin, then done/failed with an outcome."""
+EVIDENCE_STEP = "evidence"
+"""The step name of an evidence collection's entry (node is None; ``rollout.cli.collect``):
+label, nodes, file and each check's result."""
 
 
 def state_dir(env: Mapping[str, str] | None = None) -> FsPath:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rollout.change import devicechecks
 from rollout.change.inventory import Inventory, hosts_for, read_inventory, start_inventory
 from rollout.change.plan import Plan
 from rollout.change.planning import (
@@ -68,6 +69,10 @@ class Prepared:
         previews: the admission preview of every node that moves.
         accepted: predicted rejections of running pods, accepted with
             ``--accept-predicted-rejections`` (apply journals them).
+        forced: device refusals (:mod:`rollout.change.devicechecks`) overridden with
+            ``--force REASON`` (apply journals them with the reason).
+        raw_facts: the facts preflight judged, by host (apply's ``before`` evidence is built
+            from them).
     """
 
     strategy: Strategy
@@ -80,6 +85,8 @@ class Prepared:
     warnings: tuple[str, ...] = field(default=())
     previews: tuple[NodePreview, ...] = ()
     accepted: tuple[str, ...] = ()
+    forced: tuple[str, ...] = ()
+    raw_facts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready plan (``--dry-run -o json``)."""
@@ -103,6 +110,7 @@ class Prepared:
                 "fitsNoNode": fleet_misfits(self.previews),
             },
             "acceptedPredictedRejections": list(self.accepted),
+            "forcedRefusals": list(self.forced),
         }
 
 
@@ -146,7 +154,8 @@ class ClusterReader:
 
     def prefetch(self) -> None:
         """Read the server version, ``resource.k8s.io`` versions, Nodes, PDBs, DRA drivers,
-        controllers and the cluster's pods now; any error is left for the real read to raise."""
+        DeviceClasses, controllers and the cluster's pods now; any error is left for the real
+        read to raise."""
         try:
             versions = self.resource_versions()
             objects = self.node_objects()
@@ -157,6 +166,7 @@ class ClusterReader:
                 ("nodes", ""): {n: self._kn.to_node_info(o) for n, o in objects.items()},
                 ("pdbs", ""): self.pdbs(),
                 ("dra", ",".join(versions)): self.dra(versions),
+                ("device_classes", ",".join(versions)): self.device_classes(versions),
                 ("controllers", ""): self.controllers(),
                 ("pod_listing", ""): self.pod_listing(),
             }
@@ -194,6 +204,14 @@ class ClusterReader:
             )
         )
 
+    def device_classes(self, versions: list[str]) -> list[dict[str, Any]]:
+        return list(
+            self._read(
+                ("device_classes", ",".join(versions)),
+                lambda: self._kn.device_class_objects(self.api, versions),
+            )
+        )
+
     def node_objects(self) -> dict[str, dict[str, Any]]:
         return dict(self._read(("node_objects", ""), lambda: self._wl.node_objects(self.api)))
 
@@ -209,11 +227,15 @@ def prepare(
     facts_dir: Path,
     canary_only: bool,
     accept_predicted_rejections: bool = False,
+    force: bool = False,
 ) -> Prepared:
     """Run every preflight check; refuse with every problem named, or return the change.
 
     A pod running on a node that moves and predicted rejected there under the new config is a
-    refusal unless ``accept_predicted_rejections``; other predicted rejections are warnings.
+    refusal unless ``accept_predicted_rejections``; other predicted rejections are warnings. The
+    device refusals of a node that moves (:mod:`rollout.change.devicechecks`: GPUs not all
+    advertised, one resource served by a device plugin and DRA) are warnings with ``force``
+    (``Prepared.forced``); every other refusal stands.
 
     Raises:
         PreflightError: one or more checks failed (all of them listed).
@@ -274,6 +296,15 @@ def prepare(
         warnings += [b.describe() for b in blocking_pdbs(n, pods.get(n, []), pdbs)]
     for b in batches:
         problems += check_capacity(b.nodes, all_nodes, pods)
+    device_refusals, device_warnings = _device_checks(
+        cluster, versions, moving, facts, raw_facts, dra
+    )
+    warnings += device_warnings
+    if force:
+        warnings += [f"forced (--force): {p}" for p in device_refusals]
+    elif device_refusals:
+        problems += device_refusals
+        problems.append("(the device refusals above: `rollout apply --force REASON` overrides)")
     previews: list[NodePreview] = []
     try:
         previews = _previews(cluster, moving, facts, raw_facts, facts_dir, pod_objects)
@@ -297,7 +328,38 @@ def prepare(
         warnings=tuple(warnings),
         previews=tuple(previews),
         accepted=tuple(accepted),
+        forced=tuple(device_refusals) if force else (),
+        raw_facts=raw_facts,
     )
+
+
+def _device_checks(
+    cluster: ClusterReader,
+    versions: list[str],
+    moving: Sequence[str],
+    facts: Mapping[str, NodeFacts],
+    raw_facts: Mapping[str, Mapping[str, Any]],
+    dra: Mapping[str, list[str]],
+) -> tuple[list[str], list[str]]:
+    """The device refusals and warnings of the nodes that move (``devicechecks``)."""
+    objects = cluster.node_objects()
+    classes = devicechecks.device_classes(cluster.device_classes(versions))
+    refusals: list[str] = []
+    warnings: list[str] = []
+    for n in moving:
+        status = (objects.get(n) or {}).get("status") or {}
+        capacity = status.get("capacity") or {}
+        allocatable = status.get("allocatable") or {}
+        f = facts.get(n)
+        pci = len(raw_facts.get(f.host, {}).get("gpus") or ()) if f else 0
+        drivers = dra.get(n, [])
+        refusals += devicechecks.check_advertised(
+            n, capacity, allocatable, pci, dra_drivers=drivers
+        )
+        refusals += devicechecks.check_dra_extended(n, capacity, drivers, classes)
+        policy = str((f.kubelet_after if f else {}).get("topologyManagerPolicy") or "none")
+        warnings += devicechecks.dra_topology_warnings(n, drivers, policy)
+    return refusals, warnings
 
 
 def _previews(

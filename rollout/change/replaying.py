@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rollout.change.journal import CHANGE_STEP, Entry, Journal
+from rollout.change.journal import CHANGE_STEP, EVIDENCE_STEP, Entry, Journal
 from rollout.models import FileBackup, NodeState, Path, Phase, Step
 
 
@@ -80,6 +80,8 @@ class ChangeStatus:
             (``completed``, ``held``, ``stopped``, ``rolled-back``, ...).
         message: the change-level message.
         info: what the change-level ``begin`` recorded (plan, batches, canary).
+        evidence: label -> the last evidence collection of that label (``overall``, ``nodes``,
+            ``file``, each check's ``name``/``status``/``summary``, or the ``error``).
     """
 
     change: str
@@ -87,6 +89,7 @@ class ChangeStatus:
     outcome: str = "running"
     message: str = ""
     info: Mapping[str, Any] = field(default_factory=dict)
+    evidence: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary."""
@@ -96,6 +99,7 @@ class ChangeStatus:
             "message": self.message,
             "promotion": self.info.get("promotion"),
             "nodes": [s.to_dict() for s in self.nodes.values()],
+            "evidence": {k: dict(v) for k, v in self.evidence.items()},
         }
 
 
@@ -129,12 +133,15 @@ class Projection:
         self.nodes: dict[str, NodeStatus] = {}
         self.outcome, self.message = "running", ""
         self.info: dict[str, Any] = {}
+        self.evidence: dict[str, dict[str, Any]] = {}
 
     def add(self, e: Entry) -> None:
         self.count += 1
         self.change = self.change or e.change
         if e.node is None:
-            if e.step == CHANGE_STEP and e.phase is Phase.BEGIN:
+            if e.step == EVIDENCE_STEP:
+                self.evidence[str(e.data.get("label", ""))] = _evidence_summary(e.data)
+            elif e.step == CHANGE_STEP and e.phase is Phase.BEGIN:
                 self.info = dict(e.data)
                 self.outcome = "running"
                 for n in e.data.get("nodes", ()):
@@ -152,6 +159,7 @@ class Projection:
             outcome=self.outcome,
             message=self.message,
             info=dict(self.info),
+            evidence=dict(self.evidence),
         )
 
 
@@ -173,6 +181,14 @@ def status_of(journal: Journal) -> ChangeStatus:
         for e in new:
             p.add(e)
         return p.status(journal.change_id)
+
+
+def _evidence_summary(data: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: data[k] for k in ("overall", "nodes", "file", "error") if k in data}
+    out["checks"] = [
+        {k: c.get(k) for k in ("name", "status", "summary")} for c in data.get("checks") or ()
+    ]
+    return out
 
 
 def advance(s: NodeStatus, e: Entry) -> NodeStatus:

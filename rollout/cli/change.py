@@ -13,6 +13,7 @@ import threading
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -25,7 +26,7 @@ from rollout.change.replaying import replay
 from rollout.change.windows import guard, parse_windows
 from rollout.cli.gate import GATE_HOLDS_EXIT, gate_config
 from rollout.errors import InputError, Location, PreflightError
-from rollout.models import Phase
+from rollout.models import NodeState, Phase
 
 from .options import inventory_option, kube_options, output_option, plan_option
 from .record import existing_journal, mirrored, optional_api
@@ -57,6 +58,53 @@ def _import_kube() -> None:
     import rollout.kube.leases  # noqa: F401
 
 
+def _collect(
+    journal: Journal, label: str, api: Any, inv: Any, nodes: list[str], raw_facts: Any = None
+) -> tuple[Any, str | None]:
+    """Collect ``label`` evidence of ``nodes`` into ``evidence.json`` beside the journal: the
+    collection, or None and why it failed (a failed collection never stops the change)."""
+    from rollout.cli.collect import collect
+    from rollout.evidence.report import EVIDENCE_FILE
+
+    try:
+        return collect(label, api, inv, nodes, journal.dir / EVIDENCE_FILE, raw_facts), None
+    except Exception as e:
+        return None, str(e) or type(e).__name__
+
+
+def _journal_evidence(
+    journal: Journal, label: str, nodes: list[str], collected: tuple[Any, str | None]
+) -> None:
+    """Journal what a collection showed and say it (a warning when it was not collected)."""
+    from rollout.cli.collect import describe, journal_evidence
+    from rollout.evidence.report import EVIDENCE_FILE
+
+    collection, error = collected
+    target = journal.dir / EVIDENCE_FILE
+    data = journal_evidence(journal, label, nodes, target, collection, error)
+    _echo(f"warning: {describe(data)}" if error else describe(data))
+
+
+def journal_consents(journal: Journal, prepared: Any, force: str | None, now: datetime) -> None:
+    """Journal what the operator consented to before the first node step: device refusals
+    overridden with ``--force REASON`` (``preflight-forced``, with the reason) and predicted
+    rejections accepted (``predicted-rejections-accepted``)."""
+    if prepared.forced:
+        journal.append(
+            "preflight-forced",
+            Phase.DONE,
+            now=now,
+            data={"reason": force, "refusals": list(prepared.forced)},
+        )
+    if prepared.accepted:
+        journal.append(
+            "predicted-rejections-accepted",
+            Phase.DONE,
+            now=now,
+            data={"rejections": list(prepared.accepted)},
+        )
+
+
 @click.command("apply")
 @plan_option
 @inventory_option
@@ -80,6 +128,20 @@ def _import_kube() -> None:
     help="Go on although pods running on a node in scope are predicted rejected there under "
     "the new config (see `rollout preview`); the accepted predictions are journaled.",
 )
+@click.option(
+    "--force",
+    "force",
+    metavar="REASON",
+    help="Change nodes the device preflight refuses (GPUs not all advertised: device plugin "
+    "down or devices unhealthy; one resource served by a device plugin and DRA); the reason and "
+    "the refusals are journaled.",
+)
+@click.option(
+    "--no-evidence",
+    is_flag=True,
+    help="Do not collect the before/after evidence (evidence.json beside the journal); "
+    "promote then refuses without --force.",
+)
 @_lock_ns
 @_verify_timeout
 @_forks_option
@@ -95,6 +157,8 @@ def apply_cmd(
     disable_eviction: bool,
     force_window: str | None,
     accept_rejections: bool,
+    force: str | None,
+    no_evidence: bool,
     lock_namespace: str,
     verify_timeout: float,
     forks: int,
@@ -104,7 +168,8 @@ def apply_cmd(
     context: str | None,
 ) -> None:
     """Apply the plan's kubelet change: preflight, then per node cordon, drain, write, restart,
-    verify, uncordon; any failure restores the node and stops.
+    verify, uncordon; any failure restores the node and stops. The nodes' evidence is collected
+    before (at preflight) and after (once applied) into evidence.json beside the journal.
 
     \b
     Examples:
@@ -114,11 +179,14 @@ def apply_cmd(
       rollout apply --yes --progress plain 2> apply.log
       rollout apply --canary --yes --accept-predicted-rejections
       rollout apply --yes --forks 20
+      rollout apply --canary --yes --force "GPU-3 is being replaced, 7 of 8 is expected"
     """
     from rollout.change.inventory import start_inventory
 
     if not plan_path:
         raise InputError("no plan: pass --plan or set ROLLOUT_PLAN", Location(field="--plan"))
+    if force is not None and not force.strip():
+        raise InputError("--force needs a REASON (it is journaled)", Location(field="--force"))
     plan = load_plan(plan_path)
     parse_strategy(plan.strategy, plan.location)  # bad input fails before any I/O
     gate_config(plan)  # the gate: section too
@@ -148,7 +216,9 @@ def apply_cmd(
         raise
     for w in in_progress:
         _echo(f"warning: {w}")
-    prepared = _preflight(plan, inv, api, canary, accept_rejections, facts, forks)
+    prepared = _preflight(
+        plan, inv, api, canary, accept_rejections, facts, forks, force is not None
+    )
     for line in prepared.report:
         _echo(line)
     for w in prepared.warnings:
@@ -180,13 +250,16 @@ def apply_cmd(
     with _locked(lock, change_id):
         journal = mirrored(Journal.create(state_dir(), change_id), api, lock_namespace)
         _echo(f"change {change_id}: journal {journal.file}")
-        if prepared.accepted:
-            journal.append(
-                "predicted-rejections-accepted",
-                Phase.DONE,
-                now=datetime.now(UTC),
-                data={"rejections": list(prepared.accepted)},
-            )
+        journal_consents(journal, prepared, force, datetime.now(UTC))
+        moving = [n for b in prepared.batches for n in b.nodes]
+        # 'before' from the facts preflight judged, into evidence.json now; both collections are
+        # journaled once the change has ended (held or completed): an evidence entry is never the
+        # last one of a change that has not begun
+        before = (
+            None
+            if no_evidence
+            else _collect(journal, "before", api, inv, moving, prepared.raw_facts)
+        )
         progress = _progress(progress_mode)
         progress.nodes(tuple(nodes))
         ctx = _context(api, journal, inv.path, drain, verify_timeout, progress, inv.hostvars, forks)
@@ -211,6 +284,14 @@ def apply_cmd(
                 },
                 forward=window_check,
             )
+        if before is not None:
+            _journal_evidence(journal, "before", moving, before)
+            applied = [n for n in moving if status.nodes[n].state is NodeState.APPLIED]
+            if applied:
+                _journal_evidence(
+                    journal, "after", applied, _collect(journal, "after", api, inv, applied)
+                )
+            status = replay(journal.entries(), journal.change_id)  # with its evidence
     _print_status(status, output)
     verdict = getattr(gate, "verdict", None)
     if verdict is not None and verdict.holds:  # Inconclusive / Error: held, say what it waits for

@@ -202,7 +202,8 @@ def report_cmd(
     "--gpu-resource",
     default="nvidia.com/gpu",
     show_default=True,
-    help="Device resource whose allocatable is compared with the GPUs found on the node.",
+    help="Device resource the node's NVIDIA PCI functions are counted for (shown, not judged: "
+    "the healthy count is the kubelet's RegisteredDevices).",
 )
 @click.option(
     "--lock-namespace",
@@ -223,9 +224,10 @@ def evidence_cmd(
     kubeconfig: str | None,
     context: str | None,
 ) -> None:
-    """Collect the evidence data of a change's nodes (read-only) into its evidence.json:
-    allocatable and GPUs found, NUMA layout, cpu_manager_state and the device manager's
-    kubelet_internal_checkpoint (through the facts playbook), pods with their QoS, and the running
+    """Collect the evidence data of a change's nodes (read-only) into its evidence.json: the
+    Nodes' allocatable and capacity, the device manager's kubelet_internal_checkpoint (its
+    RegisteredDevices are the healthy set; its assignments give each pod's devices), NUMA layout
+    and cpu_manager_state (through the facts playbook), pods with their QoS, and the running
     Topology Manager policy (configz). -o json prints the new collection and the checks over it.
 
     \b
@@ -236,21 +238,18 @@ def evidence_cmd(
     """
     import json
 
-    from rollout.ansible.runner import AnsibleRunner
-    from rollout.change.preparing import hosts_for, read_inventory
+    from rollout.change.preparing import read_inventory
     from rollout.change.replaying import replay
-    from rollout.evidence.checks import build_collection, merge_collection
+    from rollout.cli.collect import checks_of, collect, journal_evidence
     from rollout.evidence.report import EVIDENCE_FILE
-    from rollout.kube import proxy
     from rollout.kube.client import connect
-    from rollout.kube.collecting import evidence_pods
-    from rollout.kube.nodes import node_info
 
     from .record import existing_journal
 
     recorded: dict[str, object] = {}
     nodes: list[str] = []
     target = Path(out) if out else None
+    journal = None
     api = connect(kubeconfig, context)
     if change:
         journal = existing_journal(change, api, lock_namespace)
@@ -264,30 +263,11 @@ def evidence_cmd(
         raise InputError("no inventory: pass -i or set ROLLOUT_INVENTORY", Location(field="-i"))
     inv = read_inventory(Path(str(inv_path)))
     nodes = nodes or [inv.node_of(h) for h in inv.hosts]
-    hosts = hosts_for(inv, nodes)
-    with tempfile.TemporaryDirectory(prefix="rollout-evidence-") as tmp:
-        raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(inv.path, hosts, Path(tmp) / "facts")
-    facts = {inv.node_of(h): f for h, f in raw.items()}
-    allocatable = {n: dict(node_info(api, n).allocatable) for n in nodes}
-    pods = {n: evidence_pods(api, n) for n in nodes}
-    configz = {}
-    for n in nodes:
-        body = proxy.configz(api, n)
-        configz[n] = body.get("kubeletconfig", body)
-    at = datetime.now(UTC).isoformat(timespec="seconds")
-    collection = build_collection(label, at, facts, allocatable, pods, configz, gpu_resource)
-    try:
-        document = json.loads(target.read_text(encoding="utf-8")) if target.is_file() else None
-    except ValueError as e:
-        raise InputError(f"not an evidence file: {e}", Location(file=str(target))) from e
-    merged = merge_collection(document, collection)
-    _write(json.dumps(merged, indent=2, sort_keys=True) + "\n", str(target))
+    collection = collect(label, api, inv, nodes, target, gpu_resource=gpu_resource)
+    if journal is not None:  # promote reads the change's last 'after' evidence from its journal
+        journal_evidence(journal, label, nodes, target, collection)
     if output == "json":
-        from rollout.evidence.checks import CHECKS, parse_collections
-
-        (parsed,) = parse_collections({"collections": [collection]})
-        checks = [fn(parsed).as_dict() for _, fn in CHECKS]
-        doc = {"file": str(target), "collection": collection, "checks": checks}
+        doc = {"file": str(target), "collection": collection, "checks": checks_of(collection)}
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
 
 

@@ -286,39 +286,68 @@ FAULTS = (
     "kubelet-stop",
     "kubelet-start",
     "apiserver-restart",
+    "device-unhealthy",
+    "device-healthy",
+    "plugin-stop",
+    "plugin-start",
+    "plugin-restart",
 )
 
 
 @lab.command("fault")
 @click.argument("fault", type=click.Choice(FAULTS))
 @click.argument("node", required=False)
+@click.argument("device", required=False)
 @name_option
 @workdir_option
 @output_option
-def fault(fault: str, node: str | None, name: str, workdir: Path | None, output: str) -> None:
-    """Inject a fault: stop/start a node's sshd or kubelet, or restart the API server.
+def fault(
+    fault: str, node: str | None, device: str | None, name: str, workdir: Path | None, output: str
+) -> None:
+    """Inject a fault: stop/start a node's sshd or kubelet, restart the API server, mark a GPU
+    of a real-kubelet node unhealthy or healthy (DEVICE, default every GPU), or stop, start or
+    restart its device plugin. A device fault returns once the Node's allocatable shows it.
 
     \b
     Examples:
       rollout lab fault kubelet-stop default-node2
       rollout lab fault apiserver-restart -o json
+      rollout lab fault device-unhealthy default-node1 GPU-3
+      rollout lab fault plugin-stop default-node1 -o json
     """
     lab_ = Lab.attach(name, workdir)
+    result: dict[str, object] = {}
+    if device and fault not in ("device-unhealthy", "device-healthy"):
+        raise LabError(f"fault {fault} takes no DEVICE argument")
     if fault == "apiserver-restart":
         lab_.restart_apiserver()
     else:
         if not node:
             raise LabError(f"fault {fault} needs a NODE argument")
-        {
-            "sshd-stop": lab_.stop_sshd,
-            "sshd-start": lab_.start_sshd,
-            "kubelet-stop": lab_.stop_kubelet,
-            "kubelet-start": lab_.start_kubelet,
-        }[fault](node)
+        if fault in ("device-unhealthy", "device-healthy"):
+            result = lab_.device_health(node, device, fault == "device-healthy")
+        elif fault.startswith("plugin-"):
+            result = lab_.plugin(node, fault.removeprefix("plugin-"))
+        else:
+            {
+                "sshd-stop": lab_.stop_sshd,
+                "sshd-start": lab_.start_sshd,
+                "kubelet-stop": lab_.stop_kubelet,
+                "kubelet-start": lab_.start_kubelet,
+            }[fault](node)
     if output == "json":
-        click.echo(json.dumps({"fault": fault, "node": node, "done": True}))
+        doc = {"fault": fault, "node": node, "done": True, **result}
+        if device:
+            doc["device"] = device
+        click.echo(json.dumps(doc))
         return
-    click.echo(f"{fault}{' ' + node if node else ''}: done")
+    where = "".join(" " + x for x in (node, device) if x)
+    after = ""
+    if "allocatable" in result:
+        after = (
+            f" (nvidia.com/gpu capacity {result['capacity']}, allocatable {result['allocatable']})"
+        )
+    click.echo(f"{fault}{where}: done{after}")
 
 
 COMMANDS = [lab]

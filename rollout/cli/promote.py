@@ -15,6 +15,7 @@ from rollout.change.plan import load_plan
 from rollout.change.previewing import predicted_rejections
 from rollout.change.replaying import ChangeStatus, replay
 from rollout.change.windows import guard, parse_windows
+from rollout.cli.collect import evidence_refusal
 from rollout.cli.gate import gate_config
 from rollout.errors import PreflightError
 from rollout.models import Phase
@@ -77,7 +78,9 @@ def promote_refusal(status: ChangeStatus, gate: Mapping[str, Any] | None) -> str
     "--force",
     "force",
     metavar="REASON",
-    help="Promote although the canary is not applied or its gate did not pass; journaled.",
+    help="Promote although the canary is not applied, its gate did not pass, its 'after' "
+    "evidence failed or is missing, or the device preflight refuses a node (see apply "
+    "--force); journaled.",
 )
 @click.option(
     "--force-window",
@@ -108,8 +111,10 @@ def promote_cmd(
 ) -> None:
     """Continue a held canary with the rest of the fleet: the same change (id, journal,
     backups), the plan's remaining batches, the gate after each batch when the plan has one,
-    change windows respected. Refused (exit 3) unless every canary node is applied and the
-    canary's last gate verdict is Successful; --force REASON promotes anyway (journaled).
+    change windows respected. Refused (exit 3) unless every canary node is applied, the
+    canary's last gate verdict is Successful and its 'after' evidence (collected by apply, or
+    `rollout evidence --label after --change ID`) covers every canary node and fails no check;
+    --force REASON promotes anyway (journaled).
     `rollout rollback --change ID` then restores every node of the change, canary and fleet.
 
     \b
@@ -129,6 +134,9 @@ def promote_cmd(
     journal = existing_journal(change, api, lock_namespace)
     status = replay(journal.entries(), journal.change_id)
     refusal = promote_refusal(status, last_gate(journal))
+    if refusal is None:
+        canary = [n for b in status.info.get("batches", ()) for n in b]
+        refusal = evidence_refusal(journal.entries(), canary)
     if refusal and status.outcome == "running":
         raise PreflightError(refusal)
     if refusal and not force:
@@ -150,7 +158,7 @@ def promote_cmd(
     inv = read_inventory(_info_path(journal, "inventory", inventory))
     lock = LeaseLock(api, lock_namespace)
     lock.check()
-    prepared = _preflight(plan, inv, api, False, forks=forks)
+    prepared = _preflight(plan, inv, api, False, forks=forks, force=force is not None)
     for w in prepared.warnings:
         _echo(f"warning: {w}")
     done = {n for n, s in status.nodes.items() if s.state is not NodeState.PENDING}
@@ -177,8 +185,9 @@ def promote_cmd(
         "by": holder_identity(),
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "batches": batches,
-        "forced": force if refusal else None,
+        "forced": force if refusal or prepared.forced else None,
         "refusal": refusal,
+        "forcedRefusals": list(prepared.forced),
     }
     info = {
         **{k: v for k, v in status.info.items() if k != ROLLBACK_INFO},  # a new part, no rollback

@@ -140,7 +140,11 @@ def _resume_later_batches(
             "started with; its settled nodes stay as they are, the rest is not started"
         )
     inv = read_inventory(_info_path(ctx.journal, "inventory", inventory))
-    prepared = _preflight(plan, inv, lock.api, False, forks=ctx.forks) if todo else None
+    # a change started with --force over device refusals carries that consent to its resume
+    forced = any(e.step == "preflight-forced" for e in ctx.journal.entries())
+    prepared = (
+        _preflight(plan, inv, lock.api, False, forks=ctx.forks, force=forced) if todo else None
+    )
     canary = set(info.get("canary", ()))
     batches = [Batch(tuple(b), bool(canary & set(b))) for b in todo]
     if info.get("promotion"):  # promote gates after each batch when the plan has a gate

@@ -118,6 +118,11 @@ def _print_status(status: ChangeStatus, output: str) -> None:
     if promotion:
         forced = f"; forced: {promotion['forced']}" if promotion.get("forced") else ""
         click.echo(f"  promoted by {promotion.get('by')} at {promotion.get('at')}{forced}")
+    for label, ev in status.evidence.items():
+        failed = [c["name"] for c in ev.get("checks") or () if c.get("status") == "fail"]
+        why = f": {ev['error']}" if ev.get("error") else f" ({', '.join(failed)})" if failed else ""
+        nodes = ", ".join(ev.get("nodes") or ())
+        click.echo(f"  evidence {label} ({nodes}): {ev.get('overall')}{why}")
     click.echo(summary(status))
 
 
@@ -302,10 +307,11 @@ def _preflight(
     accept: bool = False,
     facts: _Facts | None = None,
     forks: int = DEFAULT_FORKS,
+    force: bool = False,
 ) -> Any:
     """Gather the nodes' facts (or use ``facts``, already under way) and run every preflight
     check (``rollout.change.preparing.prepare``); ``accept``: predicted rejections of running
-    pods are not refusals."""
+    pods are not refusals; ``force``: nor are the device refusals (``--force REASON``)."""
     from rollout.change.preparing import ClusterReader, prepare
 
     reader = ClusterReader(api, {inv.node_of(h) for h in inv.hosts})
@@ -316,7 +322,7 @@ def _preflight(
     try:
         raw = facts.result()
         reads.join()
-        return prepare(plan, inv, reader, raw, facts.dir, canary, accept)
+        return prepare(plan, inv, reader, raw, facts.dir, canary, accept, force)
     finally:
         reads.join()
         facts.close()

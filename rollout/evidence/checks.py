@@ -1,7 +1,8 @@
 """Evidence that a change did what it claimed, as pure checks over collected node data.
 
 Why: the people who approve a kubelet change ask for proof afterwards, and the topology article
-this tool comes from names it: node allocatable matches the healthy device count; each device is
+this tool comes from names it: node allocatable matches the device plugin's healthy device count
+(the kubelet's own account of it, never the number of GPUs on the PCI bus); each device is
 assigned to one pod only; the exclusive CPUs and GPUs of every Guaranteed pod sit on one NUMA node
 under ``single-numa-node``; and all of that still holds after the pods are recreated. Collection
 (the kubelet's device checkpoint and ``cpu_manager_state`` through Ansible, allocatable through the
@@ -15,8 +16,13 @@ The collected data (``evidence.json`` next to the change's journal, or ``rollout
       {"label": "before" | "after" | "after-recreate", "at": "<ISO time>",
        "nodes": {"gpu-07": {
           "topologyManagerPolicy": "single-numa-node",
-          "allocatable": {"nvidia.com/gpu": "8"},
-          "healthyDevices": {"nvidia.com/gpu": 8},
+          "allocatable": {"nvidia.com/gpu": "7"},
+          "capacity": {"nvidia.com/gpu": "8"},
+          "healthyDevices": {"nvidia.com/gpu": 7},
+          "healthySource": "kubelet_internal_checkpoint",
+          "registeredDevices": {"nvidia.com/gpu": ["GPU-3f2a...", ...]},
+          "unhealthyDevices": {"nvidia.com/gpu": ["GPU-9c1d..."]},
+          "pciGpus": 8,
           "numa": {"0": "0-31,64-95", "1": "32-63,96-127"},
           "deviceNuma": {"GPU-3f2a...": 0},
           "cpuManagerState": {"policyName": "static", "entries": {"<pod uid>": {"c": "4-7"}}},
@@ -25,6 +31,16 @@ The collected data (``evidence.json`` next to the change's journal, or ``rollout
           "pods": [{"namespace": "ml", "name": "train-0", "uid": "...", "qos": "Guaranteed",
                     "running": true, "devices": {"nvidia.com/gpu": ["GPU-3f2a..."]},
                     "cpus": "4-7"}]}}}]}
+
+The healthy set is the device manager's: ``RegisteredDevices`` of its checkpoint is the set of
+devices the plugin last reported ``Healthy`` (the kubelet rewrites the file on every ListAndWatch
+update), one entry per advertised unit, so MIG profiles (``nvidia.com/mig-1g.10gb``) and
+time-sliced replicas count as the plugin advertises them. The Node's ``capacity`` counts healthy
+and unhealthy devices, its ``allocatable`` the healthy ones: ``capacity - allocatable`` is how many
+the kubelet holds unhealthy. Those are named (``unhealthyDevices``) where the data can: a device
+the change saw registered before, or one a pod holds, that is no longer registered. The check
+passes when allocatable equals the healthy set and says how many are unhealthy; the number of
+NVIDIA PCI functions (``pciGpus``) is kept for the reader and judged only by preflight.
 
 A pod's ``cpus`` may be omitted; then its exclusive CPUs come from ``cpuManagerState.entries``.
 Device uniqueness is judged only when ``podResources`` is true (else: not collected): the pods'
@@ -69,6 +85,8 @@ class Check:
         summary: one sentence for a person.
         problems: each violation, naming node, pod and device/CPU.
         checked: how many items were checked (nodes, devices or pods).
+        notes: facts that do not fail the check but a reader must see (devices the kubelet
+            holds unhealthy, by name where known).
     """
 
     name: str
@@ -77,6 +95,7 @@ class Check:
     summary: str
     problems: tuple[str, ...] = ()
     checked: int = 0
+    notes: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -86,6 +105,7 @@ class Check:
             "summary": self.summary,
             "problems": list(self.problems),
             "checked": self.checked,
+            "notes": list(self.notes),
         }
 
 
@@ -119,36 +139,76 @@ def _int(v: Any) -> int | None:
 
 
 def check_allocatable(c: Collection) -> Check:
-    """Allocatable of every device resource equals the node's healthy device count."""
+    """Allocatable of every device resource equals the device manager's healthy set; devices the
+    kubelet holds unhealthy (``capacity - allocatable``) are noted, by name where known."""
     name = "allocatable-matches-healthy"
-    problems, checked = [], 0
+    problems: list[str] = []
+    notes: list[str] = []
+    missing: list[str] = []
+    checked = 0
     for node, d in sorted(c.nodes.items()):
         healthy = d.get("healthyDevices")
         if not isinstance(healthy, Mapping):
+            if d.get("healthyProblem"):
+                missing.append(f"{node}: {d['healthyProblem']}")
             continue
         alloc = d.get("allocatable") or {}
-        for res, count in sorted(healthy.items()):
+        capacity = d.get("capacity") or {}
+        unhealthy = d.get("unhealthyDevices") or {}
+        resources = set(healthy) | {r for r in capacity if r in alloc and _is_device(r)}
+        for res in sorted(resources):
             checked += 1
+            count = healthy.get(res, 0)
             got = _int(alloc.get(res))
+            cap = _int(capacity.get(res))
             if got != _int(count):
+                stale = ""
+                want = _int(count)
+                if got is not None and cap is not None and want is not None and got < want <= cap:
+                    stale = (
+                        f"; capacity {cap}: the kubelet holds {cap - got} unhealthy since it wrote "
+                        "the checkpoint (a device plugin not registered again after a kubelet "
+                        "restart, or disconnected)"
+                    )
                 problems.append(
                     f"{node}: allocatable {res} is {alloc.get(res, 'absent')}, "
-                    f"{count} healthy device(s)"
+                    f"{count} healthy device(s) in the device manager's RegisteredDevices{stale}"
+                )
+            named = sorted(str(x) for x in unhealthy.get(res) or ())
+            if (cap is not None and got is not None and cap > got) or named:
+                n = max(cap - got if cap is not None and got is not None else 0, len(named))
+                which = f": {', '.join(named)}" if named else ""
+                notes.append(
+                    f"{node}: {n} {res} device(s) unhealthy (capacity "
+                    f"{capacity.get(res, '?')}, allocatable {alloc.get(res, '?')}){which}"
                 )
     if not checked:
-        return Check(name, c.label, Status.NOT_COLLECTED, "healthy device counts not collected")
+        return Check(
+            name,
+            c.label,
+            Status.NOT_COLLECTED,
+            "healthy device counts (kubelet_internal_checkpoint) not collected",
+            tuple(missing),
+        )
     if problems:
         return Check(
-            name, c.label, Status.FAIL, f"{len(problems)} mismatch(es)", tuple(problems), checked
+            name,
+            c.label,
+            Status.FAIL,
+            f"{len(problems)} mismatch(es)",
+            tuple(problems),
+            checked,
+            tuple(notes),
         )
-    return Check(
-        name,
-        c.label,
-        Status.PASS,
-        f"{checked} node resource(s): allocatable = healthy",
-        (),
-        checked,
-    )
+    summary = f"{checked} node resource(s): allocatable = healthy"
+    if notes:
+        summary += f"; {len(notes)} with unhealthy devices (not advertised)"
+    return Check(name, c.label, Status.PASS, summary, (), checked, tuple(notes))
+
+
+def _is_device(resource: str) -> bool:
+    """An extended resource a device plugin advertises (``vendor.com/name``)."""
+    return "/" in resource and not resource.startswith(("hugepages-", "kubernetes.io/", "k8s.io/"))
 
 
 def _running_pods(d: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -310,6 +370,8 @@ def build_collection(
     pods: Mapping[str, Sequence[Mapping[str, Any]]],
     configz: Mapping[str, Mapping[str, Any]],
     gpu_resource: str = "nvidia.com/gpu",
+    capacity: Mapping[str, Mapping[str, str]] | None = None,
+    known: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
 ) -> dict[str, Any]:
     """One collection (JSON-ready) from gathered data, by Node name (pure).
 
@@ -321,15 +383,21 @@ def build_collection(
         pods: the node's pods: ``namespace``, ``name``, ``uid``, ``qos``, ``running`` (and
             ``devices`` / ``cpus`` when known; the facts' device checkpoint fills ``devices``).
         configz: the kubelet's effective configuration (``/configz``).
-        gpu_resource: the device resource whose allocatable is compared with the GPUs found.
+        gpu_resource: the resource the node's NVIDIA PCI functions are counted for
+            (``pciGpus``, for the reader; the healthy count never comes from it).
+        capacity: the Node's ``status.capacity`` (healthy and unhealthy devices).
+        known: node -> resource -> device IDs seen registered before (an earlier collection):
+            one no longer registered is named unhealthy.
     """
     nodes: dict[str, Any] = {}
     for node in sorted(set(facts) | set(allocatable)):
         f = facts.get(node, {})
         d: dict[str, Any] = {"allocatable": dict(allocatable.get(node, {}))}
+        if capacity is not None and node in capacity:
+            d["capacity"] = dict(capacity[node])
         gpus = f.get("gpus")
         if isinstance(gpus, list):
-            d["healthyDevices"] = {gpu_resource: len(gpus)}
+            d["pciGpus"] = {gpu_resource: len(gpus)}
             d["deviceNuma"] = {
                 str(g.get("id")): int(g["numaNode"])
                 for g in gpus
@@ -347,22 +415,57 @@ def build_collection(
         if node in pods:
             d["pods"] = [dict(p) for p in pods[node]]
             d["podResources"] = any("devices" in p for p in pods[node])
-            raw_cp = (f.get("checkpoints") or {}).get("kubelet_internal_checkpoint")
-            if raw_cp is not None:
-                _add_device_checkpoint(d, raw_cp)
+        raw_cp = (f.get("checkpoints") or {}).get("kubelet_internal_checkpoint")
+        if raw_cp is not None:
+            _add_device_checkpoint(d, raw_cp, node in pods, (known or {}).get(node) or {})
+        elif f:
+            d["healthyProblem"] = "no kubelet_internal_checkpoint on the node"
         nodes[node] = d
     return {"label": label, "at": at, "nodes": nodes}
 
 
-def _add_device_checkpoint(d: dict[str, Any], raw: Any) -> None:
-    """Give each pod of ``d`` the devices the kubelet's checkpoint assigns to its UID, and learn
-    each device's NUMA node from the checkpoint's keys (a corrupt file is noted, not used)."""
+def registered_devices(document: Mapping[str, Any] | None) -> dict[str, dict[str, list[str]]]:
+    """node -> resource -> every device ID any collection of ``document`` saw registered (the
+    ``known`` of :func:`build_collection`)."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for c in parse_collections(document):
+        for node, d in c.nodes.items():
+            for res, ids in (d.get("registeredDevices") or {}).items():
+                held = out.setdefault(node, {}).setdefault(str(res), [])
+                held += [str(x) for x in ids or () if str(x) not in held]
+    return out
+
+
+def _add_device_checkpoint(
+    d: dict[str, Any], raw: Any, with_pods: bool, known: Mapping[str, Sequence[str]]
+) -> None:
+    """The healthy set from the kubelet's checkpoint (``RegisteredDevices``) and, with pods, give
+    each pod the devices the checkpoint assigns to its UID and learn each device's NUMA node from
+    the checkpoint's keys (a corrupt file is noted, not used)."""
     try:
         cp = from_document(raw)
         if cp.checksum != cp.computed_checksum():
             raise CheckpointError("checkpoint is corrupted")
     except CheckpointError as e:
-        d["deviceProblem"] = f"kubelet_internal_checkpoint: {e}"
+        d["deviceProblem"] = d["healthyProblem"] = f"kubelet_internal_checkpoint: {e}"
+        return
+    registered = {r: sorted(ids or ()) for r, ids in sorted((cp.registered or {}).items())}
+    d["registeredDevices"] = registered
+    d["healthyDevices"] = {r: len(ids) for r, ids in registered.items()}
+    d["healthySource"] = "kubelet_internal_checkpoint"
+    held_by_pods: dict[str, set[str]] = {}
+    for entry in cp.entries or ():
+        held_by_pods.setdefault(entry.resource, set()).update(entry.devices())
+    unhealthy = {}
+    for res in sorted(set(known) | set(held_by_pods)):
+        gone = (set(known.get(res) or ()) | held_by_pods.get(res, set())) - set(
+            registered.get(res, ())
+        )
+        if gone:
+            unhealthy[res] = sorted(gone)
+    if unhealthy:
+        d["unhealthyDevices"] = unhealthy
+    if not with_pods:
         return
     by_uid: dict[str, dict[str, list[str]]] = {}
     numa = dict(d.get("deviceNuma") or {})

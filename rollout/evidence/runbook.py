@@ -171,6 +171,24 @@ def operator_commands(gpu_resource: str) -> tuple[tuple[str, str], ...]:
         ("DRA devices published per node", "kubectl get resourceslices"),
         ("Cordoned nodes", "kubectl get nodes --field-selector=spec.unschedulable=true"),
         ("The change's state, node by node", "rollout status --change CHANGE_ID"),
+        (
+            f"Capacity vs allocatable {gpu_resource} (capacity - allocatable = devices the "
+            "kubelet holds unhealthy)",
+            alloc.replace(f"GPU:.status.allocatable.{col}", f"CAP:.status.capacity.{col}")
+            + f",ALLOC:.status.allocatable.{col}",
+        ),
+        (
+            "Evidence apply collected (before, after) and each check's result",
+            "rollout report --change CHANGE_ID -o json | jq .evidence",
+        ),
+        (
+            "Evidence again, e.g. once a device is back (promote reads the last 'after')",
+            "rollout evidence --label after --change CHANGE_ID",
+        ),
+        (
+            "Evidence after the canary's pods were recreated",
+            "rollout evidence --label after-recreate --change CHANGE_ID",
+        ),
     )
 
 

@@ -49,6 +49,7 @@ def to_node_info(n: dict[str, Any]) -> NodeInfo:
         allocatable=alloc,
         cpu_millis=_qty(alloc.get("cpu", 0), 1000),
         memory_bytes=_qty(alloc.get("memory", 0)),
+        capacity={k: str(v) for k, v in (status.get("capacity") or {}).items()},
     )
 
 
@@ -240,6 +241,23 @@ def resource_api_versions(api: Api) -> list[str]:
         if g.get("name") == "resource.k8s.io":
             return [v["version"] for v in g.get("versions") or []]
     return []
+
+
+def device_class_objects(api: Api, versions: list[str]) -> list[dict[str, Any]]:
+    """Every DeviceClass (empty when ``resource.k8s.io`` is not served)."""
+    if not versions:
+        return []
+    try:
+        classes: Any = call(
+            "list DeviceClasses",
+            api.custom.list_cluster_custom_object,
+            "resource.k8s.io",
+            versions[0],
+            "deviceclasses",
+        )
+    except ApiException as e:
+        raise ExternalError(f"list DeviceClasses: {describe(e)}") from e
+    return list(classes.get("items", []))
 
 
 def dra_drivers_by_node(api: Api, versions: list[str]) -> dict[str, list[str]]:

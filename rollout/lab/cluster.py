@@ -33,6 +33,7 @@ from rollout.lab.builds import (
     check_kubelet,
 )
 from rollout.lab.controlplane import K8S_VERSION, ControlPlane, ControlPlaneError
+from rollout.lab.devicefaults import DeviceFaults
 from rollout.lab.hardware import NodeShape
 from rollout.lab.inventory import LAB_INTENT, canary_count, inventory_text, plan_text
 from rollout.lab.labnodes import LabNodes, NodeRecord
@@ -77,7 +78,7 @@ def default_lab_dir(name: str) -> Path:
     return Path(env) if env else Path.home() / ".cache" / "rollout-lab" / "labs" / name
 
 
-class Lab(LabNodes):
+class Lab(LabNodes, DeviceFaults):
     """A local cluster: control plane + relay + nodes, described by ``<dir>/lab.json``."""
 
     def __init__(self, name: str = "default", directory: Path | None = None) -> None:

@@ -138,6 +138,8 @@ class LabNodes:
                 self.wait_ready([x.name for x in created], timeout=timeout)
                 self._initialize_external_cloud_nodes(created)
                 self.wait_untainted([x.name for x in created], timeout=timeout)
+                if kubelet == "real":
+                    self.wait_gpus([x.name for x in created], timeout=timeout)
                 progress(f"{len(created)} node(s) Ready")
         except BaseException:
             self.remove_nodes([x.name for x in created])
@@ -253,6 +255,28 @@ class LabNodes:
                 raise LabError(
                     f"nodes not Ready={want} after {timeout:.0f}s: {st}\n" + "\n".join(tails)
                 )
+            time.sleep(0.25)
+
+    def wait_gpus(self, names: Sequence[str], timeout: float = 60.0) -> None:
+        """Wait until every named real-kubelet Node advertises all its GPUs (allocatable
+        ``nvidia.com/gpu`` = the devices of its ``gpus.txt``): the fake device plugin registers
+        a moment after the kubelet is Ready, and preflight refuses a node advertising fewer GPUs
+        than it has."""
+        cp = self._require_cp()
+        deadline = time.monotonic() + timeout
+        while True:
+            short = {}
+            for x in names:
+                want = len((self.node_root(x) / realnode.GPU_FILE.lstrip("/")).read_text().split())
+                code, obj = cp.request("GET", f"/api/v1/nodes/{x}")
+                alloc = (obj.get("status", {}).get("allocatable") or {}) if code == 200 else {}
+                got = str(alloc.get("nvidia.com/gpu", "0"))
+                if got != str(want):
+                    short[x] = f"{got} of {want}"
+            if not short:
+                return
+            if time.monotonic() > deadline:
+                raise LabError(f"nodes not advertising their GPUs after {timeout:.0f}s: {short}")
             time.sleep(0.25)
 
     def wait_untainted(self, names: Sequence[str], timeout: float = 60.0) -> None:

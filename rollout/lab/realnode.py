@@ -6,7 +6,8 @@ of the simulated kubelet. At every (re)start of the unit it:
 
 1. makes sure the node's fake container runtime (``fakecri``: the in-memory CRI runtime and image
    services of ``k8s.io/cri-client/pkg/fake``) and fake GPU device plugin (``fakedeviceplugin``,
-   device plugin API v1beta1, ``nvidia.com/gpu``, each device on its NUMA node) are running;
+   device plugin API v1beta1, ``nvidia.com/gpu``, each device on its NUMA node, health and
+   lifecycle from files :mod:`rollout.lab.devicefaults` writes) are running;
 2. reads the node's files the way the distribution's service does (:func:`kubelet_argv`: the flags
    files of :mod:`rollout.kubelet.distributions`, the config file, the drop-in directory), adds
    the lab's own flags (:data:`LAB_FLAGS`, last, so they win) and ``exec``\\ s the real kubelet.
@@ -62,6 +63,8 @@ BINARIES = ("kubelet", "fakecri", "fakedeviceplugin")
 CRI_SOCKET = "/var/lib/rollout-lab/cri.sock"
 GPU_FILE = "/etc/rollout-lab/gpus.txt"
 STATE_DIR = Path("/var/lib/rollout-lab")
+#: the fake device plugin's lifecycle file (``rollout.lab.devicefaults``)
+PLUGIN_STATE_FILE = str(STATE_DIR / "fakedeviceplugin.state")
 
 
 def lab_flags(node_ip: str, labels: Mapping[str, str]) -> list[str]:
@@ -311,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             str(a.bin_dir / "fakedeviceplugin"),
             f"-plugin-dir={plugin_dir}",
             f"-devices-file={GPU_FILE}",
+            f"-state-file={PLUGIN_STATE_FILE}",
         ],
         None,
     )

@@ -52,6 +52,7 @@ import pytest
 from rollout.change.journal import CHANGE_STEP, FAILPOINT_ENV, Journal
 from rollout.change.orchestrator import GATE_STEP, REQUEST_STEP
 from rollout.change.replaying import replay
+from rollout.cli.collect import EVIDENCE_STEP
 from rollout.lab.cluster import Lab
 from rollout.models import Path as StepPath
 from rollout.models import Step
@@ -64,7 +65,7 @@ CLI_TIMEOUT = 600.0  # one command, on a loaded two-core machine
 KUBELET_STATE = ("var/lib/kubelet/cpu_manager_state", "var/lib/kubelet/memory_manager_state")
 
 # every step name the engine journals: the change-level ones, then the node steps
-STEPS = (CHANGE_STEP, GATE_STEP, REQUEST_STEP, *(s.value for s in Step))
+STEPS = (CHANGE_STEP, GATE_STEP, REQUEST_STEP, EVIDENCE_STEP, *(s.value for s in Step))
 FORWARD = (Step.PREFLIGHT, Step.CORDON, Step.DRAIN, Step.BACKUP, Step.APPLY, Step.VERIFY)
 RESTORE = (Step.CORDON, Step.DRAIN, Step.RESTORE, Step.RESTORE_VERIFY, Step.UNCORDON)
 FWD, RST = StepPath.FORWARD.value, StepPath.RESTORE.value
@@ -80,12 +81,14 @@ def _keys_of(steps: tuple[Step | str, ...], path: str) -> dict[str, str]:
 # the first, maxUnavailable 1, a plan without a gate soak.
 START, END = {CHANGE_STEP + ":begin": ""}, {CHANGE_STEP + ":done": ""}
 WRITES: dict[str, dict[str, str]] = {
-    # the canary: its forward path, then the default gate's verdict, then held
+    # the canary: its forward path, then the default gate's verdict, then held, then its
+    # 'before' and 'after' evidence
     "apply": {
         **START,
         **_keys_of((*FORWARD, Step.UNCORDON), FWD),
         **_keys_of((GATE_STEP,), ""),
         **END,
+        EVIDENCE_STEP + ":done": "",
     },
     # the two other nodes, one batch each, no gate (the plan has none)
     "promote": {**START, **_keys_of((*FORWARD, Step.UNCORDON), FWD), **END},
@@ -160,8 +163,8 @@ def _in_chain_order(cases: set[tuple[str, str]]) -> list[tuple[str, str]]:
     return out
 
 
-# ``full``: every key of every command (78 cases). ``distinct`` (the default): see _distinct
-# (38 cases). Both come from the table; the clean runs check the table.
+# ``full``: every key of every command (79 cases). ``distinct`` (the default): see _distinct
+# (39 cases). Both come from the table; the clean runs check the table.
 MATRIX = os.environ.get("ROLLOUT_CRASH_MATRIX", "distinct")
 CASES = _in_chain_order(
     {(c, k) for c in COMMANDS for k in WRITES[c]} if MATRIX == "full" else _distinct()
@@ -419,7 +422,7 @@ def test_the_clean_runs_write_exactly_the_keys_of_the_table(world: World) -> Non
     for cmd in COMMANDS:
         assert world.paths[cmd] == WRITES[cmd], f"{cmd} writes {world.keys[cmd]}"
     # the enumeration is not trivial: 7 node steps x 2, change and gate begin/done
-    assert len(WRITES["apply"]) == 18
+    assert len(WRITES["apply"]) == 19
     assert "gate:begin" in world.keys["apply"]  # the soak's start is a crash point too
     ids = [f"{c}-{k}" for c, k in CASES]
     assert len(ids) == len(set(ids))

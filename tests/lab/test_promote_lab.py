@@ -40,6 +40,16 @@ def test_canary_promote_then_one_rollback_of_the_whole_change(
     assert r.returncode == 0, r.stderr
     change = json.loads(r.stdout)["change"]
     assert json.loads(r.stdout)["outcome"] == "held"
+    # apply collected the canary's evidence itself, before and after, and journaled each check
+    held = ck.latest_journal(state)
+    assert held is not None
+    evidence = {e.data["label"]: e.data for e in held.entries() if e.step == "evidence"}
+    assert set(evidence) == {"before", "after"}, evidence
+    assert evidence["after"]["nodes"] == [names[0]] and evidence["after"]["overall"] != "fail"
+    checks = {c["name"]: c for c in evidence["after"]["checks"]}
+    assert checks["allocatable-matches-healthy"]["status"] == "pass", checks
+    assert (held.dir / "evidence.json").is_file()
+    assert f"evidence after: {evidence['after']['overall']}" in r.stderr
 
     dry = ck.cli(["promote", "--change", change, "--dry-run", "-o", "json"], env)
     assert dry.returncode == 0, dry.stderr

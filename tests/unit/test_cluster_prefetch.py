@@ -50,6 +50,10 @@ class FakeKn:
         self.calls.append("dra")
         return {}
 
+    def device_class_objects(self, api: Any, versions: list[str]) -> list[dict[str, Any]]:
+        self.calls.append("deviceclasses")
+        return []
+
 
 class FakeWorkloads:
     """The preview's reads (``rollout.kube.workloads``), recording into the same call list."""
@@ -79,7 +83,7 @@ def test_prefetched_answers_are_used_once() -> None:
     fake = FakeKn()
     reader = _reader(fake)
     reader.prefetch()
-    assert set(fake.calls) >= {"version", "nodes", "pdbs", "dra", "pods"}
+    assert set(fake.calls) >= {"version", "nodes", "pdbs", "dra", "deviceclasses", "pods"}
     # one listing of the Nodes and one of the cluster's pods serve the checks and the preview
     assert fake.calls.count("nodes") == 1 and fake.calls.count("pods") == 1
     fake.calls.clear()
@@ -87,6 +91,7 @@ def test_prefetched_answers_are_used_once() -> None:
     refs, objects = reader.pod_listing()
     assert refs["n1"] == ["p-n1"] and objects["n1"] == [{"metadata": {"name": "p-n1"}}]
     assert reader.pdbs() == [] and reader.dra(["v1"]) == {}
+    assert reader.device_classes(["v1"]) == []
     assert set(reader.node_objects()) == {"n1", "n2"}
     assert reader.controllers() == []
     assert fake.calls == []  # all served from the prefetch

@@ -17,6 +17,7 @@ from rollout.evidence.checks import (
     merge_collection,
     overall,
     parse_collections,
+    registered_devices,
 )
 
 NUMA = {"0": "0-3", "1": "4-7"}
@@ -206,11 +207,15 @@ def test_build_collection_from_gathered_data_feeds_the_checks() -> None:
         {"n1": {"topologyManagerPolicy": "single-numa-node"}},
     )
     d = col["nodes"]["n1"]
-    assert d["healthyDevices"] == {"nvidia.com/gpu": 2}
+    # the PCI functions are shown, never taken for the healthy count
+    assert d["pciGpus"] == {"nvidia.com/gpu": 2}
+    assert "healthyDevices" not in d
     assert d["deviceNuma"] == {"0000:3b:00.0": 0, "0000:af:00.0": 1}
     assert d["podResources"] is False  # no device assignments gathered
     (c,) = parse_collections({"collections": [col]})
-    assert check_allocatable(c).status is Status.PASS
+    alloc = check_allocatable(c)
+    assert alloc.status is Status.NOT_COLLECTED
+    assert alloc.problems == ("n1: no kubelet_internal_checkpoint on the node",)
     assert check_unique_devices(c).status is Status.NOT_COLLECTED
     numa = check_numa_alignment(c)  # CPUs 4-6 from cpu_manager_state, all on NUMA 1
     assert (numa.status, numa.checked) == (Status.PASS, 1)
@@ -222,15 +227,21 @@ def test_build_collection_from_gathered_data_feeds_the_checks() -> None:
 
 
 # ------------------------------------------ device assignments from kubelet_internal_checkpoint
-def _checkpoint(entries: list[tuple[str, dict[int, tuple[str, ...]]]]) -> dict[str, Any]:
+def _checkpoint(
+    entries: list[tuple[str, dict[int, tuple[str, ...]]]],
+    registered: dict[str, list[str]] | None = None,
+    resource: str = "nvidia.com/gpu",
+) -> dict[str, Any]:
     """A device manager checkpoint as the facts playbook returns it (parsed JSON)."""
     import json
 
     from rollout.kubelet.device_checkpoint import PodDevices, device_checkpoint, render_device
 
     cp = device_checkpoint(
-        [PodDevices(uid, "main", "nvidia.com/gpu", ids, b"") for uid, ids in entries],
-        {"nvidia.com/gpu": ["GPU-0", "GPU-1", "GPU-4", "GPU-5"]},
+        [PodDevices(uid, "main", resource, ids, b"") for uid, ids in entries],
+        {"nvidia.com/gpu": ["GPU-0", "GPU-1", "GPU-4", "GPU-5"]}
+        if registered is None
+        else registered,
     )
     doc: dict[str, Any] = json.loads(render_device(cp))
     return doc
@@ -325,3 +336,162 @@ def test_a_corrupt_checkpoint_is_named_and_never_passes() -> None:
     u = check_unique_devices(c)
     assert u.status is Status.NOT_COLLECTED
     assert u.problems == ("n1: kubelet_internal_checkpoint: checkpoint is corrupted",)
+
+
+# ------------------------------------------ the healthy count is the kubelet's, not the PCI bus's
+EIGHT_PCI = [{"id": f"0000:{0x10 + i:02x}:00.0", "numaNode": i // 4} for i in range(8)]
+GPUS = [f"GPU-{i}" for i in range(8)]
+HEALTHY_CASES = [
+    # case, RegisteredDevices, capacity, allocatable, known before, status, problem/note
+    (
+        "one GPU unhealthy: allocatable 7 = 7 registered, the unhealthy one named",
+        {"nvidia.com/gpu": GPUS[:3] + GPUS[4:]},
+        {"nvidia.com/gpu": "8"},
+        {"nvidia.com/gpu": "7"},
+        {"nvidia.com/gpu": GPUS},
+        Status.PASS,
+        "n1: 1 nvidia.com/gpu device(s) unhealthy (capacity 8, allocatable 7): GPU-3",
+    ),
+    (
+        "unhealthy, no earlier collection: counted from capacity - allocatable",
+        {"nvidia.com/gpu": GPUS[:7]},
+        {"nvidia.com/gpu": "8"},
+        {"nvidia.com/gpu": "7"},
+        {},
+        Status.PASS,
+        "n1: 1 nvidia.com/gpu device(s) unhealthy (capacity 8, allocatable 7)",
+    ),
+    (
+        "MIG: seven 1g.10gb instances on one PCI GPU count as the plugin advertises",
+        {"nvidia.com/mig-1g.10gb": [f"MIG-{i}" for i in range(7)]},
+        {"nvidia.com/mig-1g.10gb": "7"},
+        {"nvidia.com/mig-1g.10gb": "7"},
+        {},
+        Status.PASS,
+        "",
+    ),
+    (
+        "time-slicing: 4 replicas of each of 8 GPUs are 32 units",
+        {"nvidia.com/gpu": [f"{g}::{r}" for g in GPUS for r in range(4)]},
+        {"nvidia.com/gpu": "32"},
+        {"nvidia.com/gpu": "32"},
+        {},
+        Status.PASS,
+        "",
+    ),
+    (
+        "allocatable still advertises a device the device manager no longer holds healthy",
+        {"nvidia.com/gpu": GPUS[:7]},
+        {"nvidia.com/gpu": "8"},
+        {"nvidia.com/gpu": "8"},
+        {},
+        Status.FAIL,
+        "n1: allocatable nvidia.com/gpu is 8, 7 healthy device(s) in the device manager's "
+        "RegisteredDevices",
+    ),
+    (
+        "after a kubelet restart, a plugin not registered again: the checkpoint is stale",
+        {"nvidia.com/gpu": GPUS},
+        {"nvidia.com/gpu": "8"},
+        {"nvidia.com/gpu": "0"},
+        {},
+        Status.FAIL,
+        "n1: allocatable nvidia.com/gpu is 0, 8 healthy device(s) in the device manager's "
+        "RegisteredDevices; capacity 8: the kubelet holds 8 unhealthy since it wrote the "
+        "checkpoint",
+    ),
+    (
+        "a resource in capacity and allocatable but never registered",
+        {},
+        {"nvidia.com/gpu": "8"},
+        {"nvidia.com/gpu": "8"},
+        {},
+        Status.FAIL,
+        "n1: allocatable nvidia.com/gpu is 8, 0 healthy",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "registered", "capacity", "alloc", "known", "status", "text"),
+    HEALTHY_CASES,
+    ids=[h[0] for h in HEALTHY_CASES],
+)
+def test_healthy_count_is_the_device_managers_registered_set(
+    case: str,
+    registered: dict[str, list[str]],
+    capacity: dict[str, str],
+    alloc: dict[str, str],
+    known: dict[str, list[str]],
+    status: Status,
+    text: str,
+) -> None:
+    """The old code compared allocatable with the 8 NVIDIA PCI functions: it failed the unhealthy,
+    MIG and time-slicing cases that are correct, and passed nothing it should fail."""
+    facts = {
+        "n1": {
+            "numaNodes": FACTS_NUMA,
+            "gpus": EIGHT_PCI,
+            "checkpoints": {"kubelet_internal_checkpoint": _checkpoint([], registered)},
+        }
+    }
+    col = build_collection(
+        "after", "t", facts, {"n1": alloc}, {}, {}, capacity={"n1": capacity}, known={"n1": known}
+    )
+    assert col["nodes"]["n1"]["healthySource"] == "kubelet_internal_checkpoint"
+    assert col["nodes"]["n1"]["pciGpus"] == {"nvidia.com/gpu": 8}
+    (c,) = parse_collections({"collections": [col]})
+    got = check_allocatable(c)
+    assert got.status is status, got
+    if text:
+        assert text in " ".join(got.problems + got.notes), got
+
+
+def test_a_device_a_pod_holds_that_is_no_longer_registered_is_named() -> None:
+    cp = _checkpoint([("uid-a", {0: ("GPU-1",)})], {"nvidia.com/gpu": ["GPU-0"]})
+    facts = {"n1": {"checkpoints": {"kubelet_internal_checkpoint": cp}}}
+    col = build_collection(
+        "after",
+        "t",
+        facts,
+        {"n1": {"nvidia.com/gpu": "1"}},
+        {"n1": [pod("a")]},
+        {},
+        capacity={"n1": {"nvidia.com/gpu": "2"}},
+    )
+    assert col["nodes"]["n1"]["unhealthyDevices"] == {"nvidia.com/gpu": ["GPU-1"]}
+    (c,) = parse_collections({"collections": [col]})
+    got = check_allocatable(c)
+    assert got.status is Status.PASS
+    assert got.notes == (
+        "n1: 1 nvidia.com/gpu device(s) unhealthy (capacity 2, allocatable 1): GPU-1",
+    )
+
+
+def test_registered_devices_of_earlier_collections_name_the_ones_gone() -> None:
+    before = {"nodes": {"n1": {"registeredDevices": {"nvidia.com/gpu": ["GPU-0", "GPU-1"]}}}}
+    doc = {"collections": [{"label": "before", **before}]}
+    assert registered_devices(doc) == {"n1": {"nvidia.com/gpu": ["GPU-0", "GPU-1"]}}
+    cp = _checkpoint([], {"nvidia.com/gpu": ["GPU-0"]})
+    col = build_collection(
+        "after",
+        "t",
+        {"n1": {"checkpoints": {"kubelet_internal_checkpoint": cp}}},
+        {"n1": {"nvidia.com/gpu": "1"}},
+        {},
+        {},
+        capacity={"n1": {"nvidia.com/gpu": "2"}},
+        known=registered_devices(doc),
+    )
+    assert col["nodes"]["n1"]["unhealthyDevices"] == {"nvidia.com/gpu": ["GPU-1"]}
+
+
+def test_a_corrupt_checkpoint_gives_no_healthy_count() -> None:
+    doc = _checkpoint([])
+    doc["Checksum"] += 1
+    facts = {"n1": {"gpus": EIGHT_PCI, "checkpoints": {"kubelet_internal_checkpoint": doc}}}
+    col = build_collection("after", "t", facts, {"n1": {"nvidia.com/gpu": "8"}}, {}, {})
+    (c,) = parse_collections({"collections": [col]})
+    got = check_allocatable(c)
+    assert got.status is Status.NOT_COLLECTED
+    assert got.problems == ("n1: kubelet_internal_checkpoint: checkpoint is corrupted",)

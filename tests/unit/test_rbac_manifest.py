@@ -49,7 +49,12 @@ CALLS = {
     "list_daemon_set_for_all_namespaces": ("apps", "daemonsets", "list"),
     "list_replica_set_for_all_namespaces": ("apps", "replicasets", "list"),
 }
-CUSTOM = {"resourceslices": "resource.k8s.io", "rollouts": "argoproj.io", "canaries": "flagger.app"}
+CUSTOM = {
+    "resourceslices": "resource.k8s.io",
+    "deviceclasses": "resource.k8s.io",
+    "rollouts": "argoproj.io",
+    "canaries": "flagger.app",
+}
 WORKLOADS = {"deployments", "replicasets", "statefulsets", "daemonsets", "poddisruptionbudgets"}
 
 

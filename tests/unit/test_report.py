@@ -150,6 +150,23 @@ def test_evidence_file_is_read_and_bad_one_named(journal: Journal, tmp_path: Pat
     assert str(bad) in str(e.value) and e.value.location.line == 2
 
 
+def test_unhealthy_devices_are_notes_in_markdown_and_html(journal: Journal) -> None:
+    node = {
+        "allocatable": {"nvidia.com/gpu": "7"},
+        "capacity": {"nvidia.com/gpu": "8"},
+        "healthyDevices": {"nvidia.com/gpu": 7},
+        "unhealthyDevices": {"nvidia.com/gpu": ["GPU-3"]},
+    }
+    doc = {"collections": [{"label": "after", "nodes": {"n1": node}}]}
+    (journal.dir / "evidence.json").write_text(json.dumps(doc))
+    report = load_report(journal)
+    note = "n1: 1 nvidia.com/gpu device(s) unhealthy (capacity 8, allocatable 7): GPU-3"
+    assert f"- note: {note}" in render(report, "markdown")
+    assert f'<ul class="notes"><li>note: {note}</li></ul>' in render(report, "html")
+    (after,) = [c for c in report.checks if c.label == "after" and c.notes]
+    assert after.status.value == "pass"
+
+
 def test_empty_journal_renders(tmp_path: Path) -> None:
     report = build_report([])
     assert "No gate decision was recorded." in render(report, "markdown")

@@ -84,6 +84,9 @@ def test_markdown_runbook_from_the_plan() -> None:
         "kubectl get events -A --sort-by=.lastTimestamp",
         "kubectl get resourceclaims -A",
         "kubectl get resourceslices",
+        "CAP:.status.capacity.nvidia\\.com/gpu,ALLOC:.status.allocatable.nvidia\\.com/gpu",
+        "rollout evidence --label after --change CHANGE_ID",
+        "rollout evidence --label after-recreate --change CHANGE_ID",
     ):
         assert cmd in md
     assert (

@@ -1,0 +1,158 @@
+"""Collecting a change's evidence (``rollout evidence``, and ``apply`` on its own: ``before`` at
+preflight, ``after`` once the nodes are verified) and journaling what it showed.
+
+Why here: collection is I/O over three adapters (the facts playbook, the API server, the node
+proxy's ``/configz``) that only the CLI layer wires together; the checks themselves are pure
+(:mod:`rollout.evidence.checks`). The collection goes into ``evidence.json`` beside the change's
+journal; the journal gets an ``evidence`` entry with the label, the nodes, the file and every
+check's result, which ``promote`` reads (:func:`evidence_refusal`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rollout.change.journal import EVIDENCE_STEP, Journal
+from rollout.errors import InputError, Location
+from rollout.models import Phase
+
+__all__ = ["EVIDENCE_STEP", "collect", "evidence_refusal", "journal_evidence"]
+
+
+def collect(
+    label: str,
+    api: Any,
+    inv: Any,
+    nodes: Sequence[str],
+    target: Path,
+    raw_facts: Mapping[str, Mapping[str, Any]] | None = None,
+    gpu_resource: str = "nvidia.com/gpu",
+) -> dict[str, Any]:
+    """Collect ``label`` for ``nodes`` (``raw_facts`` by host when already gathered, else the
+    facts playbook runs), merge it into ``target`` (written in one rename) and return it."""
+    from rollout.ansible.runner import AnsibleRunner
+    from rollout.change.inventory import hosts_for
+    from rollout.evidence.checks import build_collection, merge_collection, registered_devices
+    from rollout.kube import proxy
+    from rollout.kube.collecting import evidence_pods
+    from rollout.kube.nodes import node_info
+
+    hosts = hosts_for(inv, list(nodes))
+    if raw_facts is None:
+        with tempfile.TemporaryDirectory(prefix="rollout-evidence-") as tmp:
+            runner = AnsibleRunner(Path(tmp) / "runner")
+            raw_facts = runner.gather_facts(inv.path, hosts, Path(tmp) / "facts", inv.hostvars)
+    facts = {inv.node_of(h): f for h, f in raw_facts.items() if h in hosts}
+    infos = {n: node_info(api, n) for n in nodes}
+    allocatable = {n: dict(i.allocatable) for n, i in infos.items()}
+    capacity = {n: dict(i.capacity) for n, i in infos.items()}
+    pods = {n: evidence_pods(api, n) for n in nodes}
+    configz = {}
+    for n in nodes:
+        body = proxy.configz(api, n)
+        configz[n] = body.get("kubeletconfig", body)
+    try:
+        document = json.loads(target.read_text(encoding="utf-8")) if target.is_file() else None
+    except ValueError as e:
+        raise InputError(f"not an evidence file: {e}", Location(file=str(target))) from e
+    at = datetime.now(UTC).isoformat(timespec="seconds")
+    collection = build_collection(
+        label,
+        at,
+        facts,
+        allocatable,
+        pods,
+        configz,
+        gpu_resource,
+        capacity=capacity,
+        known=registered_devices(document),
+    )
+    merged = merge_collection(document, collection)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp_file = target.with_name(f".{target.name}.tmp")
+    tmp_file.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp_file, target)
+    return collection
+
+
+def checks_of(collection: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every check over one collection, JSON-ready."""
+    from rollout.evidence.checks import CHECKS, parse_collections
+
+    (parsed,) = parse_collections({"collections": [collection]})
+    return [fn(parsed).as_dict() for _, fn in CHECKS]
+
+
+def journal_evidence(
+    journal: Journal,
+    label: str,
+    nodes: Iterable[str],
+    file: Path,
+    collection: Mapping[str, Any] | None = None,
+    error: str | None = None,
+) -> dict[str, Any]:
+    """Append the ``evidence`` entry: label, nodes, file and each check's result (or the error
+    that stopped the collection); returns its data."""
+    from rollout.evidence.checks import Status
+
+    data: dict[str, Any] = {"label": label, "nodes": sorted(nodes), "file": str(file)}
+    if error is not None:
+        data["error"] = error
+        data["overall"] = str(Status.NOT_COLLECTED)
+    else:
+        checks = checks_of(collection or {})
+        statuses = {c["status"] for c in checks}
+        overall = (
+            Status.FAIL
+            if str(Status.FAIL) in statuses
+            else Status.NOT_COLLECTED
+            if str(Status.NOT_COLLECTED) in statuses or not statuses
+            else Status.PASS
+        )
+        data["overall"] = str(overall)
+        data["checks"] = checks
+    journal.append(EVIDENCE_STEP, Phase.DONE, now=datetime.now(UTC), data=data)
+    return data
+
+
+def describe(data: Mapping[str, Any]) -> str:
+    """One line for a person: ``evidence after: pass (3 checks)`` or what failed."""
+    head = f"evidence {data.get('label')}: {data.get('overall')}"
+    if data.get("error"):
+        return f"{head}: not collected: {data['error']}"
+    failed = [c for c in data.get("checks") or () if c.get("status") == "fail"]
+    if failed:
+        return head + ": " + "; ".join(_failures(failed))
+    return f"{head} ({len(data.get('checks') or ())} checks, {data.get('file')})"
+
+
+def _failures(checks: Iterable[Mapping[str, Any]]) -> list[str]:
+    return [
+        f"{c.get('name')}: {p}" for c in checks for p in (c.get("problems") or [c.get("summary")])
+    ]
+
+
+def evidence_refusal(entries: Iterable[Any], canary: Sequence[str]) -> str | None:
+    """Why the canary's evidence does not allow a promotion (pure over the journal's entries),
+    or None: the last ``after`` collection must exist, cover every canary node and fail no
+    check (a check with nothing to judge, ``not-collected``, does not refuse)."""
+    after = [e.data for e in entries if e.step == EVIDENCE_STEP and e.data.get("label") == "after"]
+    how = "`rollout evidence --label after --change ID` collects it"
+    if not after:
+        return f"the canary has no 'after' evidence ({how})"
+    last = after[-1]
+    if last.get("error"):
+        return f"the canary's 'after' evidence was not collected: {last['error']} ({how})"
+    missing = sorted(set(canary) - set(last.get("nodes") or ()))
+    if missing:
+        return f"the canary's 'after' evidence lacks {', '.join(missing)} ({how})"
+    failed = [c for c in last.get("checks") or () if c.get("status") == "fail"]
+    if failed:
+        return "the canary's 'after' evidence failed: " + "; ".join(_failures(failed))
+    return None
