@@ -269,6 +269,11 @@ class Journal:
         end = tail.rfind(b"\n") + 1  # whole lines only: a torn last one waits for its newline
         lines = tail[:end].split(b"\n")[:-1]
         first_line = len(self._read) + 1
+        fast = _parse_all(lines)
+        if fast is not None:  # every line an entry: the common case, one JSON parse
+            self._read.extend(fast)
+            self._offset += end
+            return self._read
         for i, raw in enumerate(lines):
             try:
                 self._read.append(Entry.from_json(json.loads(raw)))
@@ -331,6 +336,9 @@ def read_entries(file: FsPath) -> list[Entry]:
         raise InputError(f"cannot read journal: {e}", Location(file=str(file))) from e
     if lines and lines[-1] == b"":
         lines.pop()
+    fast = _parse_all(lines)
+    if fast is not None:
+        return fast
     out: list[Entry] = []
     for i, raw in enumerate(lines, start=1):
         try:
@@ -340,6 +348,19 @@ def read_entries(file: FsPath) -> list[Entry]:
                 break  # torn final write
             raise InputError(f"not a journal entry: {e}", Location(file=str(file), line=i)) from e
     return out
+
+
+def _parse_all(lines: list[bytes]) -> list[Entry] | None:
+    """Every line as an entry, parsed as one JSON array (several times faster than a parse per
+    line on a 70,000-entry journal); None when any line is not an entry: the caller then parses
+    line by line to name it, or to skip a torn last line."""
+    if not lines:
+        return []
+    try:
+        objs = json.loads(b"[" + b",".join(lines) + b"]")
+        return [Entry.from_json(o) for o in objs] if len(objs) == len(lines) else None
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -188,8 +188,8 @@ class Reader:
     def nodes(self) -> dict[str, Any]:
         return {n: to_node_info(o) for n, o in self.objects.items()}
 
-    def pods(self, node: str) -> list[Any]:
-        return []
+    def pod_listing(self) -> tuple[dict[str, list[Any]], dict[str, list[dict[str, Any]]]]:
+        return {}, {}
 
     def pdbs(self) -> list[Any]:
         return []
@@ -202,9 +202,6 @@ class Reader:
 
     def node_objects(self) -> dict[str, dict[str, Any]]:
         return self.objects
-
-    def pod_objects(self, node: str) -> list[dict[str, Any]]:
-        return []
 
     def controllers(self) -> list[dict[str, Any]]:
         return []

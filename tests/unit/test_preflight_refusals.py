@@ -13,7 +13,7 @@ import pytest
 from rollout.change.inventory import Inventory
 from rollout.change.plan import load_plan
 from rollout.change.preparing import ClusterReader, PreviewedRefusal, prepare
-from rollout.models import NodeInfo, PodRef
+from rollout.models import NodeInfo
 
 CONFIG = "/var/lib/kubelet/config.yaml"
 BASE = b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
@@ -35,7 +35,10 @@ class Reader(ClusterReader):
     def nodes(self) -> dict[str, NodeInfo]:
         return {n: NodeInfo(n, cpu_millis=4000, memory_bytes=8 * 2**30) for n in self.names}
 
-    def pods(self, node: str) -> list[PodRef]:
+    def pod_listing(self) -> tuple[dict[str, list[Any]], dict[str, list[dict[str, Any]]]]:
+        return {}, {}
+
+    def device_classes(self, versions: list[str]) -> list[dict[str, Any]]:
         return []
 
     def pdbs(self) -> list[Any]:
@@ -46,9 +49,6 @@ class Reader(ClusterReader):
 
     def node_objects(self) -> dict[str, dict[str, Any]]:
         return {n: {"metadata": {"name": n}, "status": {}} for n in self.names}
-
-    def pod_objects(self, node: str) -> list[dict[str, Any]]:
-        return []
 
     def controllers(self) -> list[dict[str, Any]]:
         return []
