@@ -167,6 +167,10 @@ class PodRef:
         mirror: a static pod's mirror (cannot be evicted).
         cpu_millis: CPU requests, for the capacity check.
         memory_bytes: memory requests, for the capacity check.
+        unmanaged: no ``ownerReferences`` entry with ``controller: true``: nothing recreates the
+            pod once evicted (kubectl drain refuses it without ``--force``).
+        local_storage: has an ``emptyDir`` volume, whose data an eviction deletes (kubectl drain
+            refuses it without ``--delete-emptydir-data``).
     """
 
     namespace: str
@@ -178,6 +182,8 @@ class PodRef:
     mirror: bool = False
     cpu_millis: int = 0
     memory_bytes: int = 0
+    unmanaged: bool = False
+    local_storage: bool = False
 
     @property
     def key(self) -> str:

@@ -32,6 +32,10 @@ class DrainPolicy:
         backoff_cap_s: the longest wait between eviction attempts of one pod.
         disable_eviction: delete pods instead of evicting them (bypasses PDBs; only when asked).
         grace_period_s: termination grace period for evicted pods (None: the pod's own).
+        delete_unmanaged: evict pods no controller recreates (``--force-delete-unmanaged``);
+            otherwise the forward path refuses a node holding one, before cordoning it.
+        delete_emptydir_data: evict pods with ``emptyDir`` volumes (``--delete-emptydir-data``);
+            otherwise the same refusal.
     """
 
     timeout_s: float = 120.0
@@ -39,6 +43,29 @@ class DrainPolicy:
     backoff_cap_s: float = 10.0
     disable_eviction: bool = False
     grace_period_s: int | None = None
+    delete_unmanaged: bool = False
+    delete_emptydir_data: bool = False
+
+
+@dataclass(frozen=True)
+class DrainOverrides:
+    """What the operator allowed the drains on the command line (``rollout apply``).
+
+    Attributes:
+        delete_unmanaged: ``--force-delete-unmanaged``: pods no controller recreates are evicted.
+        delete_emptydir_data: ``--delete-emptydir-data``: pods with ``emptyDir`` are evicted.
+    """
+
+    delete_unmanaged: bool = False
+    delete_emptydir_data: bool = False
+
+    def used(self) -> list[str]:
+        """The flags given, as typed (journaled when a change starts)."""
+        names = {
+            "delete_unmanaged": "--force-delete-unmanaged",
+            "delete_emptydir_data": "--delete-emptydir-data",
+        }
+        return [flag for attr, flag in names.items() if getattr(self, attr)]
 
 
 @dataclass(frozen=True)
@@ -271,6 +298,41 @@ class PdbBlock:
 def evictable(pods: Sequence[PodRef]) -> list[PodRef]:
     """The pods a drain evicts: not DaemonSet-owned, not static mirrors."""
     return [p for p in pods if not p.daemonset and not p.mirror]
+
+
+UNMANAGED_FLAG = "--force-delete-unmanaged"
+"""The flag that lets a drain evict pods no controller recreates. kubectl drain calls it
+``--force``; here ``--force`` already means "override a refusal, give a REASON" (``promote``,
+``rollback``), so the name says what is forced."""
+EMPTYDIR_FLAG = "--delete-emptydir-data"
+"""kubectl drain's own name for evicting pods whose ``emptyDir`` data is lost with them."""
+
+
+def undrainable(
+    node: str,
+    pods: Sequence[PodRef],
+    delete_unmanaged: bool = False,
+    delete_emptydir_data: bool = False,
+) -> list[str]:
+    """Why draining ``node`` would lose something for good, in kubectl drain's words, with every
+    such pod named: pods that declare no controller (nothing recreates them), pods with local
+    storage (their ``emptyDir`` data goes with them). DaemonSet pods and static mirrors are not
+    evicted, so never named; a flag that allows a kind leaves it out."""
+    moving = evictable(pods)
+    problems = []
+    bare = sorted(p.key for p in moving if p.unmanaged)
+    if bare and not delete_unmanaged:
+        problems.append(
+            f"node {node}: cannot delete Pods that declare no controller "
+            f"(use {UNMANAGED_FLAG} to override): {', '.join(bare)}"
+        )
+    local = sorted(p.key for p in moving if p.local_storage)
+    if local and not delete_emptydir_data:
+        problems.append(
+            f"node {node}: cannot delete Pods with local storage "
+            f"(use {EMPTYDIR_FLAG} to override): {', '.join(local)}"
+        )
+    return problems
 
 
 def blocking_pdbs(node: str, pods: Sequence[PodRef], pdbs: Sequence[PdbRef]) -> list[PdbBlock]:

@@ -12,7 +12,7 @@ prints and what the orchestrator runs. The inventory it runs on is read by
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from rollout.change.inventory import Inventory, hosts_for, read_inventory, start
 from rollout.change.plan import Plan
 from rollout.change.planning import (
     Batch,
+    DrainOverrides,
     Strategy,
     blocking_pdbs,
     check_capacity,
@@ -28,6 +29,7 @@ from rollout.change.planning import (
     evictable,
     make_batches,
     parse_strategy,
+    undrainable,
 )
 from rollout.change.previewing import NodePreview, decide, fleet_misfits, preview_node
 from rollout.change.rendering import node_change, unified_diff
@@ -67,6 +69,8 @@ class Prepared:
         previews: the admission preview of every node that moves.
         accepted: predicted rejections of running pods, accepted with
             ``--accept-predicted-rejections`` (apply journals them).
+        losses: pods to evict that no controller recreates or that have ``emptyDir`` data,
+            allowed by ``--force-delete-unmanaged`` / ``--delete-emptydir-data`` (journaled).
     """
 
     strategy: Strategy
@@ -79,6 +83,7 @@ class Prepared:
     warnings: tuple[str, ...] = field(default=())
     previews: tuple[NodePreview, ...] = ()
     accepted: tuple[str, ...] = ()
+    losses: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready plan (``--dry-run -o json``)."""
@@ -102,6 +107,7 @@ class Prepared:
                 "fitsNoNode": fleet_misfits(self.previews),
             },
             "acceptedPredictedRejections": list(self.accepted),
+            "allowedLosses": list(self.losses),
         }
 
 
@@ -201,17 +207,30 @@ def prepare(
     facts_dir: Path,
     canary_only: bool,
     accept_predicted_rejections: bool = False,
+    overrides: DrainOverrides | None = None,
 ) -> Prepared:
     """Run every preflight check; refuse with every problem named, or return the change.
 
     A pod running on a node that moves and predicted rejected there under the new config is a
     refusal unless ``accept_predicted_rejections``; other predicted rejections are warnings.
+    A node that moves and holds pods no controller recreates, or pods with ``emptyDir`` data, is
+    a refusal unless ``overrides`` allows it (kubectl drain's rules); the allowances are put in
+    the returned strategy's drain policy, which the node step checks again before each cordon.
 
     Raises:
         PreflightError: one or more checks failed (all of them listed).
         InputError: the plan's strategy is malformed.
     """
+    overrides = overrides or DrainOverrides()
     strategy = parse_strategy(plan.strategy, plan.location, len(inv.hosts))
+    strategy = replace(
+        strategy,
+        drain=replace(
+            strategy.drain,
+            delete_unmanaged=overrides.delete_unmanaged,
+            delete_emptydir_data=overrides.delete_emptydir_data,
+        ),
+    )
     problems: list[str] = []
     warnings: list[str] = []
     report = [f"API server {cluster.version()}"]
@@ -259,6 +278,9 @@ def prepare(
         problems += check_double_ownership(n, all_nodes[n].allocatable, dra.get(n, []))
     for n in moving:
         warnings += [b.describe() for b in blocking_pdbs(n, pods.get(n, []), pdbs)]
+        problems += undrainable(
+            n, pods.get(n, []), overrides.delete_unmanaged, overrides.delete_emptydir_data
+        )
     for b in batches:
         problems += check_capacity(b.nodes, all_nodes, pods)
     previews: list[NodePreview] = []
@@ -284,6 +306,15 @@ def prepare(
         warnings=tuple(warnings),
         previews=tuple(previews),
         accepted=tuple(accepted),
+        losses=tuple(
+            sorted(
+                p.key
+                for n in moving
+                for p in evictable(pods.get(n, []))
+                if (p.unmanaged and overrides.delete_unmanaged)
+                or (p.local_storage and overrides.delete_emptydir_data)
+            )
+        ),
     )
 
 

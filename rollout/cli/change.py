@@ -20,7 +20,7 @@ import click
 from rollout.change.journal import Journal, new_change_id, state_dir
 from rollout.change.orchestrator import run_change
 from rollout.change.plan import load_plan
-from rollout.change.planning import parse_strategy
+from rollout.change.planning import DrainOverrides, parse_strategy
 from rollout.change.previewing import predicted_rejections, render_text
 from rollout.change.replaying import replay
 from rollout.change.windows import guard, parse_windows
@@ -28,7 +28,7 @@ from rollout.cli.gate import GATE_HOLDS_EXIT, gate_config
 from rollout.errors import InputError, Location, PreflightError
 from rollout.models import Phase
 
-from .options import inventory_option, kube_options, output_option, plan_option
+from .options import drain_options, inventory_option, kube_options, output_option, plan_option
 from .wiring import (
     _confirm,
     _context,
@@ -81,6 +81,7 @@ def _import_kube() -> None:
     help="Go on although pods running on a node in scope are predicted rejected there under "
     "the new config (see `rollout preview`); the accepted predictions are journaled.",
 )
+@drain_options
 @_lock_ns
 @_verify_timeout
 @_progress_option
@@ -95,6 +96,8 @@ def apply_cmd(
     disable_eviction: bool,
     force_window: str | None,
     accept_rejections: bool,
+    delete_unmanaged: bool,
+    delete_emptydir_data: bool,
     lock_namespace: str,
     verify_timeout: float,
     progress_mode: str,
@@ -112,6 +115,7 @@ def apply_cmd(
       rollout apply --plan plan.yaml -i inventory.ini --yes
       rollout apply --yes --progress plain 2> apply.log
       rollout apply --canary --yes --accept-predicted-rejections
+      rollout apply --canary --yes --force-delete-unmanaged --delete-emptydir-data
     """
     from rollout.change.inventory import start_inventory
 
@@ -146,7 +150,8 @@ def apply_cmd(
         raise
     for w in in_progress:
         _echo(f"warning: {w}")
-    prepared = _preflight(plan, inv, api, canary, accept_rejections, facts)
+    overrides = DrainOverrides(delete_unmanaged, delete_emptydir_data)
+    prepared = _preflight(plan, inv, api, canary, accept_rejections, facts, overrides)
     for line in prepared.report:
         _echo(line)
     for w in prepared.warnings:
@@ -176,6 +181,13 @@ def apply_cmd(
     with _locked(lock, change_id):
         journal = _mirrored(Journal.create(state_dir(), change_id), api, lock_namespace)
         _echo(f"change {change_id}: journal {journal.file}")
+        if overrides.used():  # what the drains were allowed to lose, and which pods that is
+            journal.append(
+                "drain-overrides",
+                Phase.DONE,
+                now=datetime.now(UTC),
+                data={"flags": overrides.used(), "pods": list(prepared.losses)},
+            )
         if prepared.accepted:
             journal.append(
                 "predicted-rejections-accepted",

@@ -12,6 +12,7 @@ import click
 from rollout.change.journal import Journal
 from rollout.change.orchestrator import ROLLBACK_INFO
 from rollout.change.plan import load_plan
+from rollout.change.planning import DrainOverrides
 from rollout.change.previewing import predicted_rejections
 from rollout.change.replaying import ChangeStatus, replay
 from rollout.change.windows import guard, parse_windows
@@ -19,7 +20,7 @@ from rollout.cli.gate import gate_config
 from rollout.errors import PreflightError
 from rollout.models import Phase
 
-from .options import inventory_option, kube_options, output_option
+from .options import drain_options, inventory_option, kube_options, output_option
 from .wiring import (
     _change_required,
     _confirm,
@@ -84,6 +85,7 @@ def promote_refusal(status: ChangeStatus, gate: Mapping[str, Any] | None) -> str
     metavar="REASON",
     help="Run outside the plan's change windows; the reason is journaled.",
 )
+@drain_options
 @_lock_ns
 @_verify_timeout
 @_progress_option
@@ -97,6 +99,8 @@ def promote_cmd(
     dry_run: bool,
     force: str | None,
     force_window: str | None,
+    delete_unmanaged: bool,
+    delete_emptydir_data: bool,
     lock_namespace: str,
     verify_timeout: float,
     progress_mode: str,
@@ -148,7 +152,8 @@ def promote_cmd(
     inv = read_inventory(_info_path(journal, "inventory", inventory))
     lock = LeaseLock(api, lock_namespace)
     lock.check()
-    prepared = _preflight(plan, inv, api, False)
+    overrides = DrainOverrides(delete_unmanaged, delete_emptydir_data)
+    prepared = _preflight(plan, inv, api, False, overrides=overrides)
     for w in prepared.warnings:
         _echo(f"warning: {w}")
     done = {n for n, s in status.nodes.items() if s.state is not NodeState.PENDING}
@@ -177,6 +182,11 @@ def promote_cmd(
         "batches": batches,
         "forced": force if refusal else None,
         "refusal": refusal,
+        **(
+            {"drainOverrides": overrides.used(), "pods": list(prepared.losses)}
+            if overrides.used()
+            else {}
+        ),
     }
     info = {
         **{k: v for k, v in status.info.items() if k != ROLLBACK_INFO},  # a new part, no rollback

@@ -23,7 +23,7 @@ import click
 from rollout.change.journal import Journal, state_dir
 from rollout.change.orchestrator import NoGate, summary
 from rollout.change.plan import Plan, load_plan
-from rollout.change.planning import DrainPolicy, parse_strategy
+from rollout.change.planning import DrainOverrides, DrainPolicy, parse_strategy
 from rollout.change.progress import Progress
 from rollout.change.replaying import ChangeStatus, replay
 from rollout.change.restoring import Context
@@ -283,10 +283,13 @@ def _preflight(
     canary: bool,
     accept: bool = False,
     facts: _Facts | None = None,
+    overrides: DrainOverrides | None = None,
 ) -> Any:
     """Gather the nodes' facts (or use ``facts``, already under way) and run every preflight
     check (``rollout.change.preparing.prepare``); ``accept``: predicted rejections of running
-    pods are not refusals."""
+    pods are not refusals; ``overrides``: what the drains may lose
+    (``rollout.change.planning.DrainOverrides``)."""
+
     from rollout.change.preparing import ClusterReader, prepare
 
     reader = ClusterReader(api)
@@ -297,7 +300,9 @@ def _preflight(
     try:
         raw = facts.result()
         reads.join()
-        return prepare(plan, inv, reader, raw, facts.dir, canary, accept)
+        return prepare(
+            plan, inv, reader, raw, facts.dir, canary, accept, overrides or DrainOverrides()
+        )
     finally:
         reads.join()
         facts.close()

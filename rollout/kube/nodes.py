@@ -95,6 +95,8 @@ def to_pod_ref(p: dict[str, Any]) -> PodRef:
         mirror=MIRROR in (meta.get("annotations") or {}),
         cpu_millis=cpu,
         memory_bytes=mem,
+        unmanaged=not any(o.get("controller") is True for o in owners),
+        local_storage=any("emptyDir" in v for v in spec.get("volumes") or []),
     )
 
 

@@ -13,6 +13,7 @@ from rollout.change.planning import (
     check_homogeneous,
     make_batches,
     parse_strategy,
+    undrainable,
 )
 from rollout.errors import InputError, Location
 from rollout.models import NodeFacts, NodeInfo, PdbRef, PodRef
@@ -117,3 +118,58 @@ def test_double_ownership() -> None:
     (msg,) = check_double_ownership("n1", alloc, ["gpu.nvidia.com"])
     assert "nvidia.com/gpu=8" in msg and "gpu.nvidia.com" in msg
     assert check_double_ownership("n1", {"nvidia.com/gpu": "0"}, ["gpu.nvidia.com"]) == []
+
+
+def _lossy_pods() -> list[PodRef]:
+    return [
+        PodRef("ns", "web-1"),  # a ReplicaSet's: recreated elsewhere
+        PodRef("ns", "debug", unmanaged=True),  # hand-made: gone for good once evicted
+        PodRef("ops", "scratch", unmanaged=True, local_storage=True),
+        PodRef("ns", "cache-0", local_storage=True),  # a StatefulSet's, with emptyDir data
+        PodRef("kube-system", "agent", daemonset=True, unmanaged=True, local_storage=True),
+        PodRef("kube-system", "etcd-n1", mirror=True, unmanaged=True),
+    ]
+
+
+def test_undrainable_names_every_pod_a_drain_would_lose_in_kubectls_words() -> None:
+    assert undrainable("n1", _lossy_pods()) == [
+        "node n1: cannot delete Pods that declare no controller "
+        "(use --force-delete-unmanaged to override): ns/debug, ops/scratch",
+        "node n1: cannot delete Pods with local storage "
+        "(use --delete-emptydir-data to override): ns/cache-0, ops/scratch",
+    ]
+    # DaemonSet pods and static mirrors are never evicted, so never a reason to refuse
+    only_kept = [p for p in _lossy_pods() if p.daemonset or p.mirror]
+    assert undrainable("n1", [PodRef("ns", "web-1"), *only_kept]) == []
+
+
+@pytest.mark.parametrize(
+    ("unmanaged", "emptydir", "left"),
+    [
+        (True, False, ["local storage"]),
+        (False, True, ["declare no controller"]),
+        (True, True, []),
+    ],
+)
+def test_undrainable_each_flag_allows_only_its_own_kind(
+    unmanaged: bool, emptydir: bool, left: list[str]
+) -> None:
+    got = undrainable("n1", _lossy_pods(), unmanaged, emptydir)
+    assert len(got) == len(left) and all(w in g for w, g in zip(left, got, strict=True))
+
+
+def test_pod_ref_classifies_controller_and_emptydir_as_kubectl_does() -> None:
+    from rollout.kube.nodes import to_pod_ref
+
+    def pod(owners: list[dict[str, object]], volumes: list[dict[str, object]]) -> PodRef:
+        meta = {"namespace": "ns", "name": "p", "ownerReferences": owners}
+        return to_pod_ref({"metadata": meta, "spec": {"volumes": volumes}})
+
+    rs = {"kind": "ReplicaSet", "name": "web-7f", "controller": True}
+    assert not pod([rs], []).unmanaged
+    # an owner that is not the controller (controller absent or false) recreates nothing
+    assert pod([{"kind": "ConfigMap", "name": "x"}], []).unmanaged
+    assert pod([{**rs, "controller": False}], []).unmanaged
+    assert pod([], []).unmanaged
+    assert pod([rs], [{"name": "tmp", "emptyDir": {}}]).local_storage
+    assert not pod([rs], [{"name": "cfg", "configMap": {"name": "c"}}]).local_storage
