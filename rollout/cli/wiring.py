@@ -98,7 +98,16 @@ def gate_for(
             interrupt.check()
 
         soak.sleep = sleep
-    return RollbackPolicyGate(soak, record)
+    from rollout.kube.workloads import owner_running
+    from rollout.models import NodeState
+
+    def pool() -> list[str]:  # the node pool: every node of the change on the new config
+        nodes = replay(journal.entries()).nodes
+        return [
+            n for n, s in nodes.items() if s.state not in (NodeState.PENDING, NodeState.RESTORED)
+        ]
+
+    return RollbackPolicyGate(soak, record, pool, lambda owner: owner_running(api, owner))
 
 
 def _echo(msg: str) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from rollout.kube.client import Api, call
 from rollout.kube.nodes import finished, pod_objects_on
+from rollout.kube.watching import owner_of
 
 
 def _dicts(listing: dict[str, Any], kind: str = "") -> list[dict[str, Any]]:
@@ -49,3 +50,27 @@ def controller_objects(api: Api) -> list[dict[str, Any]]:
             call("list ReplicaSets", api.apps.list_replica_set_for_all_namespaces), "ReplicaSet"
         )
     )
+
+
+def owner_runs(owner: str, pods: list[dict[str, Any]]) -> bool:
+    """Whether one of ``pods`` (JSON) belongs to ``owner`` (``Kind/namespace/name`` of its
+    controller, as the gate names it) and is Running, not being deleted (pure)."""
+    return any(
+        owner_of(p.get("metadata") or {}) == owner
+        and (p.get("status") or {}).get("phase") == "Running"
+        and not (p.get("metadata") or {}).get("deletionTimestamp")
+        for p in pods
+    )
+
+
+def owner_running(api: Api, owner: str) -> bool:
+    """Whether the controller ``owner`` (``Kind/namespace/name``) has a pod Running now."""
+    namespace = owner.split("/")[1] if owner.count("/") == 2 else ""
+    if not namespace:
+        return False
+    listing = call(
+        f"list pods of {owner}",
+        api.core.list_pod_for_all_namespaces,
+        field_selector=f"metadata.namespace={namespace}",
+    )
+    return owner_runs(owner, listing.get("items") or [])
