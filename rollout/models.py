@@ -171,6 +171,9 @@ class PodRef:
             pod once evicted (kubectl drain refuses it without ``--force``).
         local_storage: has an ``emptyDir`` volume, whose data an eviction deletes (kubectl drain
             refuses it without ``--delete-emptydir-data``).
+        extended: requests of extended resources (``nvidia.com/gpu``), for the capacity check.
+        placement: the spec's ``nodeSelector``, ``affinity`` and ``tolerations`` (as the API
+            serves them): where the scheduler may put the pod's replacement.
     """
 
     namespace: str
@@ -184,6 +187,8 @@ class PodRef:
     memory_bytes: int = 0
     unmanaged: bool = False
     local_storage: bool = False
+    extended: Mapping[str, int] = field(default_factory=dict)
+    placement: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -231,6 +236,8 @@ class NodeInfo:
         allocatable: extended and core allocatable, as strings (``nvidia.com/gpu: "8"``).
         cpu_millis: allocatable CPU, for the capacity check.
         memory_bytes: allocatable memory, for the capacity check.
+        labels: the Node's labels (nodeSelector and node affinity match against them).
+        taints: ``spec.taints`` (as the API serves them; tolerations are matched against them).
     """
 
     name: str
@@ -239,3 +246,5 @@ class NodeInfo:
     allocatable: Mapping[str, str] = field(default_factory=dict)
     cpu_millis: int = 0
     memory_bytes: int = 0
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Mapping[str, Any], ...] = ()

@@ -26,6 +26,7 @@ from rollout.change.planning import (
     check_capacity,
     check_double_ownership,
     check_homogeneous,
+    check_placement,
     evictable,
     make_batches,
     parse_strategy,
@@ -282,7 +283,13 @@ def prepare(
             n, pods.get(n, []), overrides.delete_unmanaged, overrides.delete_emptydir_data
         )
     for b in batches:
-        problems += check_capacity(b.nodes, all_nodes, pods)
+        short = check_capacity(b.nodes, all_nodes, pods)
+        misplaced, pinned = check_placement(b.nodes, all_nodes, pods)
+        warnings += pinned
+        if overrides.capacity_warn_only:
+            warnings += [f"{w} (--capacity-warn-only: not refused)" for w in short + misplaced]
+        else:
+            problems += short + misplaced
     previews: list[NodePreview] = []
     try:
         previews = _previews(cluster, moving, facts, raw_facts, facts_dir)

@@ -98,6 +98,7 @@ def apply_cmd(
     accept_rejections: bool,
     delete_unmanaged: bool,
     delete_emptydir_data: bool,
+    capacity_warn_only: bool,
     lock_namespace: str,
     verify_timeout: float,
     progress_mode: str,
@@ -150,7 +151,7 @@ def apply_cmd(
         raise
     for w in in_progress:
         _echo(f"warning: {w}")
-    overrides = DrainOverrides(delete_unmanaged, delete_emptydir_data)
+    overrides = DrainOverrides(delete_unmanaged, delete_emptydir_data, capacity_warn_only)
     prepared = _preflight(plan, inv, api, canary, accept_rejections, facts, overrides)
     for line in prepared.report:
         _echo(line)

@@ -52,7 +52,8 @@ def kube_options(f: F) -> F:
 def drain_options(f: F) -> F:
     """Add what a drain may lose, kubectl drain's rules: --force-delete-unmanaged (kubectl's
     ``--force``, renamed: ``--force`` here means "override a refusal, REASON given") and
-    --delete-emptydir-data (kubectl's own name)."""
+    --delete-emptydir-data (kubectl's own name); and --capacity-warn-only for the capacity
+    check."""
     f = click.option(
         "--force-delete-unmanaged",
         "delete_unmanaged",
@@ -60,6 +61,13 @@ def drain_options(f: F) -> F:
         help="Evict pods that declare no controller (no ownerReference with controller: true; "
         "nothing recreates them): kubectl drain's --force. Without it a node holding one is "
         "refused before it is cordoned. Journaled.",
+    )(f)
+    f = click.option(
+        "--capacity-warn-only",
+        is_flag=True,
+        help="Warn instead of refusing when the pods a batch evicts have no room elsewhere (the "
+        "per-resource sums, GPUs included, and each pod's nodeSelector, affinity and "
+        "tolerations). Journaled.",
     )(f)
     return click.option(
         "--delete-emptydir-data",

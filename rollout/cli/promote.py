@@ -101,6 +101,7 @@ def promote_cmd(
     force_window: str | None,
     delete_unmanaged: bool,
     delete_emptydir_data: bool,
+    capacity_warn_only: bool,
     lock_namespace: str,
     verify_timeout: float,
     progress_mode: str,
@@ -152,7 +153,7 @@ def promote_cmd(
     inv = read_inventory(_info_path(journal, "inventory", inventory))
     lock = LeaseLock(api, lock_namespace)
     lock.check()
-    overrides = DrainOverrides(delete_unmanaged, delete_emptydir_data)
+    overrides = DrainOverrides(delete_unmanaged, delete_emptydir_data, capacity_warn_only)
     prepared = _preflight(plan, inv, api, False, overrides=overrides)
     for w in prepared.warnings:
         _echo(f"warning: {w}")

@@ -153,6 +153,79 @@ def test_pod_no_controller_recreates_is_refused_named_and_left_running(
     assert back.returncode == 0, back.stderr
 
 
+def _gpu_spec(gpus: int) -> dict[str, Any]:
+    res = {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": str(gpus)}
+    return {
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {
+                "name": "app",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": res, "limits": res},
+            }
+        ],
+    }
+
+
+def test_gpu_pod_with_no_room_elsewhere_is_refused_before_cordon(
+    lab: Lab, lab_nodes: Any, namespace: str, tmp_path: Path
+) -> None:
+    """A Deployment's 4-GPU pod on the canary; the only other node has all 8 of its GPUs in use
+    (CPU and memory to spare): apply refuses (exit 3) before anything is cordoned, naming the pod,
+    its requests and the other node's free GPUs; --capacity-warn-only makes it a warning."""
+    names, args, env = _setup(lab, lab_nodes, tmp_path)
+    canary, other = names
+    hog = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hog", "namespace": namespace}}
+    hog["spec"] = {**_gpu_spec(8), "nodeName": other}
+    code, out = lab.api.request("POST", f"/api/v1/namespaces/{namespace}/pods", hog)
+    assert code == 201, out
+    ck.wait_for(
+        lambda: _pod_json(lab, namespace, "hog")["status"].get("phase") == "Running", 60, "hog"
+    )
+    deploy = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "train"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "train"}},
+            "template": {"metadata": {"labels": {"app": "train"}}, "spec": _gpu_spec(4)},
+        },
+    }
+    code, out = lab.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/deployments", deploy)
+    assert code == 201, out
+
+    def train() -> list[dict[str, Any]]:
+        code, body = lab.api.request(
+            "GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector=app%3Dtrain"
+        )
+        assert code == 200
+        return [p for p in body["items"] if p["status"].get("phase") == "Running"]
+
+    (pod,) = ck.wait_for(train, 60, "the 4-GPU pod running")
+    assert pod["spec"]["nodeName"] == canary  # the scheduler had no GPU left on the other
+    key = f"{namespace}/{pod['metadata']['name']}"
+    before = ck.snapshot(lab, canary)
+    r = ck.cli(args, env)
+    assert r.returncode == 3, (r.returncode, r.stderr[-3000:])
+    assert (
+        f"pod {key} evicted from {canary} fits no other node: it requests cpu 2000m, "
+        f"memory 1073741824 bytes, nvidia.com/gpu 4; the nodes its placement allows: "
+        f"{other}: nvidia.com/gpu 0 free"
+    ) in r.stderr
+    assert f"not enough nvidia.com/gpu left for the pods evicted from {canary}" in r.stderr
+    assert not any(ck.unschedulable(lab, n) for n in names)  # refused before any cordon
+    assert ck.latest_journal(tmp_path / "state") is None
+    assert ck.snapshot(lab, canary) == before
+    assert [p["metadata"]["uid"] for p in train()] == [pod["metadata"]["uid"]]  # not evicted
+
+    dry = [a for a in args if a not in ("--yes", "-o", "json")] + ["--dry-run"]
+    r = ck.cli([*dry, "--capacity-warn-only"], env)
+    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+    assert f"warning: pod {key} evicted from {canary} fits no other node" in r.stderr
+    assert "(--capacity-warn-only: not refused)" in r.stderr
+
+
 def test_kubelet_refusing_new_config_is_restored_automatically(
     lab: Lab, lab_nodes: Any, tmp_path: Path
 ) -> None:
