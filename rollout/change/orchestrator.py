@@ -256,8 +256,8 @@ def _gate(
             what += "; restore failed: " + "; ".join(str(e) for e in errors.values())
         if ctx.interrupt.reason() is not None:  # a request came meanwhile: settle it too
             raise StopRequested(ctx.interrupt.reason())  # type: ignore[arg-type]
-        settled: Callable[[str], str] | None = getattr(gate, "after_rollback", None)
-        if settled is not None and (workload := settled(ctx.journal.change_id)):
+        settled: Callable[[str, Sequence[str]], str] | None = getattr(gate, "after_rollback", None)
+        if settled is not None and (workload := settled(ctx.journal.change_id, restored)):
             what += f"; {workload}"
         status = end_change(ctx, "rolled-back", what, Phase.FAILED)
         raise NodeOperationError(f"{what}\nnode states:\n{summary(status)}")

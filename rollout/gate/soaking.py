@@ -266,6 +266,8 @@ class RollbackPolicyGate:
         record: the journal recorder (the same one the soak gate writes ``verdict`` records to).
         pool: the change's nodes on the new config now (what ``rollback-group`` restores).
         running: whether a controller has a pod Running (None: not checked).
+        rejected: the controllers whose pods were rejected on the given nodes during the change,
+            read from the API (the verdict's owners miss a pod seen only by its Event).
     """
 
     def __init__(
@@ -274,11 +276,13 @@ class RollbackPolicyGate:
         record: Recorder | None = None,
         pool: Callable[[], Sequence[str]] | None = None,
         running: OwnerPods | None = None,
+        rejected: Callable[[Sequence[str]], Sequence[str]] | None = None,
     ) -> None:
         self.gate = gate
         self.record = record
         self.pool = pool
         self.running = running
+        self.rejected = rejected
         self.verdict: Verdict | None = None
         self.failed: list[Verdict] = []
         self._until: float | None = None
@@ -325,11 +329,18 @@ class RollbackPolicyGate:
         self.gate.progress(f"soak goes on over {', '.join(nodes)} (onFailure: rollback-affected)")
         return self._decide(change_id, nodes, self.gate.evaluate(change_id, nodes, self._until))
 
-    def after_rollback(self, change_id: str) -> str:
-        """After the automatic rollback: wait up to ``gate.recovery`` for a Running pod of every
-        owner the Failed verdicts saw rejected; journal a ``recovery`` record and say, in one
-        sentence for the change's outcome, which run again and which do not."""
-        owners = rejected_owners(self.failed)
+    def after_rollback(self, change_id: str, nodes: Sequence[str]) -> str:
+        """After the automatic rollback of ``nodes``: wait up to ``gate.recovery`` for a Running
+        pod of every owner seen rejected (by the Failed verdicts, or on those nodes through the
+        API); journal a ``recovery`` record and say, in one sentence for the change's outcome,
+        which run again and which do not."""
+        found = set(rejected_owners(self.failed))
+        if self.rejected is not None:
+            try:
+                found.update(self.rejected(nodes))
+            except RolloutError as e:
+                self.gate.progress(f"could not read the rejected pods: {e}")
+        owners = sorted(found)
         if self.running is None or not owners:
             return ""
         deadline = self.gate.clock() + self.gate.cfg.recovery

@@ -359,3 +359,24 @@ def test_owner_runs_reads_the_controller_and_the_phase() -> None:
     assert not owner_runs(rs, [pod("Failed"), pod("Pending")])  # rejected and not yet admitted
     assert not owner_runs(rs, [pod("Running", "web-1")])  # another owner's pod
     assert not owner_runs(rs, [pod("Running", deleting=True)])
+
+
+def test_rejected_owners_are_read_from_the_pods_the_kubelet_failed() -> None:
+    """The verdict may not know a rejected pod's owner (seen by its Event first): after the
+    rollback the owners are read from the pods themselves."""
+    from rollout.kube.workloads import rejected_owners_in
+
+    def pod(reason: str, owner: str, created: str, phase: str = "Failed") -> dict[str, Any]:
+        ref = {"kind": "ReplicaSet", "name": owner, "controller": True}
+        meta = {"namespace": "ml", "ownerReferences": [ref], "creationTimestamp": created}
+        return {"metadata": meta, "status": {"phase": phase, "reason": reason}}
+
+    since = 1_780_000_000.0  # 2026-05-28T20:26:40Z
+    pods = [
+        pod(TAE, "train-7f", "2026-05-28T20:30:00Z"),
+        pod("OutOfnvidia.com/gpu", "infer-1", "2026-05-28T20:31:00Z"),
+        pod(TAE, "old-9", "2026-05-01T00:00:00Z"),  # before the change
+        pod("Evicted", "web-2", "2026-05-28T20:32:00Z"),  # not an admission rejection
+        pod(TAE, "ok-3", "2026-05-28T20:33:00Z", phase="Running"),
+    ]
+    assert rejected_owners_in(pods, since) == ["ReplicaSet/ml/infer-1", "ReplicaSet/ml/train-7f"]
