@@ -98,16 +98,17 @@ def gate_for(
             interrupt.check()
 
         soak.sleep = sleep
-    from rollout.kube.workloads import owner_running
-    from rollout.models import NodeState
+    from rollout.change.orchestrator import node_pool
+    from rollout.kube.workloads import owner_running, rejected_owners_on
 
-    def pool() -> list[str]:  # the node pool: every node of the change on the new config
-        nodes = replay(journal.entries()).nodes
-        return [
-            n for n, s in nodes.items() if s.state not in (NodeState.PENDING, NodeState.RESTORED)
-        ]
-
-    return RollbackPolicyGate(soak, record, pool, lambda owner: owner_running(api, owner))
+    since = time.time()
+    return RollbackPolicyGate(
+        soak,
+        record,
+        lambda: node_pool(replay(journal.entries())),
+        lambda owner: owner_running(api, owner),
+        lambda nodes: rejected_owners_on(api, list(nodes), since),
+    )
 
 
 def _echo(msg: str) -> None:

@@ -285,17 +285,28 @@ class RollbackPolicyGate:
         self.rejected = rejected
         self.verdict: Verdict | None = None
         self.failed: list[Verdict] = []
+        self._seen: set[str] = set()
         self._until: float | None = None
+
+    def _rejected_on(self, nodes: Sequence[str]) -> list[str]:
+        if self.rejected is None:
+            return []
+        try:
+            return list(self.rejected(nodes))
+        except RolloutError as e:
+            self.gate.progress(f"could not read the rejected pods: {e}")
+            return []
 
     def evaluate(self, change_id: str, nodes: Sequence[str]) -> Verdict:
         """Soak and decide; a Failed verdict comes back with its rollback targets."""
         self._until = self.gate.clock() + self.gate.cfg.soak
-        self.verdict, self.failed = None, []
+        self.verdict, self.failed, self._seen = None, [], set()
         return self._decide(change_id, nodes, self.gate.evaluate(change_id, nodes))
 
     def _decide(self, change_id: str, nodes: Sequence[str], verdict: Verdict) -> Verdict:
         if verdict.status is Outcome.FAILED:
             self.failed.append(verdict)
+            self._seen.update(self._rejected_on(nodes))  # the pods as they are now, too
             pool = list(self.pool()) if self.pool is not None else []
             targets = rollback_targets(verdict, self.gate.cfg, nodes, pool)
             if self.record is not None:
@@ -334,13 +345,7 @@ class RollbackPolicyGate:
         pod of every owner seen rejected (by the Failed verdicts, or on those nodes through the
         API); journal a ``recovery`` record and say, in one sentence for the change's outcome,
         which run again and which do not."""
-        found = set(rejected_owners(self.failed))
-        if self.rejected is not None:
-            try:
-                found.update(self.rejected(nodes))
-            except RolloutError as e:
-                self.gate.progress(f"could not read the rejected pods: {e}")
-        owners = sorted(found)
+        owners = sorted({*rejected_owners(self.failed), *self._seen, *self._rejected_on(nodes)})
         if self.running is None or not owners:
             return ""
         deadline = self.gate.clock() + self.gate.cfg.recovery

@@ -255,9 +255,12 @@ def test_two_node_canary_misfit_restores_every_canary_node_and_the_workload_runs
     for n in names:  # byte for byte, the old policy served again
         assert ck.snapshot(lab, n) == before[n]
         assert ck.configz(lab, n).get("topologyManagerPolicy") == "none"
-    (recovery,) = _records(state, "recovery")
-    (owner,) = recovery.data["running"]
-    assert owner.startswith(f"ReplicaSet/{namespace}/misfit-") and not recovery.data["notRunning"]
+    recoveries = _records(state, "recovery")
+    (tmp_path / "apply.stderr").write_text(r.stderr)  # kept for a failure's reader
+    assert len(recoveries) == 1, f"no recovery record: see {tmp_path / 'apply.stderr'}"
+    (owner,) = recoveries[0].data["running"]
+    assert owner.startswith(f"ReplicaSet/{namespace}/misfit-")
+    assert not recoveries[0].data["notRunning"]
     assert f"Running again after the rollback: {owner}" in out["message"]
     assert _running(lab, namespace)
     print(f"two-node misfit, pool rollback + workload running: {time.monotonic() - started:.1f}s")
