@@ -266,6 +266,41 @@ def test_two_node_canary_misfit_restores_every_canary_node_and_the_workload_runs
     print(f"two-node misfit, pool rollback + workload running: {time.monotonic() - started:.1f}s")
 
 
+@pytest.mark.timeout(200)
+def test_rollback_affected_keeps_watching_and_rolls_the_second_node_back(
+    lab: Lab, lab_nodes: Any, namespace: str, tmp_path: Path
+) -> None:
+    """onFailure: rollback-affected, chosen explicitly: a misfit pinned to canary 1 is rejected,
+    only canary 1 is restored; the soak goes on over canary 2, where a second misfit (created once
+    the first rollback is journaled) is rejected: canary 2 is restored too, after its own trigger,
+    and both workloads run again."""
+    names = lab_nodes(2).names
+    inv = ck.inventory(lab, names, names, tmp_path / "inv.ini")
+    plan = _gate_plan(tmp_path / "plan.yaml", names, soak="40s", onFailure="rollback-affected")
+    state = tmp_path / "state"
+
+    def misfits() -> None:
+        ck.wait_for(lambda: ck.journal_has(state, names[1], "uncordon", "done"), 60, "canary 2")
+        _deployment(lab, namespace, "misfit-a", names[0], 6)
+        ck.wait_for(lambda: _records(state, "trigger"), 30, "the first rollback")
+        _deployment(lab, namespace, "misfit-b", names[1], 6)
+
+    r = _apply_then(lab, plan, inv, state, names[0], misfits)
+    assert r.returncode == 5, (r.returncode, r.stderr[-3000:])
+    out = json.loads(r.stdout)
+    assert {n["node"]: n["state"] for n in out["nodes"]} == dict.fromkeys(names, "restored")
+    triggers = _records(state, "trigger")
+    assert [t.data["nodes"] for t in triggers] == [[names[0]], [names[1]]]
+    assert {t.data["policy"] for t in triggers} == {"rollback-affected"}
+    soaks = [e.data["nodes"] for e in _records(state, "gate") if e.phase.value == "begin"]
+    assert soaks == [names, [names[1]]]
+    for n in names:
+        assert ck.configz(lab, n).get("topologyManagerPolicy") == "none"
+    (recovery,) = _records(state, "recovery")
+    assert len(recovery.data["running"]) == 2 and not recovery.data["notRunning"]
+    assert "Running again after the rollback" in out["message"]
+
+
 def _serve(env: dict[str, str], token: Path) -> tuple[Any, int]:
     """``rollout serve`` on 127.0.0.1, an ephemeral port (read from its first stderr line)."""
     proc = ck.start_cli(["serve", "--listen", "127.0.0.1:0", "--token-file", str(token)], env)
