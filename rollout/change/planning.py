@@ -10,7 +10,7 @@ the facts (nodes, pods, PDBs, ResourceSlices) and hands them in.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +62,15 @@ class DrainOverrides:
     delete_unmanaged: bool = False
     delete_emptydir_data: bool = False
     capacity_warn_only: bool = False
+
+    @classmethod
+    def from_flags(cls, flags: Collection[str]) -> DrainOverrides:
+        """The overrides the flags (as :meth:`used` lists them) name."""
+        return cls(
+            delete_unmanaged="--force-delete-unmanaged" in flags,
+            delete_emptydir_data="--delete-emptydir-data" in flags,
+            capacity_warn_only="--capacity-warn-only" in flags,
+        )
 
     def used(self) -> list[str]:
         """The flags given, as typed (journaled when a change starts)."""

@@ -11,7 +11,7 @@ prints and what the orchestrator runs. The inventory it runs on is read by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -209,6 +209,7 @@ def prepare(
     canary_only: bool,
     accept_predicted_rejections: bool = False,
     overrides: DrainOverrides | None = None,
+    settled: Collection[str] = (),
 ) -> Prepared:
     """Run every preflight check; refuse with every problem named, or return the change.
 
@@ -217,6 +218,8 @@ def prepare(
     A node that moves and holds pods no controller recreates, or pods with ``emptyDir`` data, is
     a refusal unless ``overrides`` allows it (kubectl drain's rules); the allowances are put in
     the returned strategy's drain policy, which the node step checks again before each cordon.
+    ``settled``: nodes the change already moved (``promote``, ``resume``): not drained again, so
+    left out of the drain and capacity checks.
 
     Raises:
         PreflightError: one or more checks failed (all of them listed).
@@ -277,14 +280,17 @@ def prepare(
     pdbs = cluster.pdbs()
     for n in order:
         problems += check_double_ownership(n, all_nodes[n].allocatable, dra.get(n, []))
-    for n in moving:
+    for n in (n for n in moving if n not in settled):
         warnings += [b.describe() for b in blocking_pdbs(n, pods.get(n, []), pdbs)]
         problems += undrainable(
             n, pods.get(n, []), overrides.delete_unmanaged, overrides.delete_emptydir_data
         )
     for b in batches:
-        short = check_capacity(b.nodes, all_nodes, pods)
-        misplaced, pinned = check_placement(b.nodes, all_nodes, pods)
+        drained = [n for n in b.nodes if n not in settled]
+        if not drained:
+            continue
+        short = check_capacity(drained, all_nodes, pods)
+        misplaced, pinned = check_placement(drained, all_nodes, pods)
         warnings += pinned
         if overrides.capacity_warn_only:
             warnings += [f"{w} (--capacity-warn-only: not refused)" for w in short + misplaced]
@@ -317,6 +323,7 @@ def prepare(
             sorted(
                 p.key
                 for n in moving
+                if n not in settled
                 for p in evictable(pods.get(n, []))
                 if (p.unmanaged and overrides.delete_unmanaged)
                 or (p.local_storage and overrides.delete_emptydir_data)

@@ -30,6 +30,7 @@ from rollout.models import Phase
 
 from .options import drain_options, inventory_option, kube_options, output_option, plan_option
 from .wiring import (
+    OVERRIDES_STEP,
     _confirm,
     _context,
     _echo,
@@ -184,7 +185,7 @@ def apply_cmd(
         _echo(f"change {change_id}: journal {journal.file}")
         if overrides.used():  # what the drains were allowed to lose, and which pods that is
             journal.append(
-                "drain-overrides",
+                OVERRIDES_STEP,
                 Phase.DONE,
                 now=datetime.now(UTC),
                 data={"flags": overrides.used(), "pods": list(prepared.losses)},

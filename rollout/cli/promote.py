@@ -22,6 +22,7 @@ from rollout.models import Phase
 
 from .options import drain_options, inventory_option, kube_options, output_option
 from .wiring import (
+    OVERRIDES_STEP,
     _change_required,
     _confirm,
     _context,
@@ -154,10 +155,10 @@ def promote_cmd(
     lock = LeaseLock(api, lock_namespace)
     lock.check()
     overrides = DrainOverrides(delete_unmanaged, delete_emptydir_data, capacity_warn_only)
-    prepared = _preflight(plan, inv, api, False, overrides=overrides)
+    done = {n for n, s in status.nodes.items() if s.state is not NodeState.PENDING}
+    prepared = _preflight(plan, inv, api, False, overrides=overrides, settled=done)
     for w in prepared.warnings:
         _echo(f"warning: {w}")
-    done = {n for n, s in status.nodes.items() if s.state is not NodeState.PENDING}
     remaining = [
         Batch(tuple(n for n in b.nodes if n not in done), False)
         for b in prepared.batches
@@ -183,11 +184,6 @@ def promote_cmd(
         "batches": batches,
         "forced": force if refusal else None,
         "refusal": refusal,
-        **(
-            {"drainOverrides": overrides.used(), "pods": list(prepared.losses)}
-            if overrides.used()
-            else {}
-        ),
     }
     info = {
         **{k: v for k, v in status.info.items() if k != ROLLBACK_INFO},  # a new part, no rollback
@@ -198,6 +194,13 @@ def promote_cmd(
     }
     with _locked(lock, journal.change_id):
         _mirrored(journal, api, lock_namespace)
+        if overrides.used():  # what this part's drains may lose, and which pods that is
+            journal.append(
+                OVERRIDES_STEP,
+                Phase.DONE,
+                now=datetime.now(UTC),
+                data={"flags": overrides.used(), "pods": list(prepared.losses)},
+            )
         progress = _progress(progress_mode)
         progress.nodes(tuple(all_nodes))
         ctx = _context(

@@ -28,6 +28,7 @@ from .wiring import (
     _verify_timeout,
     gate_for,
     intent_digest,
+    journaled_overrides,
 )
 
 
@@ -138,7 +139,19 @@ def _resume_later_batches(
             "started with; its settled nodes stay as they are, the rest is not started"
         )
     inv = read_inventory(_info_path(ctx.journal, "inventory", inventory))
-    prepared = _preflight(plan, inv, lock.api, False) if todo else None
+    moved = {n for n, s in settled.nodes.items() if s.state is not NodeState.PENDING}
+    prepared = (
+        _preflight(
+            plan,
+            inv,
+            lock.api,
+            False,
+            overrides=journaled_overrides(ctx.journal),
+            settled=moved - set(cut),
+        )
+        if todo
+        else None
+    )
     canary = set(info.get("canary", ()))
     batches = [Batch(tuple(b), bool(canary & set(b))) for b in todo]
     if info.get("promotion"):  # promote gates after each batch when the plan has a gate

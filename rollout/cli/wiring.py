@@ -12,8 +12,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -294,11 +295,12 @@ def _preflight(
     accept: bool = False,
     facts: _Facts | None = None,
     overrides: DrainOverrides | None = None,
+    settled: Collection[str] = (),
 ) -> Any:
     """Gather the nodes' facts (or use ``facts``, already under way) and run every preflight
     check (``rollout.change.preparing.prepare``); ``accept``: predicted rejections of running
     pods are not refusals; ``overrides``: what the drains may lose
-    (``rollout.change.planning.DrainOverrides``)."""
+    (``rollout.change.planning.DrainOverrides``); ``settled``: nodes the change already moved."""
 
     from rollout.change.preparing import ClusterReader, prepare
 
@@ -311,11 +313,35 @@ def _preflight(
         raw = facts.result()
         reads.join()
         return prepare(
-            plan, inv, reader, raw, facts.dir, canary, accept, overrides or DrainOverrides()
+            plan,
+            inv,
+            reader,
+            raw,
+            facts.dir,
+            canary,
+            accept,
+            overrides or DrainOverrides(),
+            settled,
         )
     finally:
         reads.join()
         facts.close()
+
+
+OVERRIDES_STEP = "drain-overrides"
+"""The journal entry ``apply`` and ``promote`` write when drain flags were given (``flags``,
+``pods``); ``resume`` and ``rollback`` run on with the same allowances."""
+
+
+def journaled_overrides(journal: Journal) -> DrainOverrides:
+    """The drain overrides every part of the change was started with (their union)."""
+    flags = {
+        str(f)
+        for e in journal.entries()
+        if e.step == OVERRIDES_STEP
+        for f in e.data.get("flags") or ()
+    }
+    return DrainOverrides.from_flags(flags)
 
 
 def _existing(change: str | None, api: Any = None, lock_namespace: str = "kube-system") -> Journal:
@@ -379,6 +405,12 @@ def _settle_command(
     if plan_file and Path(str(plan_file)).is_file():
         plan = load_plan(str(plan_file))
         drain = parse_strategy(plan.strategy, plan.location).drain
+    allowed = journaled_overrides(journal)  # what the change's drains were allowed to lose
+    drain = replace(
+        drain,
+        delete_unmanaged=allowed.delete_unmanaged,
+        delete_emptydir_data=allowed.delete_emptydir_data,
+    )
     lock = LeaseLock(api, lock_namespace)
     with _locked(lock, journal.change_id):
         _mirrored(journal, api, lock_namespace)

@@ -298,3 +298,15 @@ def test_pod_and_node_records_carry_what_placement_reads() -> None:
         }
     )
     assert n.labels == {"pool": "a100"} and n.taints == (taint,)
+
+
+def test_drain_overrides_round_trip_through_their_journaled_flags() -> None:
+    from rollout.change.planning import DrainOverrides
+
+    for o in (DrainOverrides(), DrainOverrides(True, False, True), DrainOverrides(False, True)):
+        assert DrainOverrides.from_flags(o.used()) == o
+    assert DrainOverrides(True, True, True).used() == [
+        "--force-delete-unmanaged",
+        "--delete-emptydir-data",
+        "--capacity-warn-only",
+    ]
