@@ -170,6 +170,13 @@ class PodRef:
         mirror: a static pod's mirror (cannot be evicted).
         cpu_millis: CPU requests, for the capacity check.
         memory_bytes: memory requests, for the capacity check.
+        unmanaged: no ``ownerReferences`` entry with ``controller: true``: nothing recreates the
+            pod once evicted (kubectl drain refuses it without ``--force``).
+        local_storage: has an ``emptyDir`` volume, whose data an eviction deletes (kubectl drain
+            refuses it without ``--delete-emptydir-data``).
+        extended: requests of extended resources (``nvidia.com/gpu``), for the capacity check.
+        placement: the spec's ``nodeSelector``, ``affinity`` and ``tolerations`` (as the API
+            serves them): where the scheduler may put the pod's replacement.
     """
 
     namespace: str
@@ -181,6 +188,10 @@ class PodRef:
     mirror: bool = False
     cpu_millis: int = 0
     memory_bytes: int = 0
+    unmanaged: bool = False
+    local_storage: bool = False
+    extended: Mapping[str, int] = field(default_factory=dict)
+    placement: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -230,6 +241,8 @@ class NodeInfo:
         memory_bytes: allocatable memory, for the capacity check.
         capacity: ``status.capacity`` as strings; for a device plugin's resource it counts
             healthy and unhealthy devices, allocatable only the healthy ones.
+        labels: the Node's labels (nodeSelector and node affinity match against them).
+        taints: ``spec.taints`` (as the API serves them; tolerations are matched against them).
     """
 
     name: str
@@ -239,3 +252,5 @@ class NodeInfo:
     cpu_millis: int = 0
     memory_bytes: int = 0
     capacity: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Mapping[str, Any], ...] = ()

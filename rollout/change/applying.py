@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from rollout.change.draining import drain
-from rollout.change.planning import device_resources
+from rollout.change.planning import device_resources, undrainable
 from rollout.change.replaying import NodeStatus, status_of
 from rollout.change.restoring import (
     Context,
@@ -25,7 +25,12 @@ from rollout.change.restoring import (
     wrap,
 )
 from rollout.change.verifying import WATCHED, config_subset, verify
-from rollout.errors import NodeFilesChangedError, NodeOperationError, RolloutError
+from rollout.errors import (
+    NodeFilesChangedError,
+    NodeOperationError,
+    PreflightError,
+    RolloutError,
+)
 from rollout.interrupt import StopRequested
 from rollout.models import FileBackup, NodeChange, Path, Phase, Step
 from rollout.protocols import RunResult
@@ -44,6 +49,14 @@ def _prepare(ctx: Context, change: NodeChange) -> dict[str, str]:
     keys = tuple(dict.fromkeys((*WATCHED, *change.expected)))
     prior = config_subset(ctx.cluster.configz(node), keys)
     devices = device_resources(info.allocatable)
+    # preflight checked every node before the change; a pod may have come since: still before
+    # the cordon, refuse a drain that would lose a pod for good (kubectl drain's rules)
+    d = ctx.drain
+    lost = undrainable(
+        node, ctx.cluster.pods_on_node(node), d.delete_unmanaged, d.delete_emptydir_data
+    )
+    if lost:
+        raise PreflightError("; ".join(lost))
     rec(node, Step.PREFLIGHT, Phase.DONE, Path.FORWARD, {"configz": prior, "allocatable": devices})
 
     ctx.interrupt.check()

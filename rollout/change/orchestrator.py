@@ -11,6 +11,7 @@ lab.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -254,34 +255,80 @@ def _gate(
         StopRequested: forward work must stop (a handed-over rollback, a lost Lease).
     """
     if recorded is None:
-        ctx.journal.append(GATE_STEP, Phase.BEGIN, now=ctx.clock.now(), data={"nodes": nodes})
-        verdict = gate.evaluate(ctx.journal.change_id, nodes)
-        ctx.journal.append(
-            GATE_STEP,
-            Phase.DONE,
-            now=ctx.clock.now(),
-            data={"status": verdict.status.value, "reason": verdict.reason, "nodes": nodes},
-        )
+        verdict = _soak(ctx, nodes, lambda: gate.evaluate(ctx.journal.change_id, nodes))
     else:
         verdict = recorded
     ctx.on_event(f"gate: {verdict.status.value}: {verdict.reason}")
     if verdict.status is VerdictStatus.FAILED:
-        # the gate names what to restore (its onFailure policy); by default all of its nodes
-        targets = [n for n in nodes if n in verdict.failed_nodes] or list(nodes)
         status = status_of(ctx.journal)
-        targets = [n for n in targets if status.nodes[n].state is not NodeState.RESTORED]
+        targets = _targets(status, nodes, verdict)
         errors = _restore_many(ctx, targets, status)
-        what = f"gate failed {which}: {verdict.reason}; restored {', '.join(targets)}"
+        restored = list(targets)
+        # onFailure: rollback-affected: the soak goes on over the nodes not rolled back, until
+        # it ends; a rejection there rolls that node back too
+        soaks_on: Callable[[], bool] | None = getattr(gate, "soaks_on", None)
+        while soaks_on is not None and soaks_on() and ctx.interrupt.reason() is None:
+            rest = [n for n in nodes if n not in restored]
+            if not rest:
+                break
+            watch = gate.keep_watching  # type: ignore[attr-defined]  # soaks_on's twin
+            again = _soak(ctx, rest, functools.partial(watch, ctx.journal.change_id, rest))
+            ctx.on_event(f"gate: {again.status.value}: {again.reason}")
+            if again.status is not VerdictStatus.FAILED:
+                break
+            status = status_of(ctx.journal)
+            also = _targets(status, rest, again)
+            errors.update(_restore_many(ctx, also, status))
+            restored += also
+        what = f"gate failed {which}: {verdict.reason}; restored {', '.join(restored)}"
         if errors:
             what += "; restore failed: " + "; ".join(str(e) for e in errors.values())
         if ctx.interrupt.reason() is not None:  # a request came meanwhile: settle it too
             raise StopRequested(ctx.interrupt.reason())  # type: ignore[arg-type]
+        settled: Callable[[str, Sequence[str]], str] | None = getattr(gate, "after_rollback", None)
+        if settled is not None and (workload := settled(ctx.journal.change_id, restored)):
+            what += f"; {workload}"
         status = end_change(ctx, "rolled-back", what, Phase.FAILED)
         raise NodeOperationError(f"{what}\nnode states:\n{summary(status)}")
     ctx.interrupt.check()
     if verdict.status is not VerdictStatus.SUCCESSFUL:
         return end_change(ctx, "held", f"gate {verdict.status.value}: {verdict.reason}; holding")
     return None
+
+
+def _soak(ctx: Context, nodes: Sequence[str], run: Callable[[], Verdict]) -> Verdict:
+    """One soak over ``nodes``, journaled as ``gate`` begin, then done with its verdict."""
+    ctx.journal.append(GATE_STEP, Phase.BEGIN, now=ctx.clock.now(), data={"nodes": list(nodes)})
+    verdict = run()
+    ctx.journal.append(
+        GATE_STEP,
+        Phase.DONE,
+        now=ctx.clock.now(),
+        data={"status": verdict.status.value, "reason": verdict.reason, "nodes": list(nodes)},
+    )
+    return verdict
+
+
+def _targets(status: ChangeStatus, nodes: Sequence[str], verdict: Verdict) -> list[str]:
+    """The nodes a Failed verdict restores: those it names (its onFailure policy: the node pool,
+    which may reach past ``nodes`` to earlier batches, or the affected nodes), all of ``nodes``
+    when it names none; never a node already restored or never touched."""
+    named = [n for n in status.nodes if n in verdict.failed_nodes] or list(nodes)
+    return [
+        n
+        for n in named
+        if n in status.nodes
+        and status.nodes[n].state not in (NodeState.RESTORED, NodeState.PENDING)
+    ]
+
+
+def node_pool(status: ChangeStatus) -> list[str]:
+    """The node pool a Failed gate restores under ``onFailure: rollback-group``: every node of
+    the change on the new config (the canary, and the batches promoted so far; not the nodes
+    never touched nor those already restored) (pure)."""
+    return [
+        n for n, s in status.nodes.items() if s.state not in (NodeState.PENDING, NodeState.RESTORED)
+    ]
 
 
 def _last_reason(ctx: Context) -> str:

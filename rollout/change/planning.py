@@ -10,10 +10,11 @@ the facts (nodes, pods, PDBs, ResourceSlices) and hands them in.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollout.change.previewing import lands_on
 from rollout.durations import parse_go_duration
 from rollout.errors import InputError, Location
 from rollout.kubelet.distributions import CONTROL_PLANE_UNITS
@@ -33,6 +34,10 @@ class DrainPolicy:
         backoff_cap_s: the longest wait between eviction attempts of one pod.
         disable_eviction: delete pods instead of evicting them (bypasses PDBs; only when asked).
         grace_period_s: termination grace period for evicted pods (None: the pod's own).
+        delete_unmanaged: evict pods no controller recreates (``--force-delete-unmanaged``);
+            otherwise the forward path refuses a node holding one, before cordoning it.
+        delete_emptydir_data: evict pods with ``emptyDir`` volumes (``--delete-emptydir-data``);
+            otherwise the same refusal.
     """
 
     timeout_s: float = 120.0
@@ -40,6 +45,42 @@ class DrainPolicy:
     backoff_cap_s: float = 10.0
     disable_eviction: bool = False
     grace_period_s: int | None = None
+    delete_unmanaged: bool = False
+    delete_emptydir_data: bool = False
+
+
+@dataclass(frozen=True)
+class DrainOverrides:
+    """What the operator allowed the drains on the command line (``rollout apply``).
+
+    Attributes:
+        delete_unmanaged: ``--force-delete-unmanaged``: pods no controller recreates are evicted.
+        delete_emptydir_data: ``--delete-emptydir-data``: pods with ``emptyDir`` are evicted.
+        capacity_warn_only: ``--capacity-warn-only``: the capacity and placement checks warn,
+            never refuse.
+    """
+
+    delete_unmanaged: bool = False
+    delete_emptydir_data: bool = False
+    capacity_warn_only: bool = False
+
+    @classmethod
+    def from_flags(cls, flags: Collection[str]) -> DrainOverrides:
+        """The overrides the flags (as :meth:`used` lists them) name."""
+        return cls(
+            delete_unmanaged="--force-delete-unmanaged" in flags,
+            delete_emptydir_data="--delete-emptydir-data" in flags,
+            capacity_warn_only="--capacity-warn-only" in flags,
+        )
+
+    def used(self) -> list[str]:
+        """The flags given, as typed (journaled when a change starts)."""
+        names = {
+            "delete_unmanaged": "--force-delete-unmanaged",
+            "delete_emptydir_data": "--delete-emptydir-data",
+            "capacity_warn_only": "--capacity-warn-only",
+        }
+        return [flag for attr, flag in names.items() if getattr(self, attr)]
 
 
 @dataclass(frozen=True)
@@ -303,6 +344,41 @@ def evictable(pods: Sequence[PodRef]) -> list[PodRef]:
     return [p for p in pods if not p.daemonset and not p.mirror]
 
 
+UNMANAGED_FLAG = "--force-delete-unmanaged"
+"""The flag that lets a drain evict pods no controller recreates. kubectl drain calls it
+``--force``; here ``--force`` already means "override a refusal, give a REASON" (``promote``,
+``rollback``), so the name says what is forced."""
+EMPTYDIR_FLAG = "--delete-emptydir-data"
+"""kubectl drain's own name for evicting pods whose ``emptyDir`` data is lost with them."""
+
+
+def undrainable(
+    node: str,
+    pods: Sequence[PodRef],
+    delete_unmanaged: bool = False,
+    delete_emptydir_data: bool = False,
+) -> list[str]:
+    """Why draining ``node`` would lose something for good, in kubectl drain's words, with every
+    such pod named: pods that declare no controller (nothing recreates them), pods with local
+    storage (their ``emptyDir`` data goes with them). DaemonSet pods and static mirrors are not
+    evicted, so never named; a flag that allows a kind leaves it out."""
+    moving = evictable(pods)
+    problems = []
+    bare = sorted(p.key for p in moving if p.unmanaged)
+    if bare and not delete_unmanaged:
+        problems.append(
+            f"node {node}: cannot delete Pods that declare no controller "
+            f"(use {UNMANAGED_FLAG} to override): {', '.join(bare)}"
+        )
+    local = sorted(p.key for p in moving if p.local_storage)
+    if local and not delete_emptydir_data:
+        problems.append(
+            f"node {node}: cannot delete Pods with local storage "
+            f"(use {EMPTYDIR_FLAG} to override): {', '.join(local)}"
+        )
+    return problems
+
+
 def blocking_pdbs(node: str, pods: Sequence[PodRef], pdbs: Sequence[PdbRef]) -> list[PdbBlock]:
     """PDBs that would refuse an eviction from ``node`` now (``disruptionsAllowed`` 0, or
     ``minAvailable`` at or above the expected pods, which can never be satisfied)."""
@@ -326,6 +402,43 @@ def blocking_pdbs(node: str, pods: Sequence[PodRef], pdbs: Sequence[PdbRef]) -> 
     return out
 
 
+def _free(
+    name: str, info: NodeInfo, pods_by_node: Mapping[str, Sequence[PodRef]]
+) -> dict[str, int]:
+    """What a node has left: allocatable minus the requests of the pods on it, per resource
+    (``cpu`` in millicores, ``memory`` in bytes, each extended resource in units)."""
+    used = pods_by_node.get(name, ())
+    free = {
+        "cpu": info.cpu_millis - sum(p.cpu_millis for p in used),
+        "memory": info.memory_bytes - sum(p.memory_bytes for p in used),
+    }
+    for r, v in device_resources(info.allocatable).items():
+        try:
+            have = int(v)
+        except ValueError:
+            continue
+        free[r] = have - sum(p.extended.get(r, 0) for p in used)
+    return {k: max(0, v) for k, v in free.items()}
+
+
+def _needs(p: PodRef) -> dict[str, int]:
+    return {"cpu": p.cpu_millis, "memory": p.memory_bytes, **p.extended}
+
+
+def _node_object(info: NodeInfo) -> dict[str, Any]:
+    """The Node as ``previewing.lands_on`` reads it (labels, taints)."""
+    return {
+        "metadata": {"name": info.name, "labels": dict(info.labels)},
+        "spec": {"taints": list(info.taints)},
+    }
+
+
+def _amount(resource: str, n: int) -> str:
+    if resource == "cpu":
+        return f"{n}m"
+    return f"{n} bytes" if resource == "memory" else str(n)
+
+
 def check_capacity(
     batch: Sequence[str],
     nodes: Mapping[str, NodeInfo],
@@ -333,33 +446,104 @@ def check_capacity(
 ) -> list[str]:
     """Whether the nodes left schedulable while ``batch`` is drained can take its evicted pods.
 
-    A sum over CPU and memory requests, not a bin-packing: it catches the clear cases (a cluster
-    with no room left) without pretending to be the scheduler.
+    A sum per resource (CPU, memory and every extended resource, ``nvidia.com/gpu``) over the
+    requests of the evicted pods against what the other schedulable nodes have free: the clear
+    cases (a cluster with no room left) without pretending to be the scheduler. Where each pod
+    may go (its nodeSelector, affinity, tolerations) is :func:`check_placement`.
     """
     moving = [p for n in batch for p in evictable(pods_by_node.get(n, ()))]
-    need_cpu = sum(p.cpu_millis for p in moving)
-    need_mem = sum(p.memory_bytes for p in moving)
-    if not moving or (need_cpu == 0 and need_mem == 0):
+    need: dict[str, int] = {}
+    for p in moving:
+        for r, v in _needs(p).items():
+            need[r] = need.get(r, 0) + v
+    if not moving or not any(need.values()):
         return []
-    free_cpu = free_mem = 0
+    free: dict[str, int] = dict.fromkeys(need, 0)
     for name, info in nodes.items():
         if name in batch or info.unschedulable or not info.ready:
             continue
-        used = pods_by_node.get(name, ())
-        free_cpu += max(0, info.cpu_millis - sum(p.cpu_millis for p in used))
-        free_mem += max(0, info.memory_bytes - sum(p.memory_bytes for p in used))
+        for r, v in _free(name, info, pods_by_node).items():
+            if r in free:
+                free[r] += v
     problems = []
-    if need_cpu > free_cpu:
+    where = ", ".join(batch)
+    if need.get("cpu", 0) > free["cpu"]:
         problems.append(
-            f"not enough CPU left for the pods evicted from {', '.join(batch)}: "
-            f"they request {need_cpu}m, the other schedulable nodes have {free_cpu}m free"
+            f"not enough CPU left for the pods evicted from {where}: "
+            f"they request {need['cpu']}m, the other schedulable nodes have {free['cpu']}m free"
         )
-    if need_mem > free_mem:
+    if need.get("memory", 0) > free["memory"]:
         problems.append(
-            f"not enough memory left for the pods evicted from {', '.join(batch)}: "
-            f"they request {need_mem} bytes, the other schedulable nodes have {free_mem} free"
+            f"not enough memory left for the pods evicted from {where}: "
+            f"they request {need['memory']} bytes, the other schedulable nodes have "
+            f"{free['memory']} free"
         )
+    for r in sorted(k for k in need if k not in ("cpu", "memory")):
+        if need[r] > free[r]:
+            problems.append(
+                f"not enough {r} left for the pods evicted from {where}: "
+                f"they request {need[r]}, the other schedulable nodes have {free[r]} free"
+            )
     return problems
+
+
+def check_placement(
+    batch: Sequence[str],
+    nodes: Mapping[str, NodeInfo],
+    pods_by_node: Mapping[str, Sequence[PodRef]],
+) -> tuple[list[str], list[str]]:
+    """Where each pod evicted from ``batch`` can go: a node outside the batch, schedulable and
+    Ready, that its nodeSelector, required node affinity and tolerations allow (as the
+    scheduler reads them; pod (anti-)affinity is not read) and that has its requests free (each
+    pod alone: a necessary condition, not a bin-packing).
+
+    Returns:
+        (refusals, warnings): a pod that other nodes would take by its placement but none has
+        room for is a refusal, its requests and each candidate's free amounts named; a pod whose
+        placement allows no node but the batch's own (pinned to its node) comes back only with
+        it, and is a warning.
+    """
+    refusals: list[str] = []
+    warnings: list[str] = []
+    objects = {name: _node_object(info) for name, info in nodes.items()}
+    for node in batch:
+        for p in evictable(pods_by_node.get(node, ())):
+            allowed = [n for n in nodes if n not in batch and lands_on(p.placement, objects[n])]
+            if not allowed:
+                others = any(n not in batch for n in nodes)
+                why = (
+                    "its nodeSelector, node affinity or tolerations allow none"
+                    if others
+                    else ("there is none")
+                )
+                warnings.append(
+                    f"pod {p.key} can run on no node outside {', '.join(batch)} ({why}): "
+                    f"it stays Pending until {node} is back"
+                )
+                continue
+            need = {r: v for r, v in _needs(p).items() if v}
+            ready = [n for n in allowed if not nodes[n].unschedulable and nodes[n].ready]
+            short: list[str] = []
+            fits = False
+            for n in ready:
+                free = _free(n, nodes[n], pods_by_node)
+                lacking = [r for r, v in need.items() if free.get(r, 0) < v]
+                if not lacking:
+                    fits = True
+                    break
+                short.append(
+                    f"{n}: " + ", ".join(f"{r} {_amount(r, free.get(r, 0))} free" for r in lacking)
+                )
+            if fits:
+                continue
+            asks = ", ".join(f"{r} {_amount(r, v)}" for r, v in sorted(need.items()))
+            left = [n for n in allowed if n not in ready]
+            why = "; ".join(short + [f"{n}: cordoned or not Ready" for n in left])
+            refusals.append(
+                f"pod {p.key} evicted from {node} fits no other node: it requests {asks}; "
+                f"the nodes its placement allows: {why}"
+            )
+    return refusals, warnings
 
 
 def device_resources(allocatable: Mapping[str, str]) -> dict[str, str]:

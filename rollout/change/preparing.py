@@ -12,7 +12,7 @@ prints and what the orchestrator runs. The inventory it runs on is read by
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +21,18 @@ from rollout.change.inventory import Inventory, hosts_for, read_inventory, start
 from rollout.change.plan import Plan
 from rollout.change.planning import (
     Batch,
+    DrainOverrides,
     Strategy,
     blocking_pdbs,
     check_capacity,
     check_double_ownership,
     check_homogeneous,
+    check_placement,
     evictable,
     make_batches,
     one_control_plane_at_a_time,
     parse_strategy,
+    undrainable,
 )
 from rollout.change.previewing import NodePreview, decide, fleet_misfits, preview_node
 from rollout.change.rendering import node_change, unified_diff
@@ -73,6 +76,8 @@ class Prepared:
             ``--force REASON`` (apply journals them with the reason).
         raw_facts: the facts preflight judged, by host (apply's ``before`` evidence is built
             from them).
+        losses: pods to evict that no controller recreates or that have ``emptyDir`` data,
+            allowed by ``--force-delete-unmanaged`` / ``--delete-emptydir-data`` (journaled).
     """
 
     strategy: Strategy
@@ -87,6 +92,7 @@ class Prepared:
     accepted: tuple[str, ...] = ()
     forced: tuple[str, ...] = ()
     raw_facts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
+    losses: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready plan (``--dry-run -o json``)."""
@@ -111,6 +117,7 @@ class Prepared:
             },
             "acceptedPredictedRejections": list(self.accepted),
             "forcedRefusals": list(self.forced),
+            "allowedLosses": list(self.losses),
         }
 
 
@@ -228,6 +235,8 @@ def prepare(
     canary_only: bool,
     accept_predicted_rejections: bool = False,
     force: bool = False,
+    overrides: DrainOverrides | None = None,
+    settled: Collection[str] = (),
 ) -> Prepared:
     """Run every preflight check; refuse with every problem named, or return the change.
 
@@ -236,12 +245,26 @@ def prepare(
     device refusals of a node that moves (:mod:`rollout.change.devicechecks`: GPUs not all
     advertised, one resource served by a device plugin and DRA) are warnings with ``force``
     (``Prepared.forced``); every other refusal stands.
+    A node that moves and holds pods no controller recreates, or pods with ``emptyDir`` data, is
+    a refusal unless ``overrides`` allows it (kubectl drain's rules); the allowances are put in
+    the returned strategy's drain policy, which the node step checks again before each cordon.
+    ``settled``: nodes the change already moved (``promote``, ``resume``): not drained again, so
+    left out of the drain and capacity checks.
 
     Raises:
         PreflightError: one or more checks failed (all of them listed).
         InputError: the plan's strategy is malformed.
     """
+    overrides = overrides or DrainOverrides()
     strategy = parse_strategy(plan.strategy, plan.location, len(inv.hosts))
+    strategy = replace(
+        strategy,
+        drain=replace(
+            strategy.drain,
+            delete_unmanaged=overrides.delete_unmanaged,
+            delete_emptydir_data=overrides.delete_emptydir_data,
+        ),
+    )
     problems: list[str] = []
     warnings: list[str] = []
     report = [f"API server {cluster.version()}"]
@@ -292,10 +315,22 @@ def prepare(
     pdbs = cluster.pdbs()
     for n in order:
         problems += check_double_ownership(n, all_nodes[n].allocatable, dra.get(n, []))
-    for n in moving:
+    for n in (n for n in moving if n not in settled):
         warnings += [b.describe() for b in blocking_pdbs(n, pods.get(n, []), pdbs)]
+        problems += undrainable(
+            n, pods.get(n, []), overrides.delete_unmanaged, overrides.delete_emptydir_data
+        )
     for b in batches:
-        problems += check_capacity(b.nodes, all_nodes, pods)
+        drained = [n for n in b.nodes if n not in settled]
+        if not drained:
+            continue
+        short = check_capacity(drained, all_nodes, pods)
+        misplaced, pinned = check_placement(drained, all_nodes, pods)
+        warnings += pinned
+        if overrides.capacity_warn_only:
+            warnings += [f"{w} (--capacity-warn-only: not refused)" for w in short + misplaced]
+        else:
+            problems += short + misplaced
     device_refusals, device_warnings = _device_checks(
         cluster, versions, moving, facts, raw_facts, dra
     )
@@ -330,6 +365,16 @@ def prepare(
         accepted=tuple(accepted),
         forced=tuple(device_refusals) if force else (),
         raw_facts=raw_facts,
+        losses=tuple(
+            sorted(
+                p.key
+                for n in moving
+                if n not in settled
+                for p in evictable(pods.get(n, []))
+                if (p.unmanaged and overrides.delete_unmanaged)
+                or (p.local_storage and overrides.delete_emptydir_data)
+            )
+        ),
     )
 
 

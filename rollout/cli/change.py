@@ -20,7 +20,7 @@ import click
 from rollout.change.journal import Journal, new_change_id, state_dir
 from rollout.change.orchestrator import run_change
 from rollout.change.plan import load_plan
-from rollout.change.planning import parse_strategy
+from rollout.change.planning import DrainOverrides, parse_strategy
 from rollout.change.previewing import predicted_rejections, render_text
 from rollout.change.replaying import replay
 from rollout.change.windows import guard, parse_windows
@@ -28,9 +28,10 @@ from rollout.cli.gate import GATE_HOLDS_EXIT, gate_config
 from rollout.errors import InputError, Location, PreflightError
 from rollout.models import NodeState, Phase
 
-from .options import inventory_option, kube_options, output_option, plan_option
+from .options import drain_options, inventory_option, kube_options, output_option, plan_option
 from .record import existing_journal, mirrored, optional_api
 from .wiring import (
+    OVERRIDES_STEP,
     _confirm,
     _context,
     _echo,
@@ -142,6 +143,7 @@ def journal_consents(journal: Journal, prepared: Any, force: str | None, now: da
     help="Do not collect the before/after evidence (evidence.json beside the journal); "
     "promote then refuses without --force.",
 )
+@drain_options
 @_lock_ns
 @_verify_timeout
 @_forks_option
@@ -159,6 +161,9 @@ def apply_cmd(
     accept_rejections: bool,
     force: str | None,
     no_evidence: bool,
+    delete_unmanaged: bool,
+    delete_emptydir_data: bool,
+    capacity_warn_only: bool,
     lock_namespace: str,
     verify_timeout: float,
     forks: int,
@@ -180,6 +185,7 @@ def apply_cmd(
       rollout apply --canary --yes --accept-predicted-rejections
       rollout apply --yes --forks 20
       rollout apply --canary --yes --force "GPU-3 is being replaced, 7 of 8 is expected"
+      rollout apply --canary --yes --force-delete-unmanaged --delete-emptydir-data
     """
     from rollout.change.inventory import start_inventory
 
@@ -216,8 +222,9 @@ def apply_cmd(
         raise
     for w in in_progress:
         _echo(f"warning: {w}")
+    overrides = DrainOverrides(delete_unmanaged, delete_emptydir_data, capacity_warn_only)
     prepared = _preflight(
-        plan, inv, api, canary, accept_rejections, facts, forks, force is not None
+        plan, inv, api, canary, accept_rejections, facts, forks, force is not None, overrides
     )
     for line in prepared.report:
         _echo(line)
@@ -250,6 +257,13 @@ def apply_cmd(
     with _locked(lock, change_id):
         journal = mirrored(Journal.create(state_dir(), change_id), api, lock_namespace)
         _echo(f"change {change_id}: journal {journal.file}")
+        if overrides.used():  # what the drains were allowed to lose, and which pods that is
+            journal.append(
+                OVERRIDES_STEP,
+                Phase.DONE,
+                now=datetime.now(UTC),
+                data={"flags": overrides.used(), "pods": list(prepared.losses)},
+            )
         journal_consents(journal, prepared, force, datetime.now(UTC))
         moving = [n for b in prepared.batches for n in b.nodes]
         # 'before' from the facts preflight judged, into evidence.json now; both collections are

@@ -47,3 +47,32 @@ context_option = click.option("--context", help="The kubeconfig context to use."
 def kube_options(f: F) -> F:
     """Add --kubeconfig and --context, like kubectl."""
     return kubeconfig_option(context_option(f))
+
+
+def drain_options(f: F) -> F:
+    """Add what a drain may lose, kubectl drain's rules: --force-delete-unmanaged (kubectl's
+    ``--force``, renamed: ``--force`` here means "override a refusal, REASON given") and
+    --delete-emptydir-data (kubectl's own name); and --capacity-warn-only for the capacity
+    check."""
+    f = click.option(
+        "--force-delete-unmanaged",
+        "delete_unmanaged",
+        is_flag=True,
+        help="Evict pods that declare no controller (no ownerReference with controller: true; "
+        "nothing recreates them): kubectl drain's --force. Without it a node holding one is "
+        "refused before it is cordoned. Journaled.",
+    )(f)
+    f = click.option(
+        "--capacity-warn-only",
+        is_flag=True,
+        help="Warn instead of refusing when the pods a batch evicts have no room elsewhere (the "
+        "per-resource sums, GPUs included, and each pod's nodeSelector, affinity and "
+        "tolerations). Journaled.",
+    )(f)
+    return click.option(
+        "--delete-emptydir-data",
+        "delete_emptydir_data",
+        is_flag=True,
+        help="Evict pods with emptyDir volumes (their data is deleted), as kubectl drain's flag "
+        "of that name. Without it a node holding one is refused before it is cordoned. Journaled.",
+    )(f)

@@ -12,6 +12,7 @@ import click
 from rollout.change.journal import Journal
 from rollout.change.orchestrator import ROLLBACK_INFO
 from rollout.change.plan import load_plan
+from rollout.change.planning import DrainOverrides
 from rollout.change.previewing import predicted_rejections
 from rollout.change.replaying import ChangeStatus, replay
 from rollout.change.windows import guard, parse_windows
@@ -20,9 +21,10 @@ from rollout.cli.gate import gate_config
 from rollout.errors import PreflightError
 from rollout.models import Phase
 
-from .options import inventory_option, kube_options, output_option
+from .options import drain_options, inventory_option, kube_options, output_option
 from .record import existing_journal, mirrored
 from .wiring import (
+    OVERRIDES_STEP,
     _change_required,
     _confirm,
     _context,
@@ -87,6 +89,7 @@ def promote_refusal(status: ChangeStatus, gate: Mapping[str, Any] | None) -> str
     metavar="REASON",
     help="Run outside the plan's change windows; the reason is journaled.",
 )
+@drain_options
 @_lock_ns
 @_verify_timeout
 @_forks_option
@@ -101,6 +104,9 @@ def promote_cmd(
     dry_run: bool,
     force: str | None,
     force_window: str | None,
+    delete_unmanaged: bool,
+    delete_emptydir_data: bool,
+    capacity_warn_only: bool,
     lock_namespace: str,
     verify_timeout: float,
     forks: int,
@@ -158,10 +164,20 @@ def promote_cmd(
     inv = read_inventory(_info_path(journal, "inventory", inventory))
     lock = LeaseLock(api, lock_namespace)
     lock.check()
-    prepared = _preflight(plan, inv, api, False, forks=forks, force=force is not None)
+    overrides = DrainOverrides(delete_unmanaged, delete_emptydir_data, capacity_warn_only)
+    done = {n for n, s in status.nodes.items() if s.state is not NodeState.PENDING}
+    prepared = _preflight(
+        plan,
+        inv,
+        api,
+        False,
+        forks=forks,
+        force=force is not None,
+        overrides=overrides,
+        settled=done,
+    )
     for w in prepared.warnings:
         _echo(f"warning: {w}")
-    done = {n for n, s in status.nodes.items() if s.state is not NodeState.PENDING}
     remaining = [
         Batch(tuple(n for n in b.nodes if n not in done), False)
         for b in prepared.batches
@@ -198,6 +214,13 @@ def promote_cmd(
     }
     with _locked(lock, journal.change_id):
         mirrored(journal, api, lock_namespace)
+        if overrides.used():  # what this part's drains may lose, and which pods that is
+            journal.append(
+                OVERRIDES_STEP,
+                Phase.DONE,
+                now=datetime.now(UTC),
+                data={"flags": overrides.used(), "pods": list(prepared.losses)},
+            )
         progress = _progress(progress_mode)
         progress.nodes(tuple(all_nodes))
         ctx = _context(

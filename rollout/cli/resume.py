@@ -27,6 +27,7 @@ from .wiring import (
     _verify_timeout,
     gate_for,
     intent_digest,
+    journaled_overrides,
 )
 
 
@@ -142,8 +143,20 @@ def _resume_later_batches(
     inv = read_inventory(_info_path(ctx.journal, "inventory", inventory))
     # a change started with --force over device refusals carries that consent to its resume
     forced = any(e.step == "preflight-forced" for e in ctx.journal.entries())
+    moved = {n for n, s in settled.nodes.items() if s.state is not NodeState.PENDING}
     prepared = (
-        _preflight(plan, inv, lock.api, False, forks=ctx.forks, force=forced) if todo else None
+        _preflight(
+            plan,
+            inv,
+            lock.api,
+            False,
+            forks=ctx.forks,
+            force=forced,
+            overrides=journaled_overrides(ctx.journal),
+            settled=moved - set(cut),
+        )
+        if todo
+        else None
     )
     canary = set(info.get("canary", ()))
     batches = [Batch(tuple(b), bool(canary & set(b))) for b in todo]

@@ -12,8 +12,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ import click
 from rollout.change.journal import Journal
 from rollout.change.orchestrator import NoGate, summary
 from rollout.change.plan import Plan, recorded_plan
-from rollout.change.planning import DrainPolicy, parse_strategy
+from rollout.change.planning import DrainOverrides, DrainPolicy, parse_strategy
 from rollout.change.progress import Progress
 from rollout.change.replaying import ChangeStatus, status_of
 from rollout.change.restoring import Context
@@ -100,7 +101,17 @@ def gate_for(
             interrupt.check()
 
         soak.sleep = sleep
-    return RollbackPolicyGate(soak, record)
+    from rollout.change.orchestrator import node_pool
+    from rollout.kube.workloads import owner_running, rejected_owners_on
+
+    since = time.time()
+    return RollbackPolicyGate(
+        soak,
+        record,
+        lambda: node_pool(status_of(journal)),
+        lambda owner: owner_running(api, owner),
+        lambda nodes: rejected_owners_on(api, list(nodes), since),
+    )
 
 
 def _echo(msg: str) -> None:
@@ -308,10 +319,14 @@ def _preflight(
     facts: _Facts | None = None,
     forks: int = DEFAULT_FORKS,
     force: bool = False,
+    overrides: DrainOverrides | None = None,
+    settled: Collection[str] = (),
 ) -> Any:
     """Gather the nodes' facts (or use ``facts``, already under way) and run every preflight
     check (``rollout.change.preparing.prepare``); ``accept``: predicted rejections of running
-    pods are not refusals; ``force``: nor are the device refusals (``--force REASON``)."""
+    pods are not refusals; ``force``: nor are the device refusals (``--force REASON``);
+    ``overrides``: what the drains may lose (``rollout.change.planning.DrainOverrides``);
+    ``settled``: nodes the change already moved."""
     from rollout.change.preparing import ClusterReader, prepare
 
     reader = ClusterReader(api, {inv.node_of(h) for h in inv.hosts})
@@ -322,10 +337,37 @@ def _preflight(
     try:
         raw = facts.result()
         reads.join()
-        return prepare(plan, inv, reader, raw, facts.dir, canary, accept, force)
+        return prepare(
+            plan,
+            inv,
+            reader,
+            raw,
+            facts.dir,
+            canary,
+            accept,
+            force,
+            overrides or DrainOverrides(),
+            settled,
+        )
     finally:
         reads.join()
         facts.close()
+
+
+OVERRIDES_STEP = "drain-overrides"
+"""The journal entry ``apply`` and ``promote`` write when drain flags were given (``flags``,
+``pods``); ``resume`` and ``rollback`` run on with the same allowances."""
+
+
+def journaled_overrides(journal: Journal) -> DrainOverrides:
+    """The drain overrides every part of the change was started with (their union)."""
+    flags = {
+        str(f)
+        for e in journal.entries()
+        if e.step == OVERRIDES_STEP
+        for f in e.data.get("flags") or ()
+    }
+    return DrainOverrides.from_flags(flags)
 
 
 def _info_path(journal: Journal, key: str, given: str | None) -> Path:
@@ -358,6 +400,12 @@ def _settle_command(
     drain = DrainPolicy()
     if plan is not None:
         drain = parse_strategy(plan.strategy, plan.location).drain
+    allowed = journaled_overrides(journal)  # what the change's drains were allowed to lose
+    drain = replace(
+        drain,
+        delete_unmanaged=allowed.delete_unmanaged,
+        delete_emptydir_data=allowed.delete_emptydir_data,
+    )
     lock = LeaseLock(api, lock_namespace)
     with _locked(lock, journal.change_id):
         mirrored(journal, api, lock_namespace)

@@ -47,7 +47,8 @@ class GateDecision:
     """A gate decision as journaled, with the counts behind it (when the gate recorded them).
 
     Attributes:
-        source: ``gate`` (the orchestrator's seam) or ``verdict`` (the soak gate, with inputs).
+        source: ``gate`` (the orchestrator's seam), ``verdict`` (the soak gate, with inputs) or
+            ``recovery`` (after an automatic rollback: whether the rejected owners run again).
         rate: rejections / admissions over the canary nodes, for the signal with the highest rate
             (None when the entry carries no counts).
     """
@@ -142,6 +143,13 @@ def _decision(e: Entry) -> GateDecision | None:
             e.ts, "gate", str(d.get("status", "")), str(d.get("reason", "")),
             tuple(d.get("nodes") or ()),
         )  # fmt: skip
+    if e.step == "recovery":  # after an automatic rollback: do the rejected owners run again?
+        down = [str(o) for o in d.get("notRunning") or ()]
+        up = [str(o) for o in d.get("running") or ()]
+        said = [f"Running again: {', '.join(up)}"] if up else []
+        said += [f"NOT Running after {d.get('waited', 0):g}s: {', '.join(down)}"] if down else []
+        status = "workload NOT running" if down else "workload running"
+        return GateDecision(e.ts, "recovery", status, "; ".join(said))
     if e.step != "verdict":
         return None
     inputs = d.get("inputs") or {}

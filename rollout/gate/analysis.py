@@ -52,7 +52,9 @@ class Baseline(StrEnum):
 
 
 class OnFailure(StrEnum):
-    """What a Failed verdict rolls back."""
+    """What a Failed verdict rolls back: the node pool (every node of the change on the new
+    config, the default), or only the nodes with rejections (the gate then keeps watching the
+    others until the soak ends, and a rejection there rolls that node back too)."""
 
     ROLLBACK_AFFECTED = "rollback-affected"
     ROLLBACK_GROUP = "rollback-group"
@@ -81,7 +83,8 @@ class GateConfig:
     consecutive_error_limit: int = 4
     probes: bool = True
     prometheus: PrometheusSource | None = None
-    on_failure: OnFailure = OnFailure.ROLLBACK_AFFECTED
+    on_failure: OnFailure = OnFailure.ROLLBACK_GROUP
+    recovery: float = 60.0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -101,6 +104,7 @@ class GateConfig:
                 else None
             ),
             "onFailure": str(self.on_failure),
+            "recovery": self.recovery,
         }
 
 
@@ -117,6 +121,7 @@ _KEYS = {
     "probes",
     "prometheus",
     "onFailure",
+    "recovery",
 }
 
 
@@ -227,7 +232,8 @@ def parse_gate_config(
         consecutive_error_limit=integer("consecutiveErrorLimit", 4, 1),
         probes=probes,
         prometheus=source,
-        on_failure=choice("onFailure", OnFailure, OnFailure.ROLLBACK_AFFECTED),
+        on_failure=choice("onFailure", OnFailure, OnFailure.ROLLBACK_GROUP),
+        recovery=duration("recovery", 60.0),
     )
     if cfg.interval > cfg.soak:
         raise bad("interval", f"must not be longer than gate.soak ({cfg.soak:g}s)")

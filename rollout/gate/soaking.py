@@ -25,6 +25,7 @@ from rollout.errors import RolloutError
 from rollout.gate.analysis import (
     Baseline,
     GateConfig,
+    OnFailure,
     Outcome,
     Predicted,
     SignalState,
@@ -124,10 +125,11 @@ class SoakGate:
         self.progress = progress
         self.history: list[Verdict] = []
 
-    def evaluate(self, change_id: str, nodes: Sequence[str]) -> Verdict:
-        """Soak and decide over ``nodes``; see the module docstring."""
+    def evaluate(self, change_id: str, nodes: Sequence[str], until: float | None = None) -> Verdict:
+        """Soak and decide over ``nodes``; see the module docstring. ``until``: end the soak then
+        (a soak that goes on over fewer nodes), not ``gate.soak`` from now."""
         started = self.clock()
-        deadline = started + self.cfg.soak
+        deadline = started + self.cfg.soak if until is None else until
         before = self.cfg.baseline is Baseline.BEFORE
         control = self.control if self.cfg.baseline is Baseline.CONTROL_GROUP else ()
         probes_launched: list[str] = []
@@ -212,38 +214,101 @@ def _with_inputs(
     return Verdict(v.status, v.reason, v.at, v.failed_nodes, v.waiting_for, v.findings, inputs)
 
 
-def rollback_targets(verdict: Verdict, cfg: GateConfig, nodes: Sequence[str]) -> list[str]:
-    """The nodes a Failed verdict rolls back under the plan's ``onFailure`` policy."""
+def rollback_targets(
+    verdict: Verdict, cfg: GateConfig, nodes: Sequence[str], pool: Sequence[str] = ()
+) -> list[str]:
+    """The nodes a Failed verdict rolls back under the plan's ``onFailure`` policy:
+    ``rollback-group`` (the default) the node pool, every node of the change on the new config
+    (``pool``; the gate's ``nodes`` when not known), ``rollback-affected`` the nodes with
+    rejections (all of ``nodes`` when the verdict names none)."""
     if verdict.status is not Outcome.FAILED:
         return []
-    if cfg.on_failure.value == "rollback-group" or not verdict.failed_nodes:
+    if cfg.on_failure is OnFailure.ROLLBACK_GROUP:
+        return list(dict.fromkeys([*pool, *nodes]))
+    if not verdict.failed_nodes:
         return list(nodes)
     return [n for n in nodes if n in verdict.failed_nodes]
+
+
+def rejected_owners(verdicts: Sequence[Verdict]) -> list[str]:
+    """The controllers (``Kind/namespace/name``) whose pods the Failed verdicts saw rejected on
+    their failed nodes (bare pods have none: nothing recreates them)."""
+    owners: set[str] = set()
+    for v in verdicts:
+        if v.status is not Outcome.FAILED:
+            continue
+        for sig in (v.inputs.get("signals") or {}).values():
+            for node, counts in (sig.get("nodes") or {}).items():
+                if node in v.failed_nodes or not v.failed_nodes:
+                    owners.update(counts.get("owners") or ())
+    return sorted(owners)
+
+
+class OwnerPods(Protocol):
+    """Whether a controller has a pod Running (``rollout.kube.workloads.owner_running``)."""
+
+    def __call__(self, owner: str) -> bool: ...
 
 
 class RollbackPolicyGate:
     """The gate ``rollout apply`` runs after the canary batch: a :class:`SoakGate` plus policy.
 
     The orchestrator restores the nodes named in a Failed verdict's ``failed_nodes`` (all of the
-    canary when it names none). This wrapper puts the plan's ``onFailure`` policy there (the
-    affected nodes, or the whole group) and journals the ``trigger`` record the moment the rollback
-    is decided, so the journal shows when the automatic rollback started and why.
+    gate's nodes when it names none). This wrapper puts the plan's ``onFailure`` policy there
+    (the node pool, or the affected nodes) and journals the ``trigger`` record the moment the
+    rollback is decided, so the journal shows when the automatic rollback started and why.
+    Under ``rollback-affected`` it answers :meth:`keep_watching` (the soak goes on over the nodes
+    not rolled back); after the rollback :meth:`after_rollback` says whether the rejected
+    owners' pods run again.
 
     Args:
         gate: the soak gate.
         record: the journal recorder (the same one the soak gate writes ``verdict`` records to).
+        pool: the change's nodes on the new config now (what ``rollback-group`` restores).
+        running: whether a controller has a pod Running (None: not checked).
+        rejected: the controllers whose pods were rejected on the given nodes during the change,
+            read from the API (the verdict's owners miss a pod seen only by its Event).
     """
 
-    def __init__(self, gate: SoakGate, record: Recorder | None = None) -> None:
+    def __init__(
+        self,
+        gate: SoakGate,
+        record: Recorder | None = None,
+        pool: Callable[[], Sequence[str]] | None = None,
+        running: OwnerPods | None = None,
+        rejected: Callable[[Sequence[str]], Sequence[str]] | None = None,
+    ) -> None:
         self.gate = gate
         self.record = record
+        self.pool = pool
+        self.running = running
+        self.rejected = rejected
         self.verdict: Verdict | None = None
+        self.failed: list[Verdict] = []
+        self._seen: set[str] = set()
+        self._until: float | None = None
+
+    def _rejected_on(self, nodes: Sequence[str]) -> list[str]:
+        if self.rejected is None:
+            return []
+        try:
+            return list(self.rejected(nodes))
+        except RolloutError as e:
+            self.gate.progress(f"could not read the rejected pods: {e}")
+            return []
 
     def evaluate(self, change_id: str, nodes: Sequence[str]) -> Verdict:
         """Soak and decide; a Failed verdict comes back with its rollback targets."""
-        verdict = self.gate.evaluate(change_id, nodes)
+        self._until = self.gate.clock() + self.gate.cfg.soak
+        self.verdict, self.failed, self._seen = None, [], set()
+        return self._decide(change_id, nodes, self.gate.evaluate(change_id, nodes))
+
+    def _decide(self, change_id: str, nodes: Sequence[str], verdict: Verdict) -> Verdict:
         if verdict.status is Outcome.FAILED:
-            targets = rollback_targets(verdict, self.gate.cfg, nodes)
+            self.failed.append(verdict)
+            self._seen.update(self._rejected_on(nodes))  # the pods as they are now, too
+            pool = list(self.pool()) if self.pool is not None else []
+            targets = rollback_targets(verdict, self.gate.cfg, nodes, pool)
             if self.record is not None:
                 self.record(
                     "trigger",
@@ -256,5 +321,62 @@ class RollbackPolicyGate:
                     },
                 )
             verdict = replace(verdict, failed_nodes=tuple(targets))
-        self.verdict = verdict
+        if self.verdict is None or self.verdict.status is not Outcome.FAILED:
+            self.verdict = verdict  # the verdict that decided stays the gate's verdict
         return verdict
+
+    def soaks_on(self) -> bool:
+        """Whether, after a rollback, the soak goes on over the nodes not rolled back: under
+        ``rollback-affected``, until the first soak's end."""
+        return (
+            self.gate.cfg.on_failure is OnFailure.ROLLBACK_AFFECTED
+            and self._until is not None
+            and self.gate.clock() < self._until
+        )
+
+    def keep_watching(self, change_id: str, nodes: Sequence[str]) -> Verdict:
+        """Soak on over ``nodes`` (those not rolled back) until the first soak's end (see
+        :meth:`soaks_on`); a Failed verdict names the nodes to roll back next."""
+        self.gate.progress(f"soak goes on over {', '.join(nodes)} (onFailure: rollback-affected)")
+        return self._decide(change_id, nodes, self.gate.evaluate(change_id, nodes, self._until))
+
+    def after_rollback(self, change_id: str, nodes: Sequence[str]) -> str:
+        """After the automatic rollback of ``nodes``: wait up to ``gate.recovery`` for a Running
+        pod of every owner seen rejected (by the Failed verdicts, or on those nodes through the
+        API); journal a ``recovery`` record and say, in one sentence for the change's outcome,
+        which run again and which do not."""
+        owners = sorted({*rejected_owners(self.failed), *self._seen, *self._rejected_on(nodes)})
+        if self.running is None or not owners:
+            return ""
+        deadline = self.gate.clock() + self.gate.cfg.recovery
+        state: dict[str, bool] = dict.fromkeys(owners, False)
+        while True:
+            for o in owners:
+                if not state[o]:
+                    try:
+                        state[o] = self.running(o)
+                    except RolloutError as e:
+                        self.gate.progress(f"could not read the pods of {o}: {e}")
+            if all(state.values()) or self.gate.clock() >= deadline:
+                break
+            self.gate.sleep(min(1.0, max(deadline - self.gate.clock(), 0.0)))
+        up = [o for o in owners if state[o]]
+        down = [o for o in owners if not state[o]]
+        if self.record is not None:
+            self.record(
+                "recovery",
+                {
+                    "change": change_id,
+                    "running": up,
+                    "notRunning": down,
+                    "waited": self.gate.cfg.recovery,
+                },
+            )
+        parts = []
+        if up:
+            parts.append(f"Running again after the rollback: {', '.join(up)}")
+        if down:
+            parts.append(
+                f"NOT Running {self.gate.cfg.recovery:g}s after the rollback: {', '.join(down)}"
+            )
+        return "; ".join(parts)

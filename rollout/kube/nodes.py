@@ -21,6 +21,12 @@ from rollout.models import NodeInfo, PdbRef, PodRef
 MIRROR = "kubernetes.io/config.mirror"
 
 
+def extended_resource(name: str) -> bool:
+    """Whether a resource name is an extended resource (``vendor.com/name``: a device plugin's
+    GPUs, NICs), not CPU, memory, hugepages or a ``kubernetes.io/`` name."""
+    return "/" in name and not name.startswith(("hugepages-", "kubernetes.io/", "k8s.io/"))
+
+
 def _qty(value: Any, scale: int = 1) -> int:
     return _quantity(str(value), scale)
 
@@ -50,6 +56,8 @@ def to_node_info(n: dict[str, Any]) -> NodeInfo:
         cpu_millis=_qty(alloc.get("cpu", 0), 1000),
         memory_bytes=_qty(alloc.get("memory", 0)),
         capacity={k: str(v) for k, v in (status.get("capacity") or {}).items()},
+        labels={str(k): str(v) for k, v in ((n["metadata"].get("labels")) or {}).items()},
+        taints=tuple((n.get("spec") or {}).get("taints") or ()),
     )
 
 
@@ -92,10 +100,14 @@ def to_pod_ref(p: dict[str, Any]) -> PodRef:
     spec = p.get("spec") or {}
     owners = meta.get("ownerReferences") or []
     cpu = mem = 0
+    extended: dict[str, int] = {}
     for c in spec.get("containers") or []:
         req = (c.get("resources") or {}).get("requests") or {}
         cpu += _qty(req.get("cpu", 0), 1000)
         mem += _qty(req.get("memory", 0))
+        for k, v in req.items():
+            if extended_resource(k):
+                extended[k] = extended.get(k, 0) + _qty(v)
     return PodRef(
         namespace=meta.get("namespace") or "",
         name=meta.get("name") or "",
@@ -106,6 +118,10 @@ def to_pod_ref(p: dict[str, Any]) -> PodRef:
         mirror=MIRROR in (meta.get("annotations") or {}),
         cpu_millis=cpu,
         memory_bytes=mem,
+        unmanaged=not any(o.get("controller") is True for o in owners),
+        local_storage=any("emptyDir" in v for v in spec.get("volumes") or []),
+        extended=extended,
+        placement={k: spec[k] for k in ("nodeSelector", "affinity", "tolerations") if spec.get(k)},
     )
 
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from rollout.kube.client import Api, call
+from rollout.kube.nodes import pod_objects_on
+from rollout.kube.watching import owner_of
+from rollout.samples import is_admission_reason
 
 
 def _dicts(listing: dict[str, Any], kind: str = "") -> list[dict[str, Any]]:
@@ -38,3 +41,53 @@ def controller_objects(api: Api) -> list[dict[str, Any]]:
             call("list ReplicaSets", api.apps.list_replica_set_for_all_namespaces), "ReplicaSet"
         )
     )
+
+
+def owner_runs(owner: str, pods: list[dict[str, Any]]) -> bool:
+    """Whether one of ``pods`` (JSON) belongs to ``owner`` (``Kind/namespace/name`` of its
+    controller, as the gate names it) and is Running, not being deleted (pure)."""
+    return any(
+        owner_of(p.get("metadata") or {}) == owner
+        and (p.get("status") or {}).get("phase") == "Running"
+        and not (p.get("metadata") or {}).get("deletionTimestamp")
+        for p in pods
+    )
+
+
+def owner_running(api: Api, owner: str) -> bool:
+    """Whether the controller ``owner`` (``Kind/namespace/name``) has a pod Running now."""
+    namespace = owner.split("/")[1] if owner.count("/") == 2 else ""
+    if not namespace:
+        return False
+    listing = call(
+        f"list pods of {owner}",
+        api.core.list_pod_for_all_namespaces,
+        field_selector=f"metadata.namespace={namespace}",
+    )
+    return owner_runs(owner, listing.get("items") or [])
+
+
+def rejected_owners_in(pods: list[dict[str, Any]], since: float) -> list[str]:
+    """The controllers of the pods (JSON) the kubelet rejected at admission (phase Failed, an
+    admission reason) that were created at or after ``since`` (pure)."""
+    from datetime import datetime
+
+    out = set()
+    for p in pods:
+        status = p.get("status") or {}
+        if status.get("phase") != "Failed" or not is_admission_reason(status.get("reason")):
+            continue
+        meta = p.get("metadata") or {}
+        created = str(meta.get("creationTimestamp") or "")
+        try:
+            when = datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            continue
+        if when >= since and (owner := owner_of(meta)) is not None:
+            out.add(owner)
+    return sorted(out)
+
+
+def rejected_owners_on(api: Api, nodes: list[str], since: float) -> list[str]:
+    """The controllers whose pods the kubelets of ``nodes`` rejected since ``since``."""
+    return sorted({o for n in nodes for o in rejected_owners_in(pod_objects_on(api, n), since)})

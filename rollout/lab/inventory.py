@@ -81,7 +81,7 @@ def plan_text(nodes: Sequence[LabNode], name: str) -> str:
         "  minAdmissions: 3",
         "  baseline: none",
         "  probes: true",
-        "  onFailure: rollback-affected",
+        "  onFailure: rollback-group  # the default: a Failed verdict restores every canary node",
     ]
     if len(dists) > 1:
         out.append("nodes:")

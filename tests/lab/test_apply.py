@@ -175,7 +175,8 @@ def test_second_apply_while_one_runs_is_refused_naming_the_holder(
     # the first apply's drain waits on a PDB until the test lifts it: it holds the lock for as
     # long as the second apply needs to get there, however fast an apply is
     _one_pod_with_pdb(lab, namespace, names[0], 1)
-    first = ck.start_cli(["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes"], env)
+    apply = ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes"]
+    first = ck.start_cli([*apply, "--force-delete-unmanaged"], env)  # the pod has no controller
     try:
         ck.wait_for(
             lambda: ck.journal_has(tmp_path / "state", names[0], "cordon", "done"),

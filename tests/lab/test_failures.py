@@ -75,7 +75,7 @@ def test_pdb_that_never_allows_eviction_times_out_and_restores(
     names, args, env = _setup(lab, lab_nodes, tmp_path, drain_timeout="3s")
     _one_pod_with_pdb(lab, namespace, names[0], min_available=1)
     before = ck.snapshot(lab, names[0])
-    r = ck.cli(args, env)
+    r = ck.cli([*args, "--force-delete-unmanaged"], env)  # the pod declares no controller
     assert r.returncode == 5, r.stderr
     assert f"pod {namespace}/guarded (blocked by PodDisruptionBudget {namespace}/never" in r.stderr
     assert "timed out after 3s" in r.stderr
@@ -83,6 +83,147 @@ def test_pdb_that_never_allows_eviction_times_out_and_restores(
     assert ck.states(tmp_path / "state")[names[0]] == "restored"
     assert not ck.unschedulable(lab, names[0])
     assert ck.snapshot(lab, names[0]) == before  # drain failed before any file was written
+
+
+def _pod_json(lab: Lab, ns: str, name: str) -> dict[str, Any]:
+    code, body = lab.api.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+    assert code == 200, body
+    return dict(body)
+
+
+def test_pod_no_controller_recreates_is_refused_named_and_left_running(
+    lab: Lab, lab_nodes: Any, namespace: str, tmp_path: Path
+) -> None:
+    """A hand-made pod and a pod with emptyDir data on the canary: apply refuses (exit 3) before
+    anything is cordoned, in kubectl drain's words, naming both; they still run. With
+    --force-delete-unmanaged --delete-emptydir-data the drain evicts them and the journal
+    says so."""
+    names, args, env = _setup(lab, lab_nodes, tmp_path)
+    canary = names[0]
+    for name, volumes in (("debug", []), ("scratch", [{"name": "tmp", "emptyDir": {}}])):
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "nodeName": canary,
+                "terminationGracePeriodSeconds": 0,
+                "volumes": volumes,
+                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+            },
+        }
+        code, out = lab.api.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+        assert code == 201, out
+    for name in ("debug", "scratch"):
+        ck.wait_for(
+            lambda n=name: _pod_json(lab, namespace, n)["status"].get("phase") == "Running",
+            60,
+            f"pod {name} running",
+        )
+    before = ck.snapshot(lab, canary)
+    r = ck.cli(args, env)
+    assert r.returncode == 3, (r.returncode, r.stderr[-3000:])
+    assert (
+        f"node {canary}: cannot delete Pods that declare no controller "
+        f"(use --force-delete-unmanaged to override): {namespace}/debug, {namespace}/scratch"
+    ) in r.stderr
+    assert (
+        f"node {canary}: cannot delete Pods with local storage "
+        f"(use --delete-emptydir-data to override): {namespace}/scratch"
+    ) in r.stderr
+    assert not any(ck.unschedulable(lab, n) for n in names)  # nothing cordoned
+    assert ck.latest_journal(tmp_path / "state") is None  # nothing journaled
+    assert ck.snapshot(lab, canary) == before
+    for name in ("debug", "scratch"):
+        p = _pod_json(lab, namespace, name)
+        assert p["status"]["phase"] == "Running" and not p["metadata"].get("deletionTimestamp")
+
+    r = ck.cli([*args, "--force-delete-unmanaged", "--delete-emptydir-data"], env)
+    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+    j = ck.latest_journal(tmp_path / "state")
+    assert j is not None
+    (allowed,) = [e for e in j.entries() if e.step == "drain-overrides"]
+    assert allowed.data == {
+        "flags": ["--force-delete-unmanaged", "--delete-emptydir-data"],
+        "pods": [f"{namespace}/debug", f"{namespace}/scratch"],
+    }
+    (drained,) = [e for e in j.entries() if e.step == "drain" and e.phase.value == "done"]
+    assert sorted(drained.data["evicted"]) == [f"{namespace}/debug", f"{namespace}/scratch"]
+    back = ck.cli(["rollback", "--change", j.change_id, "--yes"], env)
+    assert back.returncode == 0, back.stderr
+
+
+def _gpu_spec(gpus: int) -> dict[str, Any]:
+    res = {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": str(gpus)}
+    return {
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {
+                "name": "app",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": res, "limits": res},
+            }
+        ],
+    }
+
+
+def test_gpu_pod_with_no_room_elsewhere_is_refused_before_cordon(
+    lab: Lab, lab_nodes: Any, namespace: str, tmp_path: Path
+) -> None:
+    """A Deployment's 4-GPU pod on the canary; the only other node has all 8 of its GPUs in use
+    (CPU and memory to spare): apply refuses (exit 3) before anything is cordoned, naming the pod,
+    its requests and the other node's free GPUs; --capacity-warn-only makes it a warning."""
+    names, args, env = _setup(lab, lab_nodes, tmp_path)
+    canary, other = names
+    hog = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hog", "namespace": namespace}}
+    hog["spec"] = {**_gpu_spec(8), "nodeName": other}
+    code, out = lab.api.request("POST", f"/api/v1/namespaces/{namespace}/pods", hog)
+    assert code == 201, out
+    ck.wait_for(
+        lambda: _pod_json(lab, namespace, "hog")["status"].get("phase") == "Running", 60, "hog"
+    )
+    deploy = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "train"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "train"}},
+            "template": {"metadata": {"labels": {"app": "train"}}, "spec": _gpu_spec(4)},
+        },
+    }
+    code, out = lab.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/deployments", deploy)
+    assert code == 201, out
+
+    def train() -> list[dict[str, Any]]:
+        code, body = lab.api.request(
+            "GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector=app%3Dtrain"
+        )
+        assert code == 200
+        return [p for p in body["items"] if p["status"].get("phase") == "Running"]
+
+    (pod,) = ck.wait_for(train, 60, "the 4-GPU pod running")
+    assert pod["spec"]["nodeName"] == canary  # the scheduler had no GPU left on the other
+    key = f"{namespace}/{pod['metadata']['name']}"
+    before = ck.snapshot(lab, canary)
+    r = ck.cli(args, env)
+    assert r.returncode == 3, (r.returncode, r.stderr[-3000:])
+    assert (
+        f"pod {key} evicted from {canary} fits no other node: it requests cpu 2000m, "
+        f"memory 1073741824 bytes, nvidia.com/gpu 4; the nodes its placement allows: "
+        f"{other}: nvidia.com/gpu 0 free"
+    ) in r.stderr
+    assert f"not enough nvidia.com/gpu left for the pods evicted from {canary}" in r.stderr
+    assert not any(ck.unschedulable(lab, n) for n in names)  # refused before any cordon
+    assert ck.latest_journal(tmp_path / "state") is None
+    assert ck.snapshot(lab, canary) == before
+    assert [p["metadata"]["uid"] for p in train()] == [pod["metadata"]["uid"]]  # not evicted
+
+    dry = [a for a in args if a not in ("--yes", "-o", "json")] + ["--dry-run"]
+    r = ck.cli([*dry, "--capacity-warn-only"], env)
+    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+    assert f"warning: pod {key} evicted from {canary} fits no other node" in r.stderr
+    assert "(--capacity-warn-only: not refused)" in r.stderr
 
 
 def test_kubelet_refusing_new_config_is_restored_automatically(
@@ -195,7 +336,7 @@ def test_apiserver_restarted_mid_drain(
     names, args, env = _setup(lab, lab_nodes, tmp_path, drain_timeout="60s")
     state = tmp_path / "state"
     _one_pod_with_pdb(lab, namespace, names[0], min_available=1)  # holds the drain open
-    proc = ck.start_cli(args, env)
+    proc = ck.start_cli([*args, "--force-delete-unmanaged"], env)
     try:
         ck.wait_for(lambda: ck.journal_has(state, names[0], "drain", "begin"), 120, "drain started")
         lab.restart_apiserver(downtime=2.0)

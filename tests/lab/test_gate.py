@@ -189,6 +189,118 @@ def test_numa_misfit_fails_the_canary_and_rolls_back_byte_for_byte(
     assert verdict.data["at"] - first >= 0 and latency < 5.0
 
 
+@pytest.mark.timeout(200)
+def test_two_node_canary_misfit_restores_every_canary_node_and_the_workload_runs(
+    lab: Lab, lab_nodes: Any, namespace: str, tmp_path: Path
+) -> None:
+    """A Deployment whose pod needs more CPUs than one NUMA node holds (40 of 2 x 32), pinned to
+    both canary nodes by node affinity, arrives during the soak: the plan names no onFailure, so
+    the default (rollback-group) restores both canary nodes, not only the one that rejected
+    first, and the workload runs again; the outcome says so."""
+    started = time.monotonic()
+    names = lab_nodes(2).names
+    inv = ck.inventory(lab, names, names, tmp_path / "inv.ini")
+    plan = _gate_plan(tmp_path / "plan.yaml", names, soak="20s")
+    assert "onFailure" not in plan.read_text()
+    state = tmp_path / "state"
+    before = {n: ck.snapshot(lab, n) for n in names}
+    cpu = {"cpu": "40", "memory": "1Gi"}
+    pod = {
+        "terminationGracePeriodSeconds": 0,
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "kubernetes.io/hostname", "operator": "In", "values": names}
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+        "containers": [
+            {
+                "name": "app",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": cpu, "limits": cpu},
+            }
+        ],
+    }
+    body = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "misfit"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "misfit"}},
+            "template": {"metadata": {"labels": {"app": "misfit"}}, "spec": pod},
+        },
+    }
+
+    def deploy() -> None:
+        ck.wait_for(lambda: ck.journal_has(state, names[1], "uncordon", "done"), 60, "canary 2")
+        code, out = lab.api.request(
+            "POST", f"/apis/apps/v1/namespaces/{namespace}/deployments", body
+        )
+        assert code == 201, out
+
+    r = _apply_then(lab, plan, inv, state, names[0], deploy)
+    assert r.returncode == 5, (r.returncode, r.stderr[-3000:])
+    out = json.loads(r.stdout)
+    assert {n["node"]: n["state"] for n in out["nodes"]} == dict.fromkeys(names, "restored")
+    (trigger,) = _records(state, "trigger")
+    assert trigger.data["policy"] == "rollback-group" and trigger.data["nodes"] == names
+    for n in names:  # byte for byte, the old policy served again
+        assert ck.snapshot(lab, n) == before[n]
+        assert ck.configz(lab, n).get("topologyManagerPolicy") == "none"
+    recoveries = _records(state, "recovery")
+    (tmp_path / "apply.stderr").write_text(r.stderr)  # kept for a failure's reader
+    assert len(recoveries) == 1, f"no recovery record: see {tmp_path / 'apply.stderr'}"
+    (owner,) = recoveries[0].data["running"]
+    assert owner.startswith(f"ReplicaSet/{namespace}/misfit-")
+    assert not recoveries[0].data["notRunning"]
+    assert f"Running again after the rollback: {owner}" in out["message"]
+    assert _running(lab, namespace)
+    print(f"two-node misfit, pool rollback + workload running: {time.monotonic() - started:.1f}s")
+
+
+@pytest.mark.timeout(200)
+def test_rollback_affected_keeps_watching_and_rolls_the_second_node_back(
+    lab: Lab, lab_nodes: Any, namespace: str, tmp_path: Path
+) -> None:
+    """onFailure: rollback-affected, chosen explicitly: a misfit pinned to canary 1 is rejected,
+    only canary 1 is restored; the soak goes on over canary 2, where a second misfit (created once
+    the first rollback is journaled) is rejected: canary 2 is restored too, after its own trigger,
+    and both workloads run again."""
+    names = lab_nodes(2).names
+    inv = ck.inventory(lab, names, names, tmp_path / "inv.ini")
+    plan = _gate_plan(tmp_path / "plan.yaml", names, soak="40s", onFailure="rollback-affected")
+    state = tmp_path / "state"
+
+    def misfits() -> None:
+        ck.wait_for(lambda: ck.journal_has(state, names[1], "uncordon", "done"), 60, "canary 2")
+        _deployment(lab, namespace, "misfit-a", names[0], 6)
+        ck.wait_for(lambda: _records(state, "trigger"), 30, "the first rollback")
+        _deployment(lab, namespace, "misfit-b", names[1], 6)
+
+    r = _apply_then(lab, plan, inv, state, names[0], misfits)
+    assert r.returncode == 5, (r.returncode, r.stderr[-3000:])
+    out = json.loads(r.stdout)
+    assert {n["node"]: n["state"] for n in out["nodes"]} == dict.fromkeys(names, "restored")
+    triggers = _records(state, "trigger")
+    assert [t.data["nodes"] for t in triggers] == [[names[0]], [names[1]]]
+    assert {t.data["policy"] for t in triggers} == {"rollback-affected"}
+    soaks = [e.data["nodes"] for e in _records(state, "gate") if e.phase.value == "begin"]
+    assert soaks == [names, [names[1]]]
+    for n in names:
+        assert ck.configz(lab, n).get("topologyManagerPolicy") == "none"
+    (recovery,) = _records(state, "recovery")
+    assert len(recovery.data["running"]) == 2 and not recovery.data["notRunning"]
+    assert "Running again after the rollback" in out["message"]
+
+
 def _serve(env: dict[str, str], token: Path) -> tuple[Any, int]:
     """``rollout serve`` on 127.0.0.1, an ephemeral port (read from its first stderr line)."""
     proc = ck.start_cli(["serve", "--listen", "127.0.0.1:0", "--token-file", str(token)], env)

@@ -147,7 +147,7 @@ def test_rollback_during_a_drain_stops_it_and_restores_the_node(
     before = ck.snapshot(lab, names[0])
     _one_pod_with_pdb(lab, namespace, names[0], min_available=1)  # the drain never ends
     args = ["apply", "--plan", str(plan), "-i", str(inv), "--yes", "--lock-namespace", ns]
-    apply = ck.start_cli(args, env)
+    apply = ck.start_cli([*args, "--force-delete-unmanaged"], env)  # the pod has no controller
     ck.wait_for(lambda: ck.journal_has(state, names[0], "drain", "begin"), 150, "the drain")
     change = Journal.open(state).change_id
     t0 = time.monotonic()
@@ -242,7 +242,7 @@ def test_lease_lost_while_the_api_server_is_down_starts_nothing_new(
     before = ck.snapshot(lab, names[0])
     _one_pod_with_pdb(lab, namespace, names[0], min_available=1)  # holds the first batch open
     args = ["apply", "--plan", str(plan), "-i", str(inv), "--yes", "--lock-namespace", ns]
-    apply = ck.start_cli(args, env)
+    apply = ck.start_cli([*args, "--force-delete-unmanaged"], env)  # the pod has no controller
     ck.wait_for(lambda: ck.journal_has(state, names[0], "drain", "begin"), 150, "the drain")
     lab.restart_apiserver(downtime=12.0)  # twice the lease duration
     code, err = _finish(apply, 180)

@@ -135,3 +135,55 @@ def test_promote_refuses_a_canary_whose_gate_did_not_pass_unless_forced(
     r = ck.cli(["rollback", "--change", change, "--yes"], env)
     assert r.returncode == 0, r.stderr
     assert ck.snapshot(lab, names[1]) == before
+
+
+def _bare_pod(lab: Lab, ns: str, name: str, node: str) -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
+    code, out = lab.api.request("POST", f"/api/v1/namespaces/{ns}/pods", pod)
+    assert code == 201, out
+
+
+@pytest.mark.timeout(300)
+def test_promote_refuses_only_for_the_nodes_it_will_drain(
+    lab: Lab, lab_nodes: Any, namespace: str, tmp_path: Path
+) -> None:
+    """A debug pod made on the held canary is not promote's business (the canary is not drained
+    again); one on the next batch's node is refused, named, until --force-delete-unmanaged,
+    which promote journals."""
+    canary, rest = lab_nodes(2).names
+    inv = ck.inventory(lab, [canary, rest], [canary], tmp_path / "inv.ini")
+    plan = ck.plan(tmp_path / "plan.yaml", {canary: "kubeadm", rest: "kubeadm"}, max_unavailable=1)
+    env = ck.env(lab, tmp_path / "state")
+    r = ck.cli(
+        ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"], env
+    )
+    assert r.returncode == 0, r.stderr
+    change = json.loads(r.stdout)["change"]
+    _bare_pod(lab, namespace, "debug-canary", canary)
+    _bare_pod(lab, namespace, "debug-rest", rest)
+    r = ck.cli(["promote", "--change", change, "--yes", "-o", "json"], env)
+    assert r.returncode == 3, (r.returncode, r.stderr[-3000:])
+    assert (
+        f"node {rest}: cannot delete Pods that declare no controller "
+        f"(use --force-delete-unmanaged to override): {namespace}/debug-rest"
+    ) in r.stderr
+    assert "debug-canary" not in r.stderr and not ck.unschedulable(lab, rest)
+    r = ck.cli(
+        ["promote", "--change", change, "--yes", "-o", "json", "--force-delete-unmanaged"], env
+    )
+    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+    assert json.loads(r.stdout)["outcome"] == "completed"
+    j = ck.latest_journal(tmp_path / "state")
+    assert j is not None
+    (allowed,) = [e.data for e in j.entries() if e.step == "drain-overrides"]
+    assert allowed == {"flags": ["--force-delete-unmanaged"], "pods": [f"{namespace}/debug-rest"]}
+    assert ck.cli(["rollback", "--change", change, "--yes"], env).returncode == 0

@@ -5,13 +5,14 @@ lab's ready plan carries a valid demo gate."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rollout.change.journal import Journal
-from rollout.change.orchestrator import run_change
+from rollout.change.orchestrator import continue_change, node_pool, run_change
 from rollout.change.plan import load_plan
 from rollout.change.planning import DrainPolicy, Strategy, make_batches
 from rollout.change.replaying import replay
@@ -45,20 +46,25 @@ class Signal:
     def __init__(self, counts: Callable[[int], Mapping[str, NodeCounts]]) -> None:
         self.counts = counts
         self.calls = 0
+        self.nodes: list[list[str]] = []
 
     def start(self, nodes: Any, control: Any = ()) -> None:
-        pass
+        self.nodes.append(list(nodes))
 
     def state(self, now: float, baseline_before: bool = False) -> SignalState:
-        self.calls += 1
-        return SignalState(self.name, self.counts(self.calls))
+        self.calls += 1  # like the real signals: counts of the nodes it was started on only
+        got = self.counts(self.calls)
+        return SignalState(self.name, {n: got[n] for n in self.nodes[-1] if n in got})
 
     def stop(self) -> None:
         pass
 
 
 def _apply(
-    tmp_path: Path, counts: Callable[[int], Mapping[str, NodeCounts]], policy: OnFailure
+    tmp_path: Path,
+    counts: Callable[[int], Mapping[str, NodeCounts]],
+    policy: OnFailure,
+    running: Callable[[str], bool] | None = None,
 ) -> tuple[Context, FakeCluster, RollbackPolicyGate, Exception | None]:
     cluster = FakeCluster({n: make_node(n) for n in NODES})
     journal = Journal.create(tmp_path, "20260101T000000Z-gate")
@@ -82,7 +88,7 @@ def _apply(
         sleep=lambda s: t.__setitem__(0, t[0] + s),
         record=record,
     )
-    gate = RollbackPolicyGate(soak, record)
+    gate = RollbackPolicyGate(soak, record, lambda: node_pool(replay(journal.entries())), running)
     batches = make_batches(NODES, ["n1", "n2"], Strategy(max_unavailable=2), False)
     err: Exception | None = None
     try:
@@ -124,6 +130,104 @@ def test_failed_verdict_restores_by_policy_after_journaling_the_trigger(
     )
     assert first_restore > trig
     assert replay(entries).outcome == "rolled-back"
+
+
+def test_the_default_policy_restores_the_node_pool() -> None:
+    from rollout.gate.analysis import parse_gate_config
+
+    assert parse_gate_config({}).on_failure is OnFailure.ROLLBACK_GROUP
+    assert GateConfig().on_failure is OnFailure.ROLLBACK_GROUP
+    assert parse_gate_config({"onFailure": "rollback-affected"}).on_failure is (
+        OnFailure.ROLLBACK_AFFECTED
+    )
+
+
+def test_rollback_affected_keeps_watching_the_rest_and_rolls_each_back(tmp_path: Path) -> None:
+    """n1 rejects first (restored); the soak goes on over n2, which rejects later (the
+    controller's next pod landed there): n2 is restored too, each after its own trigger."""
+
+    def counts(i: int) -> dict[str, NodeCounts]:
+        return {
+            "n1": NodeCounts(5, {TAE: 2} if i >= 3 else {}),
+            "n2": NodeCounts(5, {TAE: 2} if i >= 6 else {}),
+        }
+
+    ctx, cluster, gate, err = _apply(tmp_path, counts, OnFailure.ROLLBACK_AFFECTED)
+    assert err is not None and "restored n1, n2" in str(err)
+    assert cluster.nodes["n1"].files == cluster.nodes["n2"].files == {CONF: OLD}
+    entries = ctx.journal.entries()
+    triggers = [e.data["nodes"] for e in entries if e.step == "trigger"]
+    assert triggers == [["n1"], ["n2"]]
+    soaks = [e.data["nodes"] for e in entries if e.step == "gate" and e.phase is Phase.BEGIN]
+    assert soaks == [["n1", "n2"], ["n2"]]
+    n1_back = max(i for i, e in enumerate(entries) if e.node == "n1" and e.step == "uncordon")
+    n2_trigger = max(i for i, e in enumerate(entries) if e.step == "trigger")
+    assert n1_back < n2_trigger  # n1 was restored before n2 was judged again
+    assert gate.verdict is not None and gate.verdict.failed_nodes == ("n1",)
+    assert replay(entries).outcome == "rolled-back"
+
+
+def test_rollback_affected_stops_watching_at_the_soaks_end(tmp_path: Path) -> None:
+    def counts(i: int) -> dict[str, NodeCounts]:  # n2 would reject only after the 10 s soak
+        return {
+            "n1": NodeCounts(5, {TAE: 2} if i >= 3 else {}),
+            "n2": NodeCounts(5, {TAE: 2} if i >= 40 else {}),
+        }
+
+    ctx, cluster, _, err = _apply(tmp_path, counts, OnFailure.ROLLBACK_AFFECTED)
+    assert err is not None and "restored n1\n" in str(err) + "\n"
+    assert cluster.nodes["n2"].files[CONF] == NEW  # still on the new config
+    assert [e.data["nodes"] for e in ctx.journal.entries() if e.step == "trigger"] == [["n1"]]
+
+
+@pytest.mark.parametrize("comes_back", [True, False])
+def test_outcome_says_whether_the_rejected_owners_run_again(
+    tmp_path: Path, comes_back: bool
+) -> None:
+    rs = "ReplicaSet/ml/train-7f"
+
+    def counts(i: int) -> dict[str, NodeCounts]:
+        return {"n1": NodeCounts(5, {TAE: 2}, (rs,)), "n2": NodeCounts(5)}
+
+    asked: list[str] = []
+
+    def running(owner: str) -> bool:
+        asked.append(owner)
+        return comes_back and len(asked) >= 3  # Running on the third look
+
+    ctx, _, _, err = _apply(tmp_path, counts, OnFailure.ROLLBACK_GROUP, running)
+    assert err is not None
+    (rec,) = [e.data for e in ctx.journal.entries() if e.step == "recovery"]
+    st = replay(ctx.journal.entries())
+    if comes_back:
+        assert f"Running again after the rollback: {rs}" in str(err)
+        assert rec["running"] == [rs] and rec["notRunning"] == [] and len(asked) == 3
+    else:
+        assert f"NOT Running 60s after the rollback: {rs}" in str(err)
+        assert rec["notRunning"] == [rs] and len(asked) > 30  # looked once a second for 60 s
+    assert "after the rollback" in (st.message or "")
+
+
+def test_rollback_group_reaches_the_batches_promoted_before(tmp_path: Path) -> None:
+    """promote's gate after batch n3 fails: the pool is every node on the new config, the
+    canary (n1, n2) included, not only the batch."""
+    ctx, cluster, gate, err = _apply(
+        tmp_path, lambda _i: {"n1": NodeCounts(5), "n2": NodeCounts(5)}, OnFailure.ROLLBACK_GROUP
+    )
+    assert err is None and cluster.nodes["n3"].files[CONF] == NEW  # completed: all applied
+    # a later part of the change (as promote runs it) whose gate fails over n3 only
+    ctx.journal.append("change", Phase.BEGIN, now=ctx.clock.now(), data={"nodes": NODES})
+    gate.gate.signals = [Signal(lambda _i: {"n3": NodeCounts(5, {TAE: 3})})]
+    with pytest.raises(NodeOperationError, match="restored n1, n2, n3"):
+        continue_change(ctx, {}, [], gate, {"nodes": NODES}, regate=_Regate(("n3",)))
+    assert all(cluster.nodes[n].files == {CONF: OLD} for n in NODES)
+
+
+@dataclass(frozen=True)
+class _Regate:
+    nodes: tuple[str, ...]
+    canary: bool = False
+    verdict: Any = None
 
 
 def test_successful_verdict_goes_on_without_trigger(tmp_path: Path) -> None:
@@ -238,3 +342,41 @@ def test_the_api_signal_starts_again_for_the_next_batch() -> None:
         assert all(t.is_alive() for t in sig._threads)
     finally:
         sig.stop()
+
+
+def test_owner_runs_reads_the_controller_and_the_phase() -> None:
+    from rollout.kube.workloads import owner_runs
+
+    def pod(phase: str, owner: str = "train-7f", deleting: bool = False) -> dict[str, Any]:
+        ref = {"kind": "ReplicaSet", "name": owner, "controller": True}
+        meta: dict[str, Any] = {"namespace": "ml", "name": "p", "ownerReferences": [ref]}
+        if deleting:
+            meta["deletionTimestamp"] = "2026-12-02T00:00:00Z"
+        return {"metadata": meta, "status": {"phase": phase}}
+
+    rs = "ReplicaSet/ml/train-7f"
+    assert owner_runs(rs, [pod("Failed"), pod("Running")])
+    assert not owner_runs(rs, [pod("Failed"), pod("Pending")])  # rejected and not yet admitted
+    assert not owner_runs(rs, [pod("Running", "web-1")])  # another owner's pod
+    assert not owner_runs(rs, [pod("Running", deleting=True)])
+
+
+def test_rejected_owners_are_read_from_the_pods_the_kubelet_failed() -> None:
+    """The verdict may not know a rejected pod's owner (seen by its Event first): after the
+    rollback the owners are read from the pods themselves."""
+    from rollout.kube.workloads import rejected_owners_in
+
+    def pod(reason: str, owner: str, created: str, phase: str = "Failed") -> dict[str, Any]:
+        ref = {"kind": "ReplicaSet", "name": owner, "controller": True}
+        meta = {"namespace": "ml", "ownerReferences": [ref], "creationTimestamp": created}
+        return {"metadata": meta, "status": {"phase": phase, "reason": reason}}
+
+    since = 1_780_000_000.0  # 2026-05-28T20:26:40Z
+    pods = [
+        pod(TAE, "train-7f", "2026-05-28T20:30:00Z"),
+        pod("OutOfnvidia.com/gpu", "infer-1", "2026-05-28T20:31:00Z"),
+        pod(TAE, "old-9", "2026-05-01T00:00:00Z"),  # before the change
+        pod("Evicted", "web-2", "2026-05-28T20:32:00Z"),  # not an admission rejection
+        pod(TAE, "ok-3", "2026-05-28T20:33:00Z", phase="Running"),
+    ]
+    assert rejected_owners_in(pods, since) == ["ReplicaSet/ml/infer-1", "ReplicaSet/ml/train-7f"]

@@ -15,7 +15,7 @@ from rollout.change.replaying import replay
 from rollout.change.restoring import Context
 from rollout.change.resuming import resume
 from rollout.errors import NodeOperationError
-from rollout.models import NodeState, VerdictStatus
+from rollout.models import NodeState, PodRef, VerdictStatus
 from tests.unit.fakes_change import (
     CONF,
     EXPECTED,
@@ -323,3 +323,21 @@ def test_pipelined_node_cordoned_before_stays_cordoned(tmp_path: Path) -> None:
     assert cluster.nodes["n1"].info.unschedulable and not cluster.nodes["n2"].info.unschedulable
     rollback(ctx)
     assert cluster.nodes["n1"].info.unschedulable and not cluster.nodes["n2"].info.unschedulable
+
+
+def test_pod_no_controller_recreates_refuses_the_node_before_its_cordon(tmp_path: Path) -> None:
+    """A bare pod that came after preflight: the node step refuses before cordoning; the flag
+    (DrainPolicy.delete_unmanaged, from --force-delete-unmanaged) lets the drain evict it."""
+    ctx, cluster, runner = _setup(tmp_path)
+    cluster.nodes["n1"].pods.append(PodRef("default", "debug", node="n1", unmanaged=True))
+    with pytest.raises(NodeOperationError) as e:
+        _run(ctx)
+    assert "cannot delete Pods that declare no controller" in str(e.value)
+    assert "default/debug" in str(e.value)
+    assert ("cordon", "n1") not in cluster.calls and ("evict", "default/debug") not in cluster.calls
+    assert "n1" not in runner.applied
+    ctx2, cluster2, _ = _setup(tmp_path / "again")
+    ctx2.drain = DrainPolicy(timeout_s=5, delete_unmanaged=True)
+    cluster2.nodes["n1"].pods.append(PodRef("default", "debug", node="n1", unmanaged=True))
+    _run(ctx2)
+    assert ("evict", "default/debug") in cluster2.calls

@@ -11,8 +11,10 @@ from rollout.change.planning import (
     check_capacity,
     check_double_ownership,
     check_homogeneous,
+    check_placement,
     make_batches,
     parse_strategy,
+    undrainable,
 )
 from rollout.errors import InputError, Location
 from rollout.models import NodeFacts, NodeInfo, PdbRef, PodRef
@@ -141,3 +143,194 @@ def test_control_plane_restarting_nodes_go_one_at_a_time() -> None:
     )
     assert micro == [Batch(("m",), False)] and "kubelite, which runs every MicroK8s" in w
     assert one_control_plane_at_a_time(batches[1:], units) == (batches[1:], [])
+
+
+def _lossy_pods() -> list[PodRef]:
+    return [
+        PodRef("ns", "web-1"),  # a ReplicaSet's: recreated elsewhere
+        PodRef("ns", "debug", unmanaged=True),  # hand-made: gone for good once evicted
+        PodRef("ops", "scratch", unmanaged=True, local_storage=True),
+        PodRef("ns", "cache-0", local_storage=True),  # a StatefulSet's, with emptyDir data
+        PodRef("kube-system", "agent", daemonset=True, unmanaged=True, local_storage=True),
+        PodRef("kube-system", "etcd-n1", mirror=True, unmanaged=True),
+    ]
+
+
+def test_undrainable_names_every_pod_a_drain_would_lose_in_kubectls_words() -> None:
+    assert undrainable("n1", _lossy_pods()) == [
+        "node n1: cannot delete Pods that declare no controller "
+        "(use --force-delete-unmanaged to override): ns/debug, ops/scratch",
+        "node n1: cannot delete Pods with local storage "
+        "(use --delete-emptydir-data to override): ns/cache-0, ops/scratch",
+    ]
+    # DaemonSet pods and static mirrors are never evicted, so never a reason to refuse
+    only_kept = [p for p in _lossy_pods() if p.daemonset or p.mirror]
+    assert undrainable("n1", [PodRef("ns", "web-1"), *only_kept]) == []
+
+
+@pytest.mark.parametrize(
+    ("unmanaged", "emptydir", "left"),
+    [
+        (True, False, ["local storage"]),
+        (False, True, ["declare no controller"]),
+        (True, True, []),
+    ],
+)
+def test_undrainable_each_flag_allows_only_its_own_kind(
+    unmanaged: bool, emptydir: bool, left: list[str]
+) -> None:
+    got = undrainable("n1", _lossy_pods(), unmanaged, emptydir)
+    assert len(got) == len(left) and all(w in g for w, g in zip(left, got, strict=True))
+
+
+def test_pod_ref_classifies_controller_and_emptydir_as_kubectl_does() -> None:
+    from rollout.kube.nodes import to_pod_ref
+
+    def pod(owners: list[dict[str, object]], volumes: list[dict[str, object]]) -> PodRef:
+        meta = {"namespace": "ns", "name": "p", "ownerReferences": owners}
+        return to_pod_ref({"metadata": meta, "spec": {"volumes": volumes}})
+
+    rs = {"kind": "ReplicaSet", "name": "web-7f", "controller": True}
+    assert not pod([rs], []).unmanaged
+    # an owner that is not the controller (controller absent or false) recreates nothing
+    assert pod([{"kind": "ConfigMap", "name": "x"}], []).unmanaged
+    assert pod([{**rs, "controller": False}], []).unmanaged
+    assert pod([], []).unmanaged
+    assert pod([rs], [{"name": "tmp", "emptyDir": {}}]).local_storage
+    assert not pod([rs], [{"name": "cfg", "configMap": {"name": "c"}}]).local_storage
+
+
+GPU = "nvidia.com/gpu"
+
+
+def _gpu_node(name: str, gpus: int = 8, **kw: object) -> NodeInfo:
+    return NodeInfo(
+        name,
+        cpu_millis=64000,
+        memory_bytes=64 << 30,
+        allocatable={"cpu": "64", GPU: str(gpus)},
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _gpu_pod(name: str, gpus: int, node: str = "a", **placement: object) -> PodRef:
+    return PodRef("ml", name, node=node, cpu_millis=2000, extended={GPU: gpus}, placement=placement)
+
+
+def test_capacity_sums_extended_resources_too() -> None:
+    nodes = {"a": _gpu_node("a"), "b": _gpu_node("b")}
+    pods = {"a": [_gpu_pod("train", 4)], "b": [_gpu_pod("big", 6, node="b")]}
+    (msg,) = check_capacity(["a"], nodes, pods)
+    assert msg == (
+        f"not enough {GPU} left for the pods evicted from a: they request 4, "
+        "the other schedulable nodes have 2 free"
+    )
+    pods["b"] = [_gpu_pod("small", 4, node="b")]
+    assert check_capacity(["a"], nodes, pods) == []
+
+
+def test_placement_refuses_a_gpu_pod_that_its_placement_sends_to_full_nodes() -> None:
+    """Free GPUs exist (on c), but the pod's nodeSelector allows only b, which is full."""
+    nodes = {
+        "a": _gpu_node("a", labels={"pool": "a100"}),
+        "b": _gpu_node("b", labels={"pool": "a100"}),
+        "c": _gpu_node("c", labels={"pool": "h100"}),
+    }
+    pods = {
+        "a": [_gpu_pod("train", 4, nodeSelector={"pool": "a100"})],
+        "b": [_gpu_pod("big", 8, node="b")],
+        "c": [],
+    }
+    assert check_capacity(["a"], nodes, pods) == []  # the sum alone would let it go
+    refusals, warnings = check_placement(["a"], nodes, pods)
+    assert refusals == [
+        f"pod ml/train evicted from a fits no other node: it requests cpu 2000m, {GPU} 4; "
+        f"the nodes its placement allows: b: {GPU} 0 free"
+    ]
+    assert warnings == []
+    pods["b"] = []
+    assert check_placement(["a"], nodes, pods) == ([], [])
+
+
+def test_placement_honours_taints_tolerations_and_node_affinity() -> None:
+    taint = {"key": "gpu", "value": "true", "effect": "NoSchedule"}
+    nodes = {
+        "a": _gpu_node("a"),
+        "b": _gpu_node("b", taints=(taint,)),
+        "c": _gpu_node("c", unschedulable=True),
+    }
+    pods: dict[str, list[PodRef]] = {"a": [_gpu_pod("train", 4)], "b": [], "c": []}
+    refusals, _ = check_placement(["a"], nodes, pods)
+    assert refusals == [
+        f"pod ml/train evicted from a fits no other node: it requests cpu 2000m, {GPU} 4; "
+        "the nodes its placement allows: c: cordoned or not Ready"
+    ]  # b's taint is not tolerated
+    tolerates = [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    pods["a"] = [_gpu_pod("train", 4, tolerations=tolerates)]
+    assert check_placement(["a"], nodes, pods) == ([], [])
+    only_c = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["c"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    nodes["c"] = _gpu_node("c", unschedulable=True, labels={"kubernetes.io/hostname": "c"})
+    pods["a"] = [_gpu_pod("train", 4, affinity=only_c, tolerations=tolerates)]
+    refusals, _ = check_placement(["a"], nodes, pods)
+    assert len(refusals) == 1 and "c: cordoned or not Ready" in refusals[0]
+
+
+def test_placement_warns_for_a_pod_pinned_to_the_node_it_runs_on() -> None:
+    nodes = {"a": _gpu_node("a", labels={"kubernetes.io/hostname": "a"}), "b": _gpu_node("b")}
+    pods = {"a": [_gpu_pod("pinned", 4, nodeSelector={"kubernetes.io/hostname": "a"})], "b": []}
+    assert check_placement(["a"], nodes, pods) == (
+        [],
+        [
+            "pod ml/pinned can run on no node outside a (its nodeSelector, node affinity or "
+            "tolerations allow none): it stays Pending until a is back"
+        ],
+    )
+
+
+def test_pod_and_node_records_carry_what_placement_reads() -> None:
+    from rollout.kube.nodes import to_node_info, to_pod_ref
+
+    spec = {
+        "nodeSelector": {"pool": "a100"},
+        "tolerations": [{"key": "gpu", "operator": "Exists"}],
+        "containers": [
+            {"resources": {"requests": {"cpu": "2", GPU: "4", "hugepages-2Mi": "1Gi"}}},
+            {"resources": {"requests": {GPU: "1"}}},
+        ],
+    }
+    p = to_pod_ref({"metadata": {"namespace": "ml", "name": "t"}, "spec": spec})
+    assert p.extended == {GPU: 5} and p.cpu_millis == 2000
+    assert p.placement == {"nodeSelector": spec["nodeSelector"], "tolerations": spec["tolerations"]}
+    taint = {"key": "gpu", "effect": "NoSchedule"}
+    n = to_node_info(
+        {
+            "metadata": {"name": "b", "labels": {"pool": "a100"}},
+            "spec": {"taints": [taint]},
+            "status": {"allocatable": {"cpu": "64", GPU: "8"}},
+        }
+    )
+    assert n.labels == {"pool": "a100"} and n.taints == (taint,)
+
+
+def test_drain_overrides_round_trip_through_their_journaled_flags() -> None:
+    from rollout.change.planning import DrainOverrides
+
+    for o in (DrainOverrides(), DrainOverrides(True, False, True), DrainOverrides(False, True)):
+        assert DrainOverrides.from_flags(o.used()) == o
+    assert DrainOverrides(True, True, True).used() == [
+        "--force-delete-unmanaged",
+        "--delete-emptydir-data",
+        "--capacity-warn-only",
+    ]

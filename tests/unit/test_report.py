@@ -171,3 +171,16 @@ def test_empty_journal_renders(tmp_path: Path) -> None:
     report = build_report([])
     assert "No gate decision was recorded." in render(report, "markdown")
     assert "no gate verdicts recorded" in render(report, "html")
+
+
+def test_recovery_after_an_automatic_rollback_is_a_gate_decision(journal: Journal) -> None:
+    journal.append(
+        "recovery",
+        Phase.DONE,
+        now=datetime(2026, 1, 1, 0, 2, tzinfo=UTC),
+        data={"running": ["ReplicaSet/ml/a-1"], "notRunning": ["ReplicaSet/ml/b-2"], "waited": 60},
+    )
+    (d,) = [d for d in load_report(journal).decisions if d.source == "recovery"]
+    assert d.status == "workload NOT running"
+    assert d.reason == "Running again: ReplicaSet/ml/a-1; NOT Running after 60s: ReplicaSet/ml/b-2"
+    assert "| recovery | workload NOT running |" in render(load_report(journal), "markdown")
