@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rollout.kubelet import memory_state as mck
-from rollout.kubelet.checkpoints import MEMORY_STATE_FILE
+from rollout.kubelet.checkpoints import MEMORY_STATE_FILE, data_checksum
 from rollout.lab.kubelet.startup import ManagerState, StartupError, check_startup, kubelet_minor
 
 TOPOLOGY = {"numaNodes": [{"id": 0, "cpus": "0-3", "memoryBytes": 1 << 30}]}
@@ -64,5 +64,5 @@ def test_a_136_sim_kubelet_writes_the_v2_layout(tmp_path: Path) -> None:
 def ck_data(doc: dict[str, object]) -> object:
     data = doc["data"]
     assert isinstance(data, str)
-    assert mck.data_checksum(data) == doc["dataChecksum"]
+    assert data_checksum(data) == doc["dataChecksum"]
     return json.loads(data)
