@@ -86,9 +86,10 @@ def lab() -> None:
     "--kubelet-version",
     metavar="MINOR",
     default=None,
-    help=f"The real kubelet's version ({', '.join(KUBELET_VERSIONS)}; implies --kubelet real; "
-    "default: the control plane's). Built once per version; the control plane stays at the "
-    "lab's version, and a kubelet newer than it is refused (version skew policy).",
+    help=f"The kubelet's version ({', '.join(KUBELET_VERSIONS)}; implies --kubelet real unless "
+    "--kubelet sim; default: the control plane's). A real kubelet is built once per version and "
+    "one newer than the control plane is refused (version skew policy); the simulated kubelet "
+    "plays that version's start-up checks and checkpoint files, 1.37 included.",
 )
 @name_option
 @workdir_option
@@ -117,6 +118,7 @@ def up(
       rollout lab up --nodes 4 --monitoring && eval "$(rollout lab env)"
       rollout lab up --nodes 2 --kubelet real
       rollout lab up --nodes 1 --kubelet-version 1.35 --name skew
+      rollout lab up --nodes 1 --kubelet sim --kubelet-version 1.37 --name sim137
     """
     t0 = time.monotonic()
     if kubelet is None:

@@ -13,6 +13,13 @@ Formats and texts follow kubernetes
 / ``memorymanager/policy_static.go`` (v1.36: the "V2" checkpoint structs; the later "V3" layout
 is behind the alpha ``PodLevelResourceManagers`` gate and is not produced).
 
+1.37 changed the CPU file to "V4 with embedded V2" (kubernetes#139102: the V2 fields inline plus
+a serialized payload with a checksum of its own). That merged code is not in the sources this
+module was checked against (only a closed alternative, #139103, and reverted designs are), so
+:func:`parse_cpu` does not read V4: it reads the inline V2 fields, as a 1.36 kubelet reads such a
+file. The memory manager's 1.37 V3 file is read and written (:mod:`rollout.kubelet.memory_state`);
+:func:`data_checksum` is the checksum rule of both payload strings.
+
 Checksums are reproduced exactly: the kubelet hashes ``spew`` ``%#v`` output of the checkpoint
 struct (``checksum`` zeroed, pointer addresses disabled, map keys sorted) with 32-bit FNV-1a.
 The unit tests check the values against the kubelet's own test vectors.
@@ -52,6 +59,16 @@ def fnv32a(text: str) -> int:
         h ^= b
         h = (h * 0x01000193) & 0xFFFFFFFF
     return h
+
+
+def data_checksum(data: str) -> int:
+    """``checksum.New(data)`` for a serialized ``data`` string: the checkpoint formats that keep
+    their payload as a JSON string (memory manager V3 in 1.37, like the DRA and allocation
+    checkpoints) hash ``spew`` ``%#v`` of the string, which is ``(string)`` followed by the text.
+
+    Checked against the kubelet's own test vectors (``tests/unit/test_checkpoints.py``).
+    """
+    return fnv32a("(string)" + data)
 
 
 # ------------------------------------------------------------------------------------ CPU manager

@@ -1,9 +1,17 @@
 """The kubelet's Memory manager checkpoint, ``memory_manager_state``: format, checksum, start check.
 
 Follows kubernetes ``pkg/kubelet/cm/memorymanager/state/checkpoint.go`` and
-``memorymanager/policy_static.go`` (v1.36, the "V2" checkpoint structs), with the same checksum
-reproduction as the CPU manager's file (:mod:`rollout.kubelet.checkpoints`, whose shared helpers
-it uses). Pure: text in, records and messages out.
+``memorymanager/policy_static.go``, with the same checksum reproduction as the CPU manager's file
+(:mod:`rollout.kubelet.checkpoints`, whose shared helpers it uses). Two layouts:
+
+- up to 1.36 (``render_memory``): the V1/V2 structs, one ``checksum`` over the struct's ``spew``;
+- 1.37 (``render_memory_v3``, kubernetes#139626 "Generalize memorymanager checkpoint"): V3, the
+  V1 fields kept inline for older kubelets (their ``checksum`` computed as a V1 file's), plus
+  ``data`` (the payload serialized to a JSON string) and ``dataChecksum`` (its checksum). A 1.37
+  kubelet reads only ``data``; a file with ``data`` or ``dataChecksum`` that fails to load is not
+  read as an older version but refused: ``could not load v3 checkpoint: ...``.
+
+Pure: text in, records and messages out.
 """
 
 from __future__ import annotations
@@ -13,12 +21,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.kubelet.checkpoints import CORRUPT, CheckpointError, _ci_get, _load, fnv32a
+from rollout.kubelet.checkpoints import (
+    CORRUPT,
+    CheckpointError,
+    _ci_get,
+    _load,
+    data_checksum,
+    fnv32a,
+)
 
 MEMORY_RESTORE_ERROR = (
     "could not restore state from checkpoint: {err}, please drain this node and delete the memory "
     'manager checkpoint file "{path}" before restarting Kubelet'
 )
+#: memorymanager/state/state_checkpoint.go (1.37): a V3 file that fails to load
+V3_LOAD_ERROR = "could not load v3 checkpoint: {err}"
 
 
 @dataclass(frozen=True)
@@ -83,6 +100,10 @@ class MemoryCheckpoint:
     machine_state: Mapping[int, NUMAState] = field(default_factory=dict)
     entries: Mapping[str, Mapping[str, tuple[MemoryBlock, ...]]] = field(default_factory=dict)
     checksum: int = 0
+    #: 2: the V1/V2 layout (up to 1.36); 3: the 1.37 layout with ``data`` / ``dataChecksum``
+    version: int = 2
+    #: pod-level assignments (``podEntries``, ``PodLevelResourceManagers``), read from V3 only
+    pod_entries: Mapping[str, tuple[MemoryBlock, ...]] = field(default_factory=dict)
 
     def spew(self) -> str:
         ms = " ".join(f"{n}:{s.spew()}" for n, s in sorted(self.machine_state.items()))
@@ -105,6 +126,12 @@ class MemoryCheckpoint:
     def computed_checksum(self) -> int:
         return fnv32a(self.spew())
 
+    def v1_checksum(self) -> int:
+        """The checksum of the same fields hashed as the V1 struct (no ``PodEntries``): what a
+        1.36 kubelet writes with ``PodLevelResourceManagers`` off, and what the 1.37 kubelet
+        puts in the inline fields of a V3 file."""
+        return fnv32a(self.spew().replace(" PodEntries:(state.PodMemoryAssignments)map[]", ""))
+
 
 def memory_checkpoint(
     policy_name: str,
@@ -115,7 +142,13 @@ def memory_checkpoint(
     return MemoryCheckpoint(cp.policy_name, cp.machine_state, cp.entries, cp.computed_checksum())
 
 
-def render_memory(cp: MemoryCheckpoint) -> str:
+def _blocks_json(blocks: tuple[MemoryBlock, ...]) -> list[dict[str, Any]]:
+    return [{"numaAffinity": list(b.numa_affinity), "type": b.type, "size": b.size} for b in blocks]
+
+
+def _fields_json(cp: MemoryCheckpoint) -> dict[str, Any]:
+    """``policyName``, ``machineState`` and (omitempty) ``entries`` as Go's ``json.Marshal``
+    writes them (map keys sorted as strings, as encoding/json sorts them)."""
     doc: dict[str, Any] = {
         "policyName": cp.policy_name,
         "machineState": {
@@ -124,69 +157,167 @@ def render_memory(cp: MemoryCheckpoint) -> str:
                 "memoryMap": {k: t.as_json() for k, t in sorted(s.memory_map.items())},
                 "cells": list(s.cells),
             }
-            for n, s in sorted(cp.machine_state.items())
+            for n, s in sorted(cp.machine_state.items(), key=lambda kv: str(kv[0]))
         },
     }
     if cp.entries:
         doc["entries"] = {
-            pod: {
-                c: [
-                    {"numaAffinity": list(b.numa_affinity), "type": b.type, "size": b.size}
-                    for b in blocks
-                ]
-                for c, blocks in sorted(ctrs.items())
-            }
+            pod: {c: _blocks_json(blocks) for c, blocks in sorted(ctrs.items())}
             for pod, ctrs in sorted(cp.entries.items())
         }
+    return doc
+
+
+def _dumps(doc: Mapping[str, Any]) -> str:
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+
+
+def render_memory(cp: MemoryCheckpoint) -> str:
+    """The file as a kubelet up to 1.36 writes it (one ``checksum``)."""
+    doc = _fields_json(cp)
     doc["checksum"] = cp.checksum
-    return json.dumps(doc, separators=(",", ":"))
+    return _dumps(doc)
 
 
-def parse_memory(text: str) -> MemoryCheckpoint:
-    """Read ``memory_manager_state`` and verify its checksum (v1.36 V2 layout; 0 is accepted).
+def render_memory_v3(cp: MemoryCheckpoint) -> str:
+    """The file as the 1.37 kubelet writes it (``MemoryManagerCheckpointV3.MarshalCheckpoint``):
+    the V1 fields inline with their V1 checksum, then ``data`` (the payload with ``podEntries``
+    when set) and ``dataChecksum``."""
+    payload = _fields_json(cp)
+    if cp.pod_entries:
+        payload["podEntries"] = {
+            pod: {"memoryBlocks": _blocks_json(blocks)}
+            for pod, blocks in sorted(cp.pod_entries.items())
+        }
+    data = _dumps(payload)
+    doc = _fields_json(cp)
+    doc["checksum"] = cp.v1_checksum()
+    doc["data"] = data
+    doc["dataChecksum"] = data_checksum(data)
+    return _dumps(doc)
+
+
+def _blocks(raw: Any) -> tuple[MemoryBlock, ...]:
+    return tuple(
+        MemoryBlock(
+            tuple(int(x) for x in b.get("numaAffinity") or ()), str(b["type"]), int(b["size"])
+        )
+        for b in raw or ()
+    )
+
+
+def _records(doc: Mapping[str, Any]) -> tuple[dict[int, NUMAState], dict[str, Any], dict[str, Any]]:
+    """``machineState``, ``entries`` and ``podEntries`` of a checkpoint (or of a V3 payload)."""
+    ms: dict[int, NUMAState] = {}
+    for n, s in (_ci_get(doc, "machineState", {}) or {}).items():
+        mm = {
+            str(k): MemoryTable(
+                int(t.get("total", 0)),
+                int(t.get("systemReserved", 0)),
+                int(t.get("allocatable", 0)),
+                int(t.get("reserved", 0)),
+                int(t.get("free", 0)),
+            )
+            for k, t in (s.get("memoryMap") or {}).items()
+        }
+        ms[int(n)] = NUMAState(
+            int(s.get("numberOfAssignments", 0)), mm, tuple(int(c) for c in s.get("cells") or ())
+        )
+    entries = {
+        str(pod): {str(c): _blocks(blocks) for c, blocks in ctrs.items()}
+        for pod, ctrs in (_ci_get(doc, "entries", {}) or {}).items()
+    }
+    pods = {
+        str(pod): _blocks(_ci_get(e, "memoryBlocks", ()))
+        for pod, e in (_ci_get(doc, "podEntries", {}) or {}).items()
+    }
+    return ms, entries, pods
+
+
+def _go_kind(v: Any) -> str:
+    """The JSON kind as encoding/json names it in an UnmarshalTypeError."""
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    return "array" if isinstance(v, list) else "object"
+
+
+def _parse_v3(doc: Mapping[str, Any], data: Any, dcs: Any) -> MemoryCheckpoint:
+    """The 1.37 kubelet's load of a V3 file: unmarshal the file, then ``data``, then verify
+    ``dataChecksum`` over ``data``; the inline V1 fields are not used."""
+
+    def fail(err: str) -> CheckpointError:
+        return CheckpointError(V3_LOAD_ERROR.format(err=err))
+
+    outer = "failed to deserialize memory manager checkpoint: json: cannot unmarshal {k} into Go "
+    if data is not None and not isinstance(data, str):
+        raise fail(
+            outer.format(k=_go_kind(data))
+            + "struct field MemoryManagerCheckpoint.data of type string"
+        )
+    if dcs is not None and (isinstance(dcs, bool) or not isinstance(dcs, int) or dcs < 0):
+        raise fail(
+            outer.format(k=_go_kind(dcs))
+            + "struct field MemoryManagerCheckpoint.dataChecksum of type checksum.Checksum"
+        )
+    text = data or ""
+    inner = "failed to deserialize memory manager checkpoint data: "
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError as e:
+        if e.pos >= len(text.rstrip()):
+            raise fail(inner + "unexpected end of JSON input") from e
+        raise fail(inner + f"invalid character {text[e.pos]!r} in checkpoint data") from e
+    if not isinstance(payload, dict):
+        raise fail(
+            inner + f"json: cannot unmarshal {_go_kind(payload)} into Go value of type "
+            "state.MemoryManagerCheckpointData"
+        )
+    try:
+        ms, entries, pods = _records(payload)
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise fail(inner + f"json: cannot unmarshal memory manager checkpoint data: {e}") from e
+    if data_checksum(text) != int(dcs or 0):
+        raise fail(CORRUPT)
+    return MemoryCheckpoint(
+        str(_ci_get(payload, "policyName", "")),
+        ms,
+        entries,
+        int(_ci_get(doc, "checksum", 0) or 0),
+        version=3,
+        pod_entries=pods,
+    )
+
+
+def parse_memory(text: str, *, reads_v3: bool = True) -> MemoryCheckpoint:
+    """Read ``memory_manager_state`` and verify its checksums as the kubelet does.
+
+    A file with ``data`` or ``dataChecksum`` is the 1.37 V3 layout (:func:`render_memory_v3`):
+    its payload is the record, ``dataChecksum`` must match and nothing falls back to the inline
+    fields. Any other file is the V2/V1 layout: its ``checksum`` must be that of the V2 or the V1
+    struct (the kubelet tries V2, then V1), and 0 is accepted. ``reads_v3=False`` reads as a
+    kubelet before 1.37 (no V3 code): the inline fields, ``data`` ignored.
 
     Raises:
-        CheckpointError: bad JSON or structure, or ``checkpoint is corrupted``.
+        CheckpointError: bad JSON or structure, ``checkpoint is corrupted``, or
+            ``could not load v3 checkpoint: ...``.
     """
     doc = _load(text)
+    data = _ci_get(doc, "data", None)
+    dcs = _ci_get(doc, "dataChecksum", None)
+    if reads_v3 and (data or dcs):
+        return _parse_v3(doc, data, dcs)
     try:
-        ms: dict[int, NUMAState] = {}
-        for n, s in (_ci_get(doc, "machineState", {}) or {}).items():
-            mm = {
-                str(k): MemoryTable(
-                    int(t.get("total", 0)),
-                    int(t.get("systemReserved", 0)),
-                    int(t.get("allocatable", 0)),
-                    int(t.get("reserved", 0)),
-                    int(t.get("free", 0)),
-                )
-                for k, t in (s.get("memoryMap") or {}).items()
-            }
-            ms[int(n)] = NUMAState(
-                int(s.get("numberOfAssignments", 0)),
-                mm,
-                tuple(int(c) for c in s.get("cells") or ()),
-            )
-        entries = {
-            str(pod): {
-                str(c): tuple(
-                    MemoryBlock(
-                        tuple(int(x) for x in b.get("numaAffinity") or ()),
-                        str(b["type"]),
-                        int(b["size"]),
-                    )
-                    for b in blocks
-                )
-                for c, blocks in ctrs.items()
-            }
-            for pod, ctrs in (_ci_get(doc, "entries", {}) or {}).items()
-        }
+        ms, entries, _pods = _records(doc)
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"json: cannot unmarshal memory manager checkpoint: {e}") from e
     cp = MemoryCheckpoint(
         str(_ci_get(doc, "policyName", "")), ms, entries, int(_ci_get(doc, "checksum", 0) or 0)
     )
-    if cp.checksum and cp.checksum != cp.computed_checksum():
+    if cp.checksum and cp.checksum not in (cp.computed_checksum(), cp.v1_checksum()):
         raise CheckpointError(CORRUPT)
     return cp
 

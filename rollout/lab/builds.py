@@ -52,15 +52,14 @@ def build_monitoring_binaries(progress: Progress) -> Path:
 
 
 def check_kubelet(kubelet: str, kubelet_version: str | None, control_plane: str) -> str | None:
-    """The full kubelet version a ``real`` lab node runs (``None`` for the sim); raises
-    :class:`LabError` for an unknown kind, an unknown version, a version for the simulation (it
-    has none) or one the version skew policy forbids (:func:`realnode.kubelet_version`)."""
+    """The full kubelet version a lab node runs (``None``: the simulated kubelet at the control
+    plane's version); raises :class:`LabError` for an unknown kind, an unknown version or one
+    the version skew policy forbids (:func:`realnode.kubelet_version`; the simulated kubelet
+    may be newer than the control plane, as it plays only the node's side)."""
     if kubelet not in realnode.KINDS:
         raise LabError(f"unknown kubelet {kubelet!r}; valid: {', '.join(realnode.KINDS)}")
     if kubelet != "real":
-        if kubelet_version:
-            raise LabError(
-                "--kubelet-version needs --kubelet real: the simulated kubelet has no version"
-            )
-        return None
+        if not kubelet_version:
+            return None
+        return realnode.kubelet_version(kubelet_version, control_plane, simulated=True)
     return realnode.kubelet_version(kubelet_version, control_plane)

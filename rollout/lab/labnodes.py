@@ -83,8 +83,9 @@ class LabNodes:
     ) -> list[n.LabNode]:
         """Create, seed and start nodes (round-robin over ``distributions``); wait for Ready.
         ``kubelet``: ``sim`` (the simulated kubelet) or ``real`` (:mod:`rollout.lab.realnode`);
-        ``kubelet_version`` (real only): a minor of :data:`realnode.KUBELET_VERSIONS`, checked
-        against the control plane's version by the skew policy before anything starts."""
+        ``kubelet_version``: a minor of :data:`realnode.KUBELET_VERSIONS`, checked against the
+        control plane's version by the skew policy before anything starts (the simulated kubelet
+        plays that version's flags, config checks and checkpoint files)."""
         cp = self._require_cp()
         version = str(cp.version().get("gitVersion", ""))
         wanted = check_kubelet(kubelet, kubelet_version, version)
@@ -111,7 +112,7 @@ class LabNodes:
                         node_dir,
                         self._credentials(node),
                         self.socket_path,
-                        version,
+                        wanted or version,
                         kubelet_bin,
                     )
                 except BaseException:

@@ -141,7 +141,7 @@ def write_node_files(
         raise LabError(f"unknown distribution {node.distribution!r}; one of {DISTRIBUTIONS}")
     lay = LAYOUTS[node.distribution]
     ctx = SeedContext(node.name, node.ip, creds.kubeconfig, creds.ca_pem)
-    files = seed_files(node.distribution, ctx)
+    files = seed_files(node.distribution, ctx, kubelet_version)
     cfg = node_config(node, socket_path, lay.kubeconfig_path)
     cfg["apiserverURL"] = f"https://127.0.0.1:{creds.apiserver_port}"
     cfg["kubeletVersion"] = kubelet_version

@@ -138,11 +138,16 @@ def _minor(version: str) -> int:
     return int(m.group(1))
 
 
-def kubelet_version(spec: str | None, control_plane: str) -> str:
+def kubelet_version(spec: str | None, control_plane: str, *, simulated: bool = False) -> str:
     """The full kubelet version for ``--kubelet-version SPEC`` (``1.35``, ``v1.35`` or the pinned
     ``v1.35.4``) against a control plane of version ``control_plane``; ``None``: the control
     plane's own version. Raises :class:`LabError`, before anything is built or started, for a
-    version the lab does not build or one the skew policy forbids."""
+    version the lab does not build or one the skew policy forbids.
+
+    ``simulated``: for the simulated kubelet, which plays a version's node-side behaviour (its
+    flags, config checks and checkpoint files) and builds nothing; it may be newer than the
+    control plane (so that 1.37 can be played against the lab's own control plane), but not
+    more than :data:`MAX_KUBELET_SKEW` minors older."""
     if spec is None or not spec.strip():
         return control_plane
     valid = ", ".join(KUBELET_VERSIONS)
@@ -154,7 +159,7 @@ def kubelet_version(spec: str | None, control_plane: str) -> str:
             f"({', '.join(KUBELET_VERSIONS.values())})"
         )
     k, cp = _minor(full), _minor(control_plane)
-    if k > cp:
+    if k > cp and not simulated:
         raise LabError(
             f"kubelet {full} is newer than the lab's control plane {control_plane}: the Kubernetes "
             "version skew policy never allows a kubelet newer than kube-apiserver (it may be up "

@@ -14,6 +14,7 @@ Nothing here does I/O: :func:`seed_files` returns ``{node path: content}`` and t
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from dataclasses import dataclass
 
@@ -107,8 +108,9 @@ LAYOUTS: dict[str, DistroLayout] = {
 }
 
 
-def _kubelet_yaml(client_ca: str, cluster_dns: str, extra: str = "") -> str:
-    """A KubeletConfiguration as sigs.k8s.io/yaml writes it (keys sorted, lists not indented)."""
+def _kubelet_yaml(client_ca: str, cluster_dns: str, extra: str = "", fail_v1: str = "") -> str:
+    """A KubeletConfiguration as sigs.k8s.io/yaml writes it (keys sorted, lists not indented);
+    ``fail_v1``: a ``failCgroupV1: false`` line (:func:`lab_fail_cgroup_v1`)."""
     return f"""apiVersion: kubelet.config.k8s.io/v1beta1
 authentication:
   anonymous:
@@ -130,7 +132,7 @@ clusterDomain: cluster.local
 containerRuntimeEndpoint: ""
 cpuManagerReconcilePeriod: 0s
 {extra}evictionPressureTransitionPeriod: 0s
-fileCheckFrequency: 0s
+{fail_v1}fileCheckFrequency: 0s
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
 httpCheckFrequency: 0s
@@ -160,7 +162,7 @@ volumeStatsAggPeriod: 0s
 """
 
 
-def _rancher_defaults(program: str, cluster_dns: str) -> str:
+def _rancher_defaults(program: str, cluster_dns: str, fail_v1: str = "") -> str:
     base = f"/var/lib/rancher/{program}/agent"
     return f"""address: 0.0.0.0
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -187,7 +189,7 @@ evictionHard:
   imagefs.available: 5%
   nodefs.available: 5%
 evictionPressureTransitionPeriod: 5m0s
-failSwapOn: false
+{fail_v1}failSwapOn: false
 fileCheckFrequency: 20s
 healthzBindAddress: 127.0.0.1
 httpCheckFrequency: 20s
@@ -249,18 +251,34 @@ _EKS_COMMON: dict[str, object] = {
 }
 
 
-def seed_files(distribution: str, ctx: SeedContext) -> dict[str, str]:
-    """``{absolute node path: content}`` for a fresh node of ``distribution``.
+def lab_fail_cgroup_v1(kubelet_version: str | None) -> bool:
+    """Whether a lab node's files set ``failCgroupV1: false``: for kubelets 1.35 and later
+    (``None``: the lab's own version, 1.36). The lab machine boots cgroup v1 and since 1.35 the
+    kubelet refuses it unless told not to (#134298); the facts module reports the node's cgroup
+    version, so lint and preflight would refuse every lab node without it. This is the lab's
+    setting, as on any cgroup v1 host, not the distribution's default file (EKS AL2's has it
+    for the same reason)."""
+    m = re.match(r"v?1\.(\d+)", kubelet_version or "v1.36")
+    return not m or int(m.group(1)) >= 35
+
+
+def seed_files(
+    distribution: str, ctx: SeedContext, kubelet_version: str | None = None
+) -> dict[str, str]:
+    """``{absolute node path: content}`` for a fresh node of ``distribution`` running
+    ``kubelet_version`` (``None``: the lab's own; decides :func:`lab_fail_cgroup_v1`).
 
     Raises:
         KeyError: unknown distribution (callers validate names first).
     """
+    fail_v1 = lab_fail_cgroup_v1(kubelet_version)
+    yaml_v1 = "failCgroupV1: false\n" if fail_v1 else ""
     lay = LAYOUTS[distribution]
     files: dict[str, str] = {lay.kubeconfig_path: ctx.kubeconfig, lay.ca_path: ctx.ca_pem}
     if distribution == "kubeadm":
         files |= {
             "/var/lib/kubelet/config.yaml": _kubelet_yaml(
-                "/etc/kubernetes/pki/ca.crt", "10.96.0.10"
+                "/etc/kubernetes/pki/ca.crt", "10.96.0.10", fail_v1=yaml_v1
             ),
             "/var/lib/kubelet/kubeadm-flags.env": (
                 'KUBELET_KUBEADM_ARGS="--container-runtime-endpoint='
@@ -290,7 +308,9 @@ def seed_files(distribution: str, ctx: SeedContext) -> dict[str, str]:
                 'nodeStatusUpdateFrequency: "10s"\nfailSwapOn: True\nauthentication:\n'
                 "  anonymous:\n    enabled: false\n  webhook:\n    enabled: True\n  x509:\n"
                 "    clientCAFile: /etc/kubernetes/ssl/ca.crt\nauthorization:\n  mode: Webhook\n"
-                "staticPodPath: /etc/kubernetes/manifests\ncgroupDriver: systemd\n"
+                # kubespray's template writes kubelet_fail_cgroup_v1 here, as a Python bool
+                + ("failCgroupV1: False\n" if fail_v1 else "")
+                + "staticPodPath: /etc/kubernetes/manifests\ncgroupDriver: systemd\n"
                 "containerLogMaxFiles: 5\ncontainerLogMaxSize: 10Mi\nmaxPods: 110\n"
                 f"address: {ctx.node_ip}\nreadOnlyPort: 0\nhealthzPort: 10248\n"
                 "healthzBindAddress: 127.0.0.1\nkubeletCgroups: /system.slice/kubelet.service\n"
@@ -325,7 +345,7 @@ def seed_files(distribution: str, ctx: SeedContext) -> dict[str, str]:
                 "kubelet-arg:\n- max-pods=110\n"
             ),
             f"{rancher}/agent/etc/kubelet.conf.d/00-{distribution}-defaults.conf": (
-                _rancher_defaults(distribution, dns)
+                _rancher_defaults(distribution, dns, yaml_v1)
             ),
             lay.unit_path: _unit(
                 "Lightweight Kubernetes"
@@ -380,6 +400,8 @@ def seed_files(distribution: str, ctx: SeedContext) -> dict[str, str]:
             "kubeReservedCgroup": "/runtime",
             "providerID": f"aws:///us-west-2a/i-0{zlib.crc32(ctx.node_name.encode()):016x}",
         }
+        if fail_v1:
+            cfg["failCgroupV1"] = False
         files |= {
             "/etc/kubernetes/kubelet/config.json": json.dumps(cfg, indent=4),
             "/etc/kubernetes/kubelet/config.json.d/40-nodeadm.conf": json.dumps(
@@ -424,7 +446,7 @@ def seed_files(distribution: str, ctx: SeedContext) -> dict[str, str]:
                 "--read-only-port=0\n"
                 "--serialize-image-pulls=false\n"
                 "--cluster-domain=cluster.local\n"
-                "--cluster-dns=10.152.183.10\n"
+                "--cluster-dns=10.152.183.10\n" + ("--fail-cgroupv1=false\n" if fail_v1 else "")
             ),
             "/var/snap/microk8s/common/var/lib/kubelet/.keep": "",
             lay.unit_path: _unit(

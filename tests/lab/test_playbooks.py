@@ -1,7 +1,7 @@
-"""The playbooks against lab nodes over real SSH: facts, apply then restore byte for byte, and an
-unreachable node reported as such.
+"""The playbooks against lab nodes over real SSH: facts (the cgroup version included), apply then
+restore byte for byte, and an unreachable node reported as such.
 
-Runtime (2-core machine, warm lab binaries): about 40-60 s for the module.
+Runtime (2-core machine, warm lab binaries): about 60-70 s for the module (one real-kubelet node).
 """
 
 from __future__ import annotations
@@ -108,3 +108,46 @@ def test_a_node_whose_sshd_is_down_is_reported_unreachable(
     assert result.playbook.hosts[down.name].status == "unreachable"
     assert result.playbook.hosts[up.name].status == "ok"
     assert result.backups[down.name] is None and result.backups[up.name] is not None
+
+
+def _host_cgroup_version() -> int | None:
+    """What the host's mount table says (this lab machine: tmpfs, cgroup v1)."""
+    found = None
+    for line in Path("/proc/mounts").read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[1] == "/sys/fs/cgroup":
+            found = 2 if parts[2] == "cgroup2" else 1
+    return found
+
+
+def test_facts_report_the_nodes_cgroup_version_and_the_labs_seeds_pass_it(
+    lab: Lab, tmp_path: Path
+) -> None:
+    """A real-kubelet node sees the host's cgroup mounts, and the facts report their version;
+    its seeded files (failCgroupV1: false from 1.35) then pass lint's cgroup v1 rule on them.
+    A simulated node's netns remounts /sys (no /sys/fs/cgroup): unknown, not guessed."""
+    from rollout.kubelet.facts import node_facts_from_dict
+    from rollout.kubelet.loading import effective, load_node
+    from rollout.kubelet.validation import validate
+    from tests.lab import changekit as ck
+
+    names = ["pb-cgroup-real", "pb-cgroup-sim"]
+    lab.add_nodes(names[:1], ["kubeadm"], kubelet="real", timeout=120)
+    lab.add_nodes(names[1:], ["kubeadm"], timeout=120)
+    try:
+        inv = ck.inventory(lab, names, names[:1], tmp_path / "inventory.ini")
+        facts = AnsibleRunner(tmp_path / "controller").gather_facts(inv, names)
+        assert facts[names[0]]["cgroupVersion"] == _host_cgroup_version()
+        assert "cgroupVersion" not in facts[names[1]]
+        eff = effective(load_node("kubeadm", lab.node_root(names[0])))
+        found = validate(
+            eff.config,
+            origins=eff.origins,
+            kubelet_version="1.36",
+            node_facts=node_facts_from_dict(facts[names[0]]),
+            flags=eff.flag_origins,
+        )
+        assert [f.message for f in found if f.field == "failCgroupV1"] == []
+        assert eff.config["failCgroupV1"] is False
+    finally:
+        lab.remove_nodes(names)

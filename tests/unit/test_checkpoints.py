@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -224,3 +225,138 @@ def test_gate_alone_or_policy_alone_is_not_refused_and_a_flip_resets_both_files(
     off = {"featureGates": {"PodLevelResourceManagers": False}}
     assert ck.gate_flips({}, off) == ()
     assert ck.gate_flip_findings({}, {**off, "topologyManagerPolicy": "single-numa-node"}) == []
+
+
+# ------------------------------------------------------------------ 1.37: memory manager V3
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kubelet"
+V3_FIXTURE = FIXTURES / "memory_manager_state-v3-kubelet-test.json"
+#: the payload of the kubelet's V3 test cases (memorymanager/state/state_checkpoint_test.go)
+KUBELET_V3_DATA = json.loads(V3_FIXTURE.read_text())["data"]
+#: the kubelet test's V1 file (its "Restore checkpoint from v1 (migration)" case)
+KUBELET_V1_FILE = (
+    '{"policyName":"static","machineState":{"0":{"numberOfAssignments":0,"memoryMap":{"memory":'
+    '{"total":2048,"systemReserved":512,"allocatable":1536,"reserved":512,"free":1024}},'
+    '"cells":[]}},"entries":{"pod":{"container1":[{"numaAffinity":[0],"type":"memory",'
+    '"size":512}]}},"checksum":4215593881}'
+)
+
+
+@pytest.mark.parametrize(
+    ("data", "checksum"),
+    [
+        # cpumanager state_checkpoint_test.go in kubernetes#137820 (data-string checkpoint)
+        ('{"policyName":"none","defaultCPUSet":"4-6"}', 657950972),
+        # memorymanager state_checkpoint_test.go (V3): "Restore valid checkpoint"
+        (KUBELET_V3_DATA, 1849615440),
+        # ... and "Restore checkpoint ignoring unknown fields in data section"
+        ('{"unknownField":"value",' + KUBELET_V3_DATA[1:], 2100279793),
+    ],
+)
+def test_data_checksum_matches_kubelet_vectors(data: str, checksum: int) -> None:
+    assert ck.data_checksum(data) == checksum
+
+
+def test_memory_v3_is_read_from_data_and_checked_against_the_config() -> None:
+    cp = mck.parse_memory(V3_FIXTURE.read_text())
+    # the inline V1 fields say "other", 5 assignments, containerX: the kubelet ignores them
+    assert (cp.version, cp.policy_name) == (3, "static")
+    assert cp.entries == {"pod": {"container1": (mck.MemoryBlock((0,), "memory", 512),)}}
+    assert cp.machine_state[0].memory_map["memory"] == mck.MemoryTable(2048, 512, 1536, 512, 1024)
+    assert cp.machine_state[0].number_of_assignments == 0
+    # state vs config, in the kubelet's words (its test: policy "none" over this file)
+    assert mck.memory_start_error(MEM_PATH, "None", cp, {}) == (
+        'could not restore state from checkpoint: [memorymanager] configured policy "None" '
+        'differs from state checkpoint policy "static", please drain this node and delete the '
+        f'memory manager checkpoint file "{MEM_PATH}" before restarting Kubelet'
+    )
+    # (the kubelet's test says "static"; the real policy is "Static", and case matters)
+    table = mck.MemoryTable(2048, 512, 1536, 512, 1024)
+    ms = {0: mck.NUMAState(0, {"memory": table}, ())}
+    live = mck.parse_memory(mck.render_memory_v3(mck.memory_checkpoint("Static", ms, cp.entries)))
+    assert mck.memory_start_error(MEM_PATH, "Static", live, ms) is None
+    changed = {0: mck.NUMAState(0, {"memory": mck.MemoryTable(2048, 256, 1792, 512, 1280)}, ())}
+    assert mck.memory_start_error(MEM_PATH, "Static", live, changed) == (
+        "[memorymanager] the expected machine state is different from the real one"
+    )
+
+
+def _v3_case(**changes: object) -> str:
+    doc = json.loads(V3_FIXTURE.read_text())
+    # a valid inline V1 part: the kubelet must still not fall back to it
+    doc.update(json.loads(KUBELET_V1_FILE))
+    for k, v in changes.items():
+        if v is None:
+            doc.pop(k, None)
+        else:
+            doc[k] = v
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        (_v3_case(dataChecksum=1234), "could not load v3 checkpoint: checkpoint is corrupted"),
+        (_v3_case(dataChecksum=None), "could not load v3 checkpoint: checkpoint is corrupted"),
+        (
+            _v3_case(data=None, dataChecksum=1234),
+            "could not load v3 checkpoint: failed to deserialize memory manager checkpoint data: "
+            "unexpected end of JSON input",
+        ),
+        (
+            _v3_case(data="{"),
+            "could not load v3 checkpoint: failed to deserialize memory manager checkpoint data: "
+            "unexpected end of JSON input",
+        ),
+    ],
+)
+def test_a_broken_v3_file_is_refused_without_falling_back(text: str, error: str) -> None:
+    # cases and messages of the kubelet's own V3 tests ("Fail to restore checkpoint ...")
+    with pytest.raises(ck.CheckpointError) as e:
+        mck.parse_memory(text)
+    assert str(e.value) == error
+    # the lab kubelet wraps it as the kubelet's NewCheckpointState does
+    wrapped = mck.MEMORY_RESTORE_ERROR.format(err=str(e.value), path=MEM_PATH)
+    assert wrapped.startswith(f"could not restore state from checkpoint: {error}, please drain")
+
+
+def test_v1_checksum_files_are_read_as_the_kubelet_migrates_them() -> None:
+    # the kubelet tries V2, then V1: a file with the V1 struct's checksum loads
+    cp = mck.parse_memory(KUBELET_V1_FILE)
+    assert cp.version == 2 and cp.checksum == cp.v1_checksum() == 4215593881
+    with pytest.raises(ck.CheckpointError, match="checkpoint is corrupted"):
+        mck.parse_memory(KUBELET_V1_FILE.replace("4215593881", "101010"))
+
+
+def test_memory_v3_render_is_the_kubelets_bytes_and_readable_by_older_kubelets() -> None:
+    ms = {0: mck.NUMAState(0, {"memory": mck.MemoryTable(2048, 512, 1536, 512, 1024)}, ())}
+    entries = {"pod": {"container1": (mck.MemoryBlock((0,), "memory", 512),)}}
+    cp = mck.memory_checkpoint("static", ms, entries)
+    text = mck.render_memory_v3(cp)
+    doc = json.loads(text)
+    assert doc["data"] == KUBELET_V3_DATA  # byte for byte the kubelet's serialized payload
+    assert doc["dataChecksum"] == 1849615440
+    assert doc["checksum"] == 4215593881  # inline V1 part, hashed as a V1 file
+    assert list(doc) == [
+        "policyName",
+        "machineState",
+        "entries",
+        "checksum",
+        "data",
+        "dataChecksum",
+    ]
+    back = mck.parse_memory(text)
+    assert (back.version, back.policy_name, back.entries, back.machine_state) == (
+        3,
+        "static",
+        entries,
+        ms,
+    )
+    # a kubelet without the V3 code reads the inline V1 fields and their checksum
+    old = mck.parse_memory(text, reads_v3=False)
+    assert (old.version, old.policy_name, old.entries) == (2, "static", entries)
+    # more than ten NUMA nodes: encoding/json sorts map keys as strings
+    many = {n: mck.NUMAState(0, {}, (n,)) for n in range(11)}
+    keys = list(
+        json.loads(mck.render_memory_v3(mck.memory_checkpoint("None", many)))["machineState"]
+    )
+    assert keys == sorted(str(n) for n in range(11))

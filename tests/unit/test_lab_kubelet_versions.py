@@ -65,8 +65,7 @@ def test_check_kubelet_kinds() -> None:
     assert cluster.check_kubelet("sim", None, K8S_VERSION) is None
     assert cluster.check_kubelet("real", None, K8S_VERSION) == K8S_VERSION
     assert cluster.check_kubelet("real", "1.35", K8S_VERSION) == "v1.35.4"
-    with pytest.raises(LabError, match="needs --kubelet real"):
-        cluster.check_kubelet("sim", "1.35", K8S_VERSION)
+    assert cluster.check_kubelet("sim", "1.35", K8S_VERSION) == "v1.35.4"
     with pytest.raises(LabError, match="unknown kubelet 'docker'"):
         cluster.check_kubelet("docker", None, K8S_VERSION)
 
@@ -100,12 +99,24 @@ def test_build_passes_the_version_to_the_script(monkeypatch: pytest.MonkeyPatch)
     assert seen[0][-2:] == [str(REPO / "tools/build-lab-kubelet.sh"), "v1.35.4"]
 
 
+def test_the_simulated_kubelet_plays_every_version_up_to_137() -> None:
+    # the sim plays a version's node side only and builds nothing: 1.37 against the lab's own
+    # control plane is allowed for it (a real 1.37 kubelet is refused above)
+    for minor, full in realnode.KUBELET_VERSIONS.items():
+        assert cluster.check_kubelet("sim", minor, K8S_VERSION) == full
+    assert cluster.check_kubelet("sim", "1.37", "v1.36.3") == "v1.37.2"
+    with pytest.raises(LabError, match=r"unknown kubelet version '1\.38'"):
+        cluster.check_kubelet("sim", "1.38", K8S_VERSION)
+    with pytest.raises(LabError, match=r"4 minor versions older .* at most 3"):
+        cluster.check_kubelet("sim", "1.34", "v1.38.0")
+
+
 @pytest.mark.parametrize(
     ("args", "words"),
     [
         (["--kubelet-version", "1.99"], "unknown kubelet version '1.99'"),
         (["--kubelet-version", "1.37"], "newer than the lab's control plane"),
-        (["--kubelet", "sim", "--kubelet-version", "1.35"], "needs --kubelet real"),
+        (["--kubelet", "sim", "--kubelet-version", "1.33"], "unknown kubelet version '1.33'"),
     ],
 )
 def test_cli_refuses_before_anything_starts(

@@ -205,3 +205,32 @@ def test_lab_eks_al2_seed_runs_on_cgroup_v1_kubelets() -> None:
     )
     assert [f for f in found if f.field == "failCgroupV1"] == []
     assert eff.config["failCgroupV1"] is False
+
+
+@pytest.mark.parametrize("distribution", DISTRIBUTIONS)
+def test_lab_seeds_run_on_the_cgroup_v1_lab_machine_for_135_and_later(distribution: str) -> None:
+    """The lab machine boots cgroup v1 and the facts module reports it (cgroupVersion 1): every
+    distribution's seed for a 1.35+ kubelet sets failCgroupV1: false, so lint and preflight do not
+    refuse the lab's own nodes; a 1.34 seed (failCgroupV1 defaults to false there) does not."""
+    from rollout.kubelet.facts import NodeFacts
+    from rollout.kubelet.loading import effective, node_from_files
+    from rollout.kubelet.validation import validate
+
+    v1_host = NodeFacts(frozenset(range(4)), cgroup_version=1)
+    for version, minor in (("v1.35.4", "1.35"), ("v1.36.3", "1.36"), ("v1.37.2", "1.37")):
+        files = seed_files(distribution, CTX, version)
+        eff = effective(node_from_files(distribution, files))
+        found = validate(
+            eff.config,
+            origins=eff.origins,
+            kubelet_version=minor,
+            node_facts=v1_host,
+            flags=eff.flag_origins,
+            distribution=distribution,
+        )
+        assert [f.message for f in found if f.field == "failCgroupV1"] == [], (distribution, minor)
+        assert eff.config["failCgroupV1"] is False
+    old = effective(node_from_files(distribution, seed_files(distribution, CTX, "v1.34.4")))
+    if distribution != "eks-al2":  # AL2's own bootstrap sets it for every version
+        assert "failCgroupV1" not in old.config
+    assert seed_files(distribution, CTX) == seed_files(distribution, CTX, "v1.36.3")

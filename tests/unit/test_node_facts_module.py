@@ -152,3 +152,35 @@ def test_a_simulated_numa_tree_wins_over_the_hosts_cpus_and_a_machine_file_fills
     assert facts["kubeletVersion"] == "v1.34.2"
     assert facts["kubeletVersionSource"] == "machine-file"
     assert "smtSiblings" not in facts  # unknown, not "no SMT"
+
+
+# /proc/mounts lines as the kernel lists them on a systemd cgroup v2 host, a cgroup v1 host
+# (tmpfs with one mount per controller, as on this lab machine and on Amazon Linux 2) and a
+# host with the v2 hierarchy remounted over a tmpfs (the last mount wins)
+V2_MOUNTS = "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nodev,noexec,relatime,nsdelegate 0 0"
+V1_MOUNTS = (
+    "tmpfs /sys/fs/cgroup tmpfs ro,nosuid,nodev,noexec,mode=755 0 0\n"
+    "cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,nosuid,nodev,noexec,relatime,cpu,cpuacct 0 0\n"
+    "cgroup /sys/fs/cgroup/memory cgroup rw,nosuid,nodev,noexec,relatime,memory 0 0"
+)
+
+
+def test_cgroup_version_from_the_mount_table(tmp_path: Path) -> None:
+    from rollout.kubelet.validation import validate
+
+    _cpus(tmp_path, sockets=1, cores=2, threads=1)
+    assert "cgroupVersion" not in _run(tmp_path)  # no mount table: unknown, not guessed
+    _write(tmp_path, "proc/mounts", V2_MOUNTS)
+    assert _run(tmp_path)["cgroupVersion"] == 2
+    _write(tmp_path, "proc/mounts", V1_MOUNTS)
+    facts = _run(tmp_path)
+    assert facts["cgroupVersion"] == 1
+    _write(tmp_path, "proc/mounts", V1_MOUNTS + "\n" + V2_MOUNTS)
+    assert _run(tmp_path)["cgroupVersion"] == 2
+    # the v1 reading is what lint's cgroup v1 rule acts on
+    found = validate({}, kubelet_version="1.35", node_facts=node_facts_from_dict(facts))
+    assert [f.field for f in found if f.severity.value == "error"] == ["failCgroupV1"]
+    found = validate(
+        {"failCgroupV1": False}, kubelet_version="1.35", node_facts=node_facts_from_dict(facts)
+    )
+    assert [f for f in found if f.field == "failCgroupV1"] == []

@@ -27,6 +27,7 @@ from rollout.lab.kubelet.startup import (
     StartupError,
     check_startup,
     gpu_ids,
+    kubelet_minor,
     load_config,
 )
 
@@ -57,9 +58,11 @@ class LabKubelet:
         return self.root / node_path.lstrip("/")
 
     def start_checks(self) -> None:
-        self.config, root_dir = load_config(self.cfg, self.root)
-        check_startup(self.cfg, self.config)
-        self.state = ManagerState(self.config, self.topology, self.host(root_dir), root_dir)
+        self.config, root_dir, flags = load_config(self.cfg, self.root)
+        check_startup(self.cfg, self.config, flags)
+        self.state = ManagerState(
+            self.config, self.topology, self.host(root_dir), root_dir, kubelet_minor(self.cfg)
+        )
         self.state.restore()
 
     # ---------------------------------------------------------------- HTTP endpoints

@@ -11,6 +11,7 @@ allocations they record.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,9 @@ class StartupError(Exception):
 
 
 # ------------------------------------------------------------------------------- configuration
-def load_config(cfg: Mapping[str, Any], root: Path) -> tuple[dict[str, Any], str]:
-    """The effective configuration and the checkpoint directory (``--root-dir``), on the node."""
+def load_config(cfg: Mapping[str, Any], root: Path) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """The effective configuration, the checkpoint directory (``--root-dir``) and the flags the
+    node's files pass (name -> origin), on the node."""
     from rollout.errors import InputError
     from rollout.kubelet import loading
 
@@ -49,7 +51,7 @@ def load_config(cfg: Mapping[str, Any], root: Path) -> tuple[dict[str, Any], str
         raise StartupError(str(e)) from e
     for note in eff.notes:
         log("I", "server.go:651", note)
-    return eff.config, eff.root_dir
+    return eff.config, eff.root_dir, dict(eff.flag_origins)
 
 
 def node_facts(topology: Mapping[str, Any]) -> Any:
@@ -70,13 +72,25 @@ def node_facts(topology: Mapping[str, Any]) -> Any:
     )
 
 
-def check_startup(cfg: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+def kubelet_minor(cfg: Mapping[str, Any]) -> int | None:
+    """The minor of the version this kubelet plays (node.json ``kubeletVersion``)."""
+    m = re.match(r"v?1\.(\d+)", str(cfg.get("kubeletVersion") or ""))
+    return int(m.group(1)) if m else None
+
+
+def check_startup(
+    cfg: Mapping[str, Any], config: Mapping[str, Any], flags: Mapping[str, Any] | None = None
+) -> None:
+    """Exit as the kubelet of node.json's ``kubeletVersion`` would on this config and these
+    flags (e.g. a cAdvisor flag the 1.37 kubelet dropped)."""
     from rollout.kubelet import validation
 
     findings = validation.startup_errors(
         config,
         node_facts(cfg.get("topology") or {}),
         kubelet_version=str(cfg.get("kubeletVersion") or "") or None,
+        flags=flags,
+        distribution=str(cfg.get("distribution") or "") or None,
     )
     for f in findings:
         log("E", "run.go:72", "command failed", err=f"failed to run Kubelet: {f.message}")
@@ -100,9 +114,16 @@ class ManagerState:
     """The CPU / Memory / device managers' state on disk and in memory."""
 
     def __init__(
-        self, config: Mapping[str, Any], topology: Mapping[str, Any], state_dir: Path, root_dir: str
+        self,
+        config: Mapping[str, Any],
+        topology: Mapping[str, Any],
+        state_dir: Path,
+        root_dir: str,
+        kubelet_minor: int | None = None,
     ) -> None:
         self.state_dir = state_dir
+        #: the 1.37 kubelet writes and reads memory_manager_state in the V3 layout (#139626)
+        self.memory_v3 = (kubelet_minor or 0) >= 37
         self.node_root_dir = root_dir
         self.policy = adm.Policy(
             cpu=str(config.get("cpuManagerPolicy") or "none"),
@@ -189,7 +210,7 @@ class ManagerState:
         node_path = f"{self.node_root_dir.rstrip('/')}/{ck.MEMORY_STATE_FILE}"
         if path.exists():
             try:
-                state = mck.parse_memory(path.read_text())
+                state = mck.parse_memory(path.read_text(), reads_v3=self.memory_v3)
             except (OSError, ck.CheckpointError) as e:
                 err = mck.MEMORY_RESTORE_ERROR.format(err=str(e), path=node_path)
                 self._fail(
@@ -313,7 +334,8 @@ class ManagerState:
                 if a.memory
             }
             cp = mck.memory_checkpoint("Static", self._expected_memory(entries), entries)
-        self._atomic(self.state_dir / ck.MEMORY_STATE_FILE, mck.render_memory(cp))
+        render = mck.render_memory_v3 if self.memory_v3 else mck.render_memory
+        self._atomic(self.state_dir / ck.MEMORY_STATE_FILE, render(cp))
 
     def _write_devices(self) -> None:
         m = self.machine

@@ -83,6 +83,7 @@ MACHINE_KEYS = (
     "smtSiblings",
     "numaNodes",
     "gpus",
+    "cgroupVersion",
 )
 
 
@@ -240,6 +241,18 @@ CHECKPOINT_FILES = {
 }
 
 
+def cgroup_version(procfs):
+    """2 when /sys/fs/cgroup is a cgroup2 mount (``stat -f`` says cgroup2fs: the kubelet's
+    IsCgroup2UnifiedMode), 1 when it is anything else (tmpfs holding v1 hierarchies), None when
+    the mount table does not list it. The last mount of the path wins, as the kernel's does."""
+    found = None
+    for line in (_read(os.path.join(procfs, "mounts"), "") or "").splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[1] == "/sys/fs/cgroup":
+            found = 2 if parts[2] == "cgroup2" else 1
+    return found
+
+
 def checkpoint_facts(dirs, root):
     out = dict.fromkeys(CHECKPOINT_FILES)
     paths = {}
@@ -317,10 +330,13 @@ def collect(params):
     facts.update(cpu_facts(sysfs, procfs, online))
     facts["numaNodes"] = numa
     facts["gpus"] = gpu_facts(sysfs, params["gpu_vendors"], params["gpu_classes"])
+    facts["cgroupVersion"] = cgroup_version(procfs)
     for key in overridden:
         facts[key] = machine[key]
     if facts.get("smtSiblings") is None:
         facts.pop("smtSiblings", None)
+    if facts.get("cgroupVersion") is None:
+        facts.pop("cgroupVersion", None)
     facts["machineSource"] = params["machine_file"] if overridden else "sysfs"
     facts["checkpoints"], facts["checkpointPaths"] = checkpoint_facts(
         params["checkpoint_dirs"], root
