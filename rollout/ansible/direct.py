@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout import assets
-from rollout.ansible.runner import ENV
+from rollout.ansible.settings import ENV
 from rollout.fanout import DEFAULT_FORKS, workers
 
 #: The role's modules that can run without Ansible (each defines ``direct(args)``).

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.ansible import direct
-from rollout.ansible.runner import _write_json
+from rollout.ansible.settings import write_json
 from rollout.errors import ExternalError
 from rollout.fanout import DEFAULT_FORKS
 
@@ -78,6 +78,6 @@ def facts_direct(
     facts: dict[str, dict[str, Any]] = {}
     for h in hosts:
         data = dict(results[h]["node_facts"])
-        _write_json(out / f"{h}.json", data)
+        write_json(out / f"{h}.json", data)
         facts[h] = data
     return facts

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout import assets
+from rollout.ansible.gathering import facts_direct
 from rollout.ansible.outcomes import (
     ApplyResult,
     HostResult,
@@ -45,42 +45,17 @@ from rollout.ansible.outcomes import (
     timed_out,
 )
 from rollout.ansible.payloads import ApplyPayload, Backup, RestorePayload
+from rollout.ansible.settings import ENV, path_with_ansible, write_json
 from rollout.errors import ExternalError, InputError, Location
 from rollout.fanout import DEFAULT_FORKS, workers
 
 # what callers of rollout.ansible.runner import from here, though it now lives beside it
 __all__ = [
-    "ENV",
     "AnsibleRunner",
     "HostResult",
     "HostStatus",
     "TaskEvent",
 ]
-
-
-def _path_with_ansible() -> str:
-    """PATH with this interpreter's bin directory first, so the ansible-playbook installed with
-    this package runs even when its virtualenv is not activated."""
-    here = str(Path(sys.executable).parent)
-    path = os.environ.get("PATH", os.defpath)
-    return path if path.split(os.pathsep)[0] == here else here + os.pathsep + path
-
-
-#: Settings that keep Ansible's per-run overhead low and its behaviour predictable.
-ENV: dict[str, str] = {
-    "ANSIBLE_PIPELINING": "True",
-    "ANSIBLE_SSH_ARGS": "-C -o ControlMaster=auto -o ControlPersist=300s",
-    # one master connection per node, shared by preflight, apply, verify and restore runs, and
-    # by the restore that runs the node step over plain ssh (rollout/ansible/direct.py)
-    "ANSIBLE_SSH_CONTROL_PATH_DIR": str(Path.home() / ".ansible" / "cp"),
-    "ANSIBLE_SSH_CONTROL_PATH": "%(directory)s/%%C",
-    "ANSIBLE_GATHERING": "explicit",
-    "ANSIBLE_FACT_CACHING": "memory",
-    "ANSIBLE_RETRY_FILES_ENABLED": "False",
-    "ANSIBLE_INTERPRETER_PYTHON": "auto_silent",
-    "ANSIBLE_DEPRECATION_WARNINGS": "False",
-    "ANSIBLE_NOCOLOR": "True",
-}
 
 
 PLAYBOOK_TIMEOUT_S = 900.0
@@ -136,19 +111,6 @@ def _tail(r: Any, limit: int = 400) -> str:
     return " ".join(text.split())[-limit:] or "no output"
 
 
-def _write_json(path: Path, data: Any) -> None:
-    """Write JSON atomically (tmp + fsync + rename), readable by the owner only."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
-
-
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -184,7 +146,7 @@ class AnsibleRunner:
         self.envvars = {
             **ENV,
             "ANSIBLE_ROLES_PATH": str(self.playbook_dir / "roles"),
-            "PATH": _path_with_ansible(),
+            "PATH": path_with_ansible(),
             **(envvars or {}),
         }
         self._busy: set[int] = set()
@@ -309,8 +271,6 @@ class AnsibleRunner:
         """
         out = Path(out_dir) if out_dir else self.root / "facts"
         if hosts and hostvars is not None:
-            from rollout.ansible.gathering import facts_direct  # it imports this module
-
             direct_facts = facts_direct(hosts, hostvars, out, self.playbook_dir, self.forks)
             if direct_facts is not None:
                 return direct_facts
@@ -347,7 +307,7 @@ class AnsibleRunner:
         """
         base = self.change_dir(change_id)
         for host, payload in payloads.items():
-            _write_json(base / "apply" / f"{host}.json", payload.as_json())
+            write_json(base / "apply" / f"{host}.json", payload.as_json())
         result = self.run(
             "apply.yml",
             inventory,
@@ -362,7 +322,7 @@ class AnsibleRunner:
         for host, h in result.hosts.items():
             manifest = (h.report or {}).get("manifest")
             if isinstance(manifest, Mapping):
-                _write_json(base / "backups" / host / "manifest.json", manifest)
+                write_json(base / "backups" / host / "manifest.json", manifest)
         return ApplyResult(result, {h: self.backup(change_id, h) for h in sorted(payloads)})
 
     def backup(self, change_id: str, host: str) -> Backup | None:
@@ -382,7 +342,7 @@ class AnsibleRunner:
         """Write each host's restore payload and run restore.yml on those hosts."""
         base = self.change_dir(change_id)
         for host, payload in payloads.items():
-            _write_json(base / "restore" / f"{host}.json", payload.as_json())
+            write_json(base / "restore" / f"{host}.json", payload.as_json())
         return self.run(
             "restore.yml",
             inventory,

@@ -37,8 +37,8 @@ from rollout.ansible.runner import (
     HostResult,
     HostStatus,
     TaskEvent,
-    _write_json,
 )
+from rollout.ansible.settings import write_json
 from rollout.errors import RolloutError
 from rollout.fanout import DEFAULT_FORKS
 from rollout.models import NodeChange
@@ -159,7 +159,7 @@ class PlaybookNodeRunner:
         the same backup manifest kept on the controller."""
         base = self.ansible.change_dir(change_id)
         for host, payload in payloads.items():
-            _write_json(base / "apply" / f"{host}.json", payload.as_json())
+            write_json(base / "apply" / f"{host}.json", payload.as_json())
         results = self._run_direct(
             "apply",
             {h: {"action": "apply", "payload": p.as_json()} for h, p in payloads.items()},
@@ -168,7 +168,7 @@ class PlaybookNodeRunner:
         for host, h in results.items():
             manifest = (h.report or {}).get("manifest")
             if isinstance(manifest, Mapping):
-                _write_json(base / "backups" / host / "manifest.json", manifest)
+                write_json(base / "backups" / host / "manifest.json", manifest)
         return results
 
     def restore(

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from rollout.ansible import direct
-from rollout.ansible.runner import ENV
+from rollout.ansible.settings import ENV
 
 LAB_VARS = {
     "ansible_host": "10.1.2.3",
