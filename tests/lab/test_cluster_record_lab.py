@@ -22,6 +22,7 @@ import json
 import shutil
 import tempfile
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,26 +63,50 @@ def _marks(lab: Lab, node: str) -> dict[str, str]:
     return {k: v for k, v in notes.items() if k.startswith("rollout.dev/")}
 
 
+@dataclass
+class TwoMachines:
+    """Two lab nodes (the first the canary), a lock namespace of the test's own, the inventory
+    and plan, every node's files before the change, and machines A and B."""
+
+    names: list[str]
+    canary: list[str]
+    ns: str
+    lock: list[str]
+    inv: Path
+    plan: Path
+    before: dict[str, dict[str, str]]
+    a: dict[str, str]
+    b: dict[str, str]
+
+    def apply(self, env: dict[str, str] | None = None) -> Any:
+        args = ["apply", "--plan", str(self.plan), "-i", str(self.inv), "--canary", "--yes"]
+        return ck.cli([*args, "-o", "json", *self.lock], env or self.a)
+
+
+def _two_machines(
+    lab: Lab, lab_nodes: Any, tmp_path: Path, homes: list[Path], ns: str
+) -> TwoMachines:
+    names = lab_nodes(2).names
+    canary = names[:1]
+    return TwoMachines(
+        names=names,
+        canary=canary,
+        ns=ns,
+        lock=_namespace(lab, ns),
+        inv=ck.inventory(lab, names, canary, tmp_path / "inv.ini"),
+        plan=ck.plan(tmp_path / "plan.yaml", dict.fromkeys(names, "kubeadm")),
+        before={n: ck.snapshot(lab, n) for n in names},
+        a=_machine(lab, tmp_path / "a", homes[0]),
+        b=_machine(lab, tmp_path / "b", homes[1]),
+    )
+
+
 def test_status_and_rollback_from_a_second_machine_after_the_first_is_lost(
     lab: Lab, lab_nodes: Any, tmp_path: Path, homes: list[Path]
 ) -> None:
-    names = lab_nodes(2).names
-    canary = names[:1]
-    ns = "rollout-record-lab"
-    code, out = lab.api.request(
-        "POST", "/api/v1/namespaces", {"metadata": {"name": ns}, "kind": "Namespace"}
-    )
-    assert code == 201, out
-    lock = ["--lock-namespace", ns]
-    inv = ck.inventory(lab, names, canary, tmp_path / "inv.ini")
-    plan = ck.plan(tmp_path / "plan.yaml", dict.fromkeys(names, "kubeadm"))
-    before = {n: ck.snapshot(lab, n) for n in names}
-    a, b = _machine(lab, tmp_path / "a", homes[0]), _machine(lab, tmp_path / "b", homes[1])
-
-    r = ck.cli(
-        ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json", *lock],
-        a,
-    )
+    w = _two_machines(lab, lab_nodes, tmp_path, homes, "rollout-record-lab")
+    names, canary, lock, inv, before, a, b = w.names, w.canary, w.lock, w.inv, w.before, w.a, w.b
+    r = w.apply()
     assert r.returncode == 0, r.stderr
     change = json.loads(r.stdout)["change"]
     assert "cluster record" not in r.stderr, r.stderr  # no mirror write failed
@@ -116,13 +141,9 @@ def test_status_and_rollback_from_a_second_machine_after_the_first_is_lost(
 def test_resume_from_a_second_machine_after_the_first_died_mid_apply(
     lab: Lab, lab_nodes: Any, tmp_path: Path, homes: list[Path]
 ) -> None:
-    names = lab_nodes(2).names
-    canary = names[:1]
-    lock = _namespace(lab, "rollout-record-resume")
-    inv = ck.inventory(lab, names, canary, tmp_path / "inv.ini")
-    plan = ck.plan(tmp_path / "plan.yaml", dict.fromkeys(names, "kubeadm"))
-    before = {n: ck.snapshot(lab, n) for n in names}
-    a, b = _machine(lab, tmp_path / "a", homes[0]), _machine(lab, tmp_path / "b", homes[1])
+    w = _two_machines(lab, lab_nodes, tmp_path, homes, "rollout-record-resume")
+    names, canary, lock, inv, plan, before = w.names, w.canary, w.lock, w.inv, w.plan, w.before
+    a, b = w.a, w.b
 
     killed = {**a, FAILPOINT_ENV: f"apply:done:{canary[0]}"}  # files written, not verified
     args = ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"]
@@ -153,14 +174,9 @@ def test_resume_from_a_second_machine_after_the_first_died_mid_apply(
 def test_serve_with_its_own_state_directory_rolls_back_on_a_node_alert(
     lab: Lab, lab_nodes: Any, tmp_path: Path, homes: list[Path]
 ) -> None:
-    names = lab_nodes(2).names
-    canary = names[:1]
-    ns = "rollout-record-serve"
-    lock = _namespace(lab, ns)
-    inv = ck.inventory(lab, names, canary, tmp_path / "inv.ini")
-    plan = ck.plan(tmp_path / "plan.yaml", dict.fromkeys(names, "kubeadm"))
-    before = {n: ck.snapshot(lab, n) for n in names}
-    a = _machine(lab, tmp_path / "a", homes[0])
+    w = _two_machines(lab, lab_nodes, tmp_path, homes, "rollout-record-serve")
+    names, canary, lock, inv, plan, before = w.names, w.canary, w.lock, w.inv, w.plan, w.before
+    a = w.a
     args = ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"]
     r = ck.cli([*args, *lock], a)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -216,14 +232,9 @@ def test_rollback_puts_back_the_nodes_own_copy_when_every_other_copy_is_lost(
     """Machine A applied, then is lost, and the record's backup ConfigMaps are deleted too: the
     journal (in the record) still names every original file's sha256, and the node kept the
     bytes under /var/lib/rollout/backups/<id>/; rollback from machine B restores from there."""
-    names = lab_nodes(2).names
-    canary = names[:1]
-    ns = "rollout-record-node"
-    lock = _namespace(lab, ns)
-    inv = ck.inventory(lab, names, canary, tmp_path / "inv.ini")
-    plan = ck.plan(tmp_path / "plan.yaml", dict.fromkeys(names, "kubeadm"))
-    before = {n: ck.snapshot(lab, n) for n in names}
-    a, b = _machine(lab, tmp_path / "a", homes[0]), _machine(lab, tmp_path / "b", homes[1])
+    w = _two_machines(lab, lab_nodes, tmp_path, homes, "rollout-record-node")
+    names, canary, lock, inv, plan, before = w.names, w.canary, w.lock, w.inv, w.plan, w.before
+    ns, a, b = w.ns, w.a, w.b
     args = ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"]
     r = ck.cli([*args, *lock], a)
     assert r.returncode == 0, r.stderr[-3000:]
