@@ -30,6 +30,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path as FsPath
 from typing import Any, Protocol
 
@@ -42,9 +43,28 @@ An entry of a newer version is refused by name, never guessed at: a rollback mus
 record it cannot read (``tests/unit/test_journal.py::test_an_entry_of_a_newer_schema_is_refused``).
 """
 
-CHANGE_STEP = "change"
+
+class Kind(StrEnum):
+    """Every kind of change-level entry (``Entry.node`` None), the one place their names are
+    spelled; node entries carry a :class:`rollout.models.Step`. What each one's ``data`` holds
+    and how it moves a change's status is :mod:`rollout.change.replaying`
+    (``tests/unit/test_journal.py::test_every_entry_kind_is_named_from_the_catalogue``)."""
+
+    CHANGE = "change"  # begin (plan, inventory, intent, batches, who), then done/failed + outcome
+    GATE = "gate"  # the gate's soak over nodes: begin, then done with its verdict
+    VERDICT = "verdict"  # one gate evaluation: status, reason, inputs
+    TRIGGER = "trigger"  # what asked for a rollback (gate, alert, watch) and which nodes
+    RECOVERY = "recovery"  # after an automatic rollback: which rejected owners run again
+    REQUEST = "request"  # a rollback handed to the change's owner (the Lease holder)
+    EVIDENCE = "evidence"  # an evidence collection: label, nodes, file, each check's result
+    DRAIN_OVERRIDES = "drain-overrides"  # drain flags given (what the drains may lose)
+    PREFLIGHT_FORCED = "preflight-forced"  # device refusals overridden: reason, refusals
+    REJECTIONS_ACCEPTED = "predicted-rejections-accepted"  # the operator's accepted predictions
+
+
+CHANGE_STEP = Kind.CHANGE
 """The step name of change-level entries (node is None): begin, then done/failed with an outcome."""
-EVIDENCE_STEP = "evidence"
+EVIDENCE_STEP = Kind.EVIDENCE
 """The step name of an evidence collection's entry (node is None; ``rollout.cli.collect``):
 label, nodes, file and each check's result."""
 

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from rollout.change.applying import apply_batch
-from rollout.change.journal import CHANGE_STEP
+from rollout.change.journal import CHANGE_STEP, Kind
 from rollout.change.planning import Batch
 from rollout.change.replaying import ChangeStatus, status_of
 from rollout.change.restoring import Context, restore_nodes
@@ -36,11 +36,11 @@ from rollout.interrupt import StopReason, StopRequested
 from rollout.models import NodeChange, NodeState, Path, Phase, Verdict, VerdictStatus
 from rollout.protocols import Gate
 
-GATE_STEP = "gate"
+GATE_STEP = Kind.GATE
 """The step name of gate entries (node is None): ``begin`` when the soak starts (``nodes``),
 ``done`` with the verdict (``status``, ``reason``, ``nodes``)."""
 
-REQUEST_STEP = "request"
+REQUEST_STEP = Kind.REQUEST
 """The step name of the entry the owner journals when a rollback is handed to it (node None:
 ``by``, ``nodes``, ``request``, ``force``) before it restores anything."""
 

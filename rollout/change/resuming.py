@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rollout.change.applying import apply_and_verify
-from rollout.change.journal import CHANGE_STEP, Entry
+from rollout.change.journal import CHANGE_STEP, Entry, Kind
 from rollout.change.orchestrator import (
     GATE_STEP,
     REQUEST_STEP,
@@ -60,7 +60,7 @@ def unfinished_gate(entries: Sequence[Entry], has_gate: bool) -> UnfinishedGate 
         for e in entries
         if e.step == GATE_STEP and e.phase is Phase.DONE
     }
-    triggers = [e for e in entries if e.step == "trigger" and e.data.get("trigger") == "gate"]
+    triggers = [e for e in entries if e.step == Kind.TRIGGER and e.data.get("trigger") == "gate"]
     for point in reversed(points):
         if not point or any(
             n not in status.nodes or status.nodes[n].state is not NodeState.APPLIED for n in point

@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from rollout.change.journal import Journal, new_change_id, state_dir
+from rollout.change.journal import Journal, Kind, new_change_id, state_dir
 from rollout.change.orchestrator import run_change
 from rollout.change.plan import load_plan
 from rollout.change.planning import DrainOverrides, parse_strategy
@@ -92,14 +92,14 @@ def journal_consents(journal: Journal, prepared: Any, force: str | None, now: da
     rejections accepted (``predicted-rejections-accepted``)."""
     if prepared.forced:
         journal.append(
-            "preflight-forced",
+            Kind.PREFLIGHT_FORCED,
             Phase.DONE,
             now=now,
             data={"reason": force, "refusals": list(prepared.forced)},
         )
     if prepared.accepted:
         journal.append(
-            "predicted-rejections-accepted",
+            Kind.REJECTIONS_ACCEPTED,
             Phase.DONE,
             now=now,
             data={"rejections": list(prepared.accepted)},

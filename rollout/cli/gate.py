@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from rollout.change.journal import Kind
 from rollout.cli.options import kube_options, output_option
 from rollout.errors import ExternalError, InputError, Location, NodeOperationError, RolloutError
 from rollout.gate.analysis import GateConfig, Outcome, Predicted, parse_gate_config
@@ -268,7 +269,7 @@ def watch(
     if verdict.status is Outcome.FAILED:
         if no_rollback:
             raise NodeOperationError(f"gate Failed; not rolled back (--no-rollback): {targets}")
-        record("trigger", {"trigger": "gate", "nodes": targets, "reason": verdict.reason})
+        record(Kind.TRIGGER, {"trigger": "gate", "nodes": targets, "reason": verdict.reason})
         metrics.rollbacks.labels(trigger="gate").inc()
         cli_rollback(change_id, targets, "rollout watch: gate Failed", kube_args)
         raise NodeOperationError(f"gate Failed; rolled back {', '.join(targets)}")

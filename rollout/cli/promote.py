@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from rollout.change.journal import Journal
+from rollout.change.journal import Journal, Kind
 from rollout.change.orchestrator import ROLLBACK_INFO
 from rollout.change.plan import load_plan
 from rollout.change.planning import DrainOverrides
@@ -46,7 +46,7 @@ from .wiring import (
 
 def last_gate(journal: Journal) -> Mapping[str, Any] | None:
     """The last ``gate`` entry's data (``status``, ``reason``, ``nodes``), or None."""
-    gates = [e for e in journal.entries() if e.step == "gate" and e.phase is Phase.DONE]
+    gates = [e for e in journal.entries() if e.step == Kind.GATE and e.phase is Phase.DONE]
     return gates[-1].data if gates else None
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from rollout.change.journal import Kind
 from rollout.change.plan import load_plan, recorded_plan
 from rollout.change.previewing import predicted_rejections
 from rollout.change.replaying import ChangeStatus, replay
@@ -142,7 +143,7 @@ def _resume_later_batches(
         )
     inv = read_inventory(_info_path(ctx.journal, "inventory", inventory))
     # a change started with --force over device refusals carries that consent to its resume
-    forced = any(e.step == "preflight-forced" for e in ctx.journal.entries())
+    forced = any(e.step == Kind.PREFLIGHT_FORCED for e in ctx.journal.entries())
     moved = {n for n, s in settled.nodes.items() if s.state is not NodeState.PENDING}
     prepared = (
         _preflight(

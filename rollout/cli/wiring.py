@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from rollout.change.journal import Journal
+from rollout.change.journal import Journal, Kind
 from rollout.change.orchestrator import NoGate, summary
 from rollout.change.plan import Plan, recorded_plan
 from rollout.change.planning import DrainOverrides, DrainPolicy, parse_strategy
@@ -354,7 +354,7 @@ def _preflight(
         facts.close()
 
 
-OVERRIDES_STEP = "drain-overrides"
+OVERRIDES_STEP = Kind.DRAIN_OVERRIDES
 """The journal entry ``apply`` and ``promote`` write when drain flags were given (``flags``,
 ``pods``); ``resume`` and ``rollback`` run on with the same allowances."""
 

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path as FsPath
 from typing import Any
 
-from rollout.change.journal import CHANGE_STEP, Entry, Journal
+from rollout.change.journal import CHANGE_STEP, Entry, Journal, Kind
 from rollout.change.replaying import NodeStatus, _apply_entry, replay
 from rollout.errors import InputError, Location
 from rollout.evidence.checks import Check, Collection, evaluate, overall, parse_collections
@@ -136,21 +136,21 @@ def _counts(inputs: Mapping[str, Any]) -> tuple[str, int, int] | None:
 
 def _decision(e: Entry) -> GateDecision | None:
     d = e.data
-    if e.step == "gate":
+    if e.step == Kind.GATE:
         if e.phase is not Phase.DONE:
             return None  # the soak began; the verdict is the done entry
         return GateDecision(
             e.ts, "gate", str(d.get("status", "")), str(d.get("reason", "")),
             tuple(d.get("nodes") or ()),
         )  # fmt: skip
-    if e.step == "recovery":  # after an automatic rollback: do the rejected owners run again?
+    if e.step == Kind.RECOVERY:  # after an automatic rollback: do the rejected owners run again?
         down = [str(o) for o in d.get("notRunning") or ()]
         up = [str(o) for o in d.get("running") or ()]
         said = [f"Running again: {', '.join(up)}"] if up else []
         said += [f"NOT Running after {d.get('waited', 0):g}s: {', '.join(down)}"] if down else []
         status = "workload NOT running" if down else "workload running"
         return GateDecision(e.ts, "recovery", status, "; ".join(said))
-    if e.step != "verdict":
+    if e.step != Kind.VERDICT:
         return None
     inputs = d.get("inputs") or {}
     threshold = (inputs.get("config") or {}).get("threshold")

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rollout.change.journal import Journal, read_entries
+from rollout.change.journal import Journal, Kind, read_entries
 from rollout.change.replaying import ChangeStatus, replay
 from rollout.errors import RolloutError
 from rollout.gate.alerting import Owner, owner_of
@@ -102,7 +102,7 @@ def journal_recorder(
 
     def record(change_id: str, data: Mapping[str, Any]) -> None:
         journal = opener(change_id) if opener else Journal.open(root, change_id)
-        journal.append("trigger", Phase.DONE, now=datetime.now(UTC), data=data)
+        journal.append(Kind.TRIGGER, Phase.DONE, now=datetime.now(UTC), data=data)
 
     return record
 

@@ -21,6 +21,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from rollout.change.journal import Kind
 from rollout.errors import RolloutError
 from rollout.gate.analysis import (
     Baseline,
@@ -180,7 +181,9 @@ class SoakGate:
         if self.metrics is not None:
             self.metrics.observe(verdict)
         if self.record is not None:
-            self.record("verdict", {"change": change_id, "nodes": list(nodes), **verdict.as_dict()})
+            self.record(
+                Kind.VERDICT, {"change": change_id, "nodes": list(nodes), **verdict.as_dict()}
+            )
         if self.events is not None:
             when = datetime.fromtimestamp(verdict.at, UTC)
             reason = EVENT_REASONS[verdict.status]
@@ -311,7 +314,7 @@ class RollbackPolicyGate:
             targets = rollback_targets(verdict, self.gate.cfg, nodes, pool)
             if self.record is not None:
                 self.record(
-                    "trigger",
+                    Kind.TRIGGER,
                     {
                         "change": change_id,
                         "trigger": "gate",
@@ -364,7 +367,7 @@ class RollbackPolicyGate:
         down = [o for o in owners if not state[o]]
         if self.record is not None:
             self.record(
-                "recovery",
+                Kind.RECOVERY,
                 {
                     "change": change_id,
                     "running": up,

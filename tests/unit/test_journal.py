@@ -320,3 +320,38 @@ def test_an_entry_of_a_newer_schema_is_refused(tmp_path: Path) -> None:
         f.write(json.dumps(newer) + "\n")
     with pytest.raises(InputError, match=f"schema v{SCHEMA_VERSION + 1}, written by a newer"):
         Journal.open(tmp_path, "c").entries()
+
+
+def test_every_entry_kind_is_named_from_the_catalogue() -> None:
+    """No module spells a change-level entry's step name itself: the names written
+    (``append``/``record``'s first argument) and compared (``e.step == ...``) come from
+    ``rollout.change.journal.Kind``, so a renamed or new kind is one edit, and the replay, the
+    crash matrix and the report read the same names."""
+    import ast
+
+    from rollout.change.journal import Kind
+
+    names = {k.value for k in Kind}
+    root = Path(__file__).resolve().parents[2] / "rollout"
+    spelled = []
+    for f in sorted(root.rglob("*.py")):
+        if f.name == "journal.py" and f.parent.name == "change":
+            continue
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            literals: list[ast.expr] = []
+            if isinstance(node, ast.Call) and node.args:
+                fn = node.func
+                called = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+                if called in ("append", "record"):
+                    literals.append(node.args[0])
+            if isinstance(node, ast.Compare) and any(
+                isinstance(x, ast.Attribute) and x.attr == "step"
+                for x in (node.left, *node.comparators)
+            ):
+                literals += [node.left, *node.comparators]
+            spelled += [
+                f"{f.relative_to(root.parent)}:{x.lineno}: {x.value!r}"
+                for x in literals
+                if isinstance(x, ast.Constant) and x.value in names
+            ]
+    assert spelled == []
