@@ -23,7 +23,7 @@ from rollout.change.plan import load_plan  # noqa: E402
 from rollout.change.preparing import Inventory, node_change  # noqa: E402
 from rollout.lab.cluster import LAB_INTENT  # noqa: E402
 
-FIXTURE = REPO.parent / "shared/fixtures/kubelet/kubeadm-var-lib-kubelet-config.yaml"
+FIXTURE = REPO / "tests/fixtures/kubelet/kubeadm-var-lib-kubelet-config.yaml"
 
 
 def main(n: int = 1000) -> None:

@@ -206,26 +206,48 @@ class PdbRef:
     Attributes:
         namespace: namespace.
         name: name.
-        selector: matchLabels (matchExpressions are treated as matching nothing we can prove).
+        selector: ``spec.selector.matchLabels``; None for a null (absent) selector, which in
+            policy/v1 selects no pod, while an empty one (``{}``) selects every pod of the
+            namespace.
         disruptions_allowed: ``status.disruptionsAllowed``.
         expected_pods: ``status.expectedPods``.
         min_available: ``spec.minAvailable`` when an integer.
+        match_expressions: ``spec.selector.matchExpressions`` as (key, operator, values).
     """
 
     namespace: str
     name: str
-    selector: Mapping[str, str]
+    selector: Mapping[str, str] | None
     disruptions_allowed: int
     expected_pods: int = 0
     min_available: int | None = None
+    match_expressions: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
 
     def matches(self, pod: PodRef) -> bool:
-        """Whether this PDB selects the pod (same namespace, every matchLabel present)."""
-        return (
-            pod.namespace == self.namespace
-            and bool(self.selector)
-            and all(pod.labels.get(k) == v for k, v in self.selector.items())
+        """Whether this PDB selects the pod, as the Eviction API decides: same namespace, every
+        matchLabel and matchExpression holds; ``{}`` selects every pod there, null none."""
+        if pod.namespace != self.namespace or self.selector is None:
+            return False
+        labels = pod.labels
+        return all(labels.get(k) == v for k, v in self.selector.items()) and all(
+            _requirement_holds(labels, key, op, values)
+            for key, op, values in self.match_expressions
         )
+
+
+def _requirement_holds(
+    labels: Mapping[str, str], key: str, op: str, values: tuple[str, ...]
+) -> bool:
+    """One LabelSelectorRequirement (the operators metav1 accepts; any other selects nothing)."""
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    return False
 
 
 @dataclass(frozen=True)

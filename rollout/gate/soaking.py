@@ -143,7 +143,7 @@ class SoakGate:
                 states = [s.state(now, before) for s in self.signals]
                 verdict = evaluate(self.cfg, states, now, self.predicted)
                 self.history.append(verdict)
-                line = f"{verdict.status}: {verdict.reason}"
+                line = progress_line(verdict, states)
                 if line != last_line:
                     # Say what changed, not the same verdict every interval; the soak's end
                     # and the final verdict are reported by the caller.
@@ -196,6 +196,19 @@ class SoakGate:
                     self.events.post(node, reason, text, failed or verdict.holds, when)
                 except RolloutError as e:
                     self.progress(f"event on {node} not posted: {e}")
+
+
+def progress_line(verdict: Verdict, states: Sequence[SignalState]) -> str:
+    """The soak's line for one evaluation: the verdict, except while it is Error only because
+    signals have not delivered their first read (no read failed yet, as right after the soak
+    starts): then it says what it waits for. The verdict itself stays Error, and a soak that
+    ends so holds with it."""
+    if verdict.status is Outcome.ERROR:
+        erring = [f.signal for f in verdict.findings if f.outcome is Outcome.ERROR]
+        pending = {s.name for s in states if not s.has_data and s.last_error is None}
+        if erring and all(name in pending for name in erring):
+            return f"waiting for the first samples from {', '.join(erring)}"
+    return f"{verdict.status}: {verdict.reason}"
 
 
 def _with_inputs(

@@ -224,15 +224,19 @@ def to_pdb_ref(b: dict[str, Any]) -> PdbRef:
     """A PodDisruptionBudget (the API server's JSON) as a :class:`PdbRef`."""
     spec = b.get("spec") or {}
     status = b.get("status") or {}
-    sel = (spec.get("selector") or {}).get("matchLabels") or {}
+    sel = spec.get("selector")
     min_avail = spec.get("minAvailable")
     return PdbRef(
         namespace=b["metadata"]["namespace"],
         name=b["metadata"]["name"],
-        selector=dict(sel),
+        selector=None if sel is None else dict(sel.get("matchLabels") or {}),
         disruptions_allowed=int(status.get("disruptionsAllowed") or 0),
         expected_pods=int(status.get("expectedPods") or 0),
         min_available=min_avail if isinstance(min_avail, int) else None,
+        match_expressions=tuple(
+            (str(r["key"]), str(r["operator"]), tuple(str(v) for v in r.get("values") or ()))
+            for r in (sel or {}).get("matchExpressions") or ()
+        ),
     )
 
 

@@ -10,6 +10,10 @@ json`` shows them). Method names and arguments are those of the typed classes, s
 
 Errors are the client's own :class:`ApiException` (status, reason, body), so callers decide over
 4xx answers as before and :func:`rollout.kube.client.call` retries connection errors and 5xx.
+
+``ApiClient.param_serialize`` and ``ApiException.from_response`` exist only in clients generated
+by OpenAPI Generator v7: kubernetes 37.0.0 is the first such release (36.0.3 still has the legacy
+generator's ``call_api(resource_path, method, ...)``), hence ``kubernetes>=37`` in pyproject.toml.
 """
 
 from __future__ import annotations

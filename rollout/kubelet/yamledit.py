@@ -16,7 +16,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-_PLAIN = re.compile(r"^[A-Za-z/][A-Za-z0-9_./:@-]*$")
+# Plain (unquoted) only if no parser can read it as anything but this string: a trailing ":" would
+# make ``k: foo:`` a ScannerError and ``- foo:`` a mapping, so the last character is never ":".
+_PLAIN = re.compile(r"^[A-Za-z/](?:[A-Za-z0-9_./:@-]*[A-Za-z0-9_./@-])?$")
+# Characters json.dumps(ensure_ascii=False) leaves raw that a YAML reader does not give back inside
+# a double-quoted scalar: outside YAML's printable set (PyYAML: "unacceptable character") or a line
+# break YAML folds (NEL, LS, PS). Written as \uXXXX escapes, which JSON and YAML share.
+_UNQUOTABLE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
 _YAML11_WORDS = "y n yes no on off true false null ~"
 _YAML11_SPECIAL = frozenset(
     w2 for w in _YAML11_WORDS.split() for w2 in (w, w.capitalize(), w.upper())
@@ -34,7 +40,8 @@ def scalar(value: Any) -> str:
     text = str(value)
     if _PLAIN.match(text) and text not in _YAML11_SPECIAL:
         return text
-    return json.dumps(text, ensure_ascii=False)
+    quoted = json.dumps(text, ensure_ascii=False)
+    return _UNQUOTABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", quoted)
 
 
 def emit(key: str, value: Any, indent: int = 0, list_indent: int = 0) -> list[str]:

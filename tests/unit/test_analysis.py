@@ -484,3 +484,55 @@ def test_rollback_targets_follow_the_policy(policy: str, expected: list[str]) ->
     v = evaluate(cfg, [sig({"a": nc(5, 3), "b": nc(5)})], now=0)
     assert rollback_targets(v, cfg, ["a", "b"]) == expected
     assert rollback_targets(evaluate(cfg, [sig({"a": nc(5), "b": nc(5)})], 0), cfg, ["a"]) == []
+
+
+class LateSignal:
+    """A signal with no good read until ``first_at`` seconds into the soak (``error``: the
+    failure its reads give until then; None: none failed, the first read is just not in)."""
+
+    name = "api"
+
+    def __init__(self, first_at: float, error: str | None = None) -> None:
+        self.first_at, self.error = first_at, error
+        self.t0: float | None = None
+
+    def start(self, nodes: object, control: object = ()) -> None:
+        pass
+
+    def state(self, now: float, baseline_before: bool = False) -> SignalState:
+        self.t0 = now if self.t0 is None else self.t0
+        if now - self.t0 < self.first_at:
+            errors = 1 if self.error else 0
+            return SignalState(self.name, {}, None, errors, self.error, has_data=False)
+        return SignalState(self.name, {"a": nc(5)}, nc(20))
+
+    def stop(self) -> None:
+        pass
+
+
+def soak_lines(signal: LateSignal) -> tuple[Outcome, list[str]]:
+    from rollout.gate.soaking import SoakGate
+
+    clock, lines = FakeClock(), []
+    cfg = GateConfig(soak=60.0, interval=2.0, min_admissions=4)
+    gate = SoakGate(cfg, [signal], clock=clock, sleep=clock.sleep, progress=lines.append)
+    return gate.evaluate("chg-1", ["a"]).status, lines
+
+
+def test_the_soak_says_it_waits_for_the_first_samples_not_error() -> None:
+    status, lines = soak_lines(LateSignal(first_at=4))
+    assert lines[0] == "waiting for the first samples from api (soak: 60s left)"
+    assert not any("Error" in line for line in lines), lines
+    assert lines[-1].startswith("Successful: ") and status is Outcome.SUCCESSFUL
+
+
+def test_a_soak_that_never_gets_data_still_ends_in_error() -> None:
+    status, lines = soak_lines(LateSignal(first_at=999))
+    assert status is Outcome.ERROR  # the verdict is unchanged; only the progress line waits
+    assert lines == ["waiting for the first samples from api (soak: 60s left)"]
+
+
+def test_a_failed_read_before_the_first_samples_is_shown_as_the_error() -> None:
+    status, lines = soak_lines(LateSignal(first_at=999, error="connection refused"))
+    assert status is Outcome.ERROR
+    assert lines == ["Error: api: no data yet (connection refused) (soak: 60s left)"]

@@ -17,6 +17,7 @@ from rollout.change.planning import (
     undrainable,
 )
 from rollout.errors import InputError, Location
+from rollout.kube.nodes import to_pdb_ref
 from rollout.models import NodeFacts, NodeInfo, PdbRef, PodRef
 
 
@@ -97,6 +98,45 @@ def test_blocking_pdbs() -> None:
         "ns/web": (("ns/web-1",), "ALLOWED DISRUPTIONS is 0"),
         "ns/db": (("ns/db-1",), "minAvailable 2 >= 2 expected pods (can never allow a disruption)"),
     }
+
+
+def _pdb(spec: dict[str, object]) -> PdbRef:
+    return to_pdb_ref({"metadata": {"namespace": "ns", "name": "b"}, "spec": spec, "status": {}})
+
+
+def test_an_empty_pdb_selector_selects_every_pod_of_its_namespace_and_a_null_one_none() -> None:
+    """policy/v1: ``selector: {}`` selects every pod in the namespace; no selector, none."""
+    here = [PodRef("ns", "a", labels={"app": "web"}), PodRef("ns", "b")]
+    elsewhere = PodRef("other", "c", labels={"app": "web"})
+    empty = _pdb({"selector": {}, "maxUnavailable": 0})
+    assert [p.name for p in here if empty.matches(p)] == ["a", "b"]
+    assert not empty.matches(elsewhere)
+    null = _pdb({"maxUnavailable": 0})
+    assert not any(null.matches(p) for p in [*here, elsewhere])
+    got = {b.pdb: b.pods for b in blocking_pdbs("n1", here, [empty, null])}
+    assert got == {"ns/b": ("ns/a", "ns/b")}
+
+
+@pytest.mark.parametrize(
+    ("op", "values", "selected"),
+    [
+        ("In", ["web", "api"], ["web", "api"]),
+        ("NotIn", ["web"], ["api", "none"]),
+        ("Exists", [], ["web", "api"]),
+        ("DoesNotExist", [], ["none"]),
+    ],
+)
+def test_pdb_match_expressions_select_as_label_selectors_do(
+    op: str, values: list[str], selected: list[str]
+) -> None:
+    pods = [
+        PodRef("ns", "web", labels={"app": "web", "tier": "fe"}),
+        PodRef("ns", "api", labels={"app": "api", "tier": "fe"}),
+        PodRef("ns", "none", labels={"tier": "fe"}),
+    ]
+    expr = {"key": "app", "operator": op, "values": values}
+    pdb = _pdb({"selector": {"matchLabels": {"tier": "fe"}, "matchExpressions": [expr]}})
+    assert [p.name for p in pods if pdb.matches(p)] == selected
 
 
 def test_capacity() -> None:

@@ -4,14 +4,14 @@ deterministic. Inputs are the real node files plus generated extra fields and re
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rollout.errors import ConflictError
 from rollout.kubelet.intent import build_intent
 from rollout.kubelet.loading import effective, node_from_files
 from rollout.kubelet.render import render
-from rollout.kubelet.yamledit import edit_yaml
+from rollout.kubelet.yamledit import edit_yaml, scalar
 from tests.unit.render_fixtures import fixture_files, real_node
 
 DISTS = ["kubeadm", "k3s", "rke2", "eks-al2", "eks-al2023", "kubespray", "microk8s"]
@@ -58,26 +58,42 @@ def test_render_is_idempotent_and_deterministic(dist: str, reserved: str, policy
 keys = st.from_regex(r"[a-z][a-zA-Z]{2,12}", fullmatch=True).filter(
     lambda k: k not in ("cpuManagerPolicy", "reservedSystemCPUs", "kind", "apiVersion")
 )
-values = st.one_of(st.integers(-5, 500), st.text("abc0:/ ", max_size=8), st.booleans())
+# Text a config value can hold, weighted to YAML's indicators (": ", " #", a trailing ":", quotes,
+# flow and block markers) and the YAML 1.1 words, plus any other character.
+texts = st.one_of(
+    st.text("abc0:/ #'\"-[]{},&*!|>%@`", max_size=8),
+    st.sampled_from(["foo:", "a::", "y", "No", "null", "~", "- a", "a #b", "0x1f", "1e3"]),
+    st.text(max_size=8),
+)
+values = st.one_of(st.integers(-5, 500), texts, st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=texts)
+@example(text="foo:")
+def test_a_scalar_reads_back_unchanged_as_value_item_and_key(text: str) -> None:
+    import yaml
+
+    s = scalar(text)
+    assert yaml.safe_load(f"k: {s}\n") == {"k": text}, s
+    assert yaml.safe_load(f"k:\n- {s}\n") == {"k": [text]}, s
+    assert yaml.safe_load(f"{s}: 1\n") == {text: 1}, s
 
 
 @settings(max_examples=60, deadline=None)
-@given(extra=st.dictionaries(keys, values, max_size=5), reserved=cpus)
-def test_yaml_edit_keeps_other_fields(extra: dict[str, object], reserved: str) -> None:
+@given(extra=st.dictionaries(keys, values, max_size=5), reserved=cpus, policy=texts)
+def test_yaml_edit_keeps_other_fields(extra: dict[str, object], reserved: str, policy: str) -> None:
+    """Other fields of every type (strings too) survive an edit, and a set string reads back."""
     import yaml
 
     base = fixture_files("kubespray")["/etc/kubernetes/kubelet-config.yaml"].decode()
-    text = base + "".join(
-        f"{k}: {yaml.safe_dump(v).splitlines()[0]}\n"
-        for k, v in extra.items()
-        if not isinstance(v, str)
-    )
+    text = base + "".join(yaml.safe_dump({k: v}, allow_unicode=True) for k, v in extra.items())
     before = yaml.safe_load(text)
     after = yaml.safe_load(
-        edit_yaml(text, {"reservedSystemCPUs": reserved, "cpuManagerPolicy": "static"})
+        edit_yaml(text, {"reservedSystemCPUs": reserved, "cpuManagerPolicy": policy})
     )
     assert after.pop("reservedSystemCPUs") == reserved
-    after.pop("cpuManagerPolicy")
+    assert after.pop("cpuManagerPolicy") == policy
     before.pop("cpuManagerPolicy", None)
     assert after == before
 

@@ -5,16 +5,20 @@ kube-apiserver; this pins the transport details that the lab would only show as 
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
+import tomllib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes.client import Configuration
 from kubernetes.client.api_client import ApiClient
 from kubernetes.client.exceptions import ApiException
+from packaging.requirements import Requirement
 
 from rollout.kube.client import Api, call, for_client
 
@@ -175,3 +179,31 @@ def test_a_watch_closed_early_stops_reading(api: Api) -> None:
 
 def test_the_node_proxy_returns_status_and_raw_bytes(api: Api) -> None:
     assert api.core.connect_get_node_proxy_with_path("n1", "healthz") == (200, b"ok")
+
+
+def test_the_installed_client_has_the_v7_calls_rest_uses() -> None:
+    """rest.py's contract with the generated client: the keywords it passes exist."""
+    serialize = inspect.signature(ApiClient.param_serialize).parameters
+    for name in (
+        "method",
+        "resource_path",
+        "query_params",
+        "header_params",
+        "body",
+        "auth_settings",
+    ):
+        assert name in serialize, name
+    assert "_request_timeout" in inspect.signature(ApiClient.call_api).parameters
+    assert {"http_resp", "body", "data"} <= set(
+        inspect.signature(ApiException.from_response).parameters
+    )
+
+
+def test_the_kubernetes_floor_excludes_the_legacy_generator_clients() -> None:
+    """36.0.3 is the last release of the legacy generator (no ``param_serialize``: it installs,
+    then fails at the first request); 37.0.0 is the first OpenAPI Generator v7 client."""
+    meta = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    (req,) = [Requirement(d) for d in meta["project"]["dependencies"] if d.startswith("kubernetes")]
+    assert not req.specifier.contains("36.0.3"), req
+    assert not req.specifier.contains("31.0.0"), req
+    assert req.specifier.contains("37.0.0"), req

@@ -6,6 +6,7 @@ provenance notes); no file in the project reads a directory outside the checkout
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -18,6 +19,10 @@ OUTSIDE = (
     "parents[2]" + ".parent",
     "parents[1].par" + "ent",
 )
+
+# a path built from the checkout's parent (``REPO.parent / "shared/..."``) or naming the shared
+# directory as a relative path; built from pieces, like OUTSIDE
+BESIDE = re.compile(r"\b(?:REPO|ROOT|HERE)\.par" + r"ent\b|[\"']shar" + r"ed/")
 
 
 def tracked_text_files() -> list[Path]:
@@ -54,3 +59,21 @@ def test_fixtures_live_in_the_repository_with_their_provenance() -> None:
         text = p.read_text(encoding="utf-8")
         has_note = "[fixture]" in text or f"{p.name}.source.txt" in names
         assert has_note, f"{p.name}: no provenance line and no {p.name}.source.txt"
+
+
+def test_no_code_in_rollout_or_benchmarks_reads_beside_the_checkout() -> None:
+    """The shared fixture set sits beside the checkout; rollout/ and benchmarks/ read only the
+    repository's own copies (``tests/fixtures/``)."""
+    code = [
+        p
+        for p in tracked_text_files()
+        if p.relative_to(REPO).parts[0] in {"rollout", "benchmarks"} and p.suffix == ".py"
+    ]
+    assert any(p.name == "preflight_bench.py" for p in code)
+    hits = [
+        f"{p.relative_to(REPO)}:{n}: {line.strip()}"
+        for p in code
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if BESIDE.search(line) or any(o in line for o in OUTSIDE)
+    ]
+    assert not hits, "reads beside the checkout:\n" + "\n".join(hits)
