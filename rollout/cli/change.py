@@ -26,6 +26,7 @@ from rollout.change.replaying import replay
 from rollout.change.windows import guard, parse_windows
 from rollout.cli.gate import GATE_HOLDS_EXIT, gate_config
 from rollout.errors import InputError, Location, PreflightError
+from rollout.fanout import DEFAULT_FORKS
 from rollout.models import NodeState, Phase
 
 from .options import drain_options, inventory_option, kube_options, output_option, plan_option
@@ -60,15 +61,23 @@ def _import_kube() -> None:
 
 
 def _collect(
-    journal: Journal, label: str, api: Any, inv: Any, nodes: list[str], raw_facts: Any = None
+    journal: Journal,
+    label: str,
+    api: Any,
+    inv: Any,
+    nodes: list[str],
+    raw_facts: Any = None,
+    forks: int = DEFAULT_FORKS,
 ) -> tuple[Any, str | None]:
-    """Collect ``label`` evidence of ``nodes`` into ``evidence.json`` beside the journal: the
-    collection, or None and why it failed (a failed collection never stops the change)."""
+    """Collect ``label`` evidence of ``nodes`` into ``evidence.json`` beside the journal (at
+    most ``forks`` hosts at once): the collection, or None and why it failed (a failed
+    collection never stops the change)."""
     from rollout.cli.collect import collect
     from rollout.evidence.report import EVIDENCE_FILE
 
     try:
-        return collect(label, api, inv, nodes, journal.dir / EVIDENCE_FILE, raw_facts), None
+        target = journal.dir / EVIDENCE_FILE
+        return collect(label, api, inv, nodes, target, raw_facts, forks=forks), None
     except Exception as e:
         return None, str(e) or type(e).__name__
 
@@ -303,7 +312,10 @@ def apply_cmd(
             applied = [n for n in moving if status.nodes[n].state is NodeState.APPLIED]
             if applied:
                 _journal_evidence(
-                    journal, "after", applied, _collect(journal, "after", api, inv, applied)
+                    journal,
+                    "after",
+                    applied,
+                    _collect(journal, "after", api, inv, applied, forks=forks),
                 )
             status = replay(journal.entries(), journal.change_id)  # with its evidence
     _print_status(status, output)

@@ -20,6 +20,7 @@ from typing import Any
 
 from rollout.change.journal import EVIDENCE_STEP, Journal
 from rollout.errors import InputError, Location
+from rollout.fanout import DEFAULT_FORKS
 from rollout.models import Phase
 
 __all__ = ["EVIDENCE_STEP", "collect", "evidence_refusal", "journal_evidence"]
@@ -33,9 +34,11 @@ def collect(
     target: Path,
     raw_facts: Mapping[str, Mapping[str, Any]] | None = None,
     gpu_resource: str = "nvidia.com/gpu",
+    forks: int = DEFAULT_FORKS,
 ) -> dict[str, Any]:
     """Collect ``label`` for ``nodes`` (``raw_facts`` by host when already gathered, else the
-    facts playbook runs), merge it into ``target`` (written in one rename) and return it."""
+    facts playbook runs, at most ``forks`` hosts at once), merge it into ``target`` (written in
+    one rename) and return it."""
     from rollout.ansible.runner import AnsibleRunner
     from rollout.change.inventory import hosts_for
     from rollout.evidence.checks import build_collection, merge_collection, registered_devices
@@ -46,7 +49,7 @@ def collect(
     hosts = hosts_for(inv, list(nodes))
     if raw_facts is None:
         with tempfile.TemporaryDirectory(prefix="rollout-evidence-") as tmp:
-            runner = AnsibleRunner(Path(tmp) / "runner")
+            runner = AnsibleRunner(Path(tmp) / "runner", forks=forks)
             raw_facts = runner.gather_facts(inv.path, hosts, Path(tmp) / "facts", inv.hostvars)
     facts = {inv.node_of(h): f for h, f in raw_facts.items() if h in hosts}
     infos = {n: node_info(api, n) for n in nodes}
