@@ -8,7 +8,7 @@ their objects into these types at the boundary.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -230,15 +230,21 @@ class PdbRef:
             return False
         labels = pod.labels
         return all(labels.get(k) == v for k, v in self.selector.items()) and all(
-            _requirement_holds(labels, key, op, values)
-            for key, op, values in self.match_expressions
+            requirement_holds(labels, key, op, values) for key, op, values in self.match_expressions
         )
 
 
-def _requirement_holds(
-    labels: Mapping[str, str], key: str, op: str, values: tuple[str, ...]
-) -> bool:
-    """One LabelSelectorRequirement (the operators metav1 accepts; any other selects nothing)."""
+def requirement_holds(labels: Mapping[str, str], key: str, op: str, values: Sequence[str]) -> bool:
+    """One label selector requirement: ``In``, ``NotIn``, ``Exists``, ``DoesNotExist`` (and, for
+    node selector terms, ``Gt``/``Lt`` on integer values); any other operator selects nothing."""
+    if op in ("Gt", "Lt"):
+        if key not in labels or not values:
+            return False
+        try:
+            have, want = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return have > want if op == "Gt" else have < want
     if op == "In":
         return key in labels and labels[key] in values
     if op == "NotIn":

@@ -28,6 +28,7 @@ from rollout.kubelet.admission.inputs import (
 )
 from rollout.kubelet.admission.model import Config, Node, Pod, Verdict
 from rollout.kubelet.facts import NodeFacts
+from rollout.models import requirement_holds
 
 CONTROLLERS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet")
 
@@ -101,22 +102,7 @@ class NodePreview:
 
 def _label_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     key, op = str(expr.get("key", "")), str(expr.get("operator", ""))
-    values = [str(v) for v in expr.get("values") or ()]
-    if op == "In":
-        return key in labels and labels[key] in values
-    if op == "NotIn":
-        return key not in labels or labels[key] not in values
-    if op == "Exists":
-        return key in labels
-    if op == "DoesNotExist":
-        return key not in labels
-    if op in ("Gt", "Lt") and key in labels and values:
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
+    return requirement_holds(labels, key, op, [str(v) for v in expr.get("values") or ()])
 
 
 def _term_matches(term: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
