@@ -124,7 +124,8 @@ def sync_change(
 ) -> str:
     """Bring this machine's cached journal of ``change_id`` up to the cluster record: entries
     another machine appended since (the record is longer and begins with every byte here) are
-    appended under the journal's lock, with the backups they name; return what happened:
+    appended under the journal's lock, with the backups (read only then: a current cache costs
+    one listing of the journal's chunks); return what happened:
     ``"current"``, ``"refreshed"`` or ``"diverged"`` (the record and the cache disagree on an
     entry both have: the cache is kept, ``warn`` says so) or ``"unreachable"`` (no record read).
 
@@ -136,35 +137,32 @@ def sync_change(
 
     directory = root / "changes" / change_id
     try:
-        record = km.fetch(api, namespace, change_id, retry_s=2.0)
+        data = km.fetch_journal(api, namespace, change_id, retry_s=2.0)
     except Exception as e:  # the cache still answers; say that it may be behind
         warn(f"warning: cluster record of {change_id} not read ({type(e).__name__}: {e})")
         return "unreachable"
-    if record is None:
+    if data is None:
         return "current"
-    data, backups = record
     fd = os.open(directory / "journal.jsonl", os.O_RDWR | os.O_APPEND)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        size = os.fstat(fd).st_size
-        have = os.pread(fd, size, 0)
-        if len(data) <= len(have) or not data.startswith(have):
-            if not have.startswith(data) and not data.startswith(have):
-                warn(
-                    f"warning: the cluster record of {change_id} and {directory} disagree; "
-                    "acting on the local journal"
-                )
-                return "diverged"
+        have = os.pread(fd, os.fstat(fd).st_size, 0)
+        if have.startswith(data):  # the same, or this cache is ahead (a mirror write failed)
             return "current"
-        _store_backups(directory, change_id, backups)
-        extra = data[len(have) :]
-        view = memoryview(extra)
+        if not data.startswith(have):
+            warn(
+                f"warning: the cluster record of {change_id} and {directory} disagree; "
+                "acting on the local journal"
+            )
+            return "diverged"
+        # the backups the new entries may name: read only now, never when the cache is current
+        _store_backups(directory, change_id, km.fetch_backups(api, namespace, change_id))
+        view = memoryview(data)[len(have) :]
         while view:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
     finally:
         os.close(fd)
-    read_entries(directory / "journal.jsonl")
     return "refreshed"
 
 

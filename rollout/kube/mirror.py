@@ -102,23 +102,25 @@ def _put(api: Api, namespace: str, body: dict[str, Any], exists: bool = False) -
         second()
 
 
+def journal_chunk(change_id: str, index: int, data: bytes) -> dict[str, Any]:
+    """The ConfigMap of journal chunk ``index`` (whole JSON lines, UTF-8). The chunk index is a
+    label too, so :func:`latest_change` lists only each change's first chunk."""
+    labels = {**MANAGED_BY, CHANGE_KEY: change_id, RECORD_KEY: "journal", CHUNK_KEY: str(index)}
+    return {
+        "metadata": {
+            "name": journal_name(change_id, index),
+            "labels": labels,
+            "annotations": {CHUNK_KEY: str(index)},
+        },
+        "data": {"journal.jsonl": data.decode()},
+    }
+
+
 def put_journal_chunk(
     api: Api, namespace: str, change_id: str, index: int, data: bytes, exists: bool = False
 ) -> None:
-    """Write journal chunk ``index`` (whole JSON lines, UTF-8); ``exists``: written before."""
-    _put(
-        api,
-        namespace,
-        {
-            "metadata": {
-                "name": journal_name(change_id, index),
-                "labels": {**MANAGED_BY, CHANGE_KEY: change_id, RECORD_KEY: "journal"},
-                "annotations": {CHUNK_KEY: str(index)},
-            },
-            "data": {"journal.jsonl": data.decode()},
-        },
-        exists,
-    )
+    """Write journal chunk ``index``; ``exists``: written before."""
+    _put(api, namespace, journal_chunk(change_id, index, data), exists)
 
 
 def put_backup(
@@ -172,34 +174,50 @@ def _items(
     return list(answer.get("items") or [])
 
 
+def fetch_journal(
+    api: Api, namespace: str, change_id: str, retry_s: float = RETRY_S
+) -> bytes | None:
+    """The mirrored journal of a change (its chunks joined in order), or None when the cluster
+    has none. The backups are not read: most callers only compare journals."""
+    selector = f"{CHANGE_KEY}={change_id},{RECORD_KEY}=journal"
+    chunks: dict[int, str] = {}
+    for cm in _items(api, namespace, selector, retry_s):
+        notes = (cm.get("metadata") or {}).get("annotations") or {}
+        chunks[int(notes[CHUNK_KEY])] = str((cm.get("data") or {}).get("journal.jsonl", ""))
+    if not chunks:
+        return None
+    return "".join(chunks[i] for i in sorted(chunks)).encode()
+
+
+def fetch_backups(
+    api: Api, namespace: str, change_id: str, retry_s: float = RETRY_S
+) -> list[tuple[str, str, bytes]]:
+    """The mirrored backups of a change: ``(node, sha256, bytes)``."""
+    out = []
+    for cm in _items(api, namespace, f"{CHANGE_KEY}={change_id},{RECORD_KEY}=backup", retry_s):
+        notes = (cm.get("metadata") or {}).get("annotations") or {}
+        raw = base64.b64decode((cm.get("binaryData") or {}).get("content", ""))
+        out.append((str(notes[NODE_KEY]), str(notes[SHA_KEY]), raw))
+    return out
+
+
 def fetch(
     api: Api, namespace: str, change_id: str, retry_s: float = RETRY_S
 ) -> tuple[bytes, list[tuple[str, str, bytes]]] | None:
-    """The mirrored journal (chunks joined in order) and backups ``(node, sha256, bytes)`` of a
-    change, or None when the cluster has no journal for it."""
-    items = _items(api, namespace, f"{CHANGE_KEY}={change_id}", retry_s)
-    chunks: dict[int, str] = {}
-    backups: list[tuple[str, str, bytes]] = []
-    for cm in items:
-        meta = cm.get("metadata") or {}
-        kind = (meta.get("labels") or {}).get(RECORD_KEY)
-        notes = meta.get("annotations") or {}
-        if kind == "journal":
-            chunks[int(notes[CHUNK_KEY])] = str((cm.get("data") or {}).get("journal.jsonl", ""))
-        elif kind == "backup":
-            raw = base64.b64decode((cm.get("binaryData") or {}).get("content", ""))
-            backups.append((str(notes[NODE_KEY]), str(notes[SHA_KEY]), raw))
-    if not chunks:
+    """The mirrored journal and backups of a change, or None when the cluster has no journal
+    for it."""
+    data = fetch_journal(api, namespace, change_id, retry_s)
+    if data is None:
         return None
-    data = "".join(chunks[i] for i in sorted(chunks)).encode()
-    return data, backups
+    return data, fetch_backups(api, namespace, change_id, retry_s)
 
 
 def latest_change(api: Api, namespace: str, retry_s: float = RETRY_S) -> str | None:
-    """The most recent change id with a journal in the cluster (ids sort by start time)."""
+    """The most recent change id with a journal in the cluster (ids sort by start time); only
+    each change's first chunk is listed, not every journal in full."""
     ids = {
         str((cm.get("metadata") or {}).get("labels", {}).get(CHANGE_KEY))
-        for cm in _items(api, namespace, f"{RECORD_KEY}=journal", retry_s)
+        for cm in _items(api, namespace, f"{RECORD_KEY}=journal,{CHUNK_KEY}=0", retry_s)
     }
     ids.discard("None")
     return max(ids) if ids else None

@@ -308,14 +308,7 @@ def _put_back_record(w: World, state: Path) -> None:
     if not file.is_file():
         return
     for i, data in enumerate(split_chunks(file.read_bytes(), km.CHUNK_BYTES)):
-        body = {
-            "metadata": {
-                "name": km.journal_name(w.change, i),
-                "labels": {**km.MANAGED_BY, km.CHANGE_KEY: w.change, km.RECORD_KEY: "journal"},
-                "annotations": {km.CHUNK_KEY: str(i)},
-            },
-            "data": {"journal.jsonl": data.decode()},
-        }
+        body = km.journal_chunk(w.change, i, data)
         code, out = w.lab.api.request(
             "POST", f"/api/v1/namespaces/{w.lock_ns}/configmaps", {**body, "kind": "ConfigMap"}
         )

@@ -42,6 +42,7 @@ class FakeCore:
         self.down = False
         self.replaced = 0
         self.created = 0
+        self.listed: list[str] = []
 
     def _check(self) -> None:
         if self.down:
@@ -72,12 +73,13 @@ class FakeCore:
         self, namespace: str, label_selector: str | None = None, _request_timeout: Any = None
     ) -> Any:
         self._check()
-        k, v = (label_selector or "=").split("=")
+        wanted = [term.split("=") for term in (label_selector or "").split(",") if term]
         items = [
             b
             for (ns, _), b in self.maps.items()
-            if ns == namespace and b["metadata"]["labels"].get(k) == v
+            if ns == namespace and all(b["metadata"]["labels"].get(k) == v for k, v in wanted)
         ]
+        self.listed.append(label_selector or "")
         return {"items": items}
 
     def patch_node(self, name: str, body: dict[str, Any], _request_timeout: Any = None) -> Any:
@@ -221,8 +223,10 @@ def test_a_stale_cache_is_refreshed_from_the_record(tmp_path: Path) -> None:
     assert status.nodes["n2"].state.value == "applied"
     digest = status.nodes["n2"].backups[0].sha256
     assert journal.load_backup("n2", digest) == b"original bytes of n2\n"
-    # nothing new: the cache is current, not rewritten
+    # nothing new: the cache is current, not rewritten, and the backups are not read
+    api.core.listed.clear()
     assert sync_change(api, "kube-system", tmp_path / "a", CHANGE, warnings.append) == "current"
+    assert api.core.listed == [f"{km.CHANGE_KEY}={CHANGE},{km.RECORD_KEY}=journal"]
     assert warnings == []
 
 
@@ -248,3 +252,15 @@ def test_a_cache_ahead_of_the_record_or_disagreeing_with_it_is_kept(tmp_path: Pa
     assert sync_change(api, "kube-system", tmp_path / "a", CHANGE, warnings.append) == (
         "unreachable"
     )
+
+
+def test_the_latest_change_is_found_from_each_changes_first_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(km, "CHUNK_BYTES", 600)
+    api, warnings = FakeApi(), []
+    _forward(_change(tmp_path, api, warnings), "n1")
+    assert len([b for b in api.core.maps.values() if "journal.jsonl" in b.get("data", {})]) > 1
+    api.core.listed.clear()
+    assert km.latest_change(api, "kube-system") == CHANGE  # type: ignore[arg-type]
+    assert api.core.listed == [f"{km.RECORD_KEY}=journal,{km.CHUNK_KEY}=0"]
