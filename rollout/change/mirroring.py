@@ -4,7 +4,8 @@
 every journal it writes with an API connection: after each local append it rewrites the journal's
 last (still open) chunk ConfigMap, after each backup it writes the backup's bytes, and when a
 node's replayed state changes it annotates the Node (:mod:`rollout.kube.mirror`). Its projection
-of node states is updated entry by entry (O(1) per append).
+of node states is the journal's :class:`~rollout.change.replaying.Projection`, updated entry by
+entry (O(1) per append).
 
 Best effort, by design: the local fsync is what each step waits for, and an API hiccup must not
 abandon a node half-drained. A failed mirror write is reported through ``warn`` (never silently
@@ -23,11 +24,10 @@ from collections.abc import Callable
 from pathlib import Path as FsPath
 from typing import Any
 
-from rollout.change.journal import CHANGE_STEP, Entry, Journal, read_entries
-from rollout.change.replaying import NodeStatus, advance
+from rollout.change.journal import Entry, Journal, read_entries
+from rollout.change.replaying import Projection
 from rollout.errors import InputError, Location
 from rollout.kube import mirror as km
-from rollout.models import Phase
 
 
 class ClusterMirror:
@@ -39,9 +39,8 @@ class ClusterMirror:
         self.warn = warn
         self.sealed = 0  # chunks before this index are written and full
         self.base = 0  # byte offset of chunk ``sealed`` in journal.jsonl
-        self.nodes: dict[str, NodeStatus] = {}
+        self.projection = Projection()  # the journal's status, entry by entry
         self.marked: dict[str, str] = {}  # node -> state last written on the Node
-        self.intent = ""
         self.failures = 0
         self.written: set[int] = set()  # chunks this mirror has written (replaced, not created)
 
@@ -49,7 +48,7 @@ class ClusterMirror:
         """Start mirroring ``journal`` (its existing entries are the starting projection)."""
         for e in journal.entries():
             self._project(e)
-        self.marked = {n: s.state.value for n, s in self.nodes.items()}
+        self.marked = {n: s.state.value for n, s in self.projection.nodes.items()}
         journal.mirror = self
         return journal
 
@@ -62,11 +61,12 @@ class ClusterMirror:
         node = self._project(entry)
         if node is None:
             return
-        state = self.nodes[node].state.value
+        state = self.projection.nodes[node].state.value
         if self.marked.get(node) == state:
             return
+        intent = str(self.projection.info.get("intentSha256", ""))
         try:
-            km.annotate_node(self.api, node, journal.change_id, self.intent, state)
+            km.annotate_node(self.api, node, journal.change_id, intent, state)
             self.marked[node] = state
         except Exception as e:
             self._failed(f"annotation of Node {node}", e)
@@ -79,11 +79,7 @@ class ClusterMirror:
             self._failed(f"backup {digest[:12]} of {node}", e)
 
     def _project(self, e: Entry) -> str | None:
-        if e.node is None:
-            if e.step == CHANGE_STEP and e.phase is Phase.BEGIN:
-                self.intent = str(e.data.get("intentSha256", "")) or self.intent
-            return None
-        self.nodes[e.node] = advance(self.nodes.get(e.node, NodeStatus(node=e.node)), e)
+        self.projection.add(e)
         return e.node
 
     def _chunks(self, journal: Journal) -> None:
