@@ -191,11 +191,6 @@ def _evidence_summary(data: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def advance(s: NodeStatus, e: Entry) -> NodeStatus:
-    """A node's status after one more entry of its own (pure; the step :func:`replay` takes)."""
-    return _apply_entry(s, e)
-
-
 _STEPS = {s.value: s for s in Step}
 
 
