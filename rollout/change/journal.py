@@ -288,26 +288,11 @@ class Journal:
             tail = f.read()
         end = tail.rfind(b"\n") + 1  # whole lines only: a torn last one waits for its newline
         lines = tail[:end].split(b"\n")[:-1]
-        first_line = len(self._read) + 1
-        fast = _parse_all(lines)
-        if fast is not None:  # every line an entry: the common case, one JSON parse
-            self._read.extend(fast)
-            self._offset += end
-            return self._read
-        for i, raw in enumerate(lines):
-            try:
-                self._read.append(Entry.from_json(json.loads(raw)))
-            except (ValueError, KeyError, TypeError) as e:
-                if i == len(lines) - 1 and end == len(tail):
-                    # the last line of the file: a torn write whose newline made it; it is
-                    # cut by the next append's repair, and read again if it is still there
-                    end -= len(raw) + 1
-                    break
-                raise InputError(
-                    f"not a journal entry: {e}",
-                    Location(file=str(self.file), line=first_line + i),
-                ) from e
-        self._offset += end
+        # a last whole line that is no entry is a torn write whose newline made it (when it ends
+        # the file): cut by the next append's repair, read again if it is still there
+        parsed, used = _parse_lines(lines, self.file, len(self._read) + 1, end == len(tail))
+        self._read.extend(parsed)
+        self._offset += sum(len(raw) + 1 for raw in lines[:used])
         return self._read
 
     def save_backup(self, node: str, content: bytes) -> str:
@@ -356,18 +341,32 @@ def read_entries(file: FsPath) -> list[Entry]:
         raise InputError(f"cannot read journal: {e}", Location(file=str(file))) from e
     if lines and lines[-1] == b"":
         lines.pop()
+    return _parse_lines(lines, file, 1, True)[0]
+
+
+def _parse_lines(
+    lines: list[bytes], file: FsPath, first_line: int, last_may_be_torn: bool
+) -> tuple[list[Entry], int]:
+    """The entries of ``lines`` and how many lines they are. With ``last_may_be_torn``, a last
+    line that is not an entry is left out (a torn final write); any other is named.
+
+    Raises:
+        InputError: a line that is not a journal entry (file and line named).
+    """
     fast = _parse_all(lines)
-    if fast is not None:
-        return fast
+    if fast is not None:  # every line an entry: the common case, one JSON parse
+        return fast, len(lines)
     out: list[Entry] = []
-    for i, raw in enumerate(lines, start=1):
+    for i, raw in enumerate(lines):
         try:
             out.append(Entry.from_json(json.loads(raw)))
         except (ValueError, KeyError, TypeError) as e:
-            if i == len(lines):
-                break  # torn final write
-            raise InputError(f"not a journal entry: {e}", Location(file=str(file), line=i)) from e
-    return out
+            if last_may_be_torn and i == len(lines) - 1:
+                return out, i
+            raise InputError(
+                f"not a journal entry: {e}", Location(file=str(file), line=first_line + i)
+            ) from e
+    return out, len(lines)
 
 
 def _parse_all(lines: list[bytes]) -> list[Entry] | None:
