@@ -54,20 +54,18 @@ def _template(tmp: Path) -> tuple[list[dict[str, Any]], Path]:
     the unit fakes; and its directory (the backups)."""
     from rollout.change.journal import Journal
     from rollout.change.orchestrator import NoGate, run_change
-    from rollout.change.planning import Batch, DrainPolicy
-    from rollout.change.restoring import Context
-    from tests.unit.fakes_change import FakeClock, FakeCluster, FakeRunner, make_change, make_node
+    from rollout.change.planning import Batch
+    from tests.unit.fakes_change import (
+        FakeCluster,
+        FakeRunner,
+        fake_context,
+        make_change,
+        make_node,
+    )
 
     cluster = FakeCluster({n: make_node(n) for n in TEMPLATE_NODES})
     journal = Journal.create(tmp / "template", CHANGE)
-    ctx = Context(
-        cluster=cluster,
-        runner=FakeRunner(cluster),
-        clock=FakeClock(),
-        journal=journal,
-        drain=DrainPolicy(timeout_s=5, backoff_initial_s=0.5, backoff_cap_s=2),
-        verify_timeout_s=3,
-    )
+    ctx = fake_context(cluster, FakeRunner(cluster), journal)
     batches = [Batch(tuple(TEMPLATE_NODES[:2]), True), Batch(tuple(TEMPLATE_NODES[2:]), False)]
     changes = {n: make_change(n) for n in TEMPLATE_NODES}
     run_change(ctx, changes, batches, NoGate(), False, info={"plan": "/p", "inventory": "/i"})

@@ -189,3 +189,20 @@ class ScriptedGate:
 
 class Killed(BaseException):
     """Stands in for SIGKILL: not an Exception, so nothing in the loop catches it."""
+
+
+def fake_context(cluster: FakeCluster, runner: Any, journal: Any, **extra: Any) -> Any:
+    """A ``Context`` over the fakes: the fake clock, a short drain and verify (the values every
+    unit test of the engine uses), and ``extra`` (``on_event``, ``forks``, ...)."""
+    from rollout.change.planning import DrainPolicy
+    from rollout.change.restoring import Context
+
+    return Context(
+        cluster=cluster,
+        runner=runner,
+        clock=FakeClock(),
+        journal=journal,
+        drain=DrainPolicy(timeout_s=5, backoff_initial_s=0.5, backoff_cap_s=2),
+        verify_timeout_s=3,
+        **extra,
+    )

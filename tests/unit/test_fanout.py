@@ -26,10 +26,16 @@ from rollout import assets
 from rollout.ansible import direct
 from rollout.change.journal import Journal
 from rollout.change.orchestrator import NoGate, run_change
-from rollout.change.planning import Batch, DrainPolicy
+from rollout.change.planning import Batch
 from rollout.change.restoring import Context, in_parallel
 from rollout.fanout import DEFAULT_FORKS, waves, workers
-from tests.unit.fakes_change import FakeClock, FakeCluster, FakeRunner, make_change, make_node
+from tests.unit.fakes_change import (
+    FakeCluster,
+    FakeRunner,
+    fake_context,
+    make_change,
+    make_node,
+)
 
 
 class Peak:
@@ -175,16 +181,8 @@ def _ctx(tmp_path: Path, nodes: list[str], forks: int, pipelined: bool) -> Conte
     if pipelined:
         runner.per_node = lambda hosts: True  # type: ignore[attr-defined]
     events: list[str] = []
-    ctx = Context(
-        cluster=cluster,
-        runner=runner,
-        clock=FakeClock(),
-        journal=Journal.create(tmp_path, "20260101T000000Z-fan"),
-        drain=DrainPolicy(timeout_s=5, backoff_initial_s=0.5, backoff_cap_s=2),
-        verify_timeout_s=3,
-        on_event=events.append,
-        forks=forks,
-    )
+    journal = Journal.create(tmp_path, "20260101T000000Z-fan")
+    ctx: Context = fake_context(cluster, runner, journal, on_event=events.append, forks=forks)
     ctx.events = events  # type: ignore[attr-defined]
     return ctx
 

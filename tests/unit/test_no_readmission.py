@@ -15,10 +15,15 @@ import pytest
 
 from rollout.change.journal import Journal
 from rollout.change.orchestrator import NoGate, rollback, run_change
-from rollout.change.planning import DrainPolicy, Strategy, make_batches
-from rollout.change.restoring import Context
+from rollout.change.planning import Strategy, make_batches
 from rollout.errors import NodeOperationError
-from tests.unit.fakes_change import FakeClock, FakeCluster, FakeRunner, make_change, make_node
+from tests.unit.fakes_change import (
+    FakeCluster,
+    FakeRunner,
+    fake_context,
+    make_change,
+    make_node,
+)
 
 NODES = ["n1", "n2", "n3"]
 
@@ -50,14 +55,7 @@ def test_every_restart_finds_the_node_cordoned_and_drained(
     runner = Watching(cluster, refuse=refuse)
     if pipelined:
         runner.per_node = lambda hosts: True  # type: ignore[attr-defined]
-    ctx = Context(
-        cluster=cluster,
-        runner=runner,
-        clock=FakeClock(),
-        journal=Journal.create(tmp_path, "20260101T000000Z-abc"),
-        drain=DrainPolicy(timeout_s=5, backoff_initial_s=0.5, backoff_cap_s=2),
-        verify_timeout_s=3,
-    )
+    ctx = fake_context(cluster, runner, Journal.create(tmp_path, "20260101T000000Z-abc"))
     batches = make_batches(NODES, NODES, Strategy(max_unavailable=3), False)
     # n3's drain times out (and n2's kubelet refuses): the change stops, restoring
     with pytest.raises(NodeOperationError, match="n3"):
