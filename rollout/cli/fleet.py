@@ -85,9 +85,12 @@ def survey(api: Any, lock_namespace: str, inv: Any = None) -> list[Any]:
     """Every node of ``inv`` and every Node a change marked, as :class:`NodeReport` rows (files
     read only for the inventory's nodes; without ``inv``, /configz only: ``rollout serve``'s
     drift metric)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from rollout.change.drift import report_node
-    from rollout.change.replaying import replay
+    from rollout.change.replaying import status_of
     from rollout.errors import RolloutError
+    from rollout.fanout import DEFAULT_FORKS, workers
     from rollout.kube import mirror as km
     from rollout.kube import proxy
 
@@ -99,19 +102,25 @@ def survey(api: Any, lock_namespace: str, inv: Any = None) -> list[Any]:
     statuses: dict[str, Any] = {}
     for change in sorted({m["change"] for m in marks.values() if m["change"]}):
         try:
-            statuses[change] = replay(existing_journal(change, api, lock_namespace).entries())
+            statuses[change] = status_of(existing_journal(change, api, lock_namespace))
         except RolloutError as e:
             click.echo(f"warning: change {change}: {e}", err=True)
     files = _node_files(inv) if inv else {}
+
+    def live(n: str) -> tuple[dict[str, Any] | None, str]:
+        try:
+            return proxy.configz(api, n), ""
+        except RolloutError as e:
+            return None, str(e)
+
+    # one /configz read per node, at most DEFAULT_FORKS at once (not one after the other)
+    with ThreadPoolExecutor(max_workers=workers(len(names), DEFAULT_FORKS)) as pool:
+        read = dict(zip(names, pool.map(live, names), strict=True))
     reports = []
     for n in names:
         mark = marks.get(n)
         status = statuses.get(mark["change"]) if mark else None
-        configz, error = None, ""
-        try:
-            configz = proxy.configz(api, n)
-        except RolloutError as e:
-            error = str(e)
+        configz, error = read[n]
         reports.append(
             report_node(
                 n,
