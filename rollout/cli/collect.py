@@ -14,13 +14,14 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rollout.change.journal import EVIDENCE_STEP, Journal
 from rollout.errors import InputError, Location
-from rollout.fanout import DEFAULT_FORKS
+from rollout.fanout import DEFAULT_FORKS, workers
 from rollout.models import Phase
 
 __all__ = ["EVIDENCE_STEP", "collect", "evidence_refusal", "journal_evidence"]
@@ -52,14 +53,18 @@ def collect(
             runner = AnsibleRunner(Path(tmp) / "runner", forks=forks)
             raw_facts = runner.gather_facts(inv.path, hosts, Path(tmp) / "facts", inv.hostvars)
     facts = {inv.node_of(h): f for h, f in raw_facts.items() if h in hosts}
-    infos = {n: node_info(api, n) for n in nodes}
-    allocatable = {n: dict(i.allocatable) for n, i in infos.items()}
-    capacity = {n: dict(i.capacity) for n, i in infos.items()}
-    pods = {n: evidence_pods(api, n) for n in nodes}
-    configz = {}
-    for n in nodes:
+
+    def read(n: str) -> tuple[Any, Any, dict[str, Any]]:
         body = proxy.configz(api, n)
-        configz[n] = body.get("kubeletconfig", body)
+        return node_info(api, n), evidence_pods(api, n), body.get("kubeletconfig", body)
+
+    # the three reads of each node, at most ``forks`` nodes at once (not one after the other)
+    with ThreadPoolExecutor(max_workers=workers(len(nodes), forks)) as pool:
+        got = dict(zip(nodes, pool.map(read, nodes), strict=True))
+    allocatable = {n: dict(i.allocatable) for n, (i, _, _) in got.items()}
+    capacity = {n: dict(i.capacity) for n, (i, _, _) in got.items()}
+    pods = {n: p for n, (_, p, _) in got.items()}
+    configz = {n: c for n, (_, _, c) in got.items()}
     try:
         document = json.loads(target.read_text(encoding="utf-8")) if target.is_file() else None
     except ValueError as e:
