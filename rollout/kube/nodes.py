@@ -263,39 +263,32 @@ def resource_api_versions(api: Api) -> list[str]:
     return []
 
 
-def device_class_objects(api: Api, versions: list[str]) -> list[dict[str, Any]]:
-    """Every DeviceClass (empty when ``resource.k8s.io`` is not served)."""
+def _resource_objects(api: Api, versions: list[str], plural: str, what: str) -> list[Any]:
+    """Every object of a cluster-scoped ``resource.k8s.io`` kind (empty when it is not served)."""
     if not versions:
         return []
     try:
-        classes: Any = call(
-            "list DeviceClasses",
+        listing: Any = call(
+            f"list {what}",
             api.custom.list_cluster_custom_object,
             "resource.k8s.io",
             versions[0],
-            "deviceclasses",
+            plural,
         )
     except ApiException as e:
-        raise ExternalError(f"list DeviceClasses: {describe(e)}") from e
-    return list(classes.get("items", []))
+        raise ExternalError(f"list {what}: {describe(e)}") from e
+    return list(listing.get("items", []))
+
+
+def device_class_objects(api: Api, versions: list[str]) -> list[dict[str, Any]]:
+    """Every DeviceClass (empty when ``resource.k8s.io`` is not served)."""
+    return _resource_objects(api, versions, "deviceclasses", "DeviceClasses")
 
 
 def dra_drivers_by_node(api: Api, versions: list[str]) -> dict[str, list[str]]:
     """DRA drivers publishing ResourceSlices, by node name."""
-    if not versions:
-        return {}
-    try:
-        slices: Any = call(
-            "list ResourceSlices",
-            api.custom.list_cluster_custom_object,
-            "resource.k8s.io",
-            versions[0],
-            "resourceslices",
-        )
-    except ApiException as e:
-        raise ExternalError(f"list ResourceSlices: {describe(e)}") from e
     out: dict[str, list[str]] = {}
-    for s in slices.get("items", []):
+    for s in _resource_objects(api, versions, "resourceslices", "ResourceSlices"):
         spec = s.get("spec", {})
         if spec.get("nodeName"):
             out.setdefault(spec["nodeName"], []).append(spec.get("driver", ""))
