@@ -150,7 +150,7 @@ class Projection:
                 self.outcome = str(e.data.get("outcome", e.phase.value))
                 self.message = str(e.data.get("message", ""))
             return
-        self.nodes[e.node] = _apply_entry(self.nodes.get(e.node, NodeStatus(node=e.node)), e)
+        self.nodes[e.node] = apply_entry(self.nodes.get(e.node, NodeStatus(node=e.node)), e)
 
     def status(self, change: str = "") -> ChangeStatus:
         return ChangeStatus(
@@ -194,7 +194,7 @@ def _evidence_summary(data: Mapping[str, Any]) -> dict[str, Any]:
 _STEPS = {s.value: s for s in Step}
 
 
-def _apply_entry(s: NodeStatus, e: Entry) -> NodeStatus:
+def apply_entry(s: NodeStatus, e: Entry) -> NodeStatus:
     step = _STEPS.get(e.step)
     if step is None:
         return s  # an entry from a newer version: keep the state we know

@@ -33,25 +33,25 @@ from .options import drain_options, inventory_option, kube_options, output_optio
 from .record import existing_journal, mirrored, optional_api
 from .wiring import (
     OVERRIDES_STEP,
-    _confirm,
-    _context,
-    _echo,
-    _Facts,
-    _forks_option,
-    _inventory,
-    _lock_ns,
-    _locked,
-    _preflight,
-    _print_status,
-    _progress,
-    _progress_option,
-    _reported_failure,
-    _verify_timeout,
+    FactsGathering,
+    confirm,
+    echo_err,
+    forks_option,
     gate_for,
+    holding,
     intent_digest,
+    inventory_path,
+    lock_ns_option,
+    open_context,
+    print_status,
+    progress_for,
+    progress_option,
+    reported_failure,
+    run_preflight,
+    verify_timeout_option,
 )
 
-__all__ = ["COMMANDS", "_inventory", "_preflight"]  # rollout.cli.preview imports the two
+__all__ = ["COMMANDS"]
 
 
 def _import_kube() -> None:
@@ -92,7 +92,7 @@ def _journal_evidence(
     collection, error = collected
     target = journal.dir / EVIDENCE_FILE
     data = journal_evidence(journal, label, nodes, target, collection, error)
-    _echo(f"warning: {describe(data)}" if error else describe(data))
+    echo_err(f"warning: {describe(data)}" if error else describe(data))
 
 
 def journal_consents(journal: Journal, prepared: Any, force: str | None, now: datetime) -> None:
@@ -153,10 +153,10 @@ def journal_consents(journal: Journal, prepared: Any, force: str | None, now: da
     "promote then refuses without --force.",
 )
 @drain_options
-@_lock_ns
-@_verify_timeout
-@_forks_option
-@_progress_option
+@lock_ns_option
+@verify_timeout_option
+@forks_option
+@progress_option
 @output_option
 @kube_options
 def apply_cmd(
@@ -215,8 +215,8 @@ def apply_cmd(
     # connection, Lease check and reads follow (an import started in the thread is waited for,
     # not run twice: Python's import lock)
     threading.Thread(target=_import_kube, daemon=True).start()
-    inv = start_inventory(_inventory(inventory))()
-    facts = _Facts(inv, forks)
+    inv = start_inventory(inventory_path(inventory))()
+    facts = FactsGathering(inv, forks)
     try:
         from rollout.kube.canaries import canaries_in_progress
         from rollout.kube.client import connect
@@ -230,15 +230,15 @@ def apply_cmd(
         facts.close()
         raise
     for w in in_progress:
-        _echo(f"warning: {w}")
+        echo_err(f"warning: {w}")
     overrides = DrainOverrides(delete_unmanaged, delete_emptydir_data, capacity_warn_only)
-    prepared = _preflight(
+    prepared = run_preflight(
         plan, inv, api, canary, accept_rejections, facts, forks, force is not None, overrides
     )
     for line in prepared.report:
-        _echo(line)
+        echo_err(line)
     for w in prepared.warnings:
-        _echo(f"warning: {w}")
+        echo_err(f"warning: {w}")
     if dry_run:
         if output == "json":
             click.echo(json.dumps(prepared.to_dict(), indent=2))
@@ -256,16 +256,16 @@ def apply_cmd(
         click.echo(render_text(prepared.previews), nl=False)
         return
     nodes = [n for b in prepared.batches for n in b.nodes]
-    _confirm(yes, f"change {len(nodes)} node(s) ({', '.join(nodes)})")
+    confirm(yes, f"change {len(nodes)} node(s) ({', '.join(nodes)})")
     drain = prepared.strategy.drain
     if disable_eviction:
         drain = replace(drain, disable_eviction=True)
     from rollout.kube.lease_objects import holder_identity
 
     change_id = new_change_id(datetime.now(UTC))
-    with _locked(lock, change_id):
+    with holding(lock, change_id):
         journal = mirrored(Journal.create(state_dir(), change_id), api, lock_namespace)
-        _echo(f"change {change_id}: journal {journal.file}")
+        echo_err(f"change {change_id}: journal {journal.file}")
         if overrides.used():  # what the drains were allowed to lose, and which pods that is
             journal.append(
                 OVERRIDES_STEP,
@@ -283,13 +283,15 @@ def apply_cmd(
             if no_evidence
             else _collect(journal, "before", api, inv, moving, prepared.raw_facts)
         )
-        progress = _progress(progress_mode)
+        progress = progress_for(progress_mode)
         progress.nodes(tuple(nodes))
-        ctx = _context(api, journal, inv.path, drain, verify_timeout, progress, inv.hostvars, forks)
+        ctx = open_context(
+            api, journal, inv.path, drain, verify_timeout, progress, inv.hostvars, forks
+        )
         ctx.interrupt = lock.interrupt
         predicted = predicted_rejections(prepared.previews)
         gate = gate_for(plan, api, journal, output, inv, progress.event, lock.interrupt, predicted)
-        with _reported_failure(journal, lock, output):
+        with reported_failure(journal, lock, output):
             status = run_change(
                 ctx,
                 prepared.changes,
@@ -318,10 +320,10 @@ def apply_cmd(
                     _collect(journal, "after", api, inv, applied, forks=forks),
                 )
             status = replay(journal.entries(), journal.change_id)  # with its evidence
-    _print_status(status, output)
+    print_status(status, output)
     verdict = getattr(gate, "verdict", None)
     if verdict is not None and verdict.holds:  # Inconclusive / Error: held, say what it waits for
-        _echo(f"gate {verdict.status}: holding: waiting for {verdict.waiting_for}")
+        echo_err(f"gate {verdict.status}: holding: waiting for {verdict.waiting_for}")
         sys.exit(GATE_HOLDS_EXIT)
 
 
@@ -329,7 +331,7 @@ def apply_cmd(
 @click.option(
     "--change", "change", help="The change id (default: the latest change, in the cluster too)."
 )
-@_lock_ns
+@lock_ns_option
 @output_option
 @kube_options
 def status_cmd(
@@ -352,7 +354,7 @@ def status_cmd(
     """
     api = optional_api(kubeconfig, context)
     journal = existing_journal(change, api, lock_namespace)
-    _print_status(replay(journal.entries(), journal.change_id), output)
+    print_status(replay(journal.entries(), journal.change_id), output)
 
 
 COMMANDS = [apply_cmd, status_cmd]

@@ -46,16 +46,16 @@ def preview_cmd(
       rollout preview -o json | jq '.nodes[].pods[] | select(.verdict == "rejected")'
     """
     from rollout.change.preparing import read_inventory
-    from rollout.cli.change import _inventory, _preflight
+    from rollout.cli.wiring import inventory_path, run_preflight
     from rollout.kube.client import connect
 
     if not plan_path:
         raise InputError("no plan: pass --plan or set ROLLOUT_PLAN", Location(field="--plan"))
     plan = load_plan(plan_path)
     parse_strategy(plan.strategy, plan.location)
-    inv = read_inventory(_inventory(inventory))
+    inv = read_inventory(inventory_path(inventory))
     api = connect(kubeconfig, context)
-    prepared = _preflight(plan, inv, api, canary, True)
+    prepared = run_preflight(plan, inv, api, canary, True)
     if output == "json":
         doc = {
             "nodes": [p.to_dict() for p in prepared.previews],

@@ -25,22 +25,22 @@ from .options import drain_options, inventory_option, kube_options, output_optio
 from .record import existing_journal, mirrored
 from .wiring import (
     OVERRIDES_STEP,
-    _change_required,
-    _confirm,
-    _context,
-    _echo,
-    _forks_option,
-    _info_path,
-    _lock_ns,
-    _locked,
-    _preflight,
-    _print_status,
-    _progress,
-    _progress_option,
-    _reported_failure,
-    _verify_timeout,
+    change_required,
+    confirm,
+    echo_err,
+    forks_option,
     gate_for,
+    holding,
+    info_path,
     intent_digest,
+    lock_ns_option,
+    open_context,
+    print_status,
+    progress_for,
+    progress_option,
+    reported_failure,
+    run_preflight,
+    verify_timeout_option,
 )
 
 
@@ -71,7 +71,7 @@ def promote_refusal(status: ChangeStatus, gate: Mapping[str, Any] | None) -> str
 
 
 @click.command("promote")
-@_change_required
+@change_required
 @click.option("--plan", "plan_path", help="The plan (default: the one the change recorded).")
 @inventory_option
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (required without a TTY).")
@@ -90,10 +90,10 @@ def promote_refusal(status: ChangeStatus, gate: Mapping[str, Any] | None) -> str
     help="Run outside the plan's change windows; the reason is journaled.",
 )
 @drain_options
-@_lock_ns
-@_verify_timeout
-@_forks_option
-@_progress_option
+@lock_ns_option
+@verify_timeout_option
+@forks_option
+@progress_option
 @output_option
 @kube_options
 def promote_cmd(
@@ -149,7 +149,7 @@ def promote_cmd(
         raise PreflightError(
             f"not promoting change {change}: {refusal}; --force REASON to override"
         )
-    plan = load_plan(str(_info_path(journal, "plan", plan_path)))
+    plan = load_plan(str(info_path(journal, "plan", plan_path)))
     recorded = status.info.get("intentSha256")
     if recorded and recorded != intent_digest(plan):
         raise PreflightError(
@@ -161,12 +161,12 @@ def promote_cmd(
     )
     if not dry_run and not (window := window_check(datetime.now(UTC))).allowed:
         raise PreflightError(window.reason)
-    inv = read_inventory(_info_path(journal, "inventory", inventory))
+    inv = read_inventory(info_path(journal, "inventory", inventory))
     lock = LeaseLock(api, lock_namespace)
     lock.check()
     overrides = DrainOverrides(delete_unmanaged, delete_emptydir_data, capacity_warn_only)
     done = {n for n, s in status.nodes.items() if s.state is not NodeState.PENDING}
-    prepared = _preflight(
+    prepared = run_preflight(
         plan,
         inv,
         api,
@@ -177,7 +177,7 @@ def promote_cmd(
         settled=done,
     )
     for w in prepared.warnings:
-        _echo(f"warning: {w}")
+        echo_err(f"warning: {w}")
     remaining = [
         Batch(tuple(n for n in b.nodes if n not in done), False)
         for b in prepared.batches
@@ -194,7 +194,7 @@ def promote_cmd(
             if not nodes:
                 click.echo(f"change {change}: nothing left to promote")
         return
-    _confirm(yes, f"promote change {change} to {len(nodes)} more node(s) ({', '.join(nodes)})")
+    confirm(yes, f"promote change {change} to {len(nodes)} more node(s) ({', '.join(nodes)})")
     all_nodes = list(dict.fromkeys([*status.nodes, *nodes]))
     batches = [list(b.nodes) for b in remaining]
     promotion = {
@@ -212,7 +212,7 @@ def promote_cmd(
         "canaryOnly": False,
         "promotion": promotion,
     }
-    with _locked(lock, journal.change_id):
+    with holding(lock, journal.change_id):
         mirrored(journal, api, lock_namespace)
         if overrides.used():  # what this part's drains may lose, and which pods that is
             journal.append(
@@ -221,9 +221,9 @@ def promote_cmd(
                 now=datetime.now(UTC),
                 data={"flags": overrides.used(), "pods": list(prepared.losses)},
             )
-        progress = _progress(progress_mode)
+        progress = progress_for(progress_mode)
         progress.nodes(tuple(all_nodes))
-        ctx = _context(
+        ctx = open_context(
             api,
             journal,
             inv.path,
@@ -237,7 +237,7 @@ def promote_cmd(
         has_gate = gate_config(plan) is not None
         predicted = predicted_rejections(prepared.previews)
         gate = gate_for(plan, api, journal, output, inv, progress.event, lock.interrupt, predicted)
-        with _reported_failure(journal, lock, output):
+        with reported_failure(journal, lock, output):
             final = continue_change(
                 ctx,
                 prepared.changes,
@@ -246,7 +246,7 @@ def promote_cmd(
                 info,
                 forward=window_check,
             )
-    _print_status(final, output)
+    print_status(final, output)
 
 
 COMMANDS = [promote_cmd]

@@ -17,29 +17,29 @@ from rollout.errors import PreflightError
 
 from .options import inventory_option, kube_options, output_option
 from .wiring import (
-    _change_required,
-    _confirm,
-    _forks_option,
-    _info_path,
-    _lock_ns,
-    _preflight,
-    _progress_option,
-    _settle_command,
-    _verify_timeout,
+    change_required,
+    confirm,
+    forks_option,
     gate_for,
+    info_path,
     intent_digest,
     journaled_overrides,
+    lock_ns_option,
+    progress_option,
+    run_preflight,
+    settle_command,
+    verify_timeout_option,
 )
 
 
 @click.command("resume")
-@_change_required
+@change_required
 @inventory_option
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (required without a TTY).")
-@_lock_ns
-@_verify_timeout
-@_forks_option
-@_progress_option
+@lock_ns_option
+@verify_timeout_option
+@forks_option
+@progress_option
 @output_option
 @kube_options
 def resume_cmd(
@@ -66,10 +66,10 @@ def resume_cmd(
       rollout resume --change 20261130T214802Z-a1b2c3 --yes
       rollout resume --change 20261130T214802Z-a1b2c3 --yes -o json --progress plain
     """
-    _confirm(yes, f"resume change {change}")
+    confirm(yes, f"resume change {change}")
 
     def work(ctx: Context, lock: Any) -> ChangeStatus:
-        # read under the Lease, from the journal _settle_command fetched or refreshed from the
+        # read under the Lease, from the journal settle_command fetched or refreshed from the
         # cluster record: a machine that never saw the change resumes it too
         before = replay(ctx.journal.entries(), ctx.journal.change_id)
         if before.outcome != "running":
@@ -82,7 +82,7 @@ def resume_cmd(
         settled = resume(ctx, end=False)
         return _resume_later_batches(ctx, lock, before, settled, inventory, output)
 
-    _settle_command(
+    settle_command(
         change,
         inventory,
         lock_namespace,
@@ -135,18 +135,18 @@ def _resume_later_batches(
     if not todo and regate is None:
         return end_resumed(ctx)
     if plan is None:
-        plan = load_plan(str(_info_path(ctx.journal, "plan", None)))  # names what is missing
+        plan = load_plan(str(info_path(ctx.journal, "plan", None)))  # names what is missing
     if info.get("intentSha256") and info["intentSha256"] != intent_digest(plan):
         raise PreflightError(
             f"the plan {plan.path} renders another intent than change {before.change} "
             "started with; its settled nodes stay as they are, the rest is not started"
         )
-    inv = read_inventory(_info_path(ctx.journal, "inventory", inventory))
+    inv = read_inventory(info_path(ctx.journal, "inventory", inventory))
     # a change started with --force over device refusals carries that consent to its resume
     forced = any(e.step == Kind.PREFLIGHT_FORCED for e in ctx.journal.entries())
     moved = {n for n, s in settled.nodes.items() if s.state is not NodeState.PENDING}
     prepared = (
-        _preflight(
+        run_preflight(
             plan,
             inv,
             lock.api,

@@ -13,20 +13,20 @@ from rollout.errors import NodeOperationError
 
 from .options import inventory_option, kube_options, output_option
 from .wiring import (
-    _change_required,
-    _confirm,
-    _echo,
-    _forced,
-    _forks_option,
-    _lock_ns,
-    _progress_option,
-    _settle_command,
-    _verify_timeout,
+    change_required,
+    confirm,
+    echo_err,
+    forced_context,
+    forks_option,
+    lock_ns_option,
+    progress_option,
+    settle_command,
+    verify_timeout_option,
 )
 
 
 @click.command("rollback")
-@_change_required
+@change_required
 @click.option("--node", "nodes", multiple=True, help="Only these nodes (repeatable).")
 @inventory_option
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (required without a TTY).")
@@ -53,10 +53,10 @@ from .wiring import (
     help="Also overwrite node files that changed after this change wrote them (without it, "
     "such a node's restore is refused naming the file).",
 )
-@_lock_ns
-@_verify_timeout
-@_forks_option
-@_progress_option
+@lock_ns_option
+@verify_timeout_option
+@forks_option
+@progress_option
 @output_option
 @kube_options
 def rollback_cmd(
@@ -94,18 +94,18 @@ def rollback_cmd(
     from rollout.kube.client import connect
     from rollout.kube.leases import hand_over, holder_identity, wait_outcome
 
-    _confirm(yes, f"roll back change {change}")
+    confirm(yes, f"roll back change {change}")
     api = connect(kubeconfig, context)
     by = requested_by or holder_identity()
     requested_at = time.time()
     handed = hand_over(api, lock_namespace, change, list(nodes) or None, by, force)
     if handed is not None:
-        _echo(
+        echo_err(
             f"change {change} is owned by {handed.owner}: rollback handed to it "
             f"(request {handed.request.id}{', --force' if handed.request.force else ''})"
         )
         if handed.request.force != force:
-            _echo(
+            echo_err(
                 "warning: joined a pending request "
                 + ("with --force" if handed.request.force else "without --force")
                 + "; the first request decides whether edited files are overwritten"
@@ -122,7 +122,7 @@ def rollback_cmd(
             result["outcome"] = "handed-over"
             click.echo(json.dumps(result, indent=2) if output == "json" else "handed over")
             return
-        outcome = wait_outcome(api, lock_namespace, handed, wait_timeout, _echo)
+        outcome = wait_outcome(api, lock_namespace, handed, wait_timeout, echo_err)
         if outcome is not None:
             result.update(outcome=outcome.get("outcome"), message=outcome.get("message"))
             if output == "json":
@@ -136,10 +136,10 @@ def rollback_cmd(
                     f"{outcome.get('message')}"
                 )
             return
-        _echo(
+        echo_err(
             f"{handed.owner} released the change without acting on the request; rolling back here"
         )
-    _settle_command(
+    settle_command(
         change,
         inventory,
         lock_namespace,
@@ -147,7 +147,7 @@ def rollback_cmd(
         output,
         kubeconfig,
         context,
-        lambda ctx, _lock: rollback(_forced(ctx, force), list(nodes) or None, force),
+        lambda ctx, _lock: rollback(forced_context(ctx, force), list(nodes) or None, force),
         progress_mode,
         forks,
     )

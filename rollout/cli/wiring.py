@@ -114,11 +114,11 @@ def gate_for(
     )
 
 
-def _echo(msg: str) -> None:
+def echo_err(msg: str) -> None:
     click.echo(msg, err=True)
 
 
-def _print_status(status: ChangeStatus, output: str) -> None:
+def print_status(status: ChangeStatus, output: str) -> None:
     if output == "json":
         click.echo(json.dumps(status.to_dict(), indent=2))
         return
@@ -137,7 +137,7 @@ def _print_status(status: ChangeStatus, output: str) -> None:
     click.echo(summary(status))
 
 
-def _inventory(inventory: str | None) -> Path:
+def inventory_path(inventory: str | None) -> Path:
     if not inventory:
         raise InputError(
             "no inventory: pass -i/--inventory or set ROLLOUT_INVENTORY", Location(field="-i")
@@ -146,7 +146,7 @@ def _inventory(inventory: str | None) -> Path:
 
 
 @contextmanager
-def _locked(lock: Any, change_id: str) -> Iterator[None]:
+def holding(lock: Any, change_id: str) -> Iterator[None]:
     lock.acquire(change_id)
     try:
         yield
@@ -154,7 +154,7 @@ def _locked(lock: Any, change_id: str) -> Iterator[None]:
         lock.release()
 
 
-def _context(
+def open_context(
     api: Any,
     journal: Journal,
     inventory: Path,
@@ -171,7 +171,7 @@ def _context(
     from rollout.change.shipping import PlaybookNodeRunner
     from rollout.kube.cluster import KubeCluster
 
-    on_event = progress.event if progress is not None else _echo
+    on_event = progress.event if progress is not None else echo_err
     return Context(
         cluster=KubeCluster(api),
         runner=PlaybookNodeRunner(
@@ -186,7 +186,7 @@ def _context(
     )
 
 
-_forks_option = click.option(
+forks_option = click.option(
     "--forks",
     envvar="ROLLOUT_FORKS",
     type=click.IntRange(min=1),
@@ -197,7 +197,7 @@ _forks_option = click.option(
     "$ROLLOUT_FORKS).",
 )
 
-_progress_option = click.option(
+progress_option = click.option(
     "--progress",
     "progress_mode",
     type=click.Choice(["auto", "table", "plain", "off"]),
@@ -208,7 +208,7 @@ _progress_option = click.option(
 )
 
 
-def _progress(mode: str) -> Progress:
+def progress_for(mode: str) -> Progress:
     import os
     import shutil
 
@@ -218,7 +218,7 @@ def _progress(mode: str) -> Progress:
     return for_stream(sys.stderr, mode, os.environ, width)
 
 
-def _confirm(yes: bool, what: str) -> None:
+def confirm(yes: bool, what: str) -> None:
     if yes:
         return
     if not sys.stdin.isatty():
@@ -230,13 +230,13 @@ def _confirm(yes: bool, what: str) -> None:
         raise InputError("not confirmed; nothing was changed", Location(field="--yes"))
 
 
-_lock_ns = click.option(
+lock_ns_option = click.option(
     "--lock-namespace",
     default="kube-system",
     show_default=True,
     help="Namespace of the rollout-lock Lease.",
 )
-_verify_timeout = click.option(
+verify_timeout_option = click.option(
     "--verify-timeout",
     type=float,
     default=120.0,
@@ -246,7 +246,7 @@ _verify_timeout = click.option(
 
 
 @contextmanager
-def _reported_failure(journal: Journal, lock: Any, output: str) -> Iterator[None]:
+def reported_failure(journal: Journal, lock: Any, output: str) -> Iterator[None]:
     """On a failed change: tell a requester waiting on the Lease how it ended (when it was rolled
     back), print the replayed status with ``-o json``, and re-raise (the exit code)."""
     try:
@@ -256,7 +256,7 @@ def _reported_failure(journal: Journal, lock: Any, output: str) -> Iterator[None
         if final.outcome in ("rolled-back", "rollback-failed"):
             lock.report(final.outcome, final.message)
         if output == "json":
-            _print_status(final, output)
+            print_status(final, output)
         raise
 
 
@@ -276,7 +276,7 @@ def intent_digest(plan: Plan) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-class _Facts:
+class FactsGathering:
     """Every inventory host's facts, gathered in a thread from the moment the inventory is read
     (over plain ssh that is mostly waiting on the nodes, so the API client's import and the
     Lease check go on meanwhile)."""
@@ -310,13 +310,13 @@ class _Facts:
         self._tmp.cleanup()
 
 
-def _preflight(
+def run_preflight(
     plan: Plan,
     inv: Any,
     api: Any,
     canary: bool,
     accept: bool = False,
-    facts: _Facts | None = None,
+    facts: FactsGathering | None = None,
     forks: int = DEFAULT_FORKS,
     force: bool = False,
     overrides: DrainOverrides | None = None,
@@ -333,7 +333,7 @@ def _preflight(
     # the API reads that do not need the facts go on while the nodes answer
     reads = threading.Thread(target=reader.prefetch, daemon=True)
     reads.start()
-    facts = facts or _Facts(inv, forks)
+    facts = facts or FactsGathering(inv, forks)
     try:
         raw = facts.result()
         reads.join()
@@ -370,7 +370,7 @@ def journaled_overrides(journal: Journal) -> DrainOverrides:
     return DrainOverrides.from_flags(flags)
 
 
-def _info_path(journal: Journal, key: str, given: str | None) -> Path:
+def info_path(journal: Journal, key: str, given: str | None) -> Path:
     info = status_of(journal).info
     value = given or info.get(key)
     if not value:
@@ -378,7 +378,7 @@ def _info_path(journal: Journal, key: str, given: str | None) -> Path:
     return Path(str(value))
 
 
-def _settle_command(
+def settle_command(
     change: str,
     inventory: str | None,
     lock_namespace: str,
@@ -395,7 +395,7 @@ def _settle_command(
 
     api = connect(kubeconfig, context)
     journal = existing_journal(change, api, lock_namespace)
-    inv = _info_path(journal, "inventory", inventory)
+    inv = info_path(journal, "inventory", inventory)
     plan = recorded_plan(status_of(journal).info, journal.change_id)
     drain = DrainPolicy()
     if plan is not None:
@@ -407,22 +407,22 @@ def _settle_command(
         delete_emptydir_data=allowed.delete_emptydir_data,
     )
     lock = LeaseLock(api, lock_namespace)
-    with _locked(lock, journal.change_id):
+    with holding(lock, journal.change_id):
         mirrored(journal, api, lock_namespace)
-        progress = _progress(progress_mode)
+        progress = progress_for(progress_mode)
         progress.nodes(tuple(status_of(journal).nodes))
-        ctx = _context(api, journal, inv, drain, verify_timeout, progress, forks=forks)
+        ctx = open_context(api, journal, inv, drain, verify_timeout, progress, forks=forks)
         ctx.interrupt = lock.interrupt
-        with _reported_failure(journal, lock, output):
+        with reported_failure(journal, lock, output):
             status = work(ctx, lock)
-    _print_status(status, output)
+    print_status(status, output)
 
 
-def _forced(ctx: Context, force: bool) -> Context:
+def forced_context(ctx: Context, force: bool) -> Context:
     """``--force``: the restore overwrites files someone edited after our write."""
     if force:
         ctx.runner.force_restore = True  # type: ignore[attr-defined]
     return ctx
 
 
-_change_required = click.option("--change", "change", required=True, help="The change id.")
+change_required = click.option("--change", "change", required=True, help="The change id.")

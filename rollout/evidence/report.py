@@ -19,7 +19,7 @@ from pathlib import Path as FsPath
 from typing import Any
 
 from rollout.change.journal import CHANGE_STEP, Entry, Journal, Kind
-from rollout.change.replaying import NodeStatus, _apply_entry, replay
+from rollout.change.replaying import NodeStatus, apply_entry, replay
 from rollout.errors import InputError, Location
 from rollout.evidence.checks import Check, Collection, evaluate, overall, parse_collections
 from rollout.evidence.svg import rejection_chart, state_timeline
@@ -195,7 +195,7 @@ def build_report(
             if dec is not None:
                 decisions.append(dec)
             continue
-        s = _apply_entry(states.get(e.node, NodeStatus(node=e.node)), e)
+        s = apply_entry(states.get(e.node, NodeStatus(node=e.node)), e)
         states[e.node] = s
         events.append(
             NodeEvent(

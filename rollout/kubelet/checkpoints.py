@@ -126,7 +126,7 @@ def render_cpu(cp: CPUCheckpoint) -> str:
     return json.dumps(doc, separators=(",", ":"))
 
 
-def _ci_get(doc: Mapping[str, Any], key: str, default: Any) -> Any:
+def ci_get(doc: Mapping[str, Any], key: str, default: Any) -> Any:
     """Go's encoding/json matches field names case-insensitively."""
     for k, v in doc.items():
         if k.lower() == key.lower():
@@ -134,7 +134,7 @@ def _ci_get(doc: Mapping[str, Any], key: str, default: Any) -> Any:
     return default
 
 
-def _load(text: str) -> dict[str, Any]:
+def load_json(text: str) -> dict[str, Any]:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
@@ -150,15 +150,15 @@ def parse_cpu(text: str) -> CPUCheckpoint:
     Raises:
         CheckpointError: bad JSON, or ``checkpoint is corrupted``.
     """
-    doc = _load(text)
-    entries = _ci_get(doc, "entries", {}) or {}
+    doc = load_json(text)
+    entries = ci_get(doc, "entries", {}) or {}
     if not isinstance(entries, dict) or not all(isinstance(v, dict) for v in entries.values()):
         raise CheckpointError(CORRUPT)
     cp = CPUCheckpoint(
-        str(_ci_get(doc, "policyName", "")),
-        str(_ci_get(doc, "defaultCpuSet", "")),
+        str(ci_get(doc, "policyName", "")),
+        str(ci_get(doc, "defaultCpuSet", "")),
         {str(p): {str(c): str(s) for c, s in v.items()} for p, v in entries.items()},
-        int(_ci_get(doc, "checksum", 0) or 0),
+        int(ci_get(doc, "checksum", 0) or 0),
     )
     if cp.checksum and cp.checksum != cp.computed_checksum():
         raise CheckpointError(CORRUPT)

@@ -24,10 +24,10 @@ from typing import Any
 from rollout.kubelet.checkpoints import (
     CORRUPT,
     CheckpointError,
-    _ci_get,
-    _load,
+    ci_get,
     data_checksum,
     fnv32a,
+    load_json,
 )
 
 MEMORY_RESTORE_ERROR = (
@@ -209,7 +209,7 @@ def _blocks(raw: Any) -> tuple[MemoryBlock, ...]:
 def _records(doc: Mapping[str, Any]) -> tuple[dict[int, NUMAState], dict[str, Any], dict[str, Any]]:
     """``machineState``, ``entries`` and ``podEntries`` of a checkpoint (or of a V3 payload)."""
     ms: dict[int, NUMAState] = {}
-    for n, s in (_ci_get(doc, "machineState", {}) or {}).items():
+    for n, s in (ci_get(doc, "machineState", {}) or {}).items():
         mm = {
             str(k): MemoryTable(
                 int(t.get("total", 0)),
@@ -225,11 +225,11 @@ def _records(doc: Mapping[str, Any]) -> tuple[dict[int, NUMAState], dict[str, An
         )
     entries = {
         str(pod): {str(c): _blocks(blocks) for c, blocks in ctrs.items()}
-        for pod, ctrs in (_ci_get(doc, "entries", {}) or {}).items()
+        for pod, ctrs in (ci_get(doc, "entries", {}) or {}).items()
     }
     pods = {
-        str(pod): _blocks(_ci_get(e, "memoryBlocks", ()))
-        for pod, e in (_ci_get(doc, "podEntries", {}) or {}).items()
+        str(pod): _blocks(ci_get(e, "memoryBlocks", ()))
+        for pod, e in (ci_get(doc, "podEntries", {}) or {}).items()
     }
     return ms, entries, pods
 
@@ -283,10 +283,10 @@ def _parse_v3(doc: Mapping[str, Any], data: Any, dcs: Any) -> MemoryCheckpoint:
     if data_checksum(text) != int(dcs or 0):
         raise fail(CORRUPT)
     return MemoryCheckpoint(
-        str(_ci_get(payload, "policyName", "")),
+        str(ci_get(payload, "policyName", "")),
         ms,
         entries,
-        int(_ci_get(doc, "checksum", 0) or 0),
+        int(ci_get(doc, "checksum", 0) or 0),
         version=3,
         pod_entries=pods,
     )
@@ -305,9 +305,9 @@ def parse_memory(text: str, *, reads_v3: bool = True) -> MemoryCheckpoint:
         CheckpointError: bad JSON or structure, ``checkpoint is corrupted``, or
             ``could not load v3 checkpoint: ...``.
     """
-    doc = _load(text)
-    data = _ci_get(doc, "data", None)
-    dcs = _ci_get(doc, "dataChecksum", None)
+    doc = load_json(text)
+    data = ci_get(doc, "data", None)
+    dcs = ci_get(doc, "dataChecksum", None)
     if reads_v3 and (data or dcs):
         return _parse_v3(doc, data, dcs)
     try:
@@ -315,7 +315,7 @@ def parse_memory(text: str, *, reads_v3: bool = True) -> MemoryCheckpoint:
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"json: cannot unmarshal memory manager checkpoint: {e}") from e
     cp = MemoryCheckpoint(
-        str(_ci_get(doc, "policyName", "")), ms, entries, int(_ci_get(doc, "checksum", 0) or 0)
+        str(ci_get(doc, "policyName", "")), ms, entries, int(ci_get(doc, "checksum", 0) or 0)
     )
     if cp.checksum and cp.checksum not in (cp.computed_checksum(), cp.v1_checksum()):
         raise CheckpointError(CORRUPT)

@@ -38,7 +38,7 @@ from rollout.lab.hardware import NodeShape
 from rollout.lab.inventory import LAB_INTENT, canary_count, inventory_text, plan_text
 from rollout.lab.labnodes import LabNodes, NodeRecord
 from rollout.lab.network import lab_namespaces
-from rollout.lab.pids import _cmd_has, _exe_is, _term
+from rollout.lab.pids import cmd_has, exe_is, terminate
 
 # kept importable from here (tests, benchmarks and the CLI import them with the Lab)
 __all__ = [
@@ -202,7 +202,7 @@ class Lab(LabNodes, DeviceFaults):
                 start_new_session=True,
                 cwd=self.dir,
             )
-        n._children[p.pid] = p
+        n.CHILDREN[p.pid] = p
         deadline = time.monotonic() + 10
         while not ready.exists():
             if p.poll() is not None or time.monotonic() > deadline:
@@ -240,7 +240,7 @@ class Lab(LabNodes, DeviceFaults):
                 progress=progress,
             )
         except BaseException:
-            _term(started)
+            terminate(started)
             raise
         self._save()
         return self.monitoring
@@ -248,7 +248,7 @@ class Lab(LabNodes, DeviceFaults):
     def stop_monitoring(self) -> None:
         """Stop the monitoring processes this lab started (each PID checked first)."""
         if self.monitoring is not None:
-            _term(mon.ours(self.monitoring))
+            terminate(mon.ours(self.monitoring))
         self.monitoring = None
         if self.state_file.exists():
             self._save()
@@ -259,8 +259,8 @@ class Lab(LabNodes, DeviceFaults):
         if self._attached:
             pid = int(self._state.get("controlplane", {}).get("kube-apiserver", 0))
             assert self.bin_dir is not None
-            if pid and _exe_is(pid, self.bin_dir / "kube-apiserver"):
-                _term([pid])
+            if pid and exe_is(pid, self.bin_dir / "kube-apiserver"):
+                terminate([pid])
             time.sleep(downtime)
             cp._spawn("kube-apiserver", cp._apiserver_args())
             cp.wait_apiserver_ready()
@@ -314,15 +314,15 @@ class Lab(LabNodes, DeviceFaults):
         same name starts empty. ``keep`` keeps all of it but the state file (the next ``up``
         reuses it and says so)."""
         if self.monitoring is not None:
-            _term(mon.ours(self.monitoring))
+            terminate(mon.ours(self.monitoring))
             self.monitoring = None
         self.remove_nodes(list(self.nodes), delete_objects=False)
         # namespaces of nodes that never made it into the state file (a `lab up` killed while
         # starting a node): their names say they are this lab's
         for netns in lab_namespaces(self.name):
             n.stop_node(netns)
-        if self.relay_pid and _cmd_has(self.relay_pid, "rollout.lab.relay"):
-            _term([self.relay_pid])
+        if self.relay_pid and cmd_has(self.relay_pid, "rollout.lab.relay"):
+            terminate([self.relay_pid])
         self.relay_pid = 0
         if self.cp is not None and not self._attached:
             self.cp.stop()
@@ -331,8 +331,8 @@ class Lab(LabNodes, DeviceFaults):
             order = ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
             for name in order:
                 pid = int(pids.get(name, 0))
-                if pid and _exe_is(pid, self.bin_dir / name):
-                    _term([pid])
+                if pid and exe_is(pid, self.bin_dir / name):
+                    terminate([pid])
         self.cp = None
         self.socket_path.unlink(missing_ok=True)
         self.state_file.unlink(missing_ok=True)

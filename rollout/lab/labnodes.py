@@ -229,7 +229,7 @@ class LabNodes:
                     "distribution": rec.node.distribution,
                     "ip": rec.node.ip,
                     "ready": ready.get(name, "Missing"),
-                    "sshd": n._tcp_open(rec.node.ip, 22) if alive else False,
+                    "sshd": n.tcp_open(rec.node.ip, 22) if alive else False,
                     "kubelet": unit,
                     "unit": rec.node.unit,
                 }
@@ -323,18 +323,18 @@ class LabNodes:
         rec = self._rec(node)
         n.stop_sshd(rec.node.netns)
         deadline = time.monotonic() + 10
-        while n._tcp_open(rec.node.ip, 22) and time.monotonic() < deadline:
+        while n.tcp_open(rec.node.ip, 22) and time.monotonic() < deadline:
             time.sleep(0.05)
 
     def start_sshd(self, node: str) -> None:
         """Start the node's sshd again."""
         rec = self._rec(node)
-        if n._tcp_open(rec.node.ip, 22):
+        if n.tcp_open(rec.node.ip, 22):
             return
         pid = n.start_sshd(rec.procs.holder_pid, Path(rec.procs.dir))
         self.nodes[node] = replace(rec, procs=replace(rec.procs, sshd_pid=pid))
         deadline = time.monotonic() + 10
-        while not n._tcp_open(rec.node.ip, 22):
+        while not n.tcp_open(rec.node.ip, 22):
             if time.monotonic() > deadline:
                 raise LabError(f"sshd on {node} did not come back")
             time.sleep(0.05)

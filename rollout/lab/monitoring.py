@@ -379,7 +379,7 @@ def _spawn(log: Path, args: list[str], env: Mapping[str, str], cwd: Path) -> int
             env=dict(env),
             start_new_session=True,
         )
-    n._children[p.pid] = p
+    n.CHILDREN[p.pid] = p
     return p.pid
 
 

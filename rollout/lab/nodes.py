@@ -123,14 +123,14 @@ def sshd_config(node: LabNode, node_dir: Path, host_key: Path, authorized_keys: 
 
 # Popen objects of the processes this process started, kept so they are reaped (not left as
 # zombies or reported as "still running" when garbage-collected).
-_children: dict[int, subprocess.Popen[bytes]] = {}
+CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
 def reap() -> None:
     """Collect the exit status of our finished children."""
-    for pid, p in list(_children.items()):
+    for pid, p in list(CHILDREN.items()):
         if p.poll() is not None:
-            del _children[pid]
+            del CHILDREN[pid]
 
 
 def _spawn(args: list[str], log: Path) -> int:
@@ -143,7 +143,7 @@ def _spawn(args: list[str], log: Path) -> int:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    _children[p.pid] = p
+    CHILDREN[p.pid] = p
     return p.pid
 
 
@@ -157,7 +157,7 @@ def _wait_for(pred: object, what: str, timeout: float, log: Path | None = None) 
         time.sleep(0.02)
 
 
-def _tcp_open(ip: str, port: int) -> bool:
+def tcp_open(ip: str, port: int) -> bool:
     try:
         with socket.create_connection((ip, port), timeout=0.5):
             return True
@@ -265,7 +265,7 @@ def start_node(
         )
         sshd = start_sshd(holder, node_dir)
         _wait_for(
-            lambda: _tcp_open(node.ip, node.ssh_port),
+            lambda: tcp_open(node.ip, node.ssh_port),
             f"sshd on {node.ip}:22",
             timeout,
             node_dir / "sshd.log",

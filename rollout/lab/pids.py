@@ -13,14 +13,14 @@ from pathlib import Path
 from rollout.lab import nodes as n
 
 
-def _exe_is(pid: int, want: Path) -> bool:
+def exe_is(pid: int, want: Path) -> bool:
     try:
         return Path(os.readlink(f"/proc/{pid}/exe")) == want
     except OSError:
         return False
 
 
-def _cmd_has(pid: int, needle: str) -> bool:
+def cmd_has(pid: int, needle: str) -> bool:
     try:
         return needle in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
@@ -28,10 +28,10 @@ def _cmd_has(pid: int, needle: str) -> bool:
 
 
 def _gone(pid: int) -> bool:
-    child = n._children.pop(pid, None)
+    child = n.CHILDREN.pop(pid, None)
     if child is not None:
         if child.poll() is None:
-            n._children[pid] = child
+            n.CHILDREN[pid] = child
             return False
         return True
     try:
@@ -40,7 +40,7 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def _term(pids: Sequence[int], timeout: float = 10.0) -> None:
+def terminate(pids: Sequence[int], timeout: float = 10.0) -> None:
     """SIGTERM, then SIGKILL after ``timeout``: only PIDs the caller has verified are ours."""
     for p in pids:
         with contextlib.suppress(ProcessLookupError):
