@@ -20,7 +20,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from rollout import assets
 from rollout.errors import LabError
@@ -89,7 +88,7 @@ class Lab(LabNodes, DeviceFaults):
         self.nodes: dict[str, NodeRecord] = {}
         self.relay_pid = 0
         self.monitoring: mon.MonitoringState | None = None
-        self._state: dict[str, Any] = {}
+        self._recorded_cp: dict[str, int] = {}  # control plane PIDs lab.json named (attached)
 
     # ------------------------------------------------------------------ paths
     @property
@@ -257,7 +256,7 @@ class Lab(LabNodes, DeviceFaults):
         """Fault: restart kube-apiserver on the same port."""
         cp = self._require_cp()
         if self._attached:
-            pid = int(self._state.get("controlplane", {}).get("kube-apiserver", 0))
+            pid = int(self._controlplane_pids().get("kube-apiserver", 0))
             assert self.bin_dir is not None
             if pid and exe_is(pid, self.bin_dir / "kube-apiserver"):
                 terminate([pid])
@@ -327,7 +326,7 @@ class Lab(LabNodes, DeviceFaults):
         if self.cp is not None and not self._attached:
             self.cp.stop()
         elif self.bin_dir is not None:
-            pids = self._state.get("controlplane", {})
+            pids = self._controlplane_pids()
             order = ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
             for name in order:
                 pid = int(pids.get(name, 0))
@@ -361,15 +360,30 @@ class Lab(LabNodes, DeviceFaults):
     # ------------------------------------------------------------------ state
     _attached = False
 
+    def _controlplane_pids(self) -> dict[str, int]:
+        """The control plane's PIDs: those ``lab.json`` named when attached, with those this
+        process started since (a restarted kube-apiserver) over them."""
+        return {**self._recorded_cp, **(self.cp.pids if self.cp is not None else {})}
+
     def _require_cp(self) -> ControlPlane:
         if self.cp is None:
             raise LabError(f"lab {self.name} has no running control plane (is it up?)")
         return self.cp
 
     def _save(self) -> None:
-        self._state = labstate.state_of(self)
+        state = labstate.state_of(
+            name=self.name,
+            lab_dir=self.dir,
+            bin_dir=self.bin_dir,
+            relay_pid=self.relay_pid,
+            cp=self.cp,
+            kubeconfig=self.kubeconfig,
+            monitoring=self.monitoring,
+            nodes=self.nodes,
+            recorded_controlplane=self._controlplane_pids() if self._attached else None,
+        )
         tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self._state, indent=2) + "\n")
+        tmp.write_text(json.dumps(state, indent=2) + "\n")
         tmp.replace(self.state_file)
 
     @classmethod
@@ -383,5 +397,9 @@ class Lab(LabNodes, DeviceFaults):
         except ValueError as e:
             raise LabError(f"{lab.state_file}: not valid JSON: {e}") from e
         lab._attached = True
-        labstate.load(lab, state)
+        got = labstate.load(lab.dir, state)
+        lab.relay_pid, lab.bin_dir, lab.monitoring = got.relay_pid, got.bin_dir, got.monitoring
+        lab.cp = got.cp or lab.cp
+        lab.nodes.update(got.nodes)
+        lab._recorded_cp = got.controlplane_pids
         return lab

@@ -1,29 +1,43 @@
 """The lab's state file, ``<lab dir>/lab.json``: every PID, port and node the lab started, so
 that ``rollout lab down/status/fault`` work from another process than the one that ran ``lab up``
-(:meth:`~rollout.lab.cluster.Lab.attach`)."""
+(:meth:`~rollout.lab.cluster.Lab.attach`).
+
+Pure over the values it is given: the ``Lab`` hands its parts in and takes a :class:`Recorded`
+back, so this module never reaches into the ``Lab`` (it imported ``Lab`` and wrote its privates,
+an import circle with ``rollout.lab.cluster``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rollout.lab import monitoring as mon
 from rollout.lab import nodes as n
 from rollout.lab.controlplane import ControlPlane
 from rollout.lab.labnodes import NodeRecord
 
-if TYPE_CHECKING:
-    from rollout.lab.cluster import Lab
 
-
-def state_of(lab: Lab) -> dict[str, Any]:
-    """What ``lab.json`` records for ``lab``."""
-    cp = lab.cp
+def state_of(
+    *,
+    name: str,
+    lab_dir: Path,
+    bin_dir: Path | None,
+    relay_pid: int,
+    cp: ControlPlane | None,
+    kubeconfig: Path,
+    monitoring: mon.MonitoringState | None,
+    nodes: Mapping[str, NodeRecord],
+    recorded_controlplane: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """What ``lab.json`` records for a lab; ``recorded_controlplane``: the control plane PIDs an
+    attached lab read from its file (kept beside the ones it started itself)."""
     return {
-        "name": lab.name,
-        "dir": str(lab.dir),
-        "binDir": str(lab.bin_dir or ""),
-        "relayPid": lab.relay_pid,
+        "name": name,
+        "dir": str(lab_dir),
+        "binDir": str(bin_dir or ""),
+        "relayPid": relay_pid,
         "ports": {}
         if cp is None
         else {
@@ -33,11 +47,9 @@ def state_of(lab: Lab) -> dict[str, Any]:
             "kcm": cp.kcm_port,
             "scheduler": cp.scheduler_port,
         },
-        "controlplane": {}
-        if cp is None
-        else (cp.pids if not lab._attached else {**lab._state.get("controlplane", {}), **cp.pids}),
-        "kubeconfig": str(lab.kubeconfig),
-        "monitoring": lab.monitoring.to_dict() if lab.monitoring else None,
+        "controlplane": {} if cp is None else {**(recorded_controlplane or {}), **cp.pids},
+        "kubeconfig": str(kubeconfig),
+        "monitoring": monitoring.to_dict() if monitoring else None,
         "nodes": [
             {
                 "node": {
@@ -49,24 +61,40 @@ def state_of(lab: Lab) -> dict[str, Any]:
                 },
                 "procs": n.procs_to_dict(r.procs),
             }
-            for r in lab.nodes.values()
+            for r in nodes.values()
         ],
     }
 
 
-def load(lab: Lab, state: dict[str, Any]) -> None:
-    """Fill an attached ``lab`` from its recorded ``state``."""
-    lab._state = state
-    lab.relay_pid = int(state.get("relayPid", 0))
-    lab.bin_dir = Path(state["binDir"]) if state.get("binDir") else None
-    lab.monitoring = mon.load_state(state.get("monitoring"))
+@dataclass
+class Recorded:
+    """What an attached lab reads back from ``lab.json``."""
+
+    relay_pid: int = 0
+    bin_dir: Path | None = None
+    monitoring: mon.MonitoringState | None = None
+    cp: ControlPlane | None = None
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    controlplane_pids: dict[str, int] = field(default_factory=dict)
+    """The control plane PIDs the file names (``kube-apiserver``, ``etcd``, ...)."""
+
+
+def load(lab_dir: Path, state: Mapping[str, Any]) -> Recorded:
+    """The recorded ``state`` of the lab in ``lab_dir``, as values."""
+    out = Recorded(
+        relay_pid=int(state.get("relayPid", 0)),
+        bin_dir=Path(state["binDir"]) if state.get("binDir") else None,
+        monitoring=mon.load_state(state.get("monitoring")),
+        controlplane_pids={k: int(v) for k, v in (state.get("controlplane") or {}).items()},
+    )
     ports = state.get("ports", {})
-    if ports and lab.bin_dir is not None:
-        cp = ControlPlane(lab.dir / "controlplane", lab.bin_dir)
+    if ports and out.bin_dir is not None:
+        cp = ControlPlane(lab_dir / "controlplane", out.bin_dir)
         cp.etcd_port, cp.etcd_peer_port = ports["etcd"], ports["etcdPeer"]
         cp.apiserver_port, cp.kcm_port = ports["apiserver"], ports["kcm"]
         cp.scheduler_port = ports["scheduler"]
-        lab.cp = cp
+        out.cp = cp
     for rec in state.get("nodes", []):
         node = n.LabNode(**rec["node"])
-        lab.nodes[node.name] = NodeRecord(node, n.NodeProcs(**rec["procs"]))
+        out.nodes[node.name] = NodeRecord(node, n.NodeProcs(**rec["procs"]))
+    return out
