@@ -19,6 +19,7 @@ from typing import Any
 
 from rollout.change.applying import apply_batch
 from rollout.change.journal import CHANGE_STEP, Kind
+from rollout.change.outcomes import ChangeOutcome
 from rollout.change.planning import Batch
 from rollout.change.replaying import ChangeStatus, status_of
 from rollout.change.restoring import Context, restore_nodes
@@ -66,9 +67,11 @@ def summary(status: ChangeStatus) -> str:
     return "\n".join(lines)
 
 
-def end_change(ctx: Context, outcome: str, message: str, phase: Phase = Phase.DONE) -> ChangeStatus:
+def end_change(
+    ctx: Context, outcome: ChangeOutcome, message: str, phase: Phase = Phase.DONE
+) -> ChangeStatus:
     ctx.journal.append(
-        CHANGE_STEP, phase, now=ctx.clock.now(), data={"outcome": outcome, "message": message}
+        CHANGE_STEP, phase, now=ctx.clock.now(), data={"outcome": outcome.value, "message": message}
     )
     return status_of(ctx.journal)
 
@@ -183,16 +186,20 @@ def _batches(
         if held is not None:
             return held
         if canary_only and not gate_at:
-            return end_change(ctx, "held", f"canary applied; holding (gate: {_last_reason(ctx)})")
+            return end_change(
+                ctx, ChangeOutcome.HELD, f"canary applied; holding (gate: {_last_reason(ctx)})"
+            )
     for i, batch in enumerate(batches):
         ctx.interrupt.check()
         if forward is not None and i > 0 and not (window := forward(ctx.clock.now())).allowed:
-            return end_change(ctx, "held", f"change window closed; holding: {window.reason}")
+            return end_change(
+                ctx, ChangeOutcome.HELD, f"change window closed; holding: {window.reason}"
+            )
         failures = _apply_in_waves(ctx, changes, batch.nodes, f"batch {i + 1}/{len(batches)}")
         ctx.interrupt.check()  # the batch's failures are the interrupt's doing: settle below
         if failures:
             what = "; ".join(str(e) for e in failures.values())
-            status = end_change(ctx, "stopped", what, Phase.FAILED)
+            status = end_change(ctx, ChangeOutcome.STOPPED, what, Phase.FAILED)
             text = f"rollout stopped: {what}\nnode states:\n{summary(status)}"
             if all(isinstance(e, NodeFilesChangedError) for e in failures.values()):
                 raise NodeFilesChangedError(text)
@@ -204,9 +211,11 @@ def _batches(
         if held is not None:
             return held
         if canary_only and i == max(gate_at):
-            return end_change(ctx, "held", f"canary applied; holding (gate: {_last_reason(ctx)})")
+            return end_change(
+                ctx, ChangeOutcome.HELD, f"canary applied; holding (gate: {_last_reason(ctx)})"
+            )
     ctx.interrupt.check()
-    return end_change(ctx, "completed", f"{len(changes)} node(s) applied")
+    return end_change(ctx, ChangeOutcome.COMPLETED, f"{len(changes)} node(s) applied")
 
 
 def _apply_in_waves(
@@ -288,11 +297,13 @@ def _gate(
         settled: Callable[[str, Sequence[str]], str] | None = getattr(gate, "after_rollback", None)
         if settled is not None and (workload := settled(ctx.journal.change_id, restored)):
             what += f"; {workload}"
-        status = end_change(ctx, "rolled-back", what, Phase.FAILED)
+        status = end_change(ctx, ChangeOutcome.ROLLED_BACK, what, Phase.FAILED)
         raise NodeOperationError(f"{what}\nnode states:\n{summary(status)}")
     ctx.interrupt.check()
     if verdict.status is not VerdictStatus.SUCCESSFUL:
-        return end_change(ctx, "held", f"gate {verdict.status.value}: {verdict.reason}; holding")
+        return end_change(
+            ctx, ChangeOutcome.HELD, f"gate {verdict.status.value}: {verdict.reason}; holding"
+        )
     return None
 
 
@@ -364,7 +375,7 @@ def _stopped(ctx: Context, reason: StopReason) -> ChangeStatus:
     """
     if reason.lost:
         what = f"lost the cluster lock: {reason.by}; started nothing new, nodes in flight restored"
-        final = end_change(ctx, "stopped", what, Phase.FAILED)
+        final = end_change(ctx, ChangeOutcome.STOPPED, what, Phase.FAILED)
         raise LeaseLostError(f"{what}\nnode states:\n{summary(final)}")
     ctx.on_event(f"rollback requested by {reason.by}: stopping forward work")
     ctx.journal.append(
@@ -405,9 +416,9 @@ def _stopped(ctx: Context, reason: StopReason) -> ChangeStatus:
     what = f"rolled back on request of {reason.by}"
     if errors:
         what += "; restore failed: " + "; ".join(str(e) for e in errors.values())
-        final = end_change(ctx, "rollback-failed", what, Phase.FAILED)
+        final = end_change(ctx, ChangeOutcome.ROLLBACK_FAILED, what, Phase.FAILED)
     else:
-        final = end_change(ctx, "rolled-back", what, Phase.FAILED)
+        final = end_change(ctx, ChangeOutcome.ROLLED_BACK, what, Phase.FAILED)
     raise NodeOperationError(f"{what}\nnode states:\n{summary(final)}")
 
 
@@ -461,6 +472,6 @@ def rollback(ctx: Context, nodes: Sequence[str] | None = None, force: bool = Fal
     errors = _restore_many(ctx, targets, status)
     if errors:
         what = "; ".join(str(e) for e in errors.values())
-        final = end_change(ctx, "rollback-failed", what, Phase.FAILED)
+        final = end_change(ctx, ChangeOutcome.ROLLBACK_FAILED, what, Phase.FAILED)
         raise NodeOperationError(f"rollback failed: {what}\nnode states:\n{summary(final)}")
-    return end_change(ctx, "rolled-back", f"restored: {', '.join(targets) or 'none'}")
+    return end_change(ctx, ChangeOutcome.ROLLED_BACK, f"restored: {', '.join(targets) or 'none'}")

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollout.change.journal import CHANGE_STEP, EVIDENCE_STEP, Entry, Journal
+from rollout.change.outcomes import ChangeOutcome
+from rollout.errors import InputError
 from rollout.models import FileBackup, NodeState, Path, Phase, Step
 
 
@@ -86,7 +88,7 @@ class ChangeStatus:
 
     change: str
     nodes: Mapping[str, NodeStatus]
-    outcome: str = "running"
+    outcome: ChangeOutcome = ChangeOutcome.RUNNING
     message: str = ""
     info: Mapping[str, Any] = field(default_factory=dict)
     evidence: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -131,7 +133,7 @@ class Projection:
         self.generation = 0  # the journal's generation it folded (Journal.generation)
         self.change = ""
         self.nodes: dict[str, NodeStatus] = {}
-        self.outcome, self.message = "running", ""
+        self.outcome, self.message = ChangeOutcome.RUNNING, ""
         self.info: dict[str, Any] = {}
         self.evidence: dict[str, dict[str, Any]] = {}
 
@@ -143,11 +145,11 @@ class Projection:
                 self.evidence[str(e.data.get("label", ""))] = _evidence_summary(e.data)
             elif e.step == CHANGE_STEP and e.phase is Phase.BEGIN:
                 self.info = dict(e.data)
-                self.outcome = "running"
+                self.outcome = ChangeOutcome.RUNNING
                 for n in e.data.get("nodes", ()):
                     self.nodes.setdefault(n, NodeStatus(node=n))
             elif e.step == CHANGE_STEP:
-                self.outcome = str(e.data.get("outcome", e.phase.value))
+                self.outcome = outcome_of(e)
                 self.message = str(e.data.get("message", ""))
             return
         self.nodes[e.node] = apply_entry(self.nodes.get(e.node, NodeStatus(node=e.node)), e)
@@ -247,3 +249,18 @@ def _copy_with(s: NodeStatus, changes: Mapping[str, Any]) -> NodeStatus:
     out.__dict__.update(s.__dict__)
     out.__dict__.update(changes)
     return out
+
+
+def outcome_of(entry: Entry) -> ChangeOutcome:
+    """The outcome a change-level ``done`` or ``failed`` entry records; one without an outcome
+    (no version of rollout wrote one) reads as ``stopped`` when failed, else ``completed``."""
+    recorded = entry.data.get("outcome")
+    if recorded is None:
+        return ChangeOutcome.STOPPED if entry.phase is Phase.FAILED else ChangeOutcome.COMPLETED
+    try:
+        return ChangeOutcome(str(recorded))
+    except ValueError:
+        raise InputError(
+            f"change {entry.change}: journal outcome {recorded!r} is not one this version of "
+            f"rollout knows ({', '.join(ChangeOutcome)}); use the version that wrote it"
+        ) from None

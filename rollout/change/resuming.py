@@ -22,6 +22,7 @@ from rollout.change.orchestrator import (
     rollback_targets,
     summary,
 )
+from rollout.change.outcomes import ChangeOutcome
 from rollout.change.replaying import ChangeStatus, NodeStatus, replay, status_of
 from rollout.change.restoring import (
     Context,
@@ -46,7 +47,7 @@ def unfinished_gate(entries: Sequence[Entry], has_gate: bool) -> UnfinishedGate 
     None: the change has ended, or no gate is owed.
     """
     status = replay(entries)
-    if status.outcome != "running":
+    if status.outcome != ChangeOutcome.RUNNING:
         return None
     info = status.info
     canary = tuple(info.get("canary", ()))
@@ -139,16 +140,16 @@ def resume(ctx: Context, end: bool = True) -> ChangeStatus:
         what = "; ".join(str(e) for e in errors.values())
         if all(isinstance(e, NodeFilesChangedError) for e in errors.values()):
             # nothing written anywhere, only cordons undone: the change stops as apply's does
-            final = end_change(ctx, "stopped", what, Phase.FAILED)
+            final = end_change(ctx, ChangeOutcome.STOPPED, what, Phase.FAILED)
             raise NodeFilesChangedError(f"resume stopped: {what}\nnode states:\n{summary(final)}")
-        final = end_change(ctx, "resume-failed", what, Phase.FAILED)
+        final = end_change(ctx, ChangeOutcome.RESUME_FAILED, what, Phase.FAILED)
         raise NodeOperationError(f"resume failed: {what}\nnode states:\n{summary(final)}")
     return end_resumed(ctx) if end else status_of(ctx.journal)
 
 
 def end_resumed(ctx: Context) -> ChangeStatus:
     """Journal the end of a resume that had nothing more to run."""
-    return end_change(ctx, "resumed", "every node settled")
+    return end_change(ctx, ChangeOutcome.RESUMED, "every node settled")
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,7 @@ def unfinished_rollback(entries: Sequence[Entry]) -> PendingRollback | None:
     journaled a handed-over rollback request (``request``) after it and died before ending.
     """
     status = replay(entries)
-    if status.outcome != "running":
+    if status.outcome != ChangeOutcome.RUNNING:
         return None
     asked = status.info.get(ROLLBACK_INFO)
     if asked:
@@ -220,10 +221,12 @@ def resume_rollback(ctx: Context, pending: PendingRollback) -> ChangeStatus:
     what = f"rolled back on request of {pending.by}" if pending.by else "rollback"
     if errors:
         what += " (finished by resume); failed: " + "; ".join(str(e) for e in errors.values())
-        final = end_change(ctx, "rollback-failed", what, Phase.FAILED)
+        final = end_change(ctx, ChangeOutcome.ROLLBACK_FAILED, what, Phase.FAILED)
         raise NodeOperationError(f"{what}\nnode states:\n{summary(final)}")
     done = [n for n, s in status.nodes.items() if n in named and s.state is not NodeState.PENDING]
-    return end_change(ctx, "rolled-back", f"{what} finished by resume; restored: {', '.join(done)}")
+    return end_change(
+        ctx, ChangeOutcome.ROLLED_BACK, f"{what} finished by resume; restored: {', '.join(done)}"
+    )
 
 
 def rerun_nodes(entries: Sequence[Entry]) -> set[str]:
@@ -235,7 +238,7 @@ def rerun_nodes(entries: Sequence[Entry]) -> set[str]:
     forward path still unwritten), so a resume killed between the two is finished by the next.
     """
     status = replay(entries)
-    if status.outcome != "running" or unfinished_rollback(entries) is not None:
+    if status.outcome != ChangeOutcome.RUNNING or unfinished_rollback(entries) is not None:
         return set()
     forward: set[str] = set()
     excluded: set[str] = set()

@@ -19,37 +19,41 @@ import click
 
 from rollout.change.journal import Journal, Kind, new_change_id, state_dir
 from rollout.change.orchestrator import run_change
+from rollout.change.outcomes import GATE_HOLDS_EXIT
 from rollout.change.plan import load_plan
 from rollout.change.planning import DrainOverrides, parse_strategy
 from rollout.change.previewing import predicted_rejections, render_text
+from rollout.change.record import existing_journal, mirrored
 from rollout.change.replaying import replay
+from rollout.change.session import (
+    OVERRIDES_STEP,
+    FactsGathering,
+    holding,
+    intent_digest,
+    open_context,
+    run_preflight,
+)
 from rollout.change.windows import guard, parse_windows
-from rollout.cli.gate import GATE_HOLDS_EXIT, gate_config
+from rollout.cli.gate import gate_config
+from rollout.cli.wiring import (
+    confirm,
+    echo_err,
+    forks_option,
+    gate_for,
+    inventory_path,
+    lock_ns_option,
+    print_status,
+    progress_for,
+    progress_option,
+    reported_failure,
+    verify_timeout_option,
+)
 from rollout.errors import InputError, Location, PreflightError
 from rollout.fanout import DEFAULT_FORKS
 from rollout.models import NodeState, Phase
 
 from .options import drain_options, inventory_option, kube_options, output_option, plan_option
-from .record import existing_journal, mirrored, optional_api
-from .wiring import (
-    OVERRIDES_STEP,
-    FactsGathering,
-    confirm,
-    echo_err,
-    forks_option,
-    gate_for,
-    holding,
-    intent_digest,
-    inventory_path,
-    lock_ns_option,
-    open_context,
-    print_status,
-    progress_for,
-    progress_option,
-    reported_failure,
-    run_preflight,
-    verify_timeout_option,
-)
+from .record import optional_api
 
 __all__ = ["COMMANDS"]
 

@@ -172,7 +172,8 @@ def report_cmd(
       rollout report -o html --out report.html
       rollout report -o json | jq .evidence
     """
-    from rollout.cli.record import existing_journal, optional_api
+    from rollout.change.record import existing_journal
+    from rollout.cli.record import optional_api
     from rollout.evidence.report import load_report, render
 
     journal = existing_journal(change, optional_api(kubeconfig, context), lock_namespace)
@@ -239,12 +240,11 @@ def evidence_cmd(
     import json
 
     from rollout.change.preparing import read_inventory
+    from rollout.change.record import existing_journal
     from rollout.change.replaying import replay
     from rollout.cli.collect import checks_of, collect, journal_evidence
     from rollout.evidence.report import EVIDENCE_FILE
     from rollout.kube.client import connect
-
-    from .record import existing_journal
 
     recorded: dict[str, object] = {}
     nodes: list[str] = []

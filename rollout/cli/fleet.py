@@ -88,13 +88,12 @@ def survey(api: Any, lock_namespace: str, inv: Any = None) -> list[Any]:
     from concurrent.futures import ThreadPoolExecutor
 
     from rollout.change.drift import report_node
+    from rollout.change.record import existing_journal
     from rollout.change.replaying import status_of
     from rollout.errors import RolloutError
     from rollout.fanout import DEFAULT_FORKS, workers
     from rollout.kube import mirror as km
     from rollout.kube import proxy
-
-    from .record import existing_journal
 
     marks = km.marked_nodes(api, retry_s=30.0)
     in_inv = [inv.node_of(h) for h in inv.hosts] if inv else []

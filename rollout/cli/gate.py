@@ -1,81 +1,92 @@
 """``rollout watch`` and ``rollout serve``: the gate on its own, and the external rollback trigger.
 
 Thin: parse, build the gate from its parts (``rollout.gate.soaking``, ``rollout.kube.*``), print. A
-Failed verdict rolls back through ``rollout rollback`` itself (the same command a person runs), so
-there is exactly one rollback path whoever pulls the trigger.
+Failed verdict or an alert rolls back in this process through ``rollout.change.session.roll_back``,
+the call ``rollout rollback`` makes, so there is exactly one rollback path whoever pulls the
+trigger.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import click
 
 from rollout.change.journal import Kind
+from rollout.change.outcomes import GATE_HOLDS_EXIT, ChangeOutcome, exit_code
 from rollout.cli.options import kube_options, output_option
-from rollout.errors import ExternalError, InputError, Location, NodeOperationError, RolloutError
+from rollout.errors import InputError, Location, NodeOperationError, RolloutError
 from rollout.gate.analysis import GateConfig, Outcome, Predicted, parse_gate_config
-
-#: Exit code of ``rollout watch`` and ``rollout apply`` when the gate holds (Inconclusive or Error).
-GATE_HOLDS_EXIT = 8
-
-
-ROLLBACK_TIMEOUT_S = 1800.0
-"""How long ``watch`` / ``serve`` let the ``rollout rollback`` they start run."""
 
 
 def cli_rollback(
     change_id: str,
     nodes: Sequence[str] | None,
     reason: str,
-    kube_args: Sequence[str] = (),
+    kube: KubeTarget,
     wait: bool = True,
 ) -> str:
-    """Trigger a rollback by running ``rollout rollback`` (same env: kubeconfig, inventory, state;
-    ``kube_args``: ``--kubeconfig`` / ``--context`` / ``--lock-namespace``). ``reason`` is who
-    asks, as the change's owner reports it. While a live process owns the change, the command
-    hands the rollback to it; with ``wait`` False it returns once handed over.
+    """Trigger a rollback in this process, as ``rollout rollback`` runs it
+    (``rollout.change.session.roll_back``: the same request, hand-over and restore path).
+    ``reason`` is who asks, as the change's owner reports it. While a live process owns the
+    change, the rollback is handed to it; with ``wait`` False this returns once handed over.
+    The inventory is the one the change recorded, or ``$ROLLOUT_INVENTORY``.
 
     Returns:
         ``handed-over`` (the owner was handed the request and did not report yet) or
         ``rolled-back``.
 
     Raises:
-        ExternalError: the rollback command failed or ran past :data:`ROLLBACK_TIMEOUT_S` (its
-            last output lines are in the message).
+        RolloutError: the rollback failed (a node could not be restored, the owner reported a
+            failed rollback, another process took the Lease); the message says which.
     """
-    cmd = [sys.executable, "-c", "from rollout.cli import main; main()", "rollback"]
-    cmd += ["--change", change_id, "--yes", *kube_args]  # no TTY: the trigger is the confirmation
-    cmd += ["--requested-by", reason, "-o", "json", "--progress", "off"]
-    if not wait:
-        cmd.append("--no-wait")
-    for n in nodes or ():
-        cmd += ["--node", n]
+    import os
+
+    from rollout.change.session import RollbackRequest, roll_back
+
     click.echo(f"rollback of {change_id} ({', '.join(nodes) if nodes else 'all nodes'}): {reason}")
-    try:
-        r = subprocess.run(
-            cmd, capture_output=True, text=True, check=False, timeout=ROLLBACK_TIMEOUT_S
+    request = RollbackRequest(
+        change=change_id,
+        nodes=tuple(nodes or ()),
+        requested_by=reason,
+        wait=wait,
+        inventory=os.environ.get("ROLLOUT_INVENTORY") or None,
+        lock_namespace=kube.lock_namespace,
+    )
+    result = roll_back(kube.connect(), request, say=lambda m: click.echo(m, err=True))
+    if result.outcome is ChangeOutcome.HANDED_OVER:
+        return ChangeOutcome.HANDED_OVER.value
+    if exit_code(result.outcome, rollback=True) != 0:
+        raise NodeOperationError(
+            f"rollback of {change_id} ended {result.outcome}: {result.message}"
         )
-    except subprocess.TimeoutExpired as e:
-        raise ExternalError(
-            f"rollout rollback --change {change_id} ran past {ROLLBACK_TIMEOUT_S:.0f}s"
-        ) from e
-    if r.returncode != 0:
-        tail = " ".join((r.stderr or r.stdout).strip().splitlines()[-3:])
-        raise ExternalError(f"rollout rollback --change {change_id} exited {r.returncode}: {tail}")
-    try:
-        outcome = str(json.loads(r.stdout).get("outcome") or "rolled-back")
-    except (ValueError, AttributeError):
-        outcome = "rolled-back"
-    return "handed-over" if outcome == "handed-over" else "rolled-back"
+    return ChangeOutcome.ROLLED_BACK.value
+
+
+@dataclass(frozen=True)
+class KubeTarget:
+    """The cluster ``watch`` / ``serve`` act on: their ``--kubeconfig``, ``--context`` and
+    ``--lock-namespace``; one API connection, made on first use and shared."""
+
+    kubeconfig: str | None
+    context: str | None
+    lock_namespace: str
+    _api: list[Any] = field(default_factory=list, compare=False, repr=False)
+
+    def connect(self) -> Any:
+        from rollout.kube.client import connect
+
+        if not self._api:
+            self._api.append(connect(self.kubeconfig, self.context))
+        return self._api[0]
 
 
 def _gate_config(plan_file: str | None) -> GateConfig:
@@ -167,8 +178,8 @@ def build_soak_gate(
 
 
 def _change_nodes(change_id: str, api: Any, lock_namespace: str) -> tuple[list[str], float, Any]:
+    from rollout.change.record import existing_journal, mirrored
     from rollout.change.replaying import replay
-    from rollout.cli.record import existing_journal, mirrored
 
     journal = mirrored(existing_journal(change_id, api, lock_namespace), api, lock_namespace)
     entries = journal.entries()
@@ -230,14 +241,13 @@ def watch(
     """
     from rollout.gate.serve import AlertReceiver, GateMetrics, make_server, parse_listen, read_token
     from rollout.gate.soaking import rollback_targets
-    from rollout.kube.client import connect
     from rollout.models import Phase
 
     cfg = _gate_config(plan_file)
-    api = connect(kubeconfig, context)
+    kube = KubeTarget(kubeconfig, context, lock_namespace)
+    api = kube.connect()
     nodes, started, journal = _change_nodes(change_id, api, lock_namespace)
-    kube_args = _kube_args(kubeconfig, context, lock_namespace)
-    trigger = functools.partial(cli_rollback, kube_args=kube_args, wait=False)
+    trigger = functools.partial(cli_rollback, kube=kube, wait=False)
 
     def record(kind: str, data: Any) -> None:
         journal.append(kind, Phase.DONE, now=datetime.now(UTC), data=data)
@@ -271,7 +281,7 @@ def watch(
             raise NodeOperationError(f"gate Failed; not rolled back (--no-rollback): {targets}")
         record(Kind.TRIGGER, {"trigger": "gate", "nodes": targets, "reason": verdict.reason})
         metrics.rollbacks.labels(trigger="gate").inc()
-        cli_rollback(change_id, targets, "rollout watch: gate Failed", kube_args)
+        cli_rollback(change_id, targets, "rollout watch: gate Failed", kube)
         raise NodeOperationError(f"gate Failed; rolled back {', '.join(targets)}")
     if verdict.holds:
         sys.exit(GATE_HOLDS_EXIT)
@@ -333,26 +343,19 @@ def serve(
       rollout serve --listen 127.0.0.1:0 --token-file token -o json --context prod-east
     """
     from rollout.change.journal import state_dir
-    from rollout.cli.record import existing_journal, mirrored
+    from rollout.change.record import existing_journal, mirrored
     from rollout.gate.owning import JournalOwners, export_node_states, journal_recorder
     from rollout.gate.serve import AlertReceiver, make_server, parse_listen, read_token
 
-    kube_args = _kube_args(kubeconfig, context, lock_namespace)
-    trigger = functools.partial(cli_rollback, kube_args=kube_args, wait=False)
+    kube = KubeTarget(kubeconfig, context, lock_namespace)
+    trigger = functools.partial(cli_rollback, kube=kube, wait=False)
     root = state_dir()
-    api: list[Any] = []
+    connected = kube.connect
 
     def lease() -> str | None:
         from rollout.kube.lease_reading import live_lease_change
 
         return live_lease_change(connected(), lock_namespace)
-
-    def connected() -> Any:
-        from rollout.kube.client import connect
-
-        if not api:
-            api.append(connect(kubeconfig, context))
-        return api[0]
 
     def refresh(node: str) -> None:
         """The change the alert's Node names, from the cluster record into ``root``."""
@@ -364,7 +367,7 @@ def serve(
 
     def opener(change_id: str) -> Any:
         return mirrored(
-            existing_journal(change_id, connected(), lock_namespace), api[0], lock_namespace
+            existing_journal(change_id, connected(), lock_namespace), connected(), lock_namespace
         )
 
     def cluster_states() -> Any:
@@ -424,12 +427,6 @@ def _drift_loop(
         except (RolloutError, OSError) as e:
             click.echo(f"rollout serve: drift check failed: {e}", err=True)
         time.sleep(interval)
-
-
-def _kube_args(kubeconfig: str | None, context: str | None, lock_namespace: str) -> list[str]:
-    args = [*(("--kubeconfig", kubeconfig) if kubeconfig else ())]
-    args += [*(("--context", context) if context else ())]
-    return [*args, "--lock-namespace", lock_namespace]
 
 
 COMMANDS = [watch, serve]

@@ -46,7 +46,8 @@ def preview_cmd(
       rollout preview -o json | jq '.nodes[].pods[] | select(.verdict == "rejected")'
     """
     from rollout.change.preparing import read_inventory
-    from rollout.cli.wiring import inventory_path, run_preflight
+    from rollout.change.session import run_preflight
+    from rollout.cli.wiring import inventory_path
     from rollout.kube.client import connect
 
     if not plan_path:

@@ -11,37 +11,40 @@ import click
 
 from rollout.change.journal import Journal, Kind
 from rollout.change.orchestrator import ROLLBACK_INFO
+from rollout.change.outcomes import ChangeOutcome
 from rollout.change.plan import load_plan
 from rollout.change.planning import DrainOverrides
 from rollout.change.previewing import predicted_rejections
+from rollout.change.record import existing_journal, mirrored
 from rollout.change.replaying import ChangeStatus, replay
+from rollout.change.session import (
+    OVERRIDES_STEP,
+    holding,
+    info_path,
+    intent_digest,
+    open_context,
+    run_preflight,
+)
 from rollout.change.windows import guard, parse_windows
 from rollout.cli.collect import evidence_refusal
 from rollout.cli.gate import gate_config
-from rollout.errors import PreflightError
-from rollout.models import Phase
-
-from .options import drain_options, inventory_option, kube_options, output_option
-from .record import existing_journal, mirrored
-from .wiring import (
-    OVERRIDES_STEP,
+from rollout.cli.wiring import (
     change_required,
     confirm,
     echo_err,
     forks_option,
     gate_for,
-    holding,
-    info_path,
-    intent_digest,
     lock_ns_option,
-    open_context,
     print_status,
     progress_for,
     progress_option,
     reported_failure,
-    run_preflight,
     verify_timeout_option,
 )
+from rollout.errors import PreflightError
+from rollout.models import Phase
+
+from .options import drain_options, inventory_option, kube_options, output_option
 
 
 def last_gate(journal: Journal) -> Mapping[str, Any] | None:
@@ -54,7 +57,7 @@ def promote_refusal(status: ChangeStatus, gate: Mapping[str, Any] | None) -> str
     """Why a change may not be promoted without ``--force`` (pure), or None when it may."""
     from rollout.models import NodeState
 
-    if status.outcome == "running":
+    if status.outcome == ChangeOutcome.RUNNING:
         return (
             f"change {status.change} is running or was interrupted (no end recorded); "
             f"`rollout resume --change {status.change} --yes` settles it first"
@@ -143,7 +146,7 @@ def promote_cmd(
     if refusal is None:
         canary = [n for b in status.info.get("batches", ()) for n in b]
         refusal = evidence_refusal(journal.entries(), canary)
-    if refusal and status.outcome == "running":
+    if refusal and status.outcome == ChangeOutcome.RUNNING:
         raise PreflightError(refusal)
     if refusal and not force:
         raise PreflightError(

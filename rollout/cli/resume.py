@@ -7,29 +7,27 @@ from typing import Any
 import click
 
 from rollout.change.journal import Kind
+from rollout.change.outcomes import ChangeOutcome
 from rollout.change.plan import load_plan, recorded_plan
 from rollout.change.previewing import predicted_rejections
 from rollout.change.replaying import ChangeStatus, replay
 from rollout.change.restoring import Context
 from rollout.change.resuming import rerun_nodes, resume, resume_rollback, unfinished_rollback
+from rollout.change.session import info_path, intent_digest, journaled_overrides, run_preflight
 from rollout.cli.gate import gate_config
-from rollout.errors import PreflightError
-
-from .options import inventory_option, kube_options, output_option
-from .wiring import (
+from rollout.cli.wiring import (
     change_required,
     confirm,
     forks_option,
     gate_for,
-    info_path,
-    intent_digest,
-    journaled_overrides,
     lock_ns_option,
     progress_option,
-    run_preflight,
     settle_command,
     verify_timeout_option,
 )
+from rollout.errors import PreflightError
+
+from .options import inventory_option, kube_options, output_option
 
 
 @click.command("resume")
@@ -72,7 +70,7 @@ def resume_cmd(
         # read under the Lease, from the journal settle_command fetched or refreshed from the
         # cluster record: a machine that never saw the change resumes it too
         before = replay(ctx.journal.entries(), ctx.journal.change_id)
-        if before.outcome != "running":
+        if before.outcome != ChangeOutcome.RUNNING:
             return resume(ctx)  # it had ended (held, completed, stopped): nothing more to start
         pending = unfinished_rollback(ctx.journal.entries())
         if pending is not None:  # a rollback was under way: finish it, never go forward

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import time
-from typing import Any
 
 import click
 
-from rollout.change.orchestrator import rollback
+from rollout.change.outcomes import ChangeOutcome, exit_code
 from rollout.errors import NodeOperationError
 
 from .options import inventory_option, kube_options, output_option
@@ -16,11 +14,12 @@ from .wiring import (
     change_required,
     confirm,
     echo_err,
-    forced_context,
     forks_option,
+    json_status,
     lock_ns_option,
+    print_status,
+    progress_for,
     progress_option,
-    settle_command,
     verify_timeout_option,
 )
 
@@ -91,66 +90,41 @@ def rollback_cmd(
       rollout rollback --change 20261130T214802Z-a1b2c3 --yes --no-wait
       rollout rollback --change 20261130T214802Z-a1b2c3 --node gpu-7 --force --yes
     """
+    from rollout.change.session import RollbackRequest, roll_back
     from rollout.kube.client import connect
-    from rollout.kube.leases import hand_over, holder_identity, wait_outcome
 
     confirm(yes, f"roll back change {change}")
-    api = connect(kubeconfig, context)
-    by = requested_by or holder_identity()
-    requested_at = time.time()
-    handed = hand_over(api, lock_namespace, change, list(nodes) or None, by, force)
-    if handed is not None:
-        echo_err(
-            f"change {change} is owned by {handed.owner}: rollback handed to it "
-            f"(request {handed.request.id}{', --force' if handed.request.force else ''})"
-        )
-        if handed.request.force != force:
-            echo_err(
-                "warning: joined a pending request "
-                + ("with --force" if handed.request.force else "without --force")
-                + "; the first request decides whether edited files are overwritten"
-            )
-        result: dict[str, Any] = {
-            "change": change,
-            "handedTo": handed.owner,
-            "request": handed.request.id,
-            "nodes": list(handed.request.nodes) if handed.request.nodes else None,
-            "force": handed.request.force,
-            "requestedAt": requested_at,
-        }
-        if no_wait:
-            result["outcome"] = "handed-over"
-            click.echo(json.dumps(result, indent=2) if output == "json" else "handed over")
-            return
-        outcome = wait_outcome(api, lock_namespace, handed, wait_timeout, echo_err)
-        if outcome is not None:
-            result.update(outcome=outcome.get("outcome"), message=outcome.get("message"))
-            if output == "json":
-                click.echo(json.dumps(result, indent=2))
-            else:
-                click.echo(f"change {change}: {outcome.get('outcome')} by {handed.owner}")
-                click.echo(f"  {outcome.get('message')}")
-            if outcome.get("outcome") != "rolled-back":
-                raise NodeOperationError(
-                    f"the owner {handed.owner} reported {outcome.get('outcome')}: "
-                    f"{outcome.get('message')}"
-                )
-            return
-        echo_err(
-            f"{handed.owner} released the change without acting on the request; rolling back here"
-        )
-    settle_command(
-        change,
-        inventory,
-        lock_namespace,
-        verify_timeout,
-        output,
-        kubeconfig,
-        context,
-        lambda ctx, _lock: rollback(forced_context(ctx, force), list(nodes) or None, force),
-        progress_mode,
-        forks,
+    request = RollbackRequest(
+        change=change,
+        nodes=nodes,
+        requested_by=requested_by or "",
+        force=force,
+        wait=not no_wait,
+        wait_timeout=wait_timeout,
+        inventory=inventory,
+        lock_namespace=lock_namespace,
+        verify_timeout=verify_timeout,
+        forks=forks,
     )
+    result = roll_back(
+        connect(kubeconfig, context),
+        request,
+        progress=progress_for(progress_mode),
+        failed=json_status(output),
+        say=echo_err,
+    )
+    if result.status is not None and result.handed_to is None:
+        print_status(result.status, output)
+    elif output == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    elif result.outcome is ChangeOutcome.HANDED_OVER:
+        click.echo("handed over")
+    else:
+        click.echo(f"change {change}: {result.outcome} by {result.handed_to}")
+        click.echo(f"  {result.message}")
+    if exit_code(result.outcome, rollback=True) != 0:
+        who = f"the owner {result.handed_to} reported" if result.handed_to else "the rollback ended"
+        raise NodeOperationError(f"{who} {result.outcome}: {result.message}")
 
 
 COMMANDS = [rollback_cmd]

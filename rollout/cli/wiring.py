@@ -1,54 +1,38 @@
-"""What the change commands share: the adapters they build and the options they take.
+"""What the change commands share on the CLI side: the options they take, the gate and progress
+they build from them, confirmation and printing.
 
-``apply`` (``change.py``), ``promote``, ``resume`` and ``rollback`` each parse their options, build
-the adapters here (API client, Lease lock, playbook runner, journal, gate, progress), call the core
-and print. Errors become exit codes in ``rollout.cli`` (see docs/exit-codes.md).
+The session below them (Lease, journal, runner, context, preflight) is
+``rollout.change.session``; ``apply`` (``change.py``), ``promote``, ``resume`` and ``rollback``
+parse their options, call it and print. Errors become exit codes in ``rollout.cli`` (see
+docs/exit-codes.md).
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import tempfile
-import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import click
 
-from rollout.change.journal import Journal, Kind
+from rollout.change.journal import Journal
 from rollout.change.orchestrator import NoGate, summary
-from rollout.change.plan import Plan, recorded_plan
-from rollout.change.planning import DrainOverrides, DrainPolicy, parse_strategy
+from rollout.change.plan import Plan
 from rollout.change.progress import Progress
 from rollout.change.replaying import ChangeStatus, status_of
-from rollout.change.restoring import Context
+from rollout.change.session import Work, reporting, settle
 from rollout.cli.gate import gate_config
-from rollout.cli.record import existing_journal, mirrored
 from rollout.errors import InputError, Location, RolloutError
 from rollout.fanout import DEFAULT_FORKS
 from rollout.gate.analysis import Predicted
 from rollout.interrupt import Interrupt
 from rollout.models import Phase
 from rollout.protocols import Gate
-
-
-class SystemClock:
-    """The real clock."""
-
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
 
 
 def gate_for(
@@ -145,47 +129,6 @@ def inventory_path(inventory: str | None) -> Path:
     return Path(inventory)
 
 
-@contextmanager
-def holding(lock: Any, change_id: str) -> Iterator[None]:
-    lock.acquire(change_id)
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-def open_context(
-    api: Any,
-    journal: Journal,
-    inventory: Path,
-    drain: DrainPolicy,
-    verify_timeout: float,
-    progress: Progress | None = None,
-    hostvars: Mapping[str, Mapping[str, Any]] | None = None,
-    forks: int = DEFAULT_FORKS,
-) -> Context:
-    """The orchestrator's context; with ``progress``, every journal entry and event feeds it;
-    ``hostvars``: the inventory's variables when the caller has read them already; ``forks``:
-    at most this many nodes at once (``--forks``)."""
-    from rollout.change.progress import ObservedJournal
-    from rollout.change.shipping import PlaybookNodeRunner
-    from rollout.kube.cluster import KubeCluster
-
-    on_event = progress.event if progress is not None else echo_err
-    return Context(
-        cluster=KubeCluster(api),
-        runner=PlaybookNodeRunner(
-            journal.dir / "ansible", inventory, on_event, hostvars=hostvars, forks=forks
-        ),
-        clock=SystemClock(),
-        journal=journal if progress is None else ObservedJournal(journal, progress.entry),
-        drain=drain,
-        verify_timeout_s=verify_timeout,
-        on_event=on_event,
-        forks=forks,
-    )
-
-
 forks_option = click.option(
     "--forks",
     envvar="ROLLOUT_FORKS",
@@ -250,132 +193,12 @@ def reported_failure(journal: Journal, lock: Any, output: str) -> Iterator[None]
     """On a failed change: tell a requester waiting on the Lease how it ended (when it was rolled
     back), print the replayed status with ``-o json``, and re-raise (the exit code)."""
     try:
-        yield
+        with reporting(journal, lock):
+            yield
     except RolloutError:
-        final = status_of(journal)
-        if final.outcome in ("rolled-back", "rollback-failed"):
-            lock.report(final.outcome, final.message)
         if output == "json":
-            print_status(final, output)
+            print_status(status_of(journal), output)
         raise
-
-
-def intent_digest(plan: Plan) -> str:
-    """sha256 of the plan's kubelet intent and per-node overrides: what ``promote`` checks is
-    unchanged since the canary."""
-    import hashlib
-    from dataclasses import asdict
-
-    intent = {
-        "kubelet": plan.kubelet,
-        "distribution": plan.distribution,
-        "method": plan.method,
-        "nodes": {h: asdict(o) for h, o in plan.nodes.items()},
-    }
-    blob = json.dumps(intent, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-class FactsGathering:
-    """Every inventory host's facts, gathered in a thread from the moment the inventory is read
-    (over plain ssh that is mostly waiting on the nodes, so the API client's import and the
-    Lease check go on meanwhile)."""
-
-    def __init__(self, inv: Any, forks: int = DEFAULT_FORKS) -> None:
-        from rollout.ansible.runner import AnsibleRunner
-
-        self._tmp = tempfile.TemporaryDirectory(prefix="rollout-preflight-")
-        self.dir = Path(self._tmp.name) / "facts"
-        self._runner = AnsibleRunner(Path(self._tmp.name) / "runner", forks=forks)
-        self._got: dict[str, Any] = {}
-        self._thread = threading.Thread(target=self._gather, args=(inv,), daemon=True)
-        self._thread.start()
-
-    def _gather(self, inv: Any) -> None:
-        try:
-            self._got["raw"] = self._runner.gather_facts(
-                inv.path, list(inv.hosts), self.dir, inv.hostvars
-            )
-        except BaseException as e:  # re-raised in the caller's thread by result()
-            self._got["error"] = e
-
-    def result(self) -> Any:
-        self._thread.join()
-        if "error" in self._got:
-            raise self._got["error"]
-        return self._got["raw"]
-
-    def close(self) -> None:
-        self._thread.join()
-        self._tmp.cleanup()
-
-
-def run_preflight(
-    plan: Plan,
-    inv: Any,
-    api: Any,
-    canary: bool,
-    accept: bool = False,
-    facts: FactsGathering | None = None,
-    forks: int = DEFAULT_FORKS,
-    force: bool = False,
-    overrides: DrainOverrides | None = None,
-    settled: Collection[str] = (),
-) -> Any:
-    """Gather the nodes' facts (or use ``facts``, already under way) and run every preflight
-    check (``rollout.change.preparing.prepare``); ``accept``: predicted rejections of running
-    pods are not refusals; ``force``: nor are the device refusals (``--force REASON``);
-    ``overrides``: what the drains may lose (``rollout.change.planning.DrainOverrides``);
-    ``settled``: nodes the change already moved."""
-    from rollout.change.preparing import ClusterReader, prepare
-
-    reader = ClusterReader(api, {inv.node_of(h) for h in inv.hosts})
-    # the API reads that do not need the facts go on while the nodes answer
-    reads = threading.Thread(target=reader.prefetch, daemon=True)
-    reads.start()
-    facts = facts or FactsGathering(inv, forks)
-    try:
-        raw = facts.result()
-        reads.join()
-        return prepare(
-            plan,
-            inv,
-            reader,
-            raw,
-            facts.dir,
-            canary,
-            accept,
-            force,
-            overrides or DrainOverrides(),
-            settled,
-        )
-    finally:
-        reads.join()
-        facts.close()
-
-
-OVERRIDES_STEP = Kind.DRAIN_OVERRIDES
-"""The journal entry ``apply`` and ``promote`` write when drain flags were given (``flags``,
-``pods``); ``resume`` and ``rollback`` run on with the same allowances."""
-
-
-def journaled_overrides(journal: Journal) -> DrainOverrides:
-    """The drain overrides every part of the change was started with (their union)."""
-    flags = {
-        str(f)
-        for e in journal.entries()
-        if e.step == OVERRIDES_STEP
-        for f in e.data.get("flags") or ()
-    }
-    return DrainOverrides.from_flags(flags)
-
-
-def info_path(journal: Journal, key: str, given: str | None) -> Path:
-    info = status_of(journal).info
-    value = given or info.get(key)
-    if not value:
-        raise InputError(f"no {key} recorded for change {journal.change_id}; pass it")
-    return Path(str(value))
 
 
 def settle_command(
@@ -386,43 +209,33 @@ def settle_command(
     output: str,
     kubeconfig: str | None,
     context: str | None,
-    work: Callable[[Context, Any], ChangeStatus],
+    work: Work,
     progress_mode: str = "auto",
     forks: int = DEFAULT_FORKS,
 ) -> None:
+    """``rollout.change.session.settle`` with the command's options, printing the status."""
     from rollout.kube.client import connect
-    from rollout.kube.leases import LeaseLock
 
-    api = connect(kubeconfig, context)
-    journal = existing_journal(change, api, lock_namespace)
-    inv = info_path(journal, "inventory", inventory)
-    plan = recorded_plan(status_of(journal).info, journal.change_id)
-    drain = DrainPolicy()
-    if plan is not None:
-        drain = parse_strategy(plan.strategy, plan.location).drain
-    allowed = journaled_overrides(journal)  # what the change's drains were allowed to lose
-    drain = replace(
-        drain,
-        delete_unmanaged=allowed.delete_unmanaged,
-        delete_emptydir_data=allowed.delete_emptydir_data,
+    status = settle(
+        connect(kubeconfig, context),
+        change,
+        work,
+        inventory=inventory,
+        lock_namespace=lock_namespace,
+        verify_timeout=verify_timeout,
+        progress=progress_for(progress_mode),
+        forks=forks,
+        failed=json_status(output),
+        say=echo_err,
     )
-    lock = LeaseLock(api, lock_namespace)
-    with holding(lock, journal.change_id):
-        mirrored(journal, api, lock_namespace)
-        progress = progress_for(progress_mode)
-        progress.nodes(tuple(status_of(journal).nodes))
-        ctx = open_context(api, journal, inv, drain, verify_timeout, progress, forks=forks)
-        ctx.interrupt = lock.interrupt
-        with reported_failure(journal, lock, output):
-            status = work(ctx, lock)
     print_status(status, output)
 
 
-def forced_context(ctx: Context, force: bool) -> Context:
-    """``--force``: the restore overwrites files someone edited after our write."""
-    if force:
-        ctx.runner.force_restore = True  # type: ignore[attr-defined]
-    return ctx
+def json_status(output: str) -> Callable[[ChangeStatus], None] | None:
+    """With ``-o json``, what prints a failed change's status (``settle``'s ``failed``)."""
+    if output != "json":
+        return None
+    return lambda status: print_status(status, output)
 
 
 change_required = click.option("--change", "change", required=True, help="The change id.")

@@ -16,9 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from rollout import errors
+from rollout.change.outcomes import GATE_HOLDS_EXIT
 from rollout.cli import cli
 from rollout.cli.fleet import DRIFT_EXIT
-from rollout.cli.gate import GATE_HOLDS_EXIT
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,0 +1,459 @@
+"""The change session: what ``apply``, ``promote``, ``resume`` and ``rollback`` build around the
+engine, below the CLI.
+
+Why here and not in ``rollout.cli``: ``rollout watch`` and ``rollout serve`` roll back in
+process through :func:`roll_back`, exactly as ``rollout rollback`` does, so there is one rollback
+path whoever pulls the trigger and no command line to spawn and parse. The CLI parses options,
+calls this module and prints; nothing here prints to stdout (progress and notices go to the
+``Progress`` and ``say`` callables the caller passes).
+
+The adapters are built here: the Lease lock (``rollout.kube.leases``), the journal and its
+cluster mirror (``rollout.change.record``), the playbook runner (``rollout.change.shipping``),
+the engine's :class:`~rollout.change.restoring.Context`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rollout.change.journal import Journal, Kind
+from rollout.change.outcomes import ENDED_BY_ROLLBACK, ChangeOutcome
+from rollout.change.plan import Plan, recorded_plan
+from rollout.change.planning import DrainOverrides, DrainPolicy, parse_strategy
+from rollout.change.progress import Progress
+from rollout.change.record import existing_journal, mirrored, to_stderr
+from rollout.change.replaying import ChangeStatus, status_of
+from rollout.change.restoring import Context
+from rollout.errors import InputError, RolloutError
+from rollout.fanout import DEFAULT_FORKS
+
+
+class SystemClock:
+    """The real clock."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+@contextmanager
+def holding(lock: Any, change_id: str) -> Iterator[None]:
+    """The change's Lease, held for the block (``LockHeldError`` when a live process has it)."""
+    lock.acquire(change_id)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def open_context(
+    api: Any,
+    journal: Journal,
+    inventory: Path,
+    drain: DrainPolicy,
+    verify_timeout: float,
+    progress: Progress | None = None,
+    hostvars: Mapping[str, Mapping[str, Any]] | None = None,
+    forks: int = DEFAULT_FORKS,
+    say: Callable[[str], None] = to_stderr,
+) -> Context:
+    """The orchestrator's context; with ``progress``, every journal entry and event feeds it
+    (without, events go to ``say``); ``hostvars``: the inventory's variables when the caller has
+    read them already; ``forks``: at most this many nodes at once (``--forks``)."""
+    from rollout.change.progress import ObservedJournal
+    from rollout.change.shipping import PlaybookNodeRunner
+    from rollout.kube.cluster import KubeCluster
+
+    on_event = progress.event if progress is not None else say
+    return Context(
+        cluster=KubeCluster(api),
+        runner=PlaybookNodeRunner(
+            journal.dir / "ansible", inventory, on_event, hostvars=hostvars, forks=forks
+        ),
+        clock=SystemClock(),
+        journal=journal if progress is None else ObservedJournal(journal, progress.entry),
+        drain=drain,
+        verify_timeout_s=verify_timeout,
+        on_event=on_event,
+        forks=forks,
+    )
+
+
+@contextmanager
+def reporting(journal: Journal, lock: Any) -> Iterator[None]:
+    """On a failed change, tell a requester waiting on the Lease how it ended when it was rolled
+    back (``LeaseLock.report``), and re-raise (the exit code)."""
+    try:
+        yield
+    except RolloutError:
+        final = status_of(journal)
+        if final.outcome in ENDED_BY_ROLLBACK:
+            lock.report(final.outcome.value, final.message)
+        raise
+
+
+def intent_digest(plan: Plan) -> str:
+    """sha256 of the plan's kubelet intent and per-node overrides: what ``promote`` checks is
+    unchanged since the canary."""
+    intent = {
+        "kubelet": plan.kubelet,
+        "distribution": plan.distribution,
+        "method": plan.method,
+        "nodes": {h: asdict(o) for h, o in plan.nodes.items()},
+    }
+    blob = json.dumps(intent, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class FactsGathering:
+    """Every inventory host's facts, gathered in a thread from the moment the inventory is read
+    (over plain ssh that is mostly waiting on the nodes, so the API client's import and the
+    Lease check go on meanwhile)."""
+
+    def __init__(self, inv: Any, forks: int = DEFAULT_FORKS) -> None:
+        from rollout.ansible.runner import AnsibleRunner
+
+        self._tmp = tempfile.TemporaryDirectory(prefix="rollout-preflight-")
+        self.dir = Path(self._tmp.name) / "facts"
+        self._runner = AnsibleRunner(Path(self._tmp.name) / "runner", forks=forks)
+        self._got: dict[str, Any] = {}
+        self._thread = threading.Thread(target=self._gather, args=(inv,), daemon=True)
+        self._thread.start()
+
+    def _gather(self, inv: Any) -> None:
+        try:
+            self._got["raw"] = self._runner.gather_facts(
+                inv.path, list(inv.hosts), self.dir, inv.hostvars
+            )
+        except BaseException as e:  # re-raised in the caller's thread by result()
+            self._got["error"] = e
+
+    def result(self) -> Any:
+        self._thread.join()
+        if "error" in self._got:
+            raise self._got["error"]
+        return self._got["raw"]
+
+    def close(self) -> None:
+        self._thread.join()
+        self._tmp.cleanup()
+
+
+def run_preflight(
+    plan: Plan,
+    inv: Any,
+    api: Any,
+    canary: bool,
+    accept: bool = False,
+    facts: FactsGathering | None = None,
+    forks: int = DEFAULT_FORKS,
+    force: bool = False,
+    overrides: DrainOverrides | None = None,
+    settled: Collection[str] = (),
+) -> Any:
+    """Gather the nodes' facts (or use ``facts``, already under way) and run every preflight
+    check (``rollout.change.preparing.prepare``); ``accept``: predicted rejections of running
+    pods are not refusals; ``force``: nor are the device refusals (``--force REASON``);
+    ``overrides``: what the drains may lose (``rollout.change.planning.DrainOverrides``);
+    ``settled``: nodes the change already moved."""
+    from rollout.change.preparing import ClusterReader, prepare
+
+    reader = ClusterReader(api, {inv.node_of(h) for h in inv.hosts})
+    # the API reads that do not need the facts go on while the nodes answer
+    reads = threading.Thread(target=reader.prefetch, daemon=True)
+    reads.start()
+    facts = facts or FactsGathering(inv, forks)
+    try:
+        raw = facts.result()
+        reads.join()
+        return prepare(
+            plan,
+            inv,
+            reader,
+            raw,
+            facts.dir,
+            canary,
+            accept,
+            force,
+            overrides or DrainOverrides(),
+            settled,
+        )
+    finally:
+        reads.join()
+        facts.close()
+
+
+OVERRIDES_STEP = Kind.DRAIN_OVERRIDES
+"""The journal entry ``apply`` and ``promote`` write when drain flags were given (``flags``,
+``pods``); ``resume`` and ``rollback`` run on with the same allowances."""
+
+
+def journaled_overrides(journal: Journal) -> DrainOverrides:
+    """The drain overrides every part of the change was started with (their union)."""
+    flags = {
+        str(f)
+        for e in journal.entries()
+        if e.step == OVERRIDES_STEP
+        for f in e.data.get("flags") or ()
+    }
+    return DrainOverrides.from_flags(flags)
+
+
+def info_path(journal: Journal, key: str, given: str | None) -> Path:
+    """``given``, else the path the change's ``begin`` recorded under ``key``.
+
+    Raises:
+        InputError: neither is there.
+    """
+    info = status_of(journal).info
+    value = given or info.get(key)
+    if not value:
+        raise InputError(f"no {key} recorded for change {journal.change_id}; pass it")
+    return Path(str(value))
+
+
+Work = Callable[[Context, Any], ChangeStatus]
+"""What a session runs under the Lease: the engine call, given the context and the lock."""
+
+
+def settle(
+    api: Any,
+    change: str,
+    work: Work,
+    *,
+    inventory: str | None = None,
+    lock_namespace: str = "kube-system",
+    verify_timeout: float = 120.0,
+    progress: Progress | None = None,
+    forks: int = DEFAULT_FORKS,
+    failed: Callable[[ChangeStatus], None] | None = None,
+    say: Callable[[str], None] = to_stderr,
+) -> ChangeStatus:
+    """Run ``work`` on an existing change under its Lease (``resume``, ``rollback``): the journal
+    fetched from or brought up to the cluster record, the inventory and drain allowances the
+    change recorded, the context's interrupt wired to the Lease.
+
+    ``failed`` sees the change's status when ``work`` raises (``-o json`` prints it).
+
+    Returns:
+        The change's status when ``work`` returns.
+
+    Raises:
+        LockHeldError: a live process owns the change.
+        RolloutError: what ``work`` raised (the exit code).
+    """
+    from rollout.kube.leases import LeaseLock
+
+    journal = existing_journal(change, api, lock_namespace, say)
+    inv = info_path(journal, "inventory", inventory)
+    plan = recorded_plan(status_of(journal).info, journal.change_id)
+    drain = DrainPolicy()
+    if plan is not None:
+        drain = parse_strategy(plan.strategy, plan.location).drain
+    allowed = journaled_overrides(journal)  # what the change's drains were allowed to lose
+    drain = replace(
+        drain,
+        delete_unmanaged=allowed.delete_unmanaged,
+        delete_emptydir_data=allowed.delete_emptydir_data,
+    )
+    lock = LeaseLock(api, lock_namespace)
+    with holding(lock, journal.change_id):
+        mirrored(journal, api, lock_namespace, say)
+        if progress is not None:
+            progress.nodes(tuple(status_of(journal).nodes))
+        ctx = open_context(api, journal, inv, drain, verify_timeout, progress, forks=forks, say=say)
+        ctx.interrupt = lock.interrupt
+        try:
+            with reporting(journal, lock):
+                return work(ctx, lock)
+        except RolloutError:
+            if failed is not None:
+                failed(status_of(journal))
+            raise
+
+
+@dataclass(frozen=True)
+class RollbackRequest:
+    """What ``rollout rollback`` (or the gate's trigger) asks for.
+
+    Args:
+        change: the change id.
+        nodes: only these nodes (empty: every node the change touched).
+        requested_by: who asks, as the change's owner reports it.
+        force: overwrite node files edited after this change wrote them.
+        wait: when a live process owns the change, wait for its report (else return at once,
+            ``handed-over``).
+        wait_timeout: seconds to wait for that report.
+        inventory: the inventory (default: the one the change recorded).
+        lock_namespace: the namespace of the rollout-lock Lease and the cluster record.
+        verify_timeout: seconds a node has to prove healthy after its kubelet restart.
+        forks: at most this many nodes at once.
+    """
+
+    change: str
+    nodes: Sequence[str] = ()
+    requested_by: str = ""
+    force: bool = False
+    wait: bool = True
+    wait_timeout: float = 1800.0
+    inventory: str | None = None
+    lock_namespace: str = "kube-system"
+    verify_timeout: float = 120.0
+    forks: int = DEFAULT_FORKS
+
+
+@dataclass(frozen=True)
+class RollbackResult:
+    """How a rollback request ended.
+
+    ``outcome``: ``rolled-back`` / ``rollback-failed`` (run here or reported by the owner), or
+    ``handed-over`` (the owner has it; not waited for). ``handed_to``, ``request``,
+    ``requested_at``: set when the request went to the change's owner. ``status``: the change's
+    status when this process ran the rollback.
+    """
+
+    change: str
+    outcome: ChangeOutcome
+    message: str = ""
+    handed_to: str | None = None
+    request: str | None = None
+    nodes: Sequence[str] | None = None
+    force: bool = False
+    requested_at: float | None = None
+    status: ChangeStatus | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: the change's status when run here, else the hand-over's record."""
+        if self.status is not None and self.handed_to is None:
+            return self.status.to_dict()
+        doc: dict[str, Any] = {
+            "change": self.change,
+            "handedTo": self.handed_to,
+            "request": self.request,
+            "nodes": list(self.nodes) if self.nodes else None,
+            "force": self.force,
+            "requestedAt": self.requested_at,
+            "outcome": self.outcome.value,
+        }
+        if self.outcome is not ChangeOutcome.HANDED_OVER:
+            doc["message"] = self.message
+        return doc
+
+
+_ONE_ROLLBACK = threading.Lock()
+"""One :func:`roll_back` at a time in a process: the Lease's holder identity is the process
+(``user@host pid N``), so two rollbacks run side by side in one ``rollout serve`` would each take
+the other's Lease for their own. The second waits for the first, then finds the Lease free (or
+handed to a new owner) as a second process would."""
+
+
+def roll_back(
+    api: Any,
+    req: RollbackRequest,
+    *,
+    progress: Progress | None = None,
+    failed: Callable[[ChangeStatus], None] | None = None,
+    say: Callable[[str], None] = to_stderr,
+) -> RollbackResult:
+    """Put the change's nodes back: handed to the change's owner while a live process holds its
+    Lease (it stops forward work, rolls back and reports), else run here under the Lease.
+
+    Returns:
+        The result; a rollback the owner reported as failed is ``rollback-failed`` (the caller
+        decides the exit code: ``rollout.change.outcomes.ROLLBACK_EXIT``).
+
+    Raises:
+        LockHeldError: another process took the Lease meanwhile.
+        NodeOperationError: the rollback run here failed on a node (its status went to
+            ``failed``).
+    """
+    with _ONE_ROLLBACK:
+        return _roll_back(api, req, progress, failed, say)
+
+
+def _roll_back(
+    api: Any,
+    req: RollbackRequest,
+    progress: Progress | None,
+    failed: Callable[[ChangeStatus], None] | None,
+    say: Callable[[str], None],
+) -> RollbackResult:
+    from rollout.change.orchestrator import rollback
+    from rollout.kube.leases import hand_over, holder_identity, wait_outcome
+
+    by = req.requested_by or holder_identity()
+    requested_at = time.time()
+    nodes = list(req.nodes) or None
+    handed = hand_over(api, req.lock_namespace, req.change, nodes, by, req.force)
+    if handed is not None:
+        say(
+            f"change {req.change} is owned by {handed.owner}: rollback handed to it "
+            f"(request {handed.request.id}{', --force' if handed.request.force else ''})"
+        )
+        if handed.request.force != req.force:
+            say(
+                "warning: joined a pending request "
+                + ("with --force" if handed.request.force else "without --force")
+                + "; the first request decides whether edited files are overwritten"
+            )
+        result = RollbackResult(
+            change=req.change,
+            outcome=ChangeOutcome.HANDED_OVER,
+            handed_to=handed.owner,
+            request=handed.request.id,
+            nodes=list(handed.request.nodes) if handed.request.nodes else None,
+            force=handed.request.force,
+            requested_at=requested_at,
+        )
+        if not req.wait:
+            return result
+        report = wait_outcome(api, req.lock_namespace, handed, req.wait_timeout, say)
+        if report is not None:
+            outcome = _reported(report.get("outcome"))
+            return replace(result, outcome=outcome, message=str(report.get("message") or ""))
+        say(f"{handed.owner} released the change without acting on the request; rolling back here")
+
+    def work(ctx: Context, _lock: Any) -> ChangeStatus:
+        if req.force:  # the restore overwrites files someone edited after our write
+            ctx.runner.force_restore = True  # type: ignore[attr-defined]
+        return rollback(ctx, nodes, req.force)
+
+    status = settle(
+        api,
+        req.change,
+        work,
+        inventory=req.inventory,
+        lock_namespace=req.lock_namespace,
+        verify_timeout=req.verify_timeout,
+        progress=progress,
+        forks=req.forks,
+        failed=failed,
+        say=say,
+    )
+    return RollbackResult(
+        change=req.change, outcome=status.outcome, message=status.message, status=status
+    )
+
+
+def _reported(value: Any) -> ChangeOutcome:
+    """The outcome an owner reported on the Lease; one this version does not know reads as
+    ``rollback-failed`` (it is not a rollback that completed)."""
+    try:
+        return ChangeOutcome(str(value))
+    except ValueError:
+        return ChangeOutcome.ROLLBACK_FAILED
