@@ -78,7 +78,7 @@ class Cluster(Protocol):
 
 
 class Lock(Protocol):
-    """The cluster-wide lock (a Lease), renewed while held."""
+    """The cluster-wide lock (a Lease), renewed while held (``rollout.kube.leases.LeaseLock``)."""
 
     def acquire(self, change_id: str) -> None:
         """Take the lock for this change (a lock already held by the same change is ours).
@@ -90,6 +90,10 @@ class Lock(Protocol):
 
     def release(self) -> None:
         """Give the lock back (only if we hold it)."""
+        ...
+
+    def report(self, outcome: str, message: str) -> None:
+        """Tell a requester waiting on the lock how the rollback it handed over ended."""
         ...
 
 
@@ -129,34 +133,28 @@ class RunResult:
 class NodeRunner(Protocol):
     """Changes files on nodes (the apply and restore playbooks).
 
-    The ``*_many`` methods serve a whole batch with one playbook run (Ansible's start-up is paid
-    once per batch, not once per node); their results are per node, so one node failing or being
-    unreachable fails only that node. A runner may also offer ``per_node(hosts) -> bool``: True
-    when a run per node costs no more than a shared one (the node step over plain ssh); the
-    orchestrator then takes each node of a batch through its forward path on its own.
+    Both methods serve a whole batch with one run (Ansible's start-up is paid once per batch,
+    not once per node); their results are per node, so one node failing or being unreachable
+    fails only that node. A runner may also offer ``per_node(hosts) -> bool``: True when a run
+    per node costs no more than a shared one (the node step over plain ssh); the orchestrator
+    then takes each node of a batch through its forward path on its own.
     """
 
-    def apply(self, change: NodeChange, change_id: str, backup_dir: str) -> RunResult:
-        """Back up, write the files, reset checkpoints, restart the kubelet, wait for healthz."""
-        ...
-
-    def restore(
-        self,
-        change: NodeChange,
-        change_id: str,
-        files: Sequence[RestoreFile],
-    ) -> RunResult:
-        """Put the files back byte for byte, reset checkpoints, restart, wait for healthz."""
-        ...
-
     def apply_many(self, changes: Sequence[NodeChange], change_id: str) -> Mapping[str, RunResult]:
-        """``apply`` on every node of ``changes`` at once; the result of each, by node name."""
+        """On every node of ``changes``: back up, write the files, reset checkpoints, restart the
+        kubelet, wait for healthz; the result of each, by node name."""
         ...
 
     def restore_many(
-        self, items: Sequence[tuple[NodeChange, Sequence[RestoreFile]]], change_id: str
+        self,
+        items: Sequence[tuple[NodeChange, Sequence[RestoreFile]]],
+        change_id: str,
+        force: bool = False,
     ) -> Mapping[str, RunResult]:
-        """``restore`` on every node of ``items`` at once; the result of each, by node name."""
+        """On every node of ``items``: put the files back byte for byte, reset checkpoints,
+        restart, wait for healthz; the result of each, by node name. ``force``: also over files
+        edited after this change wrote them (``rollout rollback --force``), which are otherwise
+        refused by the compare-and-swap check."""
         ...
 
 

@@ -390,9 +390,8 @@ def _stopped(ctx: Context, reason: StopReason) -> ChangeStatus:
             **({"force": True} if reason.force else {}),
         },
     )
-    if reason.force and hasattr(ctx.runner, "force_restore"):
-        # ``rollout rollback --force`` handed over: overwrite as the command itself would
-        ctx.runner.force_restore = True
+    if reason.force:  # ``rollout rollback --force`` handed over: overwrite as the command would
+        ctx.force_restore = True
     done: set[str] = set()
     errors: dict[str, RolloutError] = {}
     while True:
@@ -464,6 +463,7 @@ def rollback(ctx: Context, nodes: Sequence[str] | None = None, force: bool = Fal
             )
     info = {k: v for k, v in status.info.items() if k != ROLLBACK_INFO}
     asked = {"nodes": list(nodes) if nodes else None, "force": force}
+    ctx.force_restore = ctx.force_restore or force
     ctx.journal.append(
         CHANGE_STEP, Phase.BEGIN, now=ctx.clock.now(), data={**info, ROLLBACK_INFO: asked}
     )

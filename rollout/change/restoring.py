@@ -42,6 +42,9 @@ class Context:
     interrupt: Interrupt = field(default_factory=Interrupt)
     #: at most this many nodes are worked on at once (``--forks``; see ``rollout.fanout``)
     forks: int = DEFAULT_FORKS
+    #: restores overwrite files edited after this change wrote them (``rollout rollback --force``,
+    #: also when handed over); otherwise the node step's compare-and-swap refuses them
+    force_restore: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -296,7 +299,9 @@ def restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, Rol
         results = run_many(
             todo,
             lambda: ctx.runner.restore_many(
-                [(changes[n], files[n]) for n in todo], ctx.journal.change_id
+                [(changes[n], files[n]) for n in todo],
+                ctx.journal.change_id,
+                force=ctx.force_restore,
             ),
         )
         for n in todo:

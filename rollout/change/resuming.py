@@ -203,8 +203,8 @@ def resume_rollback(ctx: Context, pending: PendingRollback) -> ChangeStatus:
     Raises:
         NodeOperationError: a node could not be restored or settled; every node's state named.
     """
-    if pending.force and hasattr(ctx.runner, "force_restore"):
-        ctx.runner.force_restore = True
+    if pending.force:
+        ctx.force_restore = True
     status = status_of(ctx.journal)
     named = set(pending.nodes or status.nodes)
     others = [

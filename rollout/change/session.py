@@ -36,6 +36,7 @@ from rollout.change.replaying import ChangeStatus, status_of
 from rollout.change.restoring import Context
 from rollout.errors import InputError, RolloutError
 from rollout.fanout import DEFAULT_FORKS
+from rollout.protocols import Lock
 
 
 class SystemClock:
@@ -52,7 +53,7 @@ class SystemClock:
 
 
 @contextmanager
-def holding(lock: Any, change_id: str) -> Iterator[None]:
+def holding(lock: Lock, change_id: str) -> Iterator[None]:
     """The change's Lease, held for the block (``LockHeldError`` when a live process has it)."""
     lock.acquire(change_id)
     try:
@@ -95,7 +96,7 @@ def open_context(
 
 
 @contextmanager
-def reporting(journal: Journal, lock: Any) -> Iterator[None]:
+def reporting(journal: Journal, lock: Lock) -> Iterator[None]:
     """On a failed change, tell a requester waiting on the Lease how it ended when it was rolled
     back (``LeaseLock.report``), and re-raise (the exit code)."""
     try:
@@ -227,7 +228,7 @@ def info_path(journal: Journal, key: str, given: str | None) -> Path:
     return Path(str(value))
 
 
-Work = Callable[[Context, Any], ChangeStatus]
+Work = Callable[[Context, Lock], ChangeStatus]
 """What a session runs under the Lease: the engine call, given the context and the lock."""
 
 
@@ -428,10 +429,8 @@ def _roll_back(
             return replace(result, outcome=outcome, message=str(report.get("message") or ""))
         say(f"{handed.owner} released the change without acting on the request; rolling back here")
 
-    def work(ctx: Context, _lock: Any) -> ChangeStatus:
-        if req.force:  # the restore overwrites files someone edited after our write
-            ctx.runner.force_restore = True  # type: ignore[attr-defined]
-        return rollback(ctx, nodes, req.force)
+    def work(ctx: Context, _lock: Lock) -> ChangeStatus:
+        return rollback(ctx, nodes, req.force)  # force: over files edited after our write
 
     status = settle(
         api,

@@ -78,7 +78,6 @@ class PlaybookNodeRunner:
         root: Path,
         inventory: Path,
         on_event: Callable[[str], None] = lambda _m: None,
-        force_restore: bool = False,
         direct_restore: bool = True,
         direct_apply: bool = True,
         hostvars: Mapping[str, Mapping[str, Any]] | None = None,
@@ -90,8 +89,6 @@ class PlaybookNodeRunner:
         #: at most this many hosts at once, over ssh and in a playbook run (``rollout.fanout``)
         self.forks = forks
         self.ansible = AnsibleRunner(root, forks=forks)
-        #: restore over files someone edited after our write (``rollback --force``)
-        self.force_restore = force_restore
         #: restores run the node step over plain ssh (no Ansible start-up) where a host allows
         self.direct_restore = direct_restore
         #: applies run the node step over plain ssh too (the same module apply.yml calls)
@@ -122,10 +119,6 @@ class PlaybookNodeRunner:
         for t, _ in targets.values():
             direct.start(t)
         return True
-
-    def apply(self, change: NodeChange, change_id: str, backup_dir: str) -> RunResult:
-        """See ``NodeRunner.apply``."""
-        return self.apply_many([change], change_id)[change.node]
 
     def apply_many(self, changes: Sequence[NodeChange], change_id: str) -> Mapping[str, RunResult]:
         """See ``NodeRunner.apply_many``.
@@ -171,14 +164,11 @@ class PlaybookNodeRunner:
                 write_json(base / "backups" / host / "manifest.json", manifest)
         return results
 
-    def restore(
-        self, change: NodeChange, change_id: str, files: Sequence[RestoreFile]
-    ) -> RunResult:
-        """See ``NodeRunner.restore``."""
-        return self.restore_many([(change, files)], change_id)[change.node]
-
     def restore_many(
-        self, items: Sequence[tuple[NodeChange, Sequence[RestoreFile]]], change_id: str
+        self,
+        items: Sequence[tuple[NodeChange, Sequence[RestoreFile]]],
+        change_id: str,
+        force: bool = False,
     ) -> Mapping[str, RunResult]:
         """See ``NodeRunner.restore_many``.
 
@@ -188,7 +178,7 @@ class PlaybookNodeRunner:
         payloads = {c.host: self._restore_payload(c, change_id, files) for c, files in items}
         direct = self._direct_targets(sorted(payloads)) if self.direct_restore else None
         if direct is not None:
-            hosts = self._restore_direct(change_id, payloads, direct)
+            hosts = self._restore_direct(change_id, payloads, direct, force)
             return {
                 c.node: _result(hosts.get(c.host), "restore over ssh", c.node) for c, _ in items
             }
@@ -197,7 +187,7 @@ class PlaybookNodeRunner:
             change_id,
             payloads,
             self._events({c.host: c.node for c, _ in items}),
-            {"rollout_kubelet_force": True} if self.force_restore else None,
+            {"rollout_kubelet_force": True} if force else None,
         )
         return {
             c.node: _result(res.hosts.get(c.host), "restore playbook", c.node) for c, _ in items
@@ -275,12 +265,13 @@ class PlaybookNodeRunner:
         change_id: str,
         payloads: Mapping[str, RestorePayload],
         targets: Mapping[str, tuple[direct.Target, Mapping[str, Any]]],
+        force: bool,
     ) -> dict[str, HostResult]:
         """The restore module over one ssh call per node, all nodes at once."""
         return self._run_direct(
             "restore",
             {
-                h: {"action": "restore", "payload": p.as_json(), "force": self.force_restore}
+                h: {"action": "restore", "payload": p.as_json(), "force": force}
                 for h, p in payloads.items()
             },
             targets,

@@ -100,6 +100,8 @@ class FakeRunner:
         self.applied: list[str] = []
         self.restored: list[str] = []
         self.runs: list[tuple[str, tuple[str, ...]]] = []
+        #: (node, force) of every restore, as ``restore_many`` was called
+        self.forced: list[tuple[str, bool]] = []
 
     def apply(self, change: NodeChange, change_id: str, backup_dir: str) -> RunResult:
         self.applied.append(change.node)
@@ -135,10 +137,14 @@ class FakeRunner:
         return {c.node: self.apply(c, change_id, "") for c in changes}
 
     def restore_many(
-        self, items: Sequence[tuple[NodeChange, Sequence[RestoreFile]]], change_id: str
+        self,
+        items: Sequence[tuple[NodeChange, Sequence[RestoreFile]]],
+        change_id: str,
+        force: bool = False,
     ) -> dict[str, RunResult]:
-        """One shared run: each node's outcome its own."""
+        """One shared run: each node's outcome its own; ``force`` is recorded."""
         self.runs.append(("restore", tuple(c.node for c, _ in items)))
+        self.forced.extend((c.node, force) for c, _ in items)
         return {c.node: self.restore(c, change_id, files) for c, files in items}
 
 

@@ -188,26 +188,12 @@ def test_interrupt_wakes_a_sleeper_and_keeps_lost_over_a_request() -> None:
         it.sleep(3600)  # returns at once: the flag is set
 
 
-class ForceAwareRunner(FakeRunner):
-    """Records whether each restore ran with ``force_restore`` (the real runner's switch)."""
-
-    force_restore = False
-
-    def __init__(self, cluster: FakeCluster) -> None:
-        super().__init__(cluster)
-        self.forced: list[tuple[str, bool]] = []
-
-    def restore(self, change, change_id, files):  # type: ignore[no-untyped-def]
-        self.forced.append((change.node, self.force_restore))
-        return super().restore(change, change_id, files)
-
-
 @pytest.mark.parametrize("force", [True, False])
 def test_a_handed_over_rollback_keeps_the_requesters_force(tmp_path: Path, force: bool) -> None:
     """``rollout rollback --force`` handed to the owner restores with force, as the command
     itself would have; without it, the owner's restore is not forced either (the webhook's)."""
     ctx, cluster, _ = _setup(tmp_path)
-    runner = ForceAwareRunner(cluster)
+    runner = FakeRunner(cluster)
     ctx.runner = runner
     gate = SoakThenRequest(ctx.interrupt, StopReason(by="ops", request_id="r9", force=force))
     with pytest.raises(NodeOperationError, match="rolled back on request of ops"):
