@@ -43,8 +43,8 @@ class Phase(StrEnum):
     FAILED = "failed"
 
 
-class Path(StrEnum):
-    """Which path a node step belongs to."""
+class StepPath(StrEnum):
+    """Which path a node step belongs to (named so it never shadows ``pathlib.Path``)."""
 
     FORWARD = "forward"
     RESTORE = "restore"

@@ -32,7 +32,7 @@ from rollout.errors import (
     RolloutError,
 )
 from rollout.interrupt import StopRequested
-from rollout.models import FileBackup, NodeChange, Path, Phase, Step
+from rollout.models import FileBackup, NodeChange, Phase, Step, StepPath
 from rollout.protocols import RunResult
 
 
@@ -44,7 +44,7 @@ def _prepare(ctx: Context, change: NodeChange) -> dict[str, str]:
     """
     node = change.node
     rec = ctx.record
-    rec(node, Step.PREFLIGHT, Phase.BEGIN, Path.FORWARD)
+    rec(node, Step.PREFLIGHT, Phase.BEGIN, StepPath.FORWARD)
     info = ctx.cluster.node(node)
     keys = tuple(dict.fromkeys((*WATCHED, *change.expected)))
     prior = config_subset(ctx.cluster.configz(node), keys)
@@ -57,24 +57,30 @@ def _prepare(ctx: Context, change: NodeChange) -> dict[str, str]:
     )
     if lost:
         raise PreflightError("; ".join(lost))
-    rec(node, Step.PREFLIGHT, Phase.DONE, Path.FORWARD, {"configz": prior, "allocatable": devices})
+    rec(
+        node,
+        Step.PREFLIGHT,
+        Phase.DONE,
+        StepPath.FORWARD,
+        {"configz": prior, "allocatable": devices},
+    )
 
     ctx.interrupt.check()
-    rec(node, Step.CORDON, Phase.BEGIN, Path.FORWARD, {"priorCordoned": info.unschedulable})
+    rec(node, Step.CORDON, Phase.BEGIN, StepPath.FORWARD, {"priorCordoned": info.unschedulable})
     ours = not info.unschedulable
     if ours:
         ctx.cluster.cordon(node)
-    rec(node, Step.CORDON, Phase.DONE, Path.FORWARD, {"cordonedByUs": ours})
+    rec(node, Step.CORDON, Phase.DONE, StepPath.FORWARD, {"cordonedByUs": ours})
     ctx.on_event(f"{node}: cordoned" if ours else f"{node}: already cordoned; will stay so")
 
     ctx.interrupt.check()
-    rec(node, Step.DRAIN, Phase.BEGIN, Path.FORWARD)
+    rec(node, Step.DRAIN, Phase.BEGIN, StepPath.FORWARD)
     report = drain(ctx.cluster, node, ctx.drain, ctx.forward_clock, ctx.on_event)
-    rec(node, Step.DRAIN, Phase.DONE, Path.FORWARD, {"evicted": list(report.evicted)})
+    rec(node, Step.DRAIN, Phase.DONE, StepPath.FORWARD, {"evicted": list(report.evicted)})
     ctx.on_event(f"{node}: drained ({len(report.evicted)} pod(s) evicted)")
 
     ctx.interrupt.check()
-    rec(node, Step.BACKUP, Phase.BEGIN, Path.FORWARD, {"paths": list(change.touched)})
+    rec(node, Step.BACKUP, Phase.BEGIN, StepPath.FORWARD, {"paths": list(change.touched)})
     backups = []
     for path in change.touched:
         content = change.before.get(path)
@@ -89,7 +95,7 @@ def _prepare(ctx: Context, change: NodeChange) -> dict[str, str]:
         node,
         Step.BACKUP,
         Phase.DONE,
-        Path.FORWARD,
+        StepPath.FORWARD,
         {"files": [vars(b) for b in backups], "change": change_record(change, blobs)},
     )
     return devices
@@ -109,7 +115,7 @@ def _fail_and_restore(
         current = status.nodes.get(node, NodeStatus(node))
         step = current.step or Step.PREFLIGHT
         if current.phase is not Phase.FAILED:
-            ctx.record(node, step, Phase.FAILED, Path.FORWARD, {"message": str(err)})
+            ctx.record(node, step, Phase.FAILED, StepPath.FORWARD, {"message": str(err)})
         steps[node] = step
         ctx.on_event(f"{node}: {step.value} failed: {err}; restoring the node")
     status = status_of(ctx.journal)
@@ -207,7 +213,7 @@ def apply_step(ctx: Context, c: NodeChange) -> None:
 
 
 def _apply_begin(ctx: Context, c: NodeChange) -> None:
-    ctx.record(c.node, Step.APPLY, Phase.BEGIN, Path.FORWARD)
+    ctx.record(c.node, Step.APPLY, Phase.BEGIN, StepPath.FORWARD)
     ctx.on_event(f"{c.node}: writing {len(c.files)} file(s) and restarting {c.service}")
 
 
@@ -215,14 +221,14 @@ def _apply_outcome(ctx: Context, node: str, r: RunResult) -> RolloutError | None
     """Journal one node's apply outcome; the error to restore it with, or None."""
     if r.ok:
         done = {"changed": r.changed, **({"nodeStep": dict(r.timings)} if r.timings else {})}
-        ctx.record(node, Step.APPLY, Phase.DONE, Path.FORWARD, done)
+        ctx.record(node, Step.APPLY, Phase.DONE, StepPath.FORWARD, done)
         return None
     if r.refused:  # compare-and-swap: nothing written; the restore only uncordons
         ctx.record(
             node,
             Step.APPLY,
             Phase.FAILED,
-            Path.FORWARD,
+            StepPath.FORWARD,
             {"message": r.message, "filesWritten": False},
         )
         return NodeFilesChangedError(r.message)
@@ -276,15 +282,17 @@ def apply_node(ctx: Context, change: NodeChange) -> None:
 def _verify_and_uncordon(ctx: Context, change: NodeChange, devices: Mapping[str, str]) -> None:
     """Verify, and uncordon if we cordoned: the tail of the forward path."""
     node = change.node
-    ctx.record(node, Step.VERIFY, Phase.BEGIN, Path.FORWARD, {"expected": dict(change.expected)})
+    ctx.record(
+        node, Step.VERIFY, Phase.BEGIN, StepPath.FORWARD, {"expected": dict(change.expected)}
+    )
     verify(ctx.cluster, node, change.expected, devices, ctx.forward_clock, ctx.verify_timeout_s)
-    ctx.record(node, Step.VERIFY, Phase.DONE, Path.FORWARD)
+    ctx.record(node, Step.VERIFY, Phase.DONE, StepPath.FORWARD)
     status = status_of(ctx.journal).nodes[node]
     ours = status.we_cordoned
-    ctx.record(node, Step.UNCORDON, Phase.BEGIN, Path.FORWARD, {"weCordoned": ours})
+    ctx.record(node, Step.UNCORDON, Phase.BEGIN, StepPath.FORWARD, {"weCordoned": ours})
     if ours:
         ctx.cluster.uncordon(node)
-    ctx.record(node, Step.UNCORDON, Phase.DONE, Path.FORWARD, {"uncordoned": ours})
+    ctx.record(node, Step.UNCORDON, Phase.DONE, StepPath.FORWARD, {"uncordoned": ours})
     ctx.on_event(f"{node}: applied and verified" + ("" if ours else "; left cordoned as it was"))
 
 

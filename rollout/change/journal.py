@@ -35,7 +35,7 @@ from pathlib import Path as FsPath
 from typing import Any, Protocol
 
 from rollout.errors import InputError, Location
-from rollout.models import Path, Phase
+from rollout.models import Phase, StepPath
 
 SCHEMA_VERSION = 1
 """The journal's schema version, written as ``v`` in every entry (entries without one are v1).
@@ -106,7 +106,7 @@ class Entry:
     step: str
     phase: Phase
     node: str | None = None
-    path: Path | None = None
+    path: StepPath | None = None
     data: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -143,7 +143,7 @@ class Entry:
             step=str(obj["step"]),
             phase=Phase(obj["phase"]),
             node=obj.get("node"),
-            path=Path(path) if path else None,
+            path=StepPath(path) if path else None,
             data=obj.get("data") or {},
         )
 
@@ -218,7 +218,7 @@ class Journal:
         *,
         now: datetime,
         node: str | None = None,
-        path: Path | None = None,
+        path: StepPath | None = None,
         data: Mapping[str, Any] | None = None,
     ) -> Entry:
         """Write one entry and fsync it before returning.

@@ -34,7 +34,7 @@ from rollout.errors import (
 )
 from rollout.fanout import waves
 from rollout.interrupt import StopReason, StopRequested
-from rollout.models import NodeChange, NodeState, Path, Phase, Verdict, VerdictStatus
+from rollout.models import NodeChange, NodeState, Phase, StepPath, Verdict, VerdictStatus
 from rollout.protocols import Gate
 
 GATE_STEP = Kind.GATE
@@ -60,7 +60,7 @@ def summary(status: ChangeStatus) -> str:
     for s in status.nodes.values():
         where = ""
         if s.step and s.phase:
-            where = f" ({(s.path or Path.FORWARD).value} {s.step.value} {s.phase.value})"
+            where = f" ({(s.path or StepPath.FORWARD).value} {s.step.value} {s.phase.value})"
         cordon = " [was cordoned before]" if s.prior_cordoned else ""
         msg = f": {s.message}" if s.message and s.state is not NodeState.APPLIED else ""
         lines.append(f"  {s.node}: {s.state.value}{where}{cordon}{msg}")

@@ -19,8 +19,7 @@ from datetime import datetime
 from typing import Any, Protocol, TextIO
 
 from rollout.change.journal import Entry, Journal
-from rollout.models import Path as StepPath
-from rollout.models import Phase
+from rollout.models import Phase, StepPath
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 from rollout.change.journal import CHANGE_STEP, EVIDENCE_STEP, Entry, Journal
 from rollout.change.outcomes import ChangeOutcome
 from rollout.errors import InputError
-from rollout.models import FileBackup, NodeState, Path, Phase, Step
+from rollout.models import FileBackup, NodeState, Phase, Step, StepPath
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class NodeStatus:
     state: NodeState = NodeState.PENDING
     step: Step | None = None
     phase: Phase | None = None
-    path: Path | None = None
+    path: StepPath | None = None
     prior_cordoned: bool | None = None
     we_cordoned: bool = False
     backups: tuple[FileBackup, ...] = ()
@@ -200,7 +200,7 @@ def apply_entry(s: NodeStatus, e: Entry) -> NodeStatus:
     step = _STEPS.get(e.step)
     if step is None:
         return s  # an entry from a newer version: keep the state we know
-    path = e.path or Path.FORWARD
+    path = e.path or StepPath.FORWARD
     phase = e.phase
     # every change of this entry gathered first, the status copied once: replaying a
     # 5,000-node change is 70,000 entries (tests/unit/test_journal.py::test_replay_states)
@@ -225,7 +225,7 @@ def apply_entry(s: NodeStatus, e: Entry) -> NodeStatus:
         u["files_touched"] = False  # compare-and-swap refused: nothing was written
     if phase is Phase.FAILED:
         u["message"] = str(d.get("message", ""))
-    if path is Path.FORWARD:
+    if path is StepPath.FORWARD:
         if step is Step.UNCORDON and phase is Phase.DONE:
             u["state"] = NodeState.APPLIED
         # RESTORED: a node cut before any write, its cordon undone by resume, runs again

@@ -24,7 +24,7 @@ from rollout.change.verifying import verify
 from rollout.errors import ExternalError, InputError, NodeOperationError, RolloutError
 from rollout.fanout import DEFAULT_FORKS, workers
 from rollout.interrupt import Interrupt, InterruptibleClock
-from rollout.models import FileBackup, NodeChange, Path, Phase, Step
+from rollout.models import FileBackup, NodeChange, Phase, Step, StepPath
 from rollout.protocols import Clock, Cluster, NodeRunner, RestoreFile, RunResult
 
 
@@ -57,7 +57,7 @@ class Context:
         node: str,
         step: Step,
         phase: Phase,
-        path: Path,
+        path: StepPath,
         data: Mapping[str, Any] | None = None,
     ) -> None:
         """Journal one node step (thread-safe; fsynced before returning)."""
@@ -246,7 +246,7 @@ def restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, Rol
     files: dict[str, list[RestoreFile]] = {}
 
     def fail(node: str, step: Step, e: RolloutError) -> None:
-        ctx.record(node, step, Phase.FAILED, Path.RESTORE, {"message": str(e)})
+        ctx.record(node, step, Phase.FAILED, StepPath.RESTORE, {"message": str(e)})
         failed[node] = NodeOperationError(f"restore of node {node} failed at {step.value}: {e}")
 
     step_of: dict[str, Step] = {}
@@ -271,23 +271,25 @@ def restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, Rol
         step_of[node] = Step.CORDON
         info = ctx.cluster.node(node)
         ctx.record(
-            node, Step.CORDON, Phase.BEGIN, Path.RESTORE, {"priorCordoned": info.unschedulable}
+            node, Step.CORDON, Phase.BEGIN, StepPath.RESTORE, {"priorCordoned": info.unschedulable}
         )
         if not info.unschedulable:
             ctx.cluster.cordon(node)
             ours[node] = True
-        ctx.record(node, Step.CORDON, Phase.DONE, Path.RESTORE, {"cordonedByUs": ours[node]})
+        ctx.record(node, Step.CORDON, Phase.DONE, StepPath.RESTORE, {"cordonedByUs": ours[node]})
         step_of[node] = Step.DRAIN
-        ctx.record(node, Step.DRAIN, Phase.BEGIN, Path.RESTORE)
+        ctx.record(node, Step.DRAIN, Phase.BEGIN, StepPath.RESTORE)
         report = drain(ctx.cluster, node, ctx.drain, ctx.clock, ctx.on_event)
-        ctx.record(node, Step.DRAIN, Phase.DONE, Path.RESTORE, {"evicted": list(report.evicted)})
+        ctx.record(
+            node, Step.DRAIN, Phase.DONE, StepPath.RESTORE, {"evicted": list(report.evicted)}
+        )
         step_of[node] = Step.RESTORE
         files[node] = restore_files(ctx.journal, node, status.backups)
         ctx.record(
             node,
             Step.RESTORE,
             Phase.BEGIN,
-            Path.RESTORE,
+            StepPath.RESTORE,
             {"files": [{"path": f.path, "remove": f.content is None} for f in files[node]]},
         )
         ctx.on_event(f"{node}: restoring {len(files[node])} file(s)")
@@ -315,13 +317,13 @@ def restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, Rol
     def finish(node: str) -> None:
         status = by_node[node]
         if status.files_touched:
-            ctx.record(node, Step.RESTORE, Phase.DONE, Path.RESTORE)
+            ctx.record(node, Step.RESTORE, Phase.DONE, StepPath.RESTORE)
             step_of[node] = Step.RESTORE_VERIFY
             ctx.record(
                 node,
                 Step.RESTORE_VERIFY,
                 Phase.BEGIN,
-                Path.RESTORE,
+                StepPath.RESTORE,
                 {"expected": dict(status.prior_config)},
             )
             verify(
@@ -332,13 +334,13 @@ def restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, Rol
                 ctx.clock,
                 ctx.verify_timeout_s,
             )
-            ctx.record(node, Step.RESTORE_VERIFY, Phase.DONE, Path.RESTORE)
+            ctx.record(node, Step.RESTORE_VERIFY, Phase.DONE, StepPath.RESTORE)
         step_of[node] = Step.UNCORDON
         mine = ours[node]
-        ctx.record(node, Step.UNCORDON, Phase.BEGIN, Path.RESTORE, {"weCordoned": mine})
+        ctx.record(node, Step.UNCORDON, Phase.BEGIN, StepPath.RESTORE, {"weCordoned": mine})
         if mine:
             ctx.cluster.uncordon(node)
-        ctx.record(node, Step.UNCORDON, Phase.DONE, Path.RESTORE, {"uncordoned": mine})
+        ctx.record(node, Step.UNCORDON, Phase.DONE, StepPath.RESTORE, {"uncordoned": mine})
         ctx.on_event(f"{node}: restored" + ("" if mine else " (cordon state left as it was)"))
 
     in_parallel([n for n in by_node if n not in failed], guarded(Step.UNCORDON, finish), ctx.forks)

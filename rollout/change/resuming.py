@@ -33,7 +33,7 @@ from rollout.change.restoring import (
     wrap,
 )
 from rollout.errors import NodeFilesChangedError, NodeOperationError
-from rollout.models import NodeState, Path, Phase, Step, Verdict, VerdictStatus
+from rollout.models import NodeState, Phase, Step, StepPath, Verdict, VerdictStatus
 
 
 def unfinished_gate(entries: Sequence[Entry], has_gate: bool) -> UnfinishedGate | None:
@@ -103,7 +103,7 @@ def settle_node(ctx: Context, s: NodeStatus) -> None:
             current = status_of(ctx.journal).nodes[s.node]
             step = current.step or Step.VERIFY
             if current.phase is not Phase.FAILED:  # a refused apply journaled its own failure
-                ctx.record(s.node, step, Phase.FAILED, Path.FORWARD, {"message": str(err)})
+                ctx.record(s.node, step, Phase.FAILED, StepPath.FORWARD, {"message": str(err)})
             ctx.on_event(f"{s.node}: {step.value} failed on resume: {err}; restoring the node")
             s = status_of(ctx.journal).nodes[s.node]
         restore_node(ctx, s)
@@ -245,9 +245,11 @@ def rerun_nodes(entries: Sequence[Entry]) -> set[str]:
     for e in entries:
         if e.node is None:
             continue
-        if e.phase is Phase.FAILED or (e.step == Step.APPLY.value and e.path is not Path.RESTORE):
+        if e.phase is Phase.FAILED or (
+            e.step == Step.APPLY.value and e.path is not StepPath.RESTORE
+        ):
             excluded.add(e.node)
-        if e.path is not Path.RESTORE:
+        if e.path is not StepPath.RESTORE:
             forward.add(e.node)
     settled_or_cut = (NodeState.APPLYING, NodeState.RESTORING, NodeState.RESTORED)
     return {

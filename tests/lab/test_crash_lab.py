@@ -54,8 +54,7 @@ from rollout.change.orchestrator import GATE_STEP, REQUEST_STEP
 from rollout.change.replaying import replay
 from rollout.cli.collect import EVIDENCE_STEP
 from rollout.lab.cluster import Lab
-from rollout.models import Path as StepPath
-from rollout.models import Step
+from rollout.models import Step, StepPath
 from tests.lab import changekit as ck
 
 pytestmark = pytest.mark.lab

@@ -11,8 +11,7 @@ from click.testing import CliRunner
 
 from rollout.change.journal import CHANGE_STEP, Journal
 from rollout.cli import cli
-from rollout.models import Path as StepPath
-from rollout.models import Phase
+from rollout.models import Phase, StepPath
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
 

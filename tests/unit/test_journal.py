@@ -20,8 +20,7 @@ from rollout.change.journal import (
 )
 from rollout.change.replaying import replay
 from rollout.errors import InputError
-from rollout.models import NodeState, Phase, Step
-from rollout.models import Path as StepPath
+from rollout.models import NodeState, Phase, Step, StepPath
 
 T = datetime(2026, 11, 30, 21, 48, 2, tzinfo=UTC)
 

@@ -16,8 +16,7 @@ from rollout.change.journal import CHANGE_STEP, Journal
 from rollout.change.mirroring import ClusterMirror, fetch_change, split_chunks, sync_change
 from rollout.change.replaying import replay
 from rollout.kube import mirror as km
-from rollout.models import Path as StepPath
-from rollout.models import Phase, Step
+from rollout.models import Phase, Step, StepPath
 
 NOW = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
 CHANGE = "20261202T090000Z-abc123"

@@ -17,8 +17,7 @@ from rollout.change.progress import (
     resolve_mode,
     table,
 )
-from rollout.models import Path as StepPath
-from rollout.models import Phase
+from rollout.models import Phase, StepPath
 
 T = "2026-12-01T10:00:05.000+00:00"
 

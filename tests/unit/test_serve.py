@@ -205,8 +205,7 @@ def _journal(root: Path, cid: str, node_states: dict[str, str], plan: Path | Non
     from datetime import UTC, datetime
 
     from rollout.change.journal import CHANGE_STEP, Journal
-    from rollout.models import Path as StepPath
-    from rollout.models import Phase, Step
+    from rollout.models import Phase, Step, StepPath
 
     j = Journal.create(root, cid)
     now = datetime(2026, 11, 30, 12, tzinfo=UTC)
