@@ -13,17 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from rollout.change.context import Context
 from rollout.change.draining import drain
+from rollout.change.node_records import change_record
+from rollout.change.parallel import in_parallel, run_many, wrap
 from rollout.change.planning import device_resources, undrainable
 from rollout.change.replaying import NodeStatus, status_of
-from rollout.change.restoring import (
-    Context,
-    change_record,
-    in_parallel,
-    restore_nodes,
-    run_many,
-    wrap,
-)
+from rollout.change.restoring import restore_nodes
 from rollout.change.verifying import WATCHED, config_subset, verify
 from rollout.errors import (
     NodeFilesChangedError,

@@ -18,11 +18,12 @@ from datetime import datetime
 from typing import Any
 
 from rollout.change.applying import apply_batch
+from rollout.change.context import Context
 from rollout.change.journal import CHANGE_STEP, Kind
 from rollout.change.outcomes import ChangeOutcome
 from rollout.change.planning import Batch
 from rollout.change.replaying import ChangeStatus, status_of
-from rollout.change.restoring import Context, restore_nodes
+from rollout.change.restoring import restore_nodes
 from rollout.change.windows import Decision
 from rollout.errors import (
     InputError,

@@ -12,7 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rollout.change.applying import apply_and_verify
+from rollout.change.context import Context
 from rollout.change.journal import CHANGE_STEP, Entry, Kind
+from rollout.change.node_records import change_from_record
 from rollout.change.orchestrator import (
     GATE_STEP,
     REQUEST_STEP,
@@ -23,15 +25,9 @@ from rollout.change.orchestrator import (
     summary,
 )
 from rollout.change.outcomes import ChangeOutcome
+from rollout.change.parallel import in_parallel, wrap
 from rollout.change.replaying import ChangeStatus, NodeStatus, replay, status_of
-from rollout.change.restoring import (
-    Context,
-    change_from_record,
-    in_parallel,
-    restore_node,
-    restore_nodes,
-    wrap,
-)
+from rollout.change.restoring import restore_node, restore_nodes
 from rollout.errors import NodeFilesChangedError, NodeOperationError
 from rollout.models import NodeState, Phase, Step, StepPath, Verdict, VerdictStatus
 

@@ -9,7 +9,7 @@ calls this module and prints; nothing here prints to stdout (progress and notice
 
 The adapters are built here: the Lease lock (``rollout.kube.leases``), the journal and its
 cluster mirror (``rollout.change.record``), the playbook runner (``rollout.change.shipping``),
-the engine's :class:`~rollout.change.restoring.Context`.
+the engine's :class:`~rollout.change.context.Context`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rollout.change.context import Context
 from rollout.change.journal import Journal, Kind
 from rollout.change.outcomes import ENDED_BY_ROLLBACK, ChangeOutcome
 from rollout.change.plan import Plan, recorded_plan
@@ -33,7 +34,6 @@ from rollout.change.planning import DrainOverrides, DrainPolicy, parse_strategy
 from rollout.change.progress import Progress
 from rollout.change.record import existing_journal, mirrored, to_stderr
 from rollout.change.replaying import ChangeStatus, status_of
-from rollout.change.restoring import Context
 from rollout.errors import InputError, RolloutError
 from rollout.fanout import DEFAULT_FORKS
 from rollout.protocols import Lock

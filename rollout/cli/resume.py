@@ -6,12 +6,12 @@ from typing import Any
 
 import click
 
+from rollout.change.context import Context
 from rollout.change.journal import Kind
 from rollout.change.outcomes import ChangeOutcome
 from rollout.change.plan import load_plan, recorded_plan
 from rollout.change.previewing import predicted_rejections
 from rollout.change.replaying import ChangeStatus, replay
-from rollout.change.restoring import Context
 from rollout.change.resuming import rerun_nodes, resume, resume_rollback, unfinished_rollback
 from rollout.change.session import info_path, intent_digest, journaled_overrides, run_preflight
 from rollout.cli.gate import gate_config

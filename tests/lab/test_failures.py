@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from rollout.change.applying import apply_node
+from rollout.change.context import Context
 from rollout.change.journal import Journal, new_change_id
 from rollout.change.planning import DrainPolicy
 from rollout.change.replaying import replay
-from rollout.change.restoring import Context
 from rollout.errors import NodeOperationError
 from rollout.lab.cluster import Lab
 from rollout.models import NodeState

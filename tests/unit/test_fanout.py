@@ -24,10 +24,11 @@ import pytest
 
 from rollout import assets
 from rollout.ansible import direct
+from rollout.change.context import Context
 from rollout.change.journal import Journal
 from rollout.change.orchestrator import NoGate, run_change
+from rollout.change.parallel import in_parallel
 from rollout.change.planning import Batch
-from rollout.change.restoring import Context, in_parallel
 from rollout.fanout import DEFAULT_FORKS, waves, workers
 from tests.unit.fakes_change import (
     FakeCluster,
@@ -137,7 +138,7 @@ def test_in_parallel_runs_at_most_forks_nodes_at_once(forks: int) -> None:
 
 
 def test_in_parallel_pools_are_sized_by_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rollout.change import restoring
+    from rollout.change import parallel
 
     seen: list[int] = []
     real = futures.ThreadPoolExecutor
@@ -146,7 +147,7 @@ def test_in_parallel_pools_are_sized_by_the_bound(monkeypatch: pytest.MonkeyPatc
         seen.append(max_workers)
         return real(max_workers=max_workers)
 
-    monkeypatch.setattr(restoring, "ThreadPoolExecutor", pool)
+    monkeypatch.setattr(parallel, "ThreadPoolExecutor", pool)
     nodes = [f"n{i}" for i in range(100)]
     in_parallel(nodes, lambda n: n, 7)
     in_parallel(nodes, lambda n: n)

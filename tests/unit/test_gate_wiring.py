@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from rollout.change.context import Context
 from rollout.change.journal import Journal
 from rollout.change.orchestrator import continue_change, node_pool, run_change
 from rollout.change.plan import load_plan
 from rollout.change.planning import DrainPolicy, Strategy, make_batches
 from rollout.change.replaying import replay
-from rollout.change.restoring import Context
 from rollout.errors import NodeOperationError
 from rollout.gate.analysis import GateConfig, NodeCounts, OnFailure, Outcome, SignalState
 from rollout.gate.soaking import RollbackPolicyGate, SoakGate

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from rollout.change.applying import apply_node
+from rollout.change.context import Context
 from rollout.change.journal import Journal
 from rollout.change.orchestrator import NoGate, rollback, run_change
 from rollout.change.planning import DrainPolicy, Strategy, make_batches
 from rollout.change.replaying import replay
-from rollout.change.restoring import Context
 from rollout.change.resuming import resume
 from rollout.errors import NodeOperationError
 from rollout.models import NodeState, PodRef, VerdictStatus

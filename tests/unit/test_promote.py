@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from rollout.change.context import Context
 from rollout.change.journal import Journal
 from rollout.change.orchestrator import continue_change, rollback, run_change
 from rollout.change.planning import Batch, DrainPolicy, Strategy, make_batches
 from rollout.change.replaying import replay
-from rollout.change.restoring import Context
 from rollout.cli.promote import last_gate, promote_refusal
 from rollout.errors import NodeOperationError
 from rollout.models import NodeState, Phase, VerdictStatus

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from rollout.change.context import Context
 from rollout.change.journal import Journal
 from rollout.change.orchestrator import UnfinishedGate, continue_change, run_change
 from rollout.change.planning import Batch, DrainPolicy, Strategy, make_batches
 from rollout.change.replaying import replay
-from rollout.change.restoring import Context
 from rollout.change.resuming import resume, unfinished_gate
 from rollout.errors import NodeOperationError
 from rollout.models import NodeState, Phase, Verdict, VerdictStatus

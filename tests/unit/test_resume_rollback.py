@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from rollout.change.context import Context
 from rollout.change.journal import CHANGE_STEP, Journal
 from rollout.change.orchestrator import NoGate, continue_change, rollback, run_change
 from rollout.change.planning import Batch, DrainPolicy, Strategy, make_batches
 from rollout.change.replaying import replay
-from rollout.change.restoring import Context
 from rollout.change.resuming import (
     PendingRollback,
     rerun_nodes,

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from rollout.change.context import Context
 from rollout.change.journal import CHANGE_STEP
 from rollout.change.orchestrator import NoGate, rollback, run_change
 from rollout.change.planning import Strategy, make_batches
 from rollout.change.replaying import replay
-from rollout.change.restoring import Context
 from rollout.change.windows import DAY_NAMES, Decision, guard, parse_windows
 from rollout.errors import PreflightError
 from rollout.models import NodeState

@@ -1,0 +1,89 @@
+"""What the journal keeps of a node change, and what resume and rollback rebuild from it: the
+node change itself (:func:`change_from_record`) and the restore payload (:func:`restore_files`).
+
+Pure but for the journal's blob store: the forward path writes the record, the restore path and
+resume read it, so it belongs to neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rollout.change.journal import Journal
+from rollout.models import FileBackup, NodeChange
+from rollout.protocols import RestoreFile
+
+
+def change_record(change: NodeChange, blobs: Mapping[str, str]) -> dict[str, Any]:
+    """What the journal keeps of a node change so resume and rollback can rebuild it."""
+    return {
+        "host": change.host,
+        "service": change.service,
+        "healthzUrl": change.healthz_url,
+        "checkpointReset": list(change.checkpoint_reset),
+        "removed": list(change.removed),
+        "expected": dict(change.expected),
+        "files": [
+            {
+                "path": p,
+                "sha256": blobs[p],
+                "mode": change.mode.get(p, ("0644", "root", "root"))[0],
+                "owner": change.mode.get(p, ("0644", "root", "root"))[1],
+                "group": change.mode.get(p, ("0644", "root", "root"))[2],
+                **({"expect": change.expect[p]} if p in change.expect else {}),
+            }
+            for p in sorted(change.files)
+        ],
+    }
+
+
+def change_from_record(
+    journal: Journal, node: str, rec: Mapping[str, Any], for_restore: bool = False
+) -> NodeChange:
+    """Rebuild a node change from its journal record (file bytes from the blob store).
+
+    ``for_restore``: the bytes the change wrote are needed only for their sha256 (a restore
+    accepts them as the file's current content), so a blob this machine lacks is left out of
+    ``files`` and its sha256 kept in ``written``; a forward path (resume) needs every byte.
+    """
+    files = {}
+    for f in rec.get("files", ()):
+        if for_restore and not (journal.backups / node / f["sha256"]).exists():
+            continue
+        files[f["path"]] = journal.load_backup(node, f["sha256"])
+    mode = {f["path"]: (f["mode"], f["owner"], f["group"]) for f in rec.get("files", ())}
+    return NodeChange(
+        node=node,
+        host=str(rec.get("host", node)),
+        files=files,
+        removed=tuple(rec.get("removed", ())),
+        checkpoint_reset=tuple(rec.get("checkpointReset", ())),
+        expected=dict(rec.get("expected", {})),
+        service=str(rec.get("service", "kubelet")),
+        mode=mode,
+        healthz_url=str(rec.get("healthzUrl", "http://127.0.0.1:10248/healthz")),
+        expect={f["path"]: f["expect"] for f in rec.get("files", ()) if "expect" in f},
+        written={f["path"]: f["sha256"] for f in rec.get("files", ())},
+    )
+
+
+def restore_files(
+    journal: Journal, node: str, backups: tuple[FileBackup, ...]
+) -> list[RestoreFile]:
+    """The restore payload: original bytes for files that existed, None for files we created.
+
+    A backup this machine does not have (the state directory and the cluster record both lost
+    it) is put back from the node's own copy, which the node step checks against the journal's
+    sha256 (``RestoreFile.node_copy``); a backup that is here but corrupt is refused.
+    """
+    out = []
+    for b in backups:
+        content, node_copy = None, None
+        if b.existed:
+            if (journal.backups / node / b.sha256).exists():
+                content = journal.load_backup(node, b.sha256)
+            else:
+                node_copy = b.sha256
+        out.append(RestoreFile(b.path, content, b.mode, b.owner, b.group, node_copy))
+    return out
