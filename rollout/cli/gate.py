@@ -25,6 +25,7 @@ from rollout.change.outcomes import GATE_HOLDS_EXIT, ChangeOutcome, exit_code
 from rollout.cli.options import kube_options, output_option
 from rollout.errors import InputError, Location, NodeOperationError, RolloutError
 from rollout.gate.analysis import GateConfig, Outcome, Predicted, parse_gate_config
+from rollout.interrupt import Interrupt
 
 
 def cli_rollback(
@@ -128,6 +129,7 @@ def build_soak_gate(
     output: str = "text",
     progress: Callable[[str], None] | None = None,
     predicted: Predicted | None = None,
+    interrupt: Interrupt | None = None,
 ) -> Any:
     """The real gate, as ``rollout watch`` and ``rollout apply`` both run it.
 
@@ -174,6 +176,7 @@ def build_soak_gate(
         metrics=metrics,
         progress=_gate_progress(output, progress),
         predicted=predicted,
+        interrupt=interrupt,
     )
 
 

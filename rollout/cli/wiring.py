@@ -72,19 +72,8 @@ def gate_for(
         output=output,
         progress=progress,
         predicted=predicted,
+        interrupt=interrupt,
     )
-    if interrupt is not None:
-        wait = soak.sleep
-        for signal in soak.signals:
-            if hasattr(signal, "wake"):
-                interrupt.add_waker(signal.wake)
-
-        def sleep(seconds: float) -> None:
-            interrupt.check()
-            wait(seconds)
-            interrupt.check()
-
-        soak.sleep = sleep
     from rollout.change.orchestrator import node_pool
     from rollout.kube.workloads import owner_running, rejected_owners_on
 

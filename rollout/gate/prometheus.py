@@ -107,6 +107,10 @@ class PrometheusSignal:
     def stop(self) -> None:
         return None
 
+    def wake(self) -> None:
+        """Nothing to wake: this signal reads on request and never waits."""
+        return None
+
 
 def _rejections(value: float) -> NodeCounts:
     n = round(value)

@@ -33,6 +33,7 @@ from rollout.gate.analysis import (
     Verdict,
     evaluate,
 )
+from rollout.interrupt import Interrupt
 
 
 class Signal(Protocol):
@@ -45,6 +46,11 @@ class Signal(Protocol):
     def state(self, now: float, baseline_before: bool = False) -> SignalState: ...
 
     def stop(self) -> None: ...
+
+    def wake(self) -> None:
+        """End a wait of this signal's in progress at once (the soak was interrupted); a signal
+        that never waits does nothing."""
+        ...
 
 
 class Probes(Protocol):
@@ -96,6 +102,9 @@ class SoakGate:
         predicted: (node, owner) pairs preflight's admission preview predicted rejected; a
             Failed reason says of each rejected pod's owner whether it was predicted. None when
             no preview ran (``rollout watch``).
+        interrupt: the change owner's stop flag (a rollback handed to it, the Lease lost): every
+            wait of the soak checks it before and after, and its setting wakes the signals'
+            waits, so the soak ends with ``StopRequested`` at once.
     """
 
     def __init__(
@@ -112,8 +121,13 @@ class SoakGate:
         metrics: MetricsSink | None = None,
         progress: Callable[[str], None] = lambda _m: None,
         predicted: Predicted | None = None,
+        interrupt: Interrupt | None = None,
     ) -> None:
         self.cfg = cfg
+        self.interrupt = interrupt
+        if interrupt is not None:
+            for s in signals:
+                interrupt.add_waker(s.wake)
         self.predicted = predicted
         self.signals = list(signals)
         self.clock = clock
@@ -164,7 +178,7 @@ class SoakGate:
                     except RolloutError as e:
                         self.progress(f"probe pods could not be created: {e}")
                         probes_launched = ["<failed>"]
-                self.sleep(min(self.cfg.interval, max(deadline - now, 0.0)))
+                self.wait(min(self.cfg.interval, max(deadline - now, 0.0)))
         finally:
             for s in self.signals:
                 s.stop()
@@ -176,6 +190,14 @@ class SoakGate:
         verdict = _with_inputs(verdict, started, nodes, control, probes_launched)
         self._publish(change_id, nodes, verdict)
         return verdict
+
+    def wait(self, seconds: float) -> None:
+        """``sleep``, with the interrupt checked before and after (:class:`StopRequested`)."""
+        if self.interrupt is not None:
+            self.interrupt.check()
+        self.sleep(seconds)
+        if self.interrupt is not None:
+            self.interrupt.check()
 
     def _publish(self, change_id: str, nodes: Sequence[str], verdict: Verdict) -> None:
         if self.metrics is not None:
@@ -375,7 +397,7 @@ class RollbackPolicyGate:
                         self.gate.progress(f"could not read the pods of {o}: {e}")
             if all(state.values()) or self.gate.clock() >= deadline:
                 break
-            self.gate.sleep(min(1.0, max(deadline - self.gate.clock(), 0.0)))
+            self.gate.wait(min(1.0, max(deadline - self.gate.clock(), 0.0)))
         up = [o for o in owners if state[o]]
         down = [o for o in owners if not state[o]]
         if self.record is not None:

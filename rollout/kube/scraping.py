@@ -187,3 +187,7 @@ class KubeletSignal:
 
     def stop(self) -> None:
         return None
+
+    def wake(self) -> None:
+        """Nothing to wake: this signal reads on request and never waits."""
+        return None

@@ -399,6 +399,9 @@ class ScriptedSignal:
     def stop(self) -> None:
         self.stopped = True
 
+    def wake(self) -> None:
+        pass
+
 
 class FakeProbes:
     def __init__(self) -> None:

@@ -59,6 +59,9 @@ class Signal:
     def stop(self) -> None:
         pass
 
+    def wake(self) -> None:
+        pass
+
 
 def _apply(
     tmp_path: Path,
@@ -275,6 +278,9 @@ def test_soak_progress_reports_changes_not_every_interval() -> None:
         def stop(self) -> None:
             pass
 
+        def wake(self) -> None:
+            pass
+
         def state(self, now: float, before: bool) -> SignalState:
             return SignalState(name="api", counts={})
 
@@ -380,3 +386,33 @@ def test_rejected_owners_are_read_from_the_pods_the_kubelet_failed() -> None:
         pod(TAE, "ok-3", "2026-05-28T20:33:00Z", phase="Running"),
     ]
     assert rejected_owners_in(pods, since) == ["ReplicaSet/ml/infer-1", "ReplicaSet/ml/train-7f"]
+
+
+def test_an_interrupt_ends_the_soak_at_once_and_wakes_the_signals_waits() -> None:
+    """A rollback handed to the owner mid-soak: the soak's next wait raises StopRequested (the
+    signals stopped), and setting the flag called each signal's ``wake``, which ends a wait in
+    the API signal's watch. No patched ``sleep``: the interrupt is the gate's parameter."""
+    from rollout.interrupt import Interrupt, StopReason, StopRequested
+
+    woken: list[str] = []
+
+    class Waking(Signal):
+        def wake(self) -> None:
+            woken.append(self.name)
+
+    signal = Waking(lambda _i: {})
+    stopped: list[bool] = []
+    signal.stop = lambda: stopped.append(True)  # type: ignore[method-assign]
+    interrupt = Interrupt()
+    t = [0.0]
+
+    def sleep(seconds: float) -> None:  # the first wait: a request arrives meanwhile
+        t[0] += seconds
+        interrupt.request(StopReason(by="ops", request_id="r1"))
+
+    cfg = GateConfig(soak=600.0, window=60.0, interval=5.0, probes=False)
+    gate = SoakGate(cfg, [signal], clock=lambda: t[0], sleep=sleep, interrupt=interrupt)
+    with pytest.raises(StopRequested):
+        gate.evaluate("c1", ["n1"])
+    assert woken == ["api"] and stopped == [True]
+    assert t[0] == 5.0  # one interval, not the 600 s soak
