@@ -68,6 +68,11 @@ class Plan:
     windows: tuple[Any, ...]
     lines: Mapping[str, int]
 
+    @property
+    def has_gate(self) -> bool:
+        """Whether the plan has a ``gate:`` section (an empty one too: the gate's defaults)."""
+        return bool(self.gate) or "gate" in self.lines
+
     def line_of(self, dotted_field: str) -> int | None:
         """The line of ``dotted_field`` (``strategy.maxUnavailable``, ``windows[0].start``), or of
         the nearest enclosing field that has one."""

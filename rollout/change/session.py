@@ -34,9 +34,9 @@ from rollout.change.planning import DrainOverrides, DrainPolicy, parse_strategy
 from rollout.change.progress import Progress
 from rollout.change.record import existing_journal, mirrored, to_stderr
 from rollout.change.replaying import ChangeStatus, status_of
-from rollout.errors import InputError, RolloutError
+from rollout.errors import InputError, PreflightError, RolloutError
 from rollout.fanout import DEFAULT_FORKS
-from rollout.protocols import Lock
+from rollout.protocols import Gate, Lock
 
 
 class SystemClock:
@@ -456,3 +456,128 @@ def _reported(value: Any) -> ChangeOutcome:
         return ChangeOutcome(str(value))
     except ValueError:
         return ChangeOutcome.ROLLBACK_FAILED
+
+
+GateFactory = Callable[[Plan, Any, "frozenset[tuple[str, str]] | None"], Gate]
+"""Builds the gate a resumed change runs where the interrupted command would have: given the
+recorded plan, the inventory and the admission preview's predicted rejections. The CLI's
+``gate_for``: the gate layer sits above this one."""
+
+
+def resume_change(
+    ctx: Context, api: Any, inventory: str | None, make_gate: GateFactory
+) -> ChangeStatus:
+    """``rollout resume`` under the Lease: finish every node in flight, then what the change
+    owes. A change that had ended (held, completed, stopped) gets its nodes settled and nothing
+    started; a rollback under way is finished, never gone forward from; otherwise a gate the
+    crash cut short is soaked again and the batches not started are run, with the gate where
+    the interrupted command would have run it.
+
+    The journal was fetched or refreshed from the cluster record (:func:`settle`): a machine
+    that never saw the change resumes it too.
+
+    Raises:
+        PreflightError: the recorded plan renders another intent than the change started with.
+        NodeOperationError: a node could not be settled, or the gate failed a later batch.
+    """
+    from rollout.change.replaying import replay
+    from rollout.change.resuming import resume, resume_rollback, unfinished_rollback
+
+    before = replay(ctx.journal.entries(), ctx.journal.change_id)
+    if before.outcome != ChangeOutcome.RUNNING:
+        return resume(ctx)  # it had ended (held, completed, stopped): nothing more to start
+    pending = unfinished_rollback(ctx.journal.entries())
+    if pending is not None:  # a rollback was under way: finish it, never go forward
+        return resume_rollback(ctx, pending)
+    # the change stays running until it goes on or ends here: a crash in between leaves it to
+    # the next resume, which goes on with it
+    settled = resume(ctx, end=False)
+    return _resume_later_batches(ctx, api, before, settled, inventory, make_gate)
+
+
+def _resume_later_batches(
+    ctx: Context,
+    api: Any,
+    before: ChangeStatus,
+    settled: ChangeStatus,
+    inventory: str | None,
+    make_gate: GateFactory,
+) -> ChangeStatus:
+    """The batches an interrupted apply / promote had not started: rendered again from the plan
+    (its intent checked unchanged), the gate where that command would have run it."""
+    from rollout.change.orchestrator import continue_change
+    from rollout.change.plan import load_plan
+    from rollout.change.planning import Batch
+    from rollout.change.preparing import read_inventory
+    from rollout.change.previewing import predicted_rejections
+    from rollout.change.resuming import end_resumed, rerun_nodes, unfinished_gate
+    from rollout.models import NodeState
+
+    info = before.info
+    # a node the crash caught on the forward path before any file was written (no step failed):
+    # resume undid its cordon; the interrupted command would have gone on with it, so resume
+    # runs it again in its batch (also when an earlier resume undid the cordon and was killed)
+    cut = rerun_nodes(ctx.journal.entries())
+    if any(
+        s.state in (NodeState.RESTORED, NodeState.FAILED) and n not in cut
+        for n, s in settled.nodes.items()
+    ):
+        # a node failed forward: the interrupted command would have stopped
+        return end_resumed(ctx)
+    pending = [
+        [n for n in b if settled.nodes[n].state is NodeState.PENDING or n in cut]
+        for b in info.get("batches", ())
+    ]
+    todo = [b for b in pending if b]
+    plan = recorded_plan(info, before.change)
+    # a gate the crash cut short (or whose verdict was not acted on) is settled first
+    has_gate = plan is not None and plan.has_gate
+    regate = unfinished_gate(ctx.journal.entries(), has_gate)
+    if not todo and regate is None:
+        return end_resumed(ctx)
+    if plan is None:
+        plan = load_plan(str(info_path(ctx.journal, "plan", None)))  # names what is missing
+    if info.get("intentSha256") and info["intentSha256"] != intent_digest(plan):
+        raise PreflightError(
+            f"the plan {plan.path} renders another intent than change {before.change} "
+            "started with; its settled nodes stay as they are, the rest is not started"
+        )
+    inv = read_inventory(info_path(ctx.journal, "inventory", inventory))
+    # a change started with --force over device refusals carries that consent to its resume
+    forced = any(e.step == Kind.PREFLIGHT_FORCED for e in ctx.journal.entries())
+    moved = {n for n, s in settled.nodes.items() if s.state is not NodeState.PENDING}
+    prepared = (
+        run_preflight(
+            plan,
+            inv,
+            api,
+            False,
+            forks=ctx.forks,
+            force=forced,
+            overrides=journaled_overrides(ctx.journal),
+            settled=moved - set(cut),
+        )
+        if todo
+        else None
+    )
+    canary = set(info.get("canary", ()))
+    batches = [Batch(tuple(b), bool(canary & set(b))) for b in todo]
+    if info.get("promotion"):  # promote gates after each batch when the plan has a gate
+        gate_at = {i: b.nodes for i, b in enumerate(batches)} if has_gate else {}
+    else:  # apply gates once, after its last canary batch, over the whole canary
+        last = max((i for i, b in enumerate(batches) if b.canary), default=None)
+        gate_at = {last: tuple(canary)} if last is not None else {}
+    predicted = predicted_rejections(prepared.previews) if prepared is not None else None
+    gate = make_gate(plan, inv, predicted)
+    if todo:
+        ctx.on_event(f"resuming the batches not started: {', '.join(n for b in todo for n in b)}")
+    return continue_change(
+        ctx,
+        prepared.changes if prepared is not None else {},
+        batches,
+        gate,
+        {**info, "resumed": True},
+        gate_at=gate_at,
+        canary_only=bool(info.get("canaryOnly")),
+        regate=regate,
+    )

@@ -105,7 +105,7 @@ def gate_config(plan: Any) -> GateConfig | None:
     Raises:
         InputError: the section is invalid (file, field and line named).
     """
-    if not plan.gate and "gate" not in plan.lines:
+    if not plan.has_gate:
         return None
     return parse_gate_config(plan.gate or None, file=plan.path, line_of=plan.line_of)
 

@@ -25,7 +25,7 @@ from rollout.change.orchestrator import NoGate, summary
 from rollout.change.plan import Plan
 from rollout.change.progress import Progress
 from rollout.change.replaying import ChangeStatus, status_of
-from rollout.change.session import Work, reporting, settle
+from rollout.change.session import reporting
 from rollout.cli.gate import gate_config
 from rollout.errors import InputError, Location, RolloutError
 from rollout.fanout import DEFAULT_FORKS
@@ -188,36 +188,6 @@ def reported_failure(journal: Journal, lock: Any, output: str) -> Iterator[None]
         if output == "json":
             print_status(status_of(journal), output)
         raise
-
-
-def settle_command(
-    change: str,
-    inventory: str | None,
-    lock_namespace: str,
-    verify_timeout: float,
-    output: str,
-    kubeconfig: str | None,
-    context: str | None,
-    work: Work,
-    progress_mode: str = "auto",
-    forks: int = DEFAULT_FORKS,
-) -> None:
-    """``rollout.change.session.settle`` with the command's options, printing the status."""
-    from rollout.kube.client import connect
-
-    status = settle(
-        connect(kubeconfig, context),
-        change,
-        work,
-        inventory=inventory,
-        lock_namespace=lock_namespace,
-        verify_timeout=verify_timeout,
-        progress=progress_for(progress_mode),
-        forks=forks,
-        failed=json_status(output),
-        say=echo_err,
-    )
-    print_status(status, output)
 
 
 def json_status(output: str) -> Callable[[ChangeStatus], None] | None:
