@@ -5,7 +5,7 @@ Why here: collection is I/O over three adapters (the facts playbook, the API ser
 proxy's ``/configz``) that only the CLI layer wires together; the checks themselves are pure
 (:mod:`rollout.evidence.checks`). The collection goes into ``evidence.json`` beside the change's
 journal; the journal gets an ``evidence`` entry with the label, the nodes, the file and every
-check's result, which ``promote`` reads (:func:`evidence_refusal`).
+check's result, which ``promote`` reads (``rollout.change.promoting.evidence_refusal``).
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from rollout.change.journal import EVIDENCE_STEP, Journal
+from rollout.change.promoting import check_failures
 from rollout.errors import InputError, Location
 from rollout.fanout import DEFAULT_FORKS, workers
 from rollout.models import Phase
 
-__all__ = ["EVIDENCE_STEP", "collect", "evidence_refusal", "journal_evidence"]
+__all__ = ["EVIDENCE_STEP", "collect", "journal_evidence"]
 
 
 def collect(
@@ -136,31 +137,5 @@ def describe(data: Mapping[str, Any]) -> str:
         return f"{head}: not collected: {data['error']}"
     failed = [c for c in data.get("checks") or () if c.get("status") == "fail"]
     if failed:
-        return head + ": " + "; ".join(_failures(failed))
+        return head + ": " + "; ".join(check_failures(failed))
     return f"{head} ({len(data.get('checks') or ())} checks, {data.get('file')})"
-
-
-def _failures(checks: Iterable[Mapping[str, Any]]) -> list[str]:
-    return [
-        f"{c.get('name')}: {p}" for c in checks for p in (c.get("problems") or [c.get("summary")])
-    ]
-
-
-def evidence_refusal(entries: Iterable[Any], canary: Sequence[str]) -> str | None:
-    """Why the canary's evidence does not allow a promotion (pure over the journal's entries),
-    or None: the last ``after`` collection must exist, cover every canary node and fail no
-    check (a check with nothing to judge, ``not-collected``, does not refuse)."""
-    after = [e.data for e in entries if e.step == EVIDENCE_STEP and e.data.get("label") == "after"]
-    how = "`rollout evidence --label after --change ID` collects it"
-    if not after:
-        return f"the canary has no 'after' evidence ({how})"
-    last = after[-1]
-    if last.get("error"):
-        return f"the canary's 'after' evidence was not collected: {last['error']} ({how})"
-    missing = sorted(set(canary) - set(last.get("nodes") or ()))
-    if missing:
-        return f"the canary's 'after' evidence lacks {', '.join(missing)} ({how})"
-    failed = [c for c in last.get("checks") or () if c.get("status") == "fail"]
-    if failed:
-        return "the canary's 'after' evidence failed: " + "; ".join(_failures(failed))
-    return None

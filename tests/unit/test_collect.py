@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from rollout.change.journal import Journal
-from rollout.cli.collect import describe, evidence_refusal, journal_evidence
+from rollout.change.promoting import evidence_refusal
+from rollout.cli.collect import describe, journal_evidence
 from rollout.evidence.checks import build_collection
 from rollout.kubelet.device_checkpoint import device_checkpoint, render_device
 from rollout.models import Phase

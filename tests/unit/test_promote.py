@@ -12,8 +12,8 @@ from rollout.change.context import Context
 from rollout.change.journal import Journal
 from rollout.change.orchestrator import continue_change, rollback, run_change
 from rollout.change.planning import Batch, DrainPolicy, Strategy, make_batches
+from rollout.change.promoting import last_gate, promote_refusal
 from rollout.change.replaying import replay
-from rollout.cli.promote import last_gate, promote_refusal
 from rollout.errors import NodeOperationError
 from rollout.models import NodeState, Phase, VerdictStatus
 from tests.unit.fakes_change import (

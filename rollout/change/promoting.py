@@ -1,0 +1,273 @@
+"""``promote``: may a held canary go on to the rest of the fleet, and what it then runs.
+
+Why a module of its own: the refusals (canary not applied, gate not Successful, the canary's
+``after`` evidence missing or failed, the plan's intent changed) and the remaining batches are
+the engine's decisions; the CLI only prints them (``--dry-run``), asks, and runs
+:func:`run_promotion`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from rollout.change.journal import EVIDENCE_STEP, Journal, Kind
+from rollout.change.outcomes import ChangeOutcome
+from rollout.change.plan import Plan
+from rollout.change.planning import Batch, DrainOverrides
+from rollout.change.progress import Progress
+from rollout.change.replaying import ChangeStatus
+from rollout.change.windows import Decision
+from rollout.models import Phase
+from rollout.protocols import Gate
+
+
+def last_gate(journal: Journal) -> Mapping[str, Any] | None:
+    """The last ``gate`` entry's data (``status``, ``reason``, ``nodes``), or None."""
+    gates = [e for e in journal.entries() if e.step == Kind.GATE and e.phase is Phase.DONE]
+    return gates[-1].data if gates else None
+
+
+def promote_refusal(status: ChangeStatus, gate: Mapping[str, Any] | None) -> str | None:
+    """Why a change may not be promoted without ``--force`` (pure), or None when it may."""
+    from rollout.models import NodeState
+
+    if status.outcome == ChangeOutcome.RUNNING:
+        return (
+            f"change {status.change} is running or was interrupted (no end recorded); "
+            f"`rollout resume --change {status.change} --yes` settles it first"
+        )
+    canary = [n for b in status.info.get("batches", ()) for n in b]
+    not_applied = [n for n in canary if status.nodes[n].state is not NodeState.APPLIED]
+    if not_applied:
+        states = ", ".join(f"{n}: {status.nodes[n].state.value}" for n in not_applied)
+        return f"the canary is not applied ({states})"
+    if gate is None or gate.get("status") != "Successful":
+        what = f"{gate.get('status')}: {gate.get('reason')}" if gate else "no gate verdict"
+        return f"the canary's last gate verdict is not Successful ({what})"
+    return None
+
+
+def check_failures(checks: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Each failed check's problems as ``name: problem`` lines."""
+    return [
+        f"{c.get('name')}: {p}" for c in checks for p in (c.get("problems") or [c.get("summary")])
+    ]
+
+
+def evidence_refusal(entries: Iterable[Any], canary: Sequence[str]) -> str | None:
+    """Why the canary's evidence does not allow a promotion (pure over the journal's entries),
+    or None: the last ``after`` collection must exist, cover every canary node and fail no
+    check (a check with nothing to judge, ``not-collected``, does not refuse)."""
+    after = [e.data for e in entries if e.step == EVIDENCE_STEP and e.data.get("label") == "after"]
+    how = "`rollout evidence --label after --change ID` collects it"
+    if not after:
+        return f"the canary has no 'after' evidence ({how})"
+    last = after[-1]
+    if last.get("error"):
+        return f"the canary's 'after' evidence was not collected: {last['error']} ({how})"
+    missing = sorted(set(canary) - set(last.get("nodes") or ()))
+    if missing:
+        return f"the canary's 'after' evidence lacks {', '.join(missing)} ({how})"
+    failed = [c for c in last.get("checks") or () if c.get("status") == "fail"]
+    if failed:
+        return "the canary's 'after' evidence failed: " + "; ".join(check_failures(failed))
+    return None
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """A promotion checked and prepared, not started: what ``--dry-run`` prints and
+    :func:`run_promotion` runs.
+
+    ``refusal``: why it would be refused without ``--force`` (None: it would not be);
+    ``remaining``: the batches still to run (nodes the change already moved are left out);
+    ``prepared``: preflight's result over them (``rollout.change.preparing.Prepared``).
+    """
+
+    journal: Journal
+    status: ChangeStatus
+    refusal: str | None
+    plan: Plan
+    inventory: Any
+    prepared: Any
+    remaining: Sequence[Batch]
+    window_check: Callable[[datetime], Decision]
+    overrides: DrainOverrides = field(default_factory=DrainOverrides)
+    force: str | None = None
+
+    @property
+    def nodes(self) -> list[str]:
+        """The nodes the promotion would change, batch after batch."""
+        return [n for b in self.remaining for n in b.nodes]
+
+
+def prepare_promotion(
+    api: Any,
+    journal: Journal,
+    lock: Any,
+    *,
+    plan_path: str | None = None,
+    inventory: str | None = None,
+    force: str | None = None,
+    force_window: str | None = None,
+    overrides: DrainOverrides | None = None,
+    forks: int,
+    dry_run: bool = False,
+) -> Promotion:
+    """Check that the change may be promoted and run preflight over the nodes left.
+
+    Raises:
+        PreflightError: the change is running or was interrupted, it is refused and ``force``
+            is None, the plan renders another intent than the canary's, the change window is
+            closed (not under ``dry_run``), or preflight refuses; nothing was changed.
+        LockHeldError: a live process holds the cluster lock.
+    """
+    from rollout.change.preparing import read_inventory
+    from rollout.change.replaying import replay
+    from rollout.change.session import info_path, intent_digest, run_preflight
+    from rollout.change.windows import guard, parse_windows
+    from rollout.errors import PreflightError
+    from rollout.models import NodeState
+
+    change = journal.change_id
+    status = replay(journal.entries(), change)
+    refusal = promote_refusal(status, last_gate(journal))
+    if refusal is None:
+        canary = [n for b in status.info.get("batches", ()) for n in b]
+        refusal = evidence_refusal(journal.entries(), canary)
+    if refusal and status.outcome == ChangeOutcome.RUNNING:
+        raise PreflightError(refusal)
+    if refusal and not force:
+        raise PreflightError(
+            f"not promoting change {change}: {refusal}; --force REASON to override"
+        )
+    from rollout.change.plan import load_plan
+
+    plan = load_plan(str(info_path(journal, "plan", plan_path)))
+    recorded = status.info.get("intentSha256")
+    if recorded and recorded != intent_digest(plan):
+        raise PreflightError(
+            f"the plan {plan.path} renders another intent than change {change} applied to its "
+            "canary (kubelet settings or node overrides changed); start a new change instead"
+        )
+    window_check = guard(
+        parse_windows(plan.windows, file=plan.path, line_of=plan.line_of), force_window
+    )
+    if not dry_run and not (window := window_check(datetime.now(UTC))).allowed:
+        raise PreflightError(window.reason)
+    inv = read_inventory(info_path(journal, "inventory", inventory))
+    lock.check()
+    overrides = overrides or DrainOverrides()
+    done = {n for n, s in status.nodes.items() if s.state is not NodeState.PENDING}
+    prepared = run_preflight(
+        plan,
+        inv,
+        api,
+        False,
+        forks=forks,
+        force=force is not None,
+        overrides=overrides,
+        settled=done,
+    )
+    remaining = [
+        Batch(tuple(n for n in b.nodes if n not in done), False)
+        for b in prepared.batches
+        if any(n not in done for n in b.nodes)
+    ]
+    return Promotion(
+        journal, status, refusal, plan, inv, prepared, remaining, window_check, overrides, force
+    )
+
+
+PromotionGate = Callable[[Plan, Any, "frozenset[tuple[str, str]] | None", Any], Gate]
+"""Builds the gate run after each promoted batch: given the plan, the inventory, the predicted
+rejections and the progress; the CLI's ``gate_for`` (the gate layer sits above this one)."""
+
+
+def run_promotion(
+    api: Any,
+    promo: Promotion,
+    lock: Any,
+    make_gate: PromotionGate,
+    *,
+    lock_namespace: str,
+    verify_timeout: float,
+    progress: Progress,
+    forks: int,
+    failed: Callable[[ChangeStatus], None] | None = None,
+) -> ChangeStatus:
+    """Run the remaining batches in the same change under its Lease, the gate after each batch
+    when the plan has one, the change windows asked before each.
+
+    Raises:
+        LockHeldError: another process took the Lease.
+        NodeOperationError: a node failed or a gate failed (restored; the message says which).
+    """
+    from rollout.change.orchestrator import ROLLBACK_INFO, continue_change
+    from rollout.change.previewing import predicted_rejections
+    from rollout.change.record import mirrored
+    from rollout.change.replaying import status_of
+    from rollout.change.session import OVERRIDES_STEP, holding, open_context, reporting
+    from rollout.errors import RolloutError
+    from rollout.kube.leases import holder_identity
+
+    journal, status, prepared = promo.journal, promo.status, promo.prepared
+    nodes = promo.nodes
+    all_nodes = list(dict.fromkeys([*status.nodes, *nodes]))
+    batches = [list(b.nodes) for b in promo.remaining]
+    promotion = {
+        "by": holder_identity(),
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "batches": batches,
+        "forced": promo.force if promo.refusal or prepared.forced else None,
+        "refusal": promo.refusal,
+        "forcedRefusals": list(prepared.forced),
+    }
+    info = {
+        **{k: v for k, v in status.info.items() if k != ROLLBACK_INFO},  # a new part, no rollback
+        "nodes": all_nodes,
+        "batches": [*status.info.get("batches", ()), *batches],
+        "canaryOnly": False,
+        "promotion": promotion,
+    }
+    with holding(lock, journal.change_id):
+        mirrored(journal, api, lock_namespace)
+        used = promo.overrides.used()
+        if used:  # what this part's drains may lose, and which pods that is
+            journal.append(
+                OVERRIDES_STEP,
+                Phase.DONE,
+                now=datetime.now(UTC),
+                data={"flags": used, "pods": list(prepared.losses)},
+            )
+        progress.nodes(tuple(all_nodes))
+        ctx = open_context(
+            api,
+            journal,
+            promo.inventory.path,
+            prepared.strategy.drain,
+            verify_timeout,
+            progress,
+            promo.inventory.hostvars,
+            forks,
+        )
+        ctx.interrupt = lock.interrupt
+        predicted = predicted_rejections(prepared.previews)
+        gate = make_gate(promo.plan, promo.inventory, predicted, progress)
+        try:
+            with reporting(journal, lock):
+                return continue_change(
+                    ctx,
+                    prepared.changes,
+                    promo.remaining,
+                    gate if promo.plan.has_gate else None,
+                    info,
+                    forward=promo.window_check,
+                )
+        except RolloutError:
+            if failed is not None:
+                failed(status_of(journal))
+            raise
