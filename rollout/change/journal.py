@@ -65,7 +65,7 @@ class Kind(StrEnum):
 CHANGE_STEP = Kind.CHANGE
 """The step name of change-level entries (node is None): begin, then done/failed with an outcome."""
 EVIDENCE_STEP = Kind.EVIDENCE
-"""The step name of an evidence collection's entry (node is None; ``rollout.cli.collect``):
+"""The step name of an evidence collection's entry (node is None; ``rollout.evidence.collecting``):
 label, nodes, file and each check's result."""
 
 

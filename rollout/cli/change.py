@@ -76,7 +76,7 @@ def _collect(
     """Collect ``label`` evidence of ``nodes`` into ``evidence.json`` beside the journal (at
     most ``forks`` hosts at once): the collection, or None and why it failed (a failed
     collection never stops the change)."""
-    from rollout.cli.collect import collect
+    from rollout.evidence.collecting import collect
     from rollout.evidence.report import EVIDENCE_FILE
 
     try:
@@ -90,7 +90,7 @@ def _journal_evidence(
     journal: Journal, label: str, nodes: list[str], collected: tuple[Any, str | None]
 ) -> None:
     """Journal what a collection showed and say it (a warning when it was not collected)."""
-    from rollout.cli.collect import describe, journal_evidence
+    from rollout.evidence.collecting import describe, journal_evidence
     from rollout.evidence.report import EVIDENCE_FILE
 
     collection, error = collected

@@ -242,7 +242,7 @@ def evidence_cmd(
     from rollout.change.preparing import read_inventory
     from rollout.change.record import existing_journal
     from rollout.change.replaying import replay
-    from rollout.cli.collect import checks_of, collect, journal_evidence
+    from rollout.evidence.collecting import checks_of, collect, journal_evidence
     from rollout.evidence.report import EVIDENCE_FILE
     from rollout.kube.client import connect
 

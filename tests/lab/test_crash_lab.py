@@ -49,10 +49,9 @@ from typing import Any
 
 import pytest
 
-from rollout.change.journal import CHANGE_STEP, FAILPOINT_ENV, Journal
+from rollout.change.journal import CHANGE_STEP, EVIDENCE_STEP, FAILPOINT_ENV, Journal
 from rollout.change.orchestrator import GATE_STEP, REQUEST_STEP
 from rollout.change.replaying import replay
-from rollout.cli.collect import EVIDENCE_STEP
 from rollout.lab.cluster import Lab
 from rollout.models import Step, StepPath
 from tests.lab import changekit as ck

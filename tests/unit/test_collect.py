@@ -9,8 +9,8 @@ from typing import Any
 
 from rollout.change.journal import Journal
 from rollout.change.promoting import evidence_refusal
-from rollout.cli.collect import describe, journal_evidence
 from rollout.evidence.checks import build_collection
+from rollout.evidence.collecting import describe, journal_evidence
 from rollout.kubelet.device_checkpoint import device_checkpoint, render_device
 from rollout.models import Phase
 

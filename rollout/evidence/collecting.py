@@ -2,10 +2,11 @@
 preflight, ``after`` once the nodes are verified) and journaling what it showed.
 
 Why here: collection is I/O over three adapters (the facts playbook, the API server, the node
-proxy's ``/configz``) that only the CLI layer wires together; the checks themselves are pure
-(:mod:`rollout.evidence.checks`). The collection goes into ``evidence.json`` beside the change's
-journal; the journal gets an ``evidence`` entry with the label, the nodes, the file and every
-check's result, which ``promote`` reads (``rollout.change.promoting.evidence_refusal``).
+proxy's ``/configz``) that the evidence layer may use (it sits above ``change``, ``kube`` and
+``ansible``); the checks themselves are pure (:mod:`rollout.evidence.checks`). The collection
+goes into ``evidence.json`` beside the change's journal; the journal gets an ``evidence`` entry
+with the label, the nodes, the file and every check's result, which ``promote`` reads
+(``rollout.change.promoting.evidence_refusal``).
 """
 
 from __future__ import annotations
