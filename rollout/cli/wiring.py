@@ -12,8 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,9 +24,8 @@ from rollout.change.orchestrator import NoGate, summary
 from rollout.change.plan import Plan
 from rollout.change.progress import Progress
 from rollout.change.replaying import ChangeStatus, status_of
-from rollout.change.session import reporting
 from rollout.cli.gate import gate_config
-from rollout.errors import InputError, Location, RolloutError
+from rollout.errors import InputError, Location
 from rollout.fanout import DEFAULT_FORKS
 from rollout.gate.analysis import Predicted
 from rollout.interrupt import Interrupt
@@ -175,19 +173,6 @@ verify_timeout_option = click.option(
     show_default=True,
     help="Seconds to wait for a node to prove healthy after a kubelet restart.",
 )
-
-
-@contextmanager
-def reported_failure(journal: Journal, lock: Any, output: str) -> Iterator[None]:
-    """On a failed change: tell a requester waiting on the Lease how it ended (when it was rolled
-    back), print the replayed status with ``-o json``, and re-raise (the exit code)."""
-    try:
-        with reporting(journal, lock):
-            yield
-    except RolloutError:
-        if output == "json":
-            print_status(status_of(journal), output)
-        raise
 
 
 def json_status(output: str) -> Callable[[ChangeStatus], None] | None:

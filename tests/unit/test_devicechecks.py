@@ -254,7 +254,7 @@ def test_apply_journals_the_forced_refusals_with_the_reason(tmp_path: Path) -> N
     from datetime import UTC, datetime
 
     from rollout.change.journal import Journal
-    from rollout.cli.change import journal_consents
+    from rollout.change.launching import journal_consents
 
     objects = {"n1": _node("n1", {GPU: "8"}, {GPU: "7"}), "n2": _node("n2", {GPU: "8"}, {})}
     prepared = _prepare(tmp_path, Reader(objects), force=True)

@@ -1,0 +1,273 @@
+"""``apply``: a new change from a plan, below the CLI.
+
+Two steps, so the CLI can print a dry run and ask between them: :func:`prepare_apply` checks the
+plan, reads the inventory, gathers the nodes' facts and runs preflight (nothing is written
+anywhere); :func:`run_apply` takes the Lease, creates the change's journal (mirrored into the
+cluster), journals what the operator consented to, collects the ``before`` evidence, runs the
+batches and the gate, and collects the ``after`` evidence.
+
+Evidence is collected through :class:`EvidenceHooks` the caller passes: the collection lives in
+``rollout.evidence``, a layer above this one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from rollout.change.journal import Journal, Kind
+from rollout.change.plan import Plan
+from rollout.change.planning import DrainOverrides
+from rollout.change.progress import Progress
+from rollout.change.replaying import ChangeStatus
+from rollout.change.windows import Decision
+from rollout.models import NodeState, Phase
+from rollout.protocols import Gate
+
+
+def _import_kube() -> None:
+    import rollout.change.preparing
+    import rollout.kube.canaries
+    import rollout.kube.leases  # noqa: F401
+
+
+@dataclass(frozen=True)
+class PreparedApply:
+    """An apply checked and prepared, not started: what ``--dry-run`` prints and
+    :func:`run_apply` runs. ``prepared``: preflight's result (``rollout.change.preparing``);
+    ``warnings``: canaries of other changes in progress."""
+
+    plan: Plan
+    inventory: Any
+    api: Any
+    lock: Any
+    prepared: Any
+    window_check: Callable[[datetime], Decision]
+    overrides: DrainOverrides
+    warnings: Sequence[str] = ()
+
+    @property
+    def nodes(self) -> list[str]:
+        """The nodes the change would move, batch after batch."""
+        return [n for b in self.prepared.batches for n in b.nodes]
+
+
+def prepare_apply(
+    plan: Plan,
+    inventory: Callable[[], Path],
+    connect: Callable[[], Any],
+    *,
+    lock_namespace: str,
+    canary: bool,
+    accept_rejections: bool = False,
+    force: str | None = None,
+    force_window: str | None = None,
+    overrides: DrainOverrides | None = None,
+    forks: int,
+    dry_run: bool = False,
+) -> PreparedApply:
+    """Check the change window, read the inventory, gather every node's facts and run
+    preflight; nothing is written anywhere. ``inventory`` names the inventory file, asked after
+    the window check (a closed window refuses before any input is read).
+
+    The slow parts overlap: the API client's import (0.2-0.3 s of CPU) runs in a thread while
+    the inventory is read and the nodes' facts calls start over ssh; the API connection
+    (``connect``), the Lease check and the reads follow (an import started in the thread is
+    waited for, not run twice: Python's import lock).
+
+    Raises:
+        PreflightError: the change window is closed (not under ``dry_run``), or preflight
+            refuses.
+        LockHeldError: a live process holds the cluster lock.
+    """
+    from rollout.change.inventory import start_inventory
+    from rollout.change.session import FactsGathering, run_preflight
+    from rollout.change.windows import guard, parse_windows
+    from rollout.errors import PreflightError
+
+    window_check = guard(
+        parse_windows(plan.windows, file=plan.path, line_of=plan.line_of), force_window
+    )
+    if not dry_run and not (window := window_check(datetime.now(UTC))).allowed:
+        raise PreflightError(window.reason)
+    threading.Thread(target=_import_kube, daemon=True).start()
+    inv = start_inventory(inventory())()
+    facts = FactsGathering(inv, forks)
+    try:
+        from rollout.kube.canaries import canaries_in_progress
+        from rollout.kube.leases import LeaseLock
+
+        api = connect()
+        lock = LeaseLock(api, lock_namespace)
+        lock.check()
+        in_progress = canaries_in_progress(api)
+    except BaseException:
+        facts.close()
+        raise
+    overrides = overrides or DrainOverrides()
+    prepared = run_preflight(
+        plan, inv, api, canary, accept_rejections, facts, forks, force is not None, overrides
+    )
+    return PreparedApply(
+        plan, inv, api, lock, prepared, window_check, overrides, tuple(in_progress)
+    )
+
+
+def journal_consents(journal: Journal, prepared: Any, force: str | None, now: datetime) -> None:
+    """Journal what the operator consented to before the first node step: device refusals
+    overridden with ``--force REASON`` (``preflight-forced``, with the reason) and predicted
+    rejections accepted (``predicted-rejections-accepted``)."""
+    if prepared.forced:
+        journal.append(
+            Kind.PREFLIGHT_FORCED,
+            Phase.DONE,
+            now=now,
+            data={"reason": force, "refusals": list(prepared.forced)},
+        )
+    if prepared.accepted:
+        journal.append(
+            Kind.REJECTIONS_ACCEPTED,
+            Phase.DONE,
+            now=now,
+            data={"rejections": list(prepared.accepted)},
+        )
+
+
+class EvidenceHooks(Protocol):
+    """How ``apply`` collects and journals its evidence (``rollout.evidence.collecting``)."""
+
+    def collect(self, journal: Journal, label: str, nodes: list[str], raw_facts: Any = None) -> Any:
+        """Collect ``label`` evidence of ``nodes`` into ``evidence.json`` beside the journal;
+        never raises (a failed collection never stops the change)."""
+        ...
+
+    def record(self, journal: Journal, label: str, nodes: list[str], collected: Any) -> None:
+        """Journal what a collection showed (and say it)."""
+        ...
+
+
+ApplyGate = Callable[[Journal, Any, "frozenset[tuple[str, str]] | None", Progress], Gate]
+"""Builds the gate after the canary: given the change's journal, the inventory, the predicted
+rejections and the progress; the CLI's ``gate_for`` (the gate layer sits above this one)."""
+
+
+@dataclass(frozen=True)
+class AppliedChange:
+    """How an apply ended: the change's status and the gate it ran (its last ``verdict``)."""
+
+    status: ChangeStatus
+    gate: Gate
+    journal: Journal
+
+
+def run_apply(
+    ready: PreparedApply,
+    make_gate: ApplyGate,
+    *,
+    canary: bool,
+    lock_namespace: str,
+    verify_timeout: float,
+    progress: Progress,
+    forks: int,
+    force: str | None = None,
+    disable_eviction: bool = False,
+    evidence: EvidenceHooks | None = None,
+    say: Callable[[str], None],
+    failed: Callable[[ChangeStatus], None] | None = None,
+) -> AppliedChange:
+    """Start the change under the Lease and run it: consents journaled, ``before`` evidence
+    (from the facts preflight judged), the batches and the gate, ``after`` evidence of the
+    nodes applied; both collections are journaled once the change has ended (held or
+    completed): an evidence entry is never the last one of a change that has not begun.
+
+    Raises:
+        LockHeldError: another process took the Lease meanwhile.
+        NodeOperationError: a node failed or the gate failed the canary (restored; the status
+            went to ``failed``).
+    """
+    from rollout.change.journal import new_change_id, state_dir
+    from rollout.change.orchestrator import run_change
+    from rollout.change.previewing import predicted_rejections
+    from rollout.change.record import mirrored
+    from rollout.change.replaying import replay, status_of
+    from rollout.change.session import (
+        OVERRIDES_STEP,
+        holding,
+        intent_digest,
+        open_context,
+        reporting,
+    )
+    from rollout.errors import RolloutError
+    from rollout.kube.lease_objects import holder_identity
+
+    plan, inv, api, lock, prepared = (
+        ready.plan,
+        ready.inventory,
+        ready.api,
+        ready.lock,
+        ready.prepared,
+    )
+    drain = prepared.strategy.drain
+    if disable_eviction:
+        drain = replace(drain, disable_eviction=True)
+    change_id = new_change_id(datetime.now(UTC))
+    with holding(lock, change_id):
+        journal = mirrored(Journal.create(state_dir(), change_id), api, lock_namespace, say)
+        say(f"change {change_id}: journal {journal.file}")
+        used = ready.overrides.used()
+        if used:  # what the drains were allowed to lose, and which pods that is
+            journal.append(
+                OVERRIDES_STEP,
+                Phase.DONE,
+                now=datetime.now(UTC),
+                data={"flags": used, "pods": list(prepared.losses)},
+            )
+        journal_consents(journal, prepared, force, datetime.now(UTC))
+        moving = ready.nodes
+        before = (
+            None
+            if evidence is None
+            else evidence.collect(journal, "before", moving, prepared.raw_facts)
+        )
+        progress.nodes(tuple(moving))
+        ctx = open_context(
+            api, journal, inv.path, drain, verify_timeout, progress, inv.hostvars, forks
+        )
+        ctx.interrupt = lock.interrupt
+        gate = make_gate(journal, inv, predicted_rejections(prepared.previews), progress)
+        try:
+            with reporting(journal, lock):
+                status = run_change(
+                    ctx,
+                    prepared.changes,
+                    prepared.batches,
+                    gate,
+                    canary,
+                    info={
+                        "plan": str(Path(plan.path).resolve()),
+                        # the plan itself, so a machine without the file resumes and rolls
+                        # back with it (rollout.change.plan.recorded_plan)
+                        "planText": Path(plan.path).read_text(encoding="utf-8"),
+                        "inventory": str(inv.path.resolve()),
+                        "intentSha256": intent_digest(plan),
+                        "by": holder_identity(),  # who ran it, in the cluster record too
+                    },
+                    forward=ready.window_check,
+                )
+        except RolloutError:
+            if failed is not None:
+                failed(status_of(journal))
+            raise
+        if evidence is not None:
+            evidence.record(journal, "before", moving, before)
+            applied = [n for n in moving if status.nodes[n].state is NodeState.APPLIED]
+            if applied:
+                evidence.record(
+                    journal, "after", applied, evidence.collect(journal, "after", applied)
+                )
+            status = replay(journal.entries(), journal.change_id)  # with its evidence
+    return AppliedChange(status, gate, journal)
