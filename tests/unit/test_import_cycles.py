@@ -10,17 +10,8 @@ had ``runner`` -> ``gathering`` -> ``runner``, now through ``rollout/ansible/set
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _modules() -> dict[str, Path]:
-    out = {}
-    for f in (ROOT / "rollout").rglob("*.py"):
-        name = ".".join(f.relative_to(ROOT).with_suffix("").parts)
-        out[name.removesuffix(".__init__")] = f
-    return out
+from tests.unit.rollout_modules import rollout_modules
 
 
 def _imports(tree: ast.AST, typing_too: bool = False) -> list[ast.Import | ast.ImportFrom]:
@@ -45,7 +36,7 @@ def _imports(tree: ast.AST, typing_too: bool = False) -> list[ast.Import | ast.I
 
 
 def import_graph(typing_too: bool = False) -> dict[str, set[str]]:
-    mods = _modules()
+    mods = rollout_modules()
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for m, f in mods.items():
         package = m if f.name == "__init__.py" else m.rpartition(".")[0]

@@ -9,21 +9,12 @@ imported module. Dunder names (``__version__``) are public by convention."""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.unit.rollout_modules import rollout_modules
 
 
 def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
-
-
-def _modules() -> dict[str, Path]:
-    out = {}
-    for f in (ROOT / "rollout").rglob("*.py"):
-        name = ".".join(f.relative_to(ROOT).with_suffix("").parts)
-        out[name.removesuffix(".__init__")] = f
-    return out
 
 
 def _absolute(node: ast.ImportFrom, package: str) -> str:
@@ -90,7 +81,7 @@ def test_the_walker_sees_every_form() -> None:
 
 
 def test_no_module_imports_another_modules_private_names() -> None:
-    mods = _modules()
+    mods = rollout_modules()
     found = [
         hit
         for m, f in sorted(mods.items())
