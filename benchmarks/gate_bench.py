@@ -24,9 +24,10 @@ import time
 import tracemalloc
 from typing import Any
 
-from rollout.gate.analysis import GateConfig, Outcome, SignalState, evaluate
+from rollout.gate.analysis import GateConfig, evaluate
 from rollout.kube.watching import AdmissionTracker
 from rollout.samples import count_window
+from rollout.verdicts import Outcome, SignalState
 
 CFG = GateConfig(window=60, soak=60, interval=1, threshold=0.05, min_admissions=5)
 NODES = [f"gpu-{i:02d}" for i in range(10)]

@@ -35,10 +35,11 @@ from typing import Any
 import yaml
 
 from rollout.cli.gate import build_soak_gate
-from rollout.gate.analysis import GateConfig, Outcome
+from rollout.gate.analysis import GateConfig
 from rollout.kube.client import connect
 from rollout.kubelet import checkpoints
 from rollout.lab.cluster import Lab
+from rollout.verdicts import Outcome
 
 TAE = "TopologyAffinityError"
 

@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 
 from rollout.kube.client import connect
-from rollout.kube.leases import LeaseLock, hand_over
+from rollout.kube.handover import hand_over
+from rollout.kube.leases import LeaseLock
 from rollout.lab.cluster import Lab
 
 

@@ -59,8 +59,8 @@ from rollout.ansible.runner import ENV  # noqa: E402
 from rollout.change.journal import Journal  # noqa: E402
 from rollout.change.node_records import change_from_record  # noqa: E402
 from rollout.change.replaying import replay  # noqa: E402
+from rollout.lab.binaries import find_bin_dir  # noqa: E402
 from rollout.lab.cluster import Lab  # noqa: E402
-from rollout.lab.controlplane import find_bin_dir  # noqa: E402
 from rollout.models import NodeChange  # noqa: E402
 from tests.lab import changekit as ck  # noqa: E402
 

@@ -36,8 +36,6 @@ from rollout import assets
 from rollout.ansible.gathering import facts_direct
 from rollout.ansible.outcomes import (
     ApplyResult,
-    HostResult,
-    HostStatus,
     PlaybookResult,
     TaskEvent,
     summarize,
@@ -52,9 +50,6 @@ from rollout.fanout import DEFAULT_FORKS, workers
 # what callers of rollout.ansible.runner import from here, though it now lives beside it
 __all__ = [
     "AnsibleRunner",
-    "HostResult",
-    "HostStatus",
-    "TaskEvent",
 ]
 
 

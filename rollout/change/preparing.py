@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.change import devicechecks
-from rollout.change.inventory import Inventory, hosts_for, read_inventory, start_inventory
+from rollout.change.inventory import Inventory
 from rollout.change.plan import Plan
 from rollout.change.planning import (
     Batch,
@@ -45,14 +45,9 @@ from rollout.models import NodeChange, NodeFacts, NodeInfo, PodRef
 # what callers of rollout.change.preparing import from here, though it now lives beside it
 __all__ = [
     "ClusterReader",
-    "Inventory",
     "Prepared",
     "PreviewedRefusal",
-    "hosts_for",
-    "node_change",
     "prepare",
-    "read_inventory",
-    "start_inventory",
 ]
 
 

@@ -125,7 +125,7 @@ def prepare_promotion(
             closed (not under ``dry_run``), or preflight refuses; nothing was changed.
         LockHeldError: a live process holds the cluster lock.
     """
-    from rollout.change.preparing import read_inventory
+    from rollout.change.inventory import read_inventory
     from rollout.change.replaying import replay
     from rollout.change.session import info_path, intent_digest, run_preflight
     from rollout.change.windows import guard, parse_windows
@@ -212,7 +212,7 @@ def run_promotion(
     from rollout.change.replaying import status_of
     from rollout.change.session import OVERRIDES_STEP, holding, open_context, reporting
     from rollout.errors import RolloutError
-    from rollout.kube.leases import holder_identity
+    from rollout.kube.lease_objects import holder_identity
 
     journal, status, prepared = promo.journal, promo.status, promo.prepared
     nodes = promo.nodes

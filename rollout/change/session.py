@@ -395,7 +395,8 @@ def _roll_back(
     say: Callable[[str], None],
 ) -> RollbackResult:
     from rollout.change.orchestrator import rollback
-    from rollout.kube.leases import hand_over, holder_identity, wait_outcome
+    from rollout.kube.handover import hand_over, wait_outcome
+    from rollout.kube.lease_objects import holder_identity
 
     by = req.requested_by or holder_identity()
     requested_at = time.time()
@@ -505,10 +506,10 @@ def _resume_later_batches(
 ) -> ChangeStatus:
     """The batches an interrupted apply / promote had not started: rendered again from the plan
     (its intent checked unchanged), the gate where that command would have run it."""
+    from rollout.change.inventory import read_inventory
     from rollout.change.orchestrator import continue_change
     from rollout.change.plan import load_plan
     from rollout.change.planning import Batch
-    from rollout.change.preparing import read_inventory
     from rollout.change.previewing import predicted_rejections
     from rollout.change.resuming import end_resumed, rerun_nodes, unfinished_gate
     from rollout.models import NodeState

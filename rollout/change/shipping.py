@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.ansible import direct
+from rollout.ansible.outcomes import HostResult, HostStatus, TaskEvent
 from rollout.ansible.payloads import (
     ABSENT,
     ApplyPayload,
@@ -32,12 +33,7 @@ from rollout.ansible.payloads import (
     FileWrite,
     RestorePayload,
 )
-from rollout.ansible.runner import (
-    AnsibleRunner,
-    HostResult,
-    HostStatus,
-    TaskEvent,
-)
+from rollout.ansible.runner import AnsibleRunner
 from rollout.ansible.settings import write_json
 from rollout.errors import RolloutError
 from rollout.fanout import DEFAULT_FORKS
@@ -218,7 +214,7 @@ class PlaybookNodeRunner:
                 ):
                     self._vars = kept["hostvars"]
                 else:
-                    from rollout.change.preparing import read_inventory
+                    from rollout.change.inventory import read_inventory
 
                     hv = read_inventory(self.inventory).hostvars
                     self._vars = {h: _connection_vars(v) for h, v in hv.items()}

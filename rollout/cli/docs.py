@@ -80,8 +80,8 @@ def runbook_cmd(
       rollout runbook -o html --out runbook.html
       rollout runbook --offline -o json | jq '.batches'
     """
+    from rollout.change.inventory import read_inventory
     from rollout.change.plan import load_plan
-    from rollout.change.preparing import read_inventory
     from rollout.evidence.runbook import Preflight, build_runbook, render
 
     if not plan_path:
@@ -239,7 +239,7 @@ def evidence_cmd(
     """
     import json
 
-    from rollout.change.preparing import read_inventory
+    from rollout.change.inventory import read_inventory
     from rollout.change.record import existing_journal
     from rollout.change.replaying import replay
     from rollout.evidence.collecting import checks_of, collect, journal_evidence

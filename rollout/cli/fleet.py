@@ -53,7 +53,7 @@ def nodes_cmd(
       rollout nodes -i inventory.ini -o json | jq '.nodes[] | select(.drifted)'
       rollout nodes --context prod-east || echo "drift: see above"
     """
-    from rollout.change.preparing import read_inventory
+    from rollout.change.inventory import read_inventory
     from rollout.kube.client import connect
 
     api = connect(kubeconfig, context)

@@ -24,8 +24,9 @@ from rollout.change.journal import Kind
 from rollout.change.outcomes import GATE_HOLDS_EXIT, ChangeOutcome, exit_code
 from rollout.cli.options import kube_options, output_option
 from rollout.errors import InputError, Location, NodeOperationError, RolloutError
-from rollout.gate.analysis import GateConfig, Outcome, Predicted, parse_gate_config
+from rollout.gate.analysis import GateConfig, Predicted, parse_gate_config
 from rollout.interrupt import Interrupt
+from rollout.verdicts import Outcome
 
 
 def cli_rollback(

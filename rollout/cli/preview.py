@@ -45,7 +45,7 @@ def preview_cmd(
       rollout preview --plan plan.yaml -i inventory.ini -o json
       rollout preview -o json | jq '.nodes[].pods[] | select(.verdict == "rejected")'
     """
-    from rollout.change.preparing import read_inventory
+    from rollout.change.inventory import read_inventory
     from rollout.change.session import run_preflight
     from rollout.cli.wiring import inventory_path
     from rollout.kube.client import connect

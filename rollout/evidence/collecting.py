@@ -26,7 +26,7 @@ from rollout.errors import InputError, Location
 from rollout.fanout import DEFAULT_FORKS, workers
 from rollout.models import Phase
 
-__all__ = ["EVIDENCE_STEP", "collect", "journal_evidence"]
+__all__ = ["collect", "journal_evidence"]
 
 
 def collect(

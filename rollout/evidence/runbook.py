@@ -220,7 +220,7 @@ def build_runbook(
 
     Args:
         plan: the parsed plan.
-        inventory: a ``rollout.change.preparing.Inventory`` (hosts, groups, ``node_of``).
+        inventory: a ``rollout.change.inventory.Inventory`` (hosts, groups, ``node_of``).
         now: generation time (timezone-aware); decides what the window section says.
         preflight: preflight results, or ``Preflight(ran=False)`` offline.
         warnings: application canaries in progress and other warnings.

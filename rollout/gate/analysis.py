@@ -40,7 +40,7 @@ from typing import Any
 from rollout.durations import parse_go_duration
 from rollout.errors import InputError, Location
 from rollout.samples import NodeCounts, group_counts
-from rollout.verdicts import Finding, Outcome, SignalState, Verdict, VerdictStatus
+from rollout.verdicts import Finding, Outcome, SignalState, Verdict
 
 
 class Baseline(StrEnum):
@@ -411,12 +411,3 @@ def evaluate(
         },
     }
     return Verdict(outcome, reason, now, failed, waiting, findings, inputs)
-
-
-__all__ = [  # the verdict types are re-exported: they are the analysis' vocabulary
-    "Finding",
-    "Outcome",
-    "SignalState",
-    "Verdict",
-    "VerdictStatus",
-]

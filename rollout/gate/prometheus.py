@@ -22,8 +22,9 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rollout.gate.analysis import PrometheusSource, SignalState
+from rollout.gate.analysis import PrometheusSource
 from rollout.samples import NodeCounts
+from rollout.verdicts import SignalState
 
 Fetch = Callable[[str, float], bytes]
 

@@ -23,17 +23,9 @@ from typing import Any, Protocol
 
 from rollout.change.journal import Kind
 from rollout.errors import RolloutError
-from rollout.gate.analysis import (
-    Baseline,
-    GateConfig,
-    OnFailure,
-    Outcome,
-    Predicted,
-    SignalState,
-    Verdict,
-    evaluate,
-)
+from rollout.gate.analysis import Baseline, GateConfig, OnFailure, Predicted, evaluate
 from rollout.interrupt import Interrupt
+from rollout.verdicts import Outcome, SignalState, Verdict
 
 
 class Signal(Protocol):

@@ -14,8 +14,7 @@ from kubernetes.client.exceptions import ApiException
 
 from rollout.errors import ExternalError
 from rollout.kube.client import Api, call, describe
-from rollout.kube.lease_objects import annotations_of, renewed_at
-from rollout.kube.leases import CHANGE_ANNOTATION, NAME
+from rollout.kube.lease_objects import CHANGE_ANNOTATION, NAME, annotations_of, renewed_at
 
 
 def live_lease_change(

@@ -39,7 +39,6 @@ from kubernetes.client.exceptions import ApiException
 from rollout.errors import ExternalError, LockHeldError
 from rollout.interrupt import Interrupt, StopReason
 from rollout.kube.client import Api, describe
-from rollout.kube.handover import hand_over, wait_outcome
 from rollout.kube.lease_objects import (
     CHANGE_ANNOTATION,
     NAME,
@@ -61,12 +60,7 @@ from rollout.kube.lease_objects import (
 
 # what callers of rollout.kube.leases import from here, though it now lives beside it
 __all__ = [
-    "CHANGE_ANNOTATION",
-    "NAME",
     "LeaseLock",
-    "hand_over",
-    "holder_identity",
-    "wait_outcome",
 ]
 
 

@@ -11,7 +11,7 @@ from rollout import assets
 from rollout.errors import LabError
 from rollout.lab import monitoring as mon
 from rollout.lab import realnode
-from rollout.lab.controlplane import find_bin_dir, missing_binaries
+from rollout.lab.binaries import find_bin_dir, missing_binaries
 
 Progress = Callable[[str], None]
 

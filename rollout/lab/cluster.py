@@ -26,31 +26,25 @@ from rollout.errors import LabError
 from rollout.lab import labstate
 from rollout.lab import monitoring as mon
 from rollout.lab import nodes as n
+from rollout.lab.binaries import K8S_VERSION
 from rollout.lab.builds import (
     build_binaries,
     build_monitoring_binaries,
     check_kubelet,
 )
-from rollout.lab.controlplane import K8S_VERSION, ControlPlane, ControlPlaneError
+from rollout.lab.controlplane import ControlPlane, ControlPlaneError
 from rollout.lab.devicefaults import DeviceFaults
 from rollout.lab.hardware import NodeShape
-from rollout.lab.inventory import LAB_INTENT, canary_count, inventory_text, plan_text
+from rollout.lab.inventory import inventory_text, plan_text
 from rollout.lab.labnodes import LabNodes, NodeRecord
 from rollout.lab.network import lab_namespaces
 from rollout.lab.pids import cmd_has, exe_is, terminate
 
-# kept importable from here (tests, benchmarks and the CLI import them with the Lab)
 __all__ = [
     "LAB_ENTRIES",
-    "LAB_INTENT",
     "OWNED_MARK",
     "Lab",
-    "NodeRecord",
-    "canary_count",
-    "check_kubelet",
     "default_lab_dir",
-    "inventory_text",
-    "plan_text",
 ]
 
 Progress = Callable[[str], None]

@@ -28,17 +28,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from rollout.lab.access import ControlPlaneAccess
-from rollout.lab.binaries import K8S_VERSION, find_bin_dir, missing_binaries
+from rollout.lab.binaries import missing_binaries
 from rollout.lab.pki import PKI
 
 # what callers of rollout.lab.controlplane import from here, though it now lives beside it
 __all__ = [
-    "K8S_VERSION",
     "ControlPlane",
     "ControlPlaneError",
-    "find_bin_dir",
     "free_port",
-    "missing_binaries",
 ]
 
 SERVICE_CIDR = "10.0.0.0/24"

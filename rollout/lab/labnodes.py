@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rollout.errors import LabError
+from rollout.lab import nodefiles, realnode
 from rollout.lab import nodes as n
-from rollout.lab import realnode
 from rollout.lab.builds import check_kubelet
 from rollout.lab.hardware import NodeShape
 from rollout.lab.inventory import inventory_text
@@ -38,7 +38,7 @@ NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 class NodeRecord:
     """A started node and its processes."""
 
-    node: n.LabNode
+    node: nodefiles.LabNode
     procs: n.NodeProcs
 
 
@@ -80,7 +80,7 @@ class LabNodes:
         progress: Progress = lambda _m: None,
         kubelet: str = "sim",
         kubelet_version: str | None = None,
-    ) -> list[n.LabNode]:
+    ) -> list[nodefiles.LabNode]:
         """Create, seed and start nodes (round-robin over ``distributions``); wait for Ready.
         ``kubelet``: ``sim`` (the simulated kubelet) or ``real`` (:mod:`rollout.lab.realnode`);
         ``kubelet_version``: a minor of :data:`realnode.KUBELET_VERSIONS`, checked against the
@@ -96,7 +96,7 @@ class LabNodes:
         if dup:
             raise LabError(f"node names already in this lab: {', '.join(dup)}")
         kubelet_bin = realnode.build(progress, wanted) if kubelet == "real" else None
-        created: list[n.LabNode] = []
+        created: list[nodefiles.LabNode] = []
         try:
             for k, name in enumerate(names):
                 node = n.create_network(
@@ -107,7 +107,7 @@ class LabNodes:
                 try:
                     n.remove_node_dir(node_dir)
                     node_dir.mkdir(parents=True)
-                    n.write_node_files(
+                    nodefiles.write_node_files(
                         node,
                         node_dir,
                         self._credentials(node),
@@ -147,7 +147,7 @@ class LabNodes:
             raise
         return created
 
-    def _initialize_external_cloud_nodes(self, nodes: Sequence[n.LabNode]) -> None:
+    def _initialize_external_cloud_nodes(self, nodes: Sequence[nodefiles.LabNode]) -> None:
         """Do for real-kubelet nodes what a cloud-controller-manager does for a kubelet started
         with ``--cloud-provider=external`` (the EKS distributions' flags): the real kubelet
         registers its Node with the taint :data:`UNINITIALIZED_TAINT` (NoSchedule) and the
@@ -174,13 +174,13 @@ class LabNodes:
             if code != 200:
                 raise LabError(f"could not remove {UNINITIALIZED_TAINT} from {node.name}: {out}")
 
-    def _credentials(self, node: n.LabNode) -> n.NodeCredentials:
+    def _credentials(self, node: nodefiles.LabNode) -> nodefiles.NodeCredentials:
         cp = self._require_cp()
         server = f"https://127.0.0.1:{cp.apiserver_port}"
         kc = cp.node_kubeconfig(node.name, embed=True, server=server)
         crt, key = cp.pki_dir / f"node-{node.name}.crt", cp.pki_dir / f"node-{node.name}.key"
         scrt, skey = cp.kubelet_serving_cert(node.name, node.ip)
-        return n.NodeCredentials(
+        return nodefiles.NodeCredentials(
             ca_pem=cp.ca_cert.read_text(),
             client_cert_pem=crt.read_text(),
             client_key_pem=key.read_text(),

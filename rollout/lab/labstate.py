@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.lab import monitoring as mon
+from rollout.lab import nodefiles
 from rollout.lab import nodes as n
 from rollout.lab.controlplane import ControlPlane
 from rollout.lab.labnodes import NodeRecord
@@ -95,6 +96,6 @@ def load(lab_dir: Path, state: Mapping[str, Any]) -> Recorded:
         cp.scheduler_port = ports["scheduler"]
         out.cp = cp
     for rec in state.get("nodes", []):
-        node = n.LabNode(**rec["node"])
+        node = nodefiles.LabNode(**rec["node"])
         out.nodes[node.name] = NodeRecord(node, n.NodeProcs(**rec["procs"]))
     return out

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rollout import assets
 from rollout.errors import LabError
+from rollout.lab import realhw
 from rollout.lab.hardware import NodeShape, sysfs_tree
 from rollout.lab.network import NET_PREFIX
 from rollout.lab.seeds import DISTRIBUTIONS, LAYOUTS, SeedContext, seed_files
@@ -180,11 +181,11 @@ def write_node_files(
         files = realnode.current_flags(files)
         # the sysctl file the distribution ships for its protectKernelDefaults kubelet (the real
         # kubelet refuses to start without those values; the sim does not check them)
-        if node.distribution in realnode.DISTRIBUTION_SYSCTL_FILES:
-            path, content = realnode.DISTRIBUTION_SYSCTL_FILES[node.distribution]
+        if node.distribution in realhw.DISTRIBUTION_SYSCTL_FILES:
+            path, content = realhw.DISTRIBUTION_SYSCTL_FILES[node.distribution]
             files[path] = content
         units = realnode.unit(node.unit, kubelet_bin, lay.unit_path, lay.drop_ins)
-        gpus = realnode.gpus(node.shape.topology())
+        gpus = realhw.gpus(node.shape.topology())
         files[realnode.GPU_FILE] = "".join(f"{g}={numa}\n" for g, numa in gpus)
     files["/etc/rollout-lab/units.json"] = json.dumps(units, indent=2) + "\n"
     for o in OVERLAYS:
@@ -199,4 +200,4 @@ def write_node_files(
             dest.chmod(0o600)
     sysfs_tree(node.shape, node_dir / "sys")
     if node.kubelet == "real":
-        realnode.hardware_tree(node.shape, node_dir, gpus, files)
+        realhw.hardware_tree(node.shape, node_dir, gpus, files)

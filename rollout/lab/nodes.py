@@ -51,24 +51,13 @@ from rollout.lab.network import (
     used_indexes,
 )
 from rollout.lab.nodefiles import (
-    KUBELET_PORT,
     OVERLAYS,
     LabNode,
-    NodeCredentials,
-    node_config,
-    write_node_files,
 )
 
-# the node's identity and files live in rollout.lab.nodefiles; these names stay importable from
-# here for the code and tests that import them with the node's processes
+# the node's identity and files live in rollout.lab.nodefiles
 __all__ = [
-    "KUBELET_PORT",
-    "OVERLAYS",
-    "LabNode",
-    "NodeCredentials",
     "NodeProcs",
-    "node_config",
-    "write_node_files",
 ]
 
 
@@ -100,7 +89,7 @@ def _holder_script(node: LabNode, node_dir: Path, shim: Path) -> str:
         lines.append(f"mount --bind {node_dir}/sys/pci /sys/bus/pci/devices")
     lines.append(f"mount --bind {shim} /usr/bin/systemctl")
     if node.kubelet == "real":
-        from rollout.lab.realnode import holder_binds
+        from rollout.lab.realhw import holder_binds
 
         lines += holder_binds(node_dir)
     lines.append(f"hostname {node.name}")

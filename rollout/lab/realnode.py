@@ -40,23 +40,8 @@ from typing import Any
 
 from rollout import assets
 from rollout.errors import LabError
-from rollout.lab.realhw import (
-    DISTRIBUTION_SYSCTL_FILES,
-    KERNEL_TUNABLES,
-    gpus,
-    hardware_tree,
-    holder_binds,
-)
 
-# the node's machine (hardware trees, kernel tunables, GPUs) lives in rollout.lab.realhw; these
-# names stay importable from here
-__all__ = [
-    "DISTRIBUTION_SYSCTL_FILES",
-    "KERNEL_TUNABLES",
-    "gpus",
-    "hardware_tree",
-    "holder_binds",
-]
+# the node's machine (hardware trees, kernel tunables, GPUs) lives in rollout.lab.realhw
 
 KINDS = ("sim", "real")
 BINARIES = ("kubelet", "fakecri", "fakedeviceplugin")

@@ -15,7 +15,8 @@ from typing import Any
 
 from rollout.change.journal import Journal
 from rollout.change.replaying import replay
-from rollout.lab.cluster import LAB_INTENT, Lab
+from rollout.lab.cluster import Lab
+from rollout.lab.inventory import LAB_INTENT
 
 ROLLOUT = str(Path(sys.executable).parent / "rollout")
 # the node files a change may touch, per distribution (checkpoints and pods excluded)

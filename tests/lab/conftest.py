@@ -26,7 +26,7 @@ import pytest
 
 from rollout.lab.binaries import find_bin_dir, missing_binaries
 from rollout.lab.cluster import Lab
-from rollout.lab.nodes import LabNode
+from rollout.lab.nodefiles import LabNode
 
 IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false")
 # testinfra's ansible backend and the tests call ansible-inventory / ansible-playbook by name

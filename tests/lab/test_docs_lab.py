@@ -24,7 +24,8 @@ import pytest
 from rollout.change.journal import Journal
 from rollout.change.replaying import replay
 from rollout.change.windows import DAY_NAMES
-from rollout.lab.cluster import Lab, plan_text
+from rollout.lab.cluster import Lab
+from rollout.lab.inventory import plan_text
 from tests.lab.test_rbac import restricted_kubeconfig as restricted_kubeconfig
 
 pytestmark = pytest.mark.lab

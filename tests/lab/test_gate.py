@@ -28,8 +28,9 @@ from typing import Any
 import pytest
 
 from rollout.change.journal import Journal
-from rollout.gate.analysis import GateConfig, Outcome, evaluate
+from rollout.gate.analysis import GateConfig, evaluate
 from rollout.lab.cluster import Lab
+from rollout.verdicts import Outcome
 from tests.lab import changekit as ck
 from tests.lab.test_lab_kubelet import STATIC, _configure, _wait_policy
 

@@ -33,11 +33,12 @@ import pytest
 from rollout.change.journal import Journal
 from rollout.change.replaying import replay
 from rollout.gate.alerting import rules_file, shipped_rule_text
-from rollout.gate.analysis import GateConfig, Outcome, PrometheusSource, evaluate
+from rollout.gate.analysis import GateConfig, PrometheusSource, evaluate
 from rollout.gate.prometheus import PrometheusSignal
 from rollout.lab import monitoring as mon
 from rollout.lab.cluster import Lab
 from rollout.lab.controlplane import free_port
+from rollout.verdicts import Outcome
 from tests.lab import changekit as ck
 from tests.lab.conftest import IN_CI
 from tests.lab.test_gate import (

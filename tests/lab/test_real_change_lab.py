@@ -30,7 +30,8 @@ import pytest
 
 from rollout.kubelet import checkpoints as kc
 from rollout.kubelet.cpuset import parse as cpus
-from rollout.lab.cluster import LAB_INTENT, Lab
+from rollout.lab.cluster import Lab
+from rollout.lab.inventory import LAB_INTENT
 from rollout.lab.network import netns_pids
 from tests.lab import changekit as ck
 

@@ -15,7 +15,7 @@ import yaml
 from rollout.kubelet import checkpoints as ck
 from rollout.kubelet import quantity
 from rollout.kubelet.cpuset import parse
-from rollout.lab import realnode
+from rollout.lab import realhw, realnode
 from rollout.lab.cluster import Lab
 from rollout.lab.hardware import NodeShape
 from rollout.lab.labnodes import UNINITIALIZED_TAINT
@@ -57,7 +57,7 @@ def _pod(name: str, node: str, requests: dict[str, str]) -> dict[str, Any]:
 def _host_tunables() -> dict[str, str]:
     return {
         t: Path("/proc/sys", t).read_text()
-        for t in realnode.KERNEL_TUNABLES
+        for t in realhw.KERNEL_TUNABLES
         if Path("/proc/sys", t).exists()
     }
 
@@ -274,7 +274,7 @@ def test_protect_kernel_defaults_distributions_register(lab: Lab, lab_nodes: Any
         cfg = _wait(lambda n=node.name: _configz(lab, n), 30, f"configz of {node.name}")
         assert cfg["protectKernelDefaults"] is True, node.distribution
         # the node's tunables are its sysctl file's values (the kubelet only read them)
-        path, _content = realnode.DISTRIBUTION_SYSCTL_FILES[node.distribution]
+        path, _content = realhw.DISTRIBUTION_SYSCTL_FILES[node.distribution]
         assert (lab.node_root(node.name) / path.lstrip("/")).exists()
         for sysctl, want in (
             ("vm/overcommit_memory", "1"),

@@ -5,15 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rollout.errors import InputError
-from rollout.gate.analysis import (
-    Baseline,
-    GateConfig,
-    OnFailure,
-    Outcome,
-    SignalState,
-    evaluate,
-    parse_gate_config,
-)
+from rollout.gate.analysis import Baseline, GateConfig, OnFailure, evaluate, parse_gate_config
 from rollout.samples import (
     AdmissionSample,
     CounterReading,
@@ -24,6 +16,7 @@ from rollout.samples import (
     reading_delta,
     sum_deltas,
 )
+from rollout.verdicts import Outcome, SignalState
 
 TAE = "TopologyAffinityError"
 

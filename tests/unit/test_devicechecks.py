@@ -23,7 +23,7 @@ from rollout.change.plan import load_plan
 from rollout.change.planning import check_double_ownership
 from rollout.change.preparing import PreviewedRefusal, prepare
 from rollout.kube.nodes import to_node_info
-from rollout.lab.cluster import LAB_INTENT
+from rollout.lab.inventory import LAB_INTENT
 from tests.unit.test_shipping_cas import _facts
 
 GPU = "nvidia.com/gpu"

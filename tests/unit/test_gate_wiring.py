@@ -18,11 +18,12 @@ from rollout.change.plan import load_plan
 from rollout.change.planning import DrainPolicy, Strategy, make_batches
 from rollout.change.replaying import replay
 from rollout.errors import NodeOperationError
-from rollout.gate.analysis import GateConfig, NodeCounts, OnFailure, Outcome, SignalState
+from rollout.gate.analysis import GateConfig, NodeCounts, OnFailure
 from rollout.gate.soaking import RollbackPolicyGate, SoakGate
-from rollout.lab.cluster import plan_text
-from rollout.lab.nodes import LabNode
+from rollout.lab.inventory import plan_text
+from rollout.lab.nodefiles import LabNode
 from rollout.models import Phase
+from rollout.verdicts import Outcome, SignalState
 from tests.unit.fakes_change import (
     CONF,
     NEW,
@@ -266,8 +267,9 @@ def test_lab_plan_has_a_demo_gate(tmp_path: Path) -> None:
 
 def test_soak_progress_reports_changes_not_every_interval() -> None:
     """A quiet soak prints one line per verdict change, not one per interval."""
-    from rollout.gate.analysis import Baseline, GateConfig, SignalState
+    from rollout.gate.analysis import Baseline, GateConfig
     from rollout.gate.soaking import SoakGate
+    from rollout.verdicts import SignalState
 
     class Quiet:
         name = "api"

@@ -16,7 +16,7 @@ import pytest
 
 from rollout.ansible.inventory import read_plain
 from rollout.change.inventory import _parse_inventory
-from rollout.lab.cluster import inventory_text
+from rollout.lab.inventory import inventory_text
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[2]
@@ -68,7 +68,7 @@ def test_same_answer_as_ansible_inventory(
     monkeypatch.chdir(tmp_path)
     text = ACCEPTED[name]
     if text is None:
-        from rollout.lab.nodes import LabNode
+        from rollout.lab.nodefiles import LabNode
 
         nodes = [LabNode(f"s{i}", i, "kubeadm", "nsb") for i in range(1, 6)]
         text = inventory_text(nodes, tmp_path / "key")

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from rollout.cli import cli
 from rollout.errors import LabError
-from rollout.lab import cluster, realnode
+from rollout.lab import builds, cluster, realnode
 from rollout.lab.binaries import K8S_VERSION
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,12 +62,12 @@ def test_skew_policy_at_most_three_minors_older() -> None:
 
 
 def test_check_kubelet_kinds() -> None:
-    assert cluster.check_kubelet("sim", None, K8S_VERSION) is None
-    assert cluster.check_kubelet("real", None, K8S_VERSION) == K8S_VERSION
-    assert cluster.check_kubelet("real", "1.35", K8S_VERSION) == "v1.35.4"
-    assert cluster.check_kubelet("sim", "1.35", K8S_VERSION) == "v1.35.4"
+    assert builds.check_kubelet("sim", None, K8S_VERSION) is None
+    assert builds.check_kubelet("real", None, K8S_VERSION) == K8S_VERSION
+    assert builds.check_kubelet("real", "1.35", K8S_VERSION) == "v1.35.4"
+    assert builds.check_kubelet("sim", "1.35", K8S_VERSION) == "v1.35.4"
     with pytest.raises(LabError, match="unknown kubelet 'docker'"):
-        cluster.check_kubelet("docker", None, K8S_VERSION)
+        builds.check_kubelet("docker", None, K8S_VERSION)
 
 
 def test_bin_dir_is_keyed_by_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -103,12 +103,12 @@ def test_the_simulated_kubelet_plays_every_version_up_to_137() -> None:
     # the sim plays a version's node side only and builds nothing: 1.37 against the lab's own
     # control plane is allowed for it (a real 1.37 kubelet is refused above)
     for minor, full in realnode.KUBELET_VERSIONS.items():
-        assert cluster.check_kubelet("sim", minor, K8S_VERSION) == full
-    assert cluster.check_kubelet("sim", "1.37", "v1.36.3") == "v1.37.2"
+        assert builds.check_kubelet("sim", minor, K8S_VERSION) == full
+    assert builds.check_kubelet("sim", "1.37", "v1.36.3") == "v1.37.2"
     with pytest.raises(LabError, match=r"unknown kubelet version '1\.38'"):
-        cluster.check_kubelet("sim", "1.38", K8S_VERSION)
+        builds.check_kubelet("sim", "1.38", K8S_VERSION)
     with pytest.raises(LabError, match=r"4 minor versions older .* at most 3"):
-        cluster.check_kubelet("sim", "1.34", "v1.38.0")
+        builds.check_kubelet("sim", "1.34", "v1.38.0")
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,9 @@ from rollout.change.plan import load_plan
 from rollout.kubelet import distributions as dist
 from rollout.kubelet.cpuset import format_cpus as cpulist
 from rollout.lab import shim
-from rollout.lab.cluster import canary_count, inventory_text, plan_text
 from rollout.lab.hardware import NodeShape, sysfs_tree
-from rollout.lab.nodes import LabNode
+from rollout.lab.inventory import canary_count, inventory_text, plan_text
+from rollout.lab.nodefiles import LabNode
 from rollout.lab.relay import Endpoint
 from rollout.lab.seeds import DISTRIBUTIONS, LAYOUTS, SeedContext, seed_files
 

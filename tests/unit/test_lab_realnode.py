@@ -8,17 +8,17 @@ import pytest
 
 from rollout.kubelet import distributions
 from rollout.kubelet.cpuset import parse
-from rollout.lab import realnode
+from rollout.lab import nodefiles, realhw, realnode
 from rollout.lab.hardware import NodeShape
-from rollout.lab.nodes import LabNode, node_config
+from rollout.lab.nodefiles import LabNode, node_config
 from rollout.lab.seeds import DISTRIBUTIONS, SeedContext, seed_files
 
 CTX = SeedContext("n1", "10.213.1.2", "apiVersion: v1\nkind: Config\n", "-----BEGIN CERT")
 
 
 def _tree(tmp_path: Path, shape: NodeShape) -> Path:
-    gpus = realnode.gpus(shape.topology())
-    realnode.hardware_tree(shape, tmp_path, gpus)
+    gpus = realhw.gpus(shape.topology())
+    realhw.hardware_tree(shape, tmp_path, gpus)
     return tmp_path
 
 
@@ -61,11 +61,11 @@ def test_proc_files_describe_the_same_machine(tmp_path: Path) -> None:
 
 def test_tunables_start_from_host_values_and_are_bound_per_node(tmp_path: Path) -> None:
     root = _tree(tmp_path, NodeShape())
-    for t in realnode.KERNEL_TUNABLES:
+    for t in realhw.KERNEL_TUNABLES:
         host = Path("/proc/sys", t)
         if host.exists():
             assert (root / "proc-sys" / t.replace("/", ".")).read_text() == host.read_text()
-    binds = realnode.holder_binds(root)
+    binds = realhw.holder_binds(root)
     assert f"mount --bind {root}/sys/cpu /sys/devices/system/cpu" in binds
     assert any(b.endswith(" /proc/sys/vm/overcommit_memory") for b in binds)
     assert all(b.startswith(("mount ", "mkdir -p /run/", "cp ")) for b in binds)
@@ -75,7 +75,7 @@ def test_tunables_start_from_host_values_and_are_bound_per_node(tmp_path: Path) 
 
 
 def test_gpus_carry_their_numa_node() -> None:
-    g = realnode.gpus(NodeShape(gpus_per_numa=2).topology())
+    g = realhw.gpus(NodeShape(gpus_per_numa=2).topology())
     assert g == [("GPU-0", 0), ("GPU-1", 0), ("GPU-2", 1), ("GPU-3", 1)]
 
 
@@ -121,8 +121,8 @@ def test_real_node_seeds_gpu_file_and_real_unit(tmp_path: Path) -> None:
     from rollout.lab import nodes
 
     node = LabNode("n1", 1, "kubeadm", "t", kubelet="real")
-    creds = nodes.NodeCredentials("ca", "c", "k", "sc", "sk", "apiVersion: v1\n", 6443)
-    nodes.write_node_files(node, tmp_path, creds, Path("/s.sock"), "v1.36.3", Path("/kb"))
+    creds = nodefiles.NodeCredentials("ca", "c", "k", "sc", "sk", "apiVersion: v1\n", 6443)
+    nodefiles.write_node_files(node, tmp_path, creds, Path("/s.sock"), "v1.36.3", Path("/kb"))
     etc = tmp_path / "upper" / "etc" / "rollout-lab"
     assert (etc / "gpus.txt").read_text().splitlines()[:2] == ["GPU-0=0", "GPU-1=0"]
     units = (etc / "units.json").read_text()

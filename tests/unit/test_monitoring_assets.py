@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from rollout.gate.analysis import Outcome, Verdict
 from rollout.gate.serve import ROLLOUT_METRICS, GateMetrics
 from rollout.kube.scraping import KUBELET_METRICS
+from rollout.verdicts import Outcome, Verdict
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 

@@ -17,7 +17,7 @@ from rollout.change.plan import load_plan
 from rollout.change.rendering import node_change, node_files_of
 from rollout.change.shipping import _apply_payload, _result
 from rollout.errors import InputError
-from rollout.lab.cluster import LAB_INTENT
+from rollout.lab.inventory import LAB_INTENT
 from rollout.models import NodeChange
 
 CONFIG = "/var/lib/kubelet/config.yaml"

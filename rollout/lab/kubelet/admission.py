@@ -20,13 +20,10 @@ from typing import Any
 from rollout.kubelet import quantity
 from rollout.kubelet.admission import model
 from rollout.kubelet.admission.cpus import CPUInfo
-from rollout.kubelet.admission.topology import TOPOLOGY_AFFINITY_ERROR, TOPOLOGY_AFFINITY_MESSAGE
 
 __all__ = [
     "GPU",
     "REJECTED_PREFIX",
-    "TOPOLOGY_AFFINITY_ERROR",
-    "TOPOLOGY_AFFINITY_MESSAGE",
     "UNEXPECTED_ADMISSION_ERROR",
     "Allocation",
     "Container",
