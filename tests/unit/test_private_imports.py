@@ -90,3 +90,24 @@ def test_no_module_imports_another_modules_private_names() -> None:
         )
     ]
     assert found == [], "\n".join(found)
+
+
+def test_no_module_re_exports_another_modules_names() -> None:
+    """An ``__all__`` lists only what its module defines: a name imported from another rollout
+    module and listed there is a re-export shim, and its callers should name the home."""
+    shims = []
+    for name, f in rollout_modules().items():
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        imported = {
+            a.asname or a.name
+            for n in tree.body
+            if isinstance(n, ast.ImportFrom) and (n.level or (n.module or "").startswith("rollout"))
+            for a in n.names
+        }
+        for n in tree.body:
+            if isinstance(n, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets
+            ):
+                listed = {e.value for e in ast.walk(n.value) if isinstance(e, ast.Constant)}
+                shims += [f"{name}.{x}" for x in sorted(listed & imported)]
+    assert shims == []
