@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rollout.change.journal import Journal, Kind
 from rollout.change.plan import Plan
@@ -27,6 +27,11 @@ from rollout.change.replaying import ChangeStatus
 from rollout.change.windows import Decision
 from rollout.models import NodeState, Phase
 from rollout.protocols import Gate
+
+if TYPE_CHECKING:
+    from rollout.change.inventory import Inventory
+    from rollout.change.preparing import Prepared
+    from rollout.kube.leases import LeaseLock
 
 
 def _import_kube() -> None:
@@ -42,10 +47,10 @@ class PreparedApply:
     ``warnings``: canaries of other changes in progress."""
 
     plan: Plan
-    inventory: Any
+    inventory: Inventory
     api: Any
-    lock: Any
-    prepared: Any
+    lock: LeaseLock
+    prepared: Prepared
     window_check: Callable[[datetime], Decision]
     overrides: DrainOverrides
     warnings: Sequence[str] = ()
@@ -117,7 +122,9 @@ def prepare_apply(
     )
 
 
-def journal_consents(journal: Journal, prepared: Any, force: str | None, now: datetime) -> None:
+def journal_consents(
+    journal: Journal, prepared: Prepared, force: str | None, now: datetime
+) -> None:
     """Journal what the operator consented to before the first node step: device refusals
     overridden with ``--force REASON`` (``preflight-forced``, with the reason) and predicted
     rejections accepted (``predicted-rejections-accepted``)."""
@@ -150,7 +157,7 @@ class EvidenceHooks(Protocol):
         ...
 
 
-ApplyGate = Callable[[Journal, Any, "frozenset[tuple[str, str]] | None", Progress], Gate]
+ApplyGate = Callable[[Journal, "Inventory", "frozenset[tuple[str, str]] | None", Progress], Gate]
 """Builds the gate after the canary: given the change's journal, the inventory, the predicted
 rejections and the progress; the CLI's ``gate_for`` (the gate layer sits above this one)."""
 

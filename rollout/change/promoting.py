@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollout.change.journal import EVIDENCE_STEP, Journal, Kind
 from rollout.change.outcomes import ChangeOutcome
@@ -22,6 +22,11 @@ from rollout.change.replaying import ChangeStatus
 from rollout.change.windows import Decision
 from rollout.models import Phase
 from rollout.protocols import Gate
+
+if TYPE_CHECKING:
+    from rollout.change.inventory import Inventory
+    from rollout.change.preparing import Prepared
+    from rollout.kube.leases import LeaseLock
 
 
 def last_gate(journal: Journal) -> Mapping[str, Any] | None:
@@ -91,8 +96,8 @@ class Promotion:
     status: ChangeStatus
     refusal: str | None
     plan: Plan
-    inventory: Any
-    prepared: Any
+    inventory: Inventory
+    prepared: Prepared
     remaining: Sequence[Batch]
     window_check: Callable[[datetime], Decision]
     overrides: DrainOverrides = field(default_factory=DrainOverrides)
@@ -107,7 +112,7 @@ class Promotion:
 def prepare_promotion(
     api: Any,
     journal: Journal,
-    lock: Any,
+    lock: LeaseLock,
     *,
     plan_path: str | None = None,
     inventory: str | None = None,
@@ -182,7 +187,7 @@ def prepare_promotion(
     )
 
 
-PromotionGate = Callable[[Plan, Any, "frozenset[tuple[str, str]] | None", Any], Gate]
+PromotionGate = Callable[[Plan, "Inventory", "frozenset[tuple[str, str]] | None", Progress], Gate]
 """Builds the gate run after each promoted batch: given the plan, the inventory, the predicted
 rejections and the progress; the CLI's ``gate_for`` (the gate layer sits above this one)."""
 
@@ -190,7 +195,7 @@ rejections and the progress; the CLI's ``gate_for`` (the gate layer sits above t
 def run_promotion(
     api: Any,
     promo: Promotion,
-    lock: Any,
+    lock: LeaseLock,
     make_gate: PromotionGate,
     *,
     lock_namespace: str,

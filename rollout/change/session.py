@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollout.change.context import Context
 from rollout.change.journal import Journal, Kind
@@ -37,6 +37,10 @@ from rollout.change.replaying import ChangeStatus, status_of
 from rollout.errors import InputError, PreflightError, RolloutError
 from rollout.fanout import DEFAULT_FORKS
 from rollout.protocols import Gate, Lock
+
+if TYPE_CHECKING:
+    from rollout.change.inventory import Inventory
+    from rollout.change.preparing import Prepared
 
 
 class SystemClock:
@@ -126,7 +130,7 @@ class FactsGathering:
     (over plain ssh that is mostly waiting on the nodes, so the API client's import and the
     Lease check go on meanwhile)."""
 
-    def __init__(self, inv: Any, forks: int = DEFAULT_FORKS) -> None:
+    def __init__(self, inv: Inventory, forks: int = DEFAULT_FORKS) -> None:
         from rollout.ansible.runner import AnsibleRunner
 
         self._tmp = tempfile.TemporaryDirectory(prefix="rollout-preflight-")
@@ -136,7 +140,7 @@ class FactsGathering:
         self._thread = threading.Thread(target=self._gather, args=(inv,), daemon=True)
         self._thread.start()
 
-    def _gather(self, inv: Any) -> None:
+    def _gather(self, inv: Inventory) -> None:
         try:
             self._got["raw"] = self._runner.gather_facts(
                 inv.path, list(inv.hosts), self.dir, inv.hostvars
@@ -157,7 +161,7 @@ class FactsGathering:
 
 def run_preflight(
     plan: Plan,
-    inv: Any,
+    inv: Inventory,
     api: Any,
     canary: bool,
     accept: bool = False,
@@ -166,7 +170,7 @@ def run_preflight(
     force: bool = False,
     overrides: DrainOverrides | None = None,
     settled: Collection[str] = (),
-) -> Any:
+) -> Prepared:
     """Gather the nodes' facts (or use ``facts``, already under way) and run every preflight
     check (``rollout.change.preparing.prepare``); ``accept``: predicted rejections of running
     pods are not refusals; ``force``: nor are the device refusals (``--force REASON``);
@@ -459,7 +463,7 @@ def _reported(value: Any) -> ChangeOutcome:
         return ChangeOutcome.ROLLBACK_FAILED
 
 
-GateFactory = Callable[[Plan, Any, "frozenset[tuple[str, str]] | None"], Gate]
+GateFactory = Callable[[Plan, "Inventory", "frozenset[tuple[str, str]] | None"], Gate]
 """Builds the gate a resumed change runs where the interrupted command would have: given the
 recorded plan, the inventory and the admission preview's predicted rejections. The CLI's
 ``gate_for``: the gate layer sits above this one."""
