@@ -34,8 +34,8 @@ from typing import Any
 
 import yaml
 
-from rollout.cli.gate import build_soak_gate
 from rollout.gate.analysis import GateConfig
+from rollout.gate.assembly import build_soak_gate
 from rollout.kube.client import connect
 from rollout.kubelet import checkpoints
 from rollout.lab.cluster import Lab

@@ -21,12 +21,10 @@ from rollout.change.previewing import render_text
 from rollout.change.progress import Progress
 from rollout.change.record import existing_journal
 from rollout.change.replaying import replay
-from rollout.cli.gate import gate_config
 from rollout.cli.wiring import (
     confirm,
     echo_err,
     forks_option,
-    gate_for,
     inventory_path,
     json_status,
     lock_ns_option,
@@ -37,6 +35,7 @@ from rollout.cli.wiring import (
 )
 from rollout.errors import InputError, Location
 from rollout.fanout import DEFAULT_FORKS
+from rollout.gate.assembly import gate_config, gate_for
 from rollout.protocols import Gate
 
 from .options import drain_options, inventory_option, kube_options, output_option, plan_option

@@ -24,8 +24,8 @@ from rollout.change.journal import Kind
 from rollout.change.outcomes import GATE_HOLDS_EXIT, ChangeOutcome, exit_code
 from rollout.cli.options import kube_options, output_option
 from rollout.errors import InputError, Location, NodeOperationError, RolloutError
-from rollout.gate.analysis import GateConfig, Predicted, parse_gate_config
-from rollout.interrupt import Interrupt
+from rollout.gate.analysis import GateConfig, parse_gate_config
+from rollout.gate.assembly import build_soak_gate
 from rollout.verdicts import Outcome
 
 
@@ -98,87 +98,6 @@ def _gate_config(plan_file: str | None) -> GateConfig:
 
     plan = load_plan(plan_file)
     return parse_gate_config(plan.gate or None, file=plan.path, line_of=plan.line_of)
-
-
-def gate_config(plan: Any) -> GateConfig | None:
-    """The plan's ``gate:`` section parsed, or None when the plan has none (no gate in apply).
-
-    Raises:
-        InputError: the section is invalid (file, field and line named).
-    """
-    if not plan.has_gate:
-        return None
-    return parse_gate_config(plan.gate or None, file=plan.path, line_of=plan.line_of)
-
-
-def _gate_progress(output: str, to: Callable[[str], None] | None) -> Callable[[str], None]:
-    if output != "text":
-        return lambda _m: None
-    if to is not None:
-        return lambda m: to(f"gate: {m}")
-    return lambda m: click.echo(f"gate: {m}", err=True)
-
-
-def build_soak_gate(
-    cfg: GateConfig,
-    api: Any,
-    *,
-    since: float,
-    record: Any,
-    control: Sequence[str] = (),
-    metrics: Any = None,
-    output: str = "text",
-    progress: Callable[[str], None] | None = None,
-    predicted: Predicted | None = None,
-    interrupt: Interrupt | None = None,
-) -> Any:
-    """The real gate, as ``rollout watch`` and ``rollout apply`` both run it.
-
-    Signals: the API (pod watch per node + kubelet Warning events; its ``wait`` is the gate's
-    ``sleep``, so a rejection wakes the gate at once), the kubelet's counters through the node
-    proxy, and Prometheus when configured. Probe pods when ``cfg.probes``; Events on each node;
-    every verdict to ``record`` (the change's journal).
-
-    Args:
-        cfg: the gate configuration.
-        api: the ``rollout.kube.client.connect`` result.
-        since: the change's start (pods created before it are baseline, not samples).
-        record: the journal recorder ``(kind, data)``.
-        control: control-group nodes (baseline ``control-group``).
-        metrics: a ``rollout.gate.serve.GateMetrics`` or None.
-        output: ``text`` prints one progress line per evaluation on stderr.
-        progress: where those lines go instead (``apply``'s live progress), when given.
-        predicted: (node, owner) pairs the admission preview predicted rejected (``apply``,
-            ``resume``, ``promote``); None for ``rollout watch``, which runs no preview.
-
-    Returns:
-        A ``rollout.gate.soaking.SoakGate``.
-    """
-    from rollout.gate.soaking import SoakGate
-    from rollout.kube.probing import NodeEvents, ProbePods
-    from rollout.kube.scraping import KubeletSignal, NodeProxyFetcher
-    from rollout.kube.watching import ApiSignal
-
-    api_signal = ApiSignal(api, since=since, window=cfg.window)
-    signals: list[Any] = [api_signal, KubeletSignal(NodeProxyFetcher(api), cfg.window)]
-    if cfg.prometheus is not None:
-        from rollout.gate.prometheus import PrometheusSignal
-
-        signals.append(PrometheusSignal(cfg.prometheus))
-    return SoakGate(
-        cfg,
-        signals,
-        clock=time.time,
-        sleep=api_signal.wait,
-        control=control,
-        probes=ProbePods(api) if cfg.probes else None,
-        events=NodeEvents(api),
-        record=record,
-        metrics=metrics,
-        progress=_gate_progress(output, progress),
-        predicted=predicted,
-        interrupt=interrupt,
-    )
 
 
 def _change_nodes(change_id: str, api: Any, lock_namespace: str) -> tuple[list[str], float, Any]:

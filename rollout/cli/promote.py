@@ -16,7 +16,6 @@ from rollout.cli.wiring import (
     confirm,
     echo_err,
     forks_option,
-    gate_for,
     json_status,
     lock_ns_option,
     print_status,
@@ -24,6 +23,7 @@ from rollout.cli.wiring import (
     progress_option,
     verify_timeout_option,
 )
+from rollout.gate.assembly import gate_for
 from rollout.protocols import Gate
 
 from .options import drain_options, inventory_option, kube_options, output_option

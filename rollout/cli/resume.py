@@ -15,7 +15,6 @@ from rollout.cli.wiring import (
     confirm,
     echo_err,
     forks_option,
-    gate_for,
     json_status,
     lock_ns_option,
     print_status,
@@ -23,6 +22,7 @@ from rollout.cli.wiring import (
     progress_option,
     verify_timeout_option,
 )
+from rollout.gate.assembly import gate_for
 from rollout.protocols import Gate, Lock
 
 from .options import inventory_option, kube_options, output_option

@@ -11,78 +11,16 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import click
 
-from rollout.change.journal import Journal
-from rollout.change.orchestrator import NoGate, summary
-from rollout.change.plan import Plan
+from rollout.change.orchestrator import summary
 from rollout.change.progress import Progress
-from rollout.change.replaying import ChangeStatus, status_of
-from rollout.cli.gate import gate_config
+from rollout.change.replaying import ChangeStatus
 from rollout.errors import InputError, Location
 from rollout.fanout import DEFAULT_FORKS
-from rollout.gate.analysis import Predicted
-from rollout.interrupt import Interrupt
-from rollout.models import Phase
-from rollout.protocols import Gate
-
-
-def gate_for(
-    plan: Plan,
-    api: Any,
-    journal: Journal,
-    output: str,
-    inv: Any,
-    progress: Callable[[str], None] | None = None,
-    interrupt: Interrupt | None = None,
-    predicted: Predicted | None = None,
-) -> Gate:
-    """The gate run after the canary batch: the rejection-rate gate when the plan has a ``gate:``
-    section (built as ``rollout watch`` builds it, journaling into this change), else none.
-
-    With ``interrupt``, the soak ends the moment it is set (a rollback handed to this owner).
-    ``predicted``: (node, owner) pairs the admission preview predicted rejected, so a Failed
-    verdict says which rejections were expected
-    (``rollout.change.previewing.predicted_rejections``)."""
-    from rollout.cli.gate import build_soak_gate
-    from rollout.gate.soaking import RollbackPolicyGate
-
-    cfg = gate_config(plan)
-    if cfg is None:
-        return NoGate()
-
-    def record(kind: str, data: Any) -> None:
-        journal.append(kind, Phase.DONE, now=datetime.now(UTC), data=data)
-
-    control = [inv.node_of(h) for h in inv.groups.get(cfg.control_group or "", ())]
-    soak = build_soak_gate(
-        cfg,
-        api,
-        since=time.time(),
-        record=record,
-        control=control,
-        output=output,
-        progress=progress,
-        predicted=predicted,
-        interrupt=interrupt,
-    )
-    from rollout.change.orchestrator import node_pool
-    from rollout.kube.workloads import owner_running, rejected_owners_on
-
-    since = time.time()
-    return RollbackPolicyGate(
-        soak,
-        record,
-        lambda: node_pool(status_of(journal)),
-        lambda owner: owner_running(api, owner),
-        lambda nodes: rejected_owners_on(api, list(nodes), since),
-    )
 
 
 def echo_err(msg: str) -> None:

@@ -202,7 +202,7 @@ def _trigger_records(state: Path, change: str) -> list[Any]:
 def _gate_metrics_endpoint(lab: Lab, node: str, monitoring: Any) -> tuple[Any, Any]:
     """The gate run as ``rollout watch --listen`` runs it (its metrics served over HTTP and
     scraped by the lab Prometheus), so the dashboard's gate panels have a source."""
-    from rollout.cli.gate import build_soak_gate
+    from rollout.gate.assembly import build_soak_gate
     from rollout.gate.serve import AlertReceiver, GateMetrics, make_server
     from rollout.kube.client import connect
 
