@@ -1,16 +1,14 @@
 """``rollout nodes``: the fleet as it is, and where it drifted from what its changes left.
 
-Thin: read the Nodes' marks, the changes' journals (from the cluster record), each node's files
-(the read-only facts playbook) and ``/configz``; ``rollout.change.drift`` says what differs.
+Thin: ``rollout.change.fleet.survey`` reads the Nodes' marks, the changes' journals, each node's
+files and ``/configz``, and ``rollout.change.drift`` says what differs; this prints it.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -53,12 +51,13 @@ def nodes_cmd(
       rollout nodes -i inventory.ini -o json | jq '.nodes[] | select(.drifted)'
       rollout nodes --context prod-east || echo "drift: see above"
     """
+    from rollout.change.fleet import survey
     from rollout.change.inventory import read_inventory
     from rollout.kube.client import connect
 
     api = connect(kubeconfig, context)
     inv = read_inventory(Path(inventory)) if inventory else None
-    reports = survey(api, lock_namespace, inv)
+    reports = survey(api, lock_namespace, inv, lambda m: click.echo(m, err=True))
     drifted = [r for r in reports if r.drift]
     if output == "json":
         doc = {"nodes": [r.to_dict() for r in reports], "drifted": [r.node for r in drifted]}
@@ -79,72 +78,6 @@ def nodes_cmd(
             f"{len(drifted)} node(s) drifted: {', '.join(r.node for r in drifted)}", err=True
         )
         sys.exit(DRIFT_EXIT)
-
-
-def survey(api: Any, lock_namespace: str, inv: Any = None) -> list[Any]:
-    """Every node of ``inv`` and every Node a change marked, as :class:`NodeReport` rows (files
-    read only for the inventory's nodes; without ``inv``, /configz only: ``rollout serve``'s
-    drift metric)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from rollout.change.drift import report_node
-    from rollout.change.record import existing_journal
-    from rollout.change.replaying import status_of
-    from rollout.errors import RolloutError
-    from rollout.fanout import DEFAULT_FORKS, workers
-    from rollout.kube import mirror as km
-    from rollout.kube import proxy
-
-    marks = km.marked_nodes(api, retry_s=30.0)
-    in_inv = [inv.node_of(h) for h in inv.hosts] if inv else []
-    names = list(dict.fromkeys([*in_inv, *marks]))
-    statuses: dict[str, Any] = {}
-    for change in sorted({m["change"] for m in marks.values() if m["change"]}):
-        try:
-            statuses[change] = status_of(existing_journal(change, api, lock_namespace))
-        except RolloutError as e:
-            click.echo(f"warning: change {change}: {e}", err=True)
-    files = _node_files(inv) if inv else {}
-
-    def live(n: str) -> tuple[dict[str, Any] | None, str]:
-        try:
-            return proxy.configz(api, n), ""
-        except RolloutError as e:
-            return None, str(e)
-
-    # one /configz read per node, at most DEFAULT_FORKS at once (not one after the other)
-    with ThreadPoolExecutor(max_workers=workers(len(names), DEFAULT_FORKS)) as pool:
-        read = dict(zip(names, pool.map(live, names), strict=True))
-    reports = []
-    for n in names:
-        mark = marks.get(n)
-        status = statuses.get(mark["change"]) if mark else None
-        configz, error = read[n]
-        reports.append(
-            report_node(
-                n,
-                n in in_inv,
-                mark,
-                status.nodes.get(n) if status else None,
-                files.get(n) if n in in_inv else None,
-                configz,
-                error,
-            )
-        )
-    return reports
-
-
-def _node_files(inv: Any) -> dict[str, dict[str, bytes | None]]:
-    """Each inventory node's kubelet files (the facts playbook, read-only)."""
-    from rollout.ansible.runner import AnsibleRunner
-    from rollout.change.rendering import node_files_of
-
-    with tempfile.TemporaryDirectory(prefix="rollout-nodes-") as tmp:
-        facts_dir = Path(tmp) / "facts"
-        raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(
-            inv.path, list(inv.hosts), facts_dir, inv.hostvars
-        )
-        return {inv.node_of(h): node_files_of(r, facts_dir / h)[0] for h, r in raw.items()}
 
 
 COMMANDS = [nodes_cmd]

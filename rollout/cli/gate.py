@@ -342,7 +342,7 @@ def _drift_loop(
 ) -> None:
     """``rollout nodes``' drift on /configz of every marked Node, every ``interval`` seconds,
     into ``rollout_node_drifted``; a failed round is logged and tried again next time."""
-    from rollout.cli.fleet import survey
+    from rollout.change.fleet import survey
 
     while True:
         try:
