@@ -200,7 +200,7 @@ def run_apply(
     from rollout.change.orchestrator import run_change
     from rollout.change.previewing import predicted_rejections
     from rollout.change.record import mirrored
-    from rollout.change.replaying import replay, status_of
+    from rollout.change.replaying import replay
     from rollout.change.session import (
         OVERRIDES_STEP,
         holding,
@@ -208,7 +208,6 @@ def run_apply(
         open_context,
         reporting,
     )
-    from rollout.errors import RolloutError
     from rollout.kube.lease_objects import holder_identity
 
     plan, inv, api, lock, prepared = (
@@ -246,29 +245,24 @@ def run_apply(
         )
         ctx.interrupt = lock.interrupt
         gate = make_gate(journal, inv, predicted_rejections(prepared.previews), progress)
-        try:
-            with reporting(journal, lock):
-                status = run_change(
-                    ctx,
-                    prepared.changes,
-                    prepared.batches,
-                    gate,
-                    canary,
-                    info={
-                        "plan": str(Path(plan.path).resolve()),
-                        # the plan itself, so a machine without the file resumes and rolls
-                        # back with it (rollout.change.plan.recorded_plan)
-                        "planText": Path(plan.path).read_text(encoding="utf-8"),
-                        "inventory": str(inv.path.resolve()),
-                        "intentSha256": intent_digest(plan),
-                        "by": holder_identity(),  # who ran it, in the cluster record too
-                    },
-                    forward=ready.window_check,
-                )
-        except RolloutError:
-            if failed is not None:
-                failed(status_of(journal))
-            raise
+        with reporting(journal, lock, failed):
+            status = run_change(
+                ctx,
+                prepared.changes,
+                prepared.batches,
+                gate,
+                canary,
+                info={
+                    "plan": str(Path(plan.path).resolve()),
+                    # the plan itself, so a machine without the file resumes and rolls
+                    # back with it (rollout.change.plan.recorded_plan)
+                    "planText": Path(plan.path).read_text(encoding="utf-8"),
+                    "inventory": str(inv.path.resolve()),
+                    "intentSha256": intent_digest(plan),
+                    "by": holder_identity(),  # who ran it, in the cluster record too
+                },
+                forward=ready.window_check,
+            )
         if evidence is not None:
             evidence.record(journal, "before", moving, before)
             applied = [n for n in moving if status.nodes[n].state is NodeState.APPLIED]

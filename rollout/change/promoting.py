@@ -214,9 +214,7 @@ def run_promotion(
     from rollout.change.orchestrator import ROLLBACK_INFO, continue_change
     from rollout.change.previewing import predicted_rejections
     from rollout.change.record import mirrored
-    from rollout.change.replaying import status_of
     from rollout.change.session import OVERRIDES_STEP, holding, open_context, reporting
-    from rollout.errors import RolloutError
     from rollout.kube.lease_objects import holder_identity
 
     journal, status, prepared = promo.journal, promo.status, promo.prepared
@@ -262,17 +260,12 @@ def run_promotion(
         ctx.interrupt = lock.interrupt
         predicted = predicted_rejections(prepared.previews)
         gate = make_gate(promo.plan, promo.inventory, predicted, progress)
-        try:
-            with reporting(journal, lock):
-                return continue_change(
-                    ctx,
-                    prepared.changes,
-                    promo.remaining,
-                    gate if promo.plan.has_gate else None,
-                    info,
-                    forward=promo.window_check,
-                )
-        except RolloutError:
-            if failed is not None:
-                failed(status_of(journal))
-            raise
+        with reporting(journal, lock, failed):
+            return continue_change(
+                ctx,
+                prepared.changes,
+                promo.remaining,
+                gate if promo.plan.has_gate else None,
+                info,
+                forward=promo.window_check,
+            )

@@ -100,15 +100,20 @@ def open_context(
 
 
 @contextmanager
-def reporting(journal: Journal, lock: Lock) -> Iterator[None]:
+def reporting(
+    journal: Journal, lock: Lock, failed: Callable[[ChangeStatus], None] | None = None
+) -> Iterator[None]:
     """On a failed change, tell a requester waiting on the Lease how it ended when it was rolled
-    back (``LeaseLock.report``), and re-raise (the exit code)."""
+    back (``LeaseLock.report``), hand the change's status to ``failed`` (``-o json`` prints it),
+    and re-raise (the exit code)."""
     try:
         yield
     except RolloutError:
         final = status_of(journal)
         if final.outcome in ENDED_BY_ROLLBACK:
             lock.report(final.outcome.value, final.message)
+        if failed is not None:
+            failed(final)
         raise
 
 
@@ -283,13 +288,8 @@ def settle(
             progress.nodes(tuple(status_of(journal).nodes))
         ctx = open_context(api, journal, inv, drain, verify_timeout, progress, forks=forks, say=say)
         ctx.interrupt = lock.interrupt
-        try:
-            with reporting(journal, lock):
-                return work(ctx, lock)
-        except RolloutError:
-            if failed is not None:
-                failed(status_of(journal))
-            raise
+        with reporting(journal, lock, failed):
+            return work(ctx, lock)
 
 
 @dataclass(frozen=True)
