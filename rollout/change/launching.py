@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rollout.change.journal import Journal, Kind
+from rollout.change.outcomes import ended_exit
 from rollout.change.plan import Plan
 from rollout.change.planning import DrainOverrides
 from rollout.change.progress import Progress
@@ -191,10 +192,12 @@ def run_apply(
     nodes applied; both collections are journaled once the change has ended (held or
     completed): an evidence entry is never the last one of a change that has not begun.
 
+    Returns:
+        The change as it ended (:func:`rollout.change.orchestrator.run_change`); evidence is
+        recorded only when it did not fail (a failed change's exit code is its outcome's).
+
     Raises:
         LockHeldError: another process took the Lease meanwhile.
-        NodeOperationError: a node failed or the gate failed the canary (restored; the status
-            went to ``failed``).
     """
     from rollout.change.journal import new_change_id, state_dir
     from rollout.change.orchestrator import run_change
@@ -206,7 +209,7 @@ def run_apply(
         holding,
         intent_digest,
         open_context,
-        reporting,
+        reported,
     )
     from rollout.kube.lease_objects import holder_identity
 
@@ -245,25 +248,30 @@ def run_apply(
         )
         ctx.interrupt = lock.interrupt
         gate = make_gate(journal, inv, predicted_rejections(prepared.previews), progress)
-        with reporting(journal, lock, failed):
-            status = run_change(
+        info = {
+            "plan": str(Path(plan.path).resolve()),
+            # the plan itself, so a machine without the file resumes and rolls back with it
+            # (rollout.change.plan.recorded_plan)
+            "planText": Path(plan.path).read_text(encoding="utf-8"),
+            "inventory": str(inv.path.resolve()),
+            "intentSha256": intent_digest(plan),
+            "by": holder_identity(),  # who ran it, in the cluster record too
+        }
+        status = reported(
+            journal,
+            lock,
+            lambda: run_change(
                 ctx,
                 prepared.changes,
                 prepared.batches,
                 gate,
                 canary,
-                info={
-                    "plan": str(Path(plan.path).resolve()),
-                    # the plan itself, so a machine without the file resumes and rolls
-                    # back with it (rollout.change.plan.recorded_plan)
-                    "planText": Path(plan.path).read_text(encoding="utf-8"),
-                    "inventory": str(inv.path.resolve()),
-                    "intentSha256": intent_digest(plan),
-                    "by": holder_identity(),  # who ran it, in the cluster record too
-                },
+                info=info,
                 forward=ready.window_check,
-            )
-        if evidence is not None:
+            ),
+            failed,
+        )
+        if evidence is not None and ended_exit(status.outcome, status.cause) == 0:
             evidence.record(journal, "before", moving, before)
             applied = [n for n in moving if status.nodes[n].state is NodeState.APPLIED]
             if applied:

@@ -20,16 +20,14 @@ from typing import Any
 from rollout.change.applying import apply_batch
 from rollout.change.context import Context
 from rollout.change.journal import CHANGE_STEP, Kind
-from rollout.change.outcomes import ChangeOutcome
+from rollout.change.outcomes import ChangeOutcome, StopCause
 from rollout.change.planning import Batch
 from rollout.change.replaying import ChangeStatus, status_of
 from rollout.change.restoring import restore_nodes
 from rollout.change.windows import Decision
 from rollout.errors import (
     InputError,
-    LeaseLostError,
     NodeFilesChangedError,
-    NodeOperationError,
     PreflightError,
     RolloutError,
 )
@@ -69,12 +67,33 @@ def summary(status: ChangeStatus) -> str:
 
 
 def end_change(
-    ctx: Context, outcome: ChangeOutcome, message: str, phase: Phase = Phase.DONE
+    ctx: Context,
+    outcome: ChangeOutcome,
+    message: str,
+    phase: Phase = Phase.DONE,
+    cause: StopCause | None = None,
 ) -> ChangeStatus:
-    ctx.journal.append(
-        CHANGE_STEP, phase, now=ctx.clock.now(), data={"outcome": outcome.value, "message": message}
-    )
+    """Journal the change's end (its outcome, message and cause) and return its status."""
+    data: dict[str, Any] = {"outcome": outcome.value, "message": message}
+    if cause is not None:
+        data["cause"] = cause.value
+    ctx.journal.append(CHANGE_STEP, phase, now=ctx.clock.now(), data=data)
     return status_of(ctx.journal)
+
+
+_PREFIX: Mapping[tuple[ChangeOutcome, StopCause | None], str] = {
+    (ChangeOutcome.STOPPED, StopCause.NODE_FAILED): "rollout stopped: ",
+    (ChangeOutcome.STOPPED, StopCause.FILES_CHANGED): "rollout stopped: ",
+    (ChangeOutcome.ROLLBACK_FAILED, StopCause.ROLLBACK): "rollback failed: ",
+    (ChangeOutcome.RESUME_FAILED, StopCause.RESUME): "resume failed: ",
+}
+
+
+def failure_text(status: ChangeStatus) -> str:
+    """What a command that ended with ``status`` says on stderr when it exits non-zero: the
+    change's message, then every node's state (pure)."""
+    prefix = _PREFIX.get((status.outcome, status.cause), "")
+    return f"{prefix}{status.message}\nnode states:\n{summary(status)}"
 
 
 def run_change(
@@ -94,11 +113,12 @@ def run_change(
     flight has finished and the change holds. Its decision (and any forced reason) is journaled.
 
     Returns:
-        The change's status when it completed or holds.
+        The change's status as it ended: completed, held; stopped (a node failed and was
+        restored, a node's files changed, the Lease was lost) or rolled back (the gate failed
+        the canary, or a rollback was handed over), with the cause recorded.
 
     Raises:
-        NodeOperationError: a node failed (it was restored) or the gate failed the canary (the
-            canary was restored); the message ends with every node's state.
+        PreflightError: the change window refused the first batch (nothing journaled).
     """
     window = forward(ctx.clock.now()) if forward else None
     if window is not None and not window.allowed:
@@ -148,8 +168,8 @@ def continue_change(
     :func:`run_change`: a node failure restores it and stops, a handed-over rollback or a lost
     Lease stops forward work.
 
-    Raises:
-        NodeOperationError: as :func:`run_change`.
+    Returns:
+        The change's status as it ended, as :func:`run_change`'s.
     """
     ctx.journal.append(CHANGE_STEP, Phase.BEGIN, now=ctx.clock.now(), data=dict(info))
     if gate_at is None:
@@ -200,11 +220,9 @@ def _batches(
         ctx.interrupt.check()  # the batch's failures are the interrupt's doing: settle below
         if failures:
             what = "; ".join(str(e) for e in failures.values())
-            status = end_change(ctx, ChangeOutcome.STOPPED, what, Phase.FAILED)
-            text = f"rollout stopped: {what}\nnode states:\n{summary(status)}"
-            if all(isinstance(e, NodeFilesChangedError) for e in failures.values()):
-                raise NodeFilesChangedError(text)
-            raise NodeOperationError(text)
+            files = all(isinstance(e, NodeFilesChangedError) for e in failures.values())
+            cause = StopCause.FILES_CHANGED if files else StopCause.NODE_FAILED
+            return end_change(ctx, ChangeOutcome.STOPPED, what, Phase.FAILED, cause)
         if i not in gate_at:
             continue
         which = "the canary" if batch.canary else f"batch {i + 1}"
@@ -256,12 +274,12 @@ def _gate(
     recorded: Verdict | None = None,
 ) -> ChangeStatus | None:
     """Soak the gate over ``nodes`` (journaled ``gate`` begin, then the verdict as ``gate`` done)
-    and act on the verdict: Failed restores the nodes it names and raises, anything else but
-    Successful holds (returns the held status). None: go on. With ``recorded``, a verdict the
-    interrupted command journaled but had not acted on is acted on without soaking again.
+    and act on the verdict: Failed restores the nodes it names and ends the change rolled back,
+    anything else but Successful holds; either returns the ended status. None: go on. With
+    ``recorded``, a verdict the interrupted command journaled but had not acted on is acted on
+    without soaking again.
 
     Raises:
-        NodeOperationError: the gate failed; the nodes it named were restored.
         StopRequested: forward work must stop (a handed-over rollback, a lost Lease).
     """
     if recorded is None:
@@ -298,8 +316,7 @@ def _gate(
         settled: Callable[[str, Sequence[str]], str] | None = getattr(gate, "after_rollback", None)
         if settled is not None and (workload := settled(ctx.journal.change_id, restored)):
             what += f"; {workload}"
-        status = end_change(ctx, ChangeOutcome.ROLLED_BACK, what, Phase.FAILED)
-        raise NodeOperationError(f"{what}\nnode states:\n{summary(status)}")
+        return end_change(ctx, ChangeOutcome.ROLLED_BACK, what, Phase.FAILED, StopCause.GATE_FAILED)
     ctx.interrupt.check()
     if verdict.status is not VerdictStatus.SUCCESSFUL:
         return end_change(
@@ -370,14 +387,13 @@ def _stopped(ctx: Context, reason: StopReason) -> ChangeStatus:
     A request's node set may grow while the rollback runs (more requests joined it): every node
     named is restored once, nodes already restored are not touched again.
 
-    Raises:
-        NodeOperationError: the rollback ran (``rolled back on request of ...``), or failed.
-        LeaseLostError: the Lease was lost; nothing new was started.
+    Returns:
+        The ended status: rolled back (or rollback-failed) on request of ``reason.by``, or
+        stopped when the Lease was lost (nothing new started).
     """
     if reason.lost:
         what = f"lost the cluster lock: {reason.by}; started nothing new, nodes in flight restored"
-        final = end_change(ctx, ChangeOutcome.STOPPED, what, Phase.FAILED)
-        raise LeaseLostError(f"{what}\nnode states:\n{summary(final)}")
+        return end_change(ctx, ChangeOutcome.STOPPED, what, Phase.FAILED, StopCause.LEASE_LOST)
     ctx.on_event(f"rollback requested by {reason.by}: stopping forward work")
     ctx.journal.append(
         REQUEST_STEP,
@@ -414,12 +430,11 @@ def _stopped(ctx: Context, reason: StopReason) -> ChangeStatus:
         ctx.on_event(f"rolling back: {', '.join(targets)}")
         errors.update(_restore_many(ctx, targets, status))
     what = f"rolled back on request of {reason.by}"
+    outcome = ChangeOutcome.ROLLED_BACK
     if errors:
         what += "; restore failed: " + "; ".join(str(e) for e in errors.values())
-        final = end_change(ctx, ChangeOutcome.ROLLBACK_FAILED, what, Phase.FAILED)
-    else:
-        final = end_change(ctx, ChangeOutcome.ROLLED_BACK, what, Phase.FAILED)
-    raise NodeOperationError(f"{what}\nnode states:\n{summary(final)}")
+        outcome = ChangeOutcome.ROLLBACK_FAILED
+    return end_change(ctx, outcome, what, Phase.FAILED, StopCause.REQUESTED)
 
 
 def _restore_many(
@@ -450,9 +465,12 @@ def rollback(ctx: Context, nodes: Sequence[str] | None = None, force: bool = Fal
     naming ``nodes`` and ``force``): a rollback killed part way is then an unfinished change that
     ``rollout resume`` finishes, as it finishes an apply.
 
+    Returns:
+        The ended status: rolled back, or rollback-failed when a restore failed (the others
+        still ran).
+
     Raises:
         InputError: a named node is not part of the change.
-        NodeOperationError: a restore failed (the others still ran); every node's state named.
     """
     status = status_of(ctx.journal)
     if nodes:
@@ -473,6 +491,8 @@ def rollback(ctx: Context, nodes: Sequence[str] | None = None, force: bool = Fal
     errors = _restore_many(ctx, targets, status)
     if errors:
         what = "; ".join(str(e) for e in errors.values())
-        final = end_change(ctx, ChangeOutcome.ROLLBACK_FAILED, what, Phase.FAILED)
-        raise NodeOperationError(f"rollback failed: {what}\nnode states:\n{summary(final)}")
-    return end_change(ctx, ChangeOutcome.ROLLED_BACK, f"restored: {', '.join(targets) or 'none'}")
+        return end_change(
+            ctx, ChangeOutcome.ROLLBACK_FAILED, what, Phase.FAILED, StopCause.ROLLBACK
+        )
+    restored = f"restored: {', '.join(targets) or 'none'}"
+    return end_change(ctx, ChangeOutcome.ROLLED_BACK, restored, cause=StopCause.ROLLBACK)

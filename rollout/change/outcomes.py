@@ -38,6 +38,34 @@ class ChangeOutcome(StrEnum):
     requester did not wait for its report (``rollout rollback --no-wait``, the webhook)."""
 
 
+class StopCause(StrEnum):
+    """Why a change ended as it did, where the outcome alone does not say: the change-level end
+    records it as ``cause``, and a ``stopped`` change's exit code is its cause's
+    (:data:`CAUSE_EXIT`). A journal written before causes were recorded has none."""
+
+    NODE_FAILED = "node-failed"
+    """A step on a node failed; the node was restored."""
+    FILES_CHANGED = "files-changed"
+    """Only nodes whose files changed after preflight failed: nothing written, cordons undone."""
+    LEASE_LOST = "lease-lost"
+    """The owner lost the Lease: it started nothing new."""
+    GATE_FAILED = "gate-failed"
+    """The gate failed; the nodes it named were restored."""
+    REQUESTED = "requested"
+    """A rollback handed to the change's owner (``rollout rollback``, the alert trigger)."""
+    ROLLBACK = "rollback"
+    """A rollback ran as the change's own command: ``rollout rollback``, or ``rollout resume``
+    finishing an interrupted one. Its end exits by :data:`ROLLBACK_EXIT`."""
+    RESUME = "resume"
+    """``rollout resume`` ended the change."""
+
+
+CAUSE_EXIT: Mapping[StopCause | None, int] = {
+    StopCause.FILES_CHANGED: 3,
+    StopCause.LEASE_LOST: 4,
+}
+"""The exit code of a ``stopped`` change by its cause; any other cause (or none) is 5."""
+
 ENDED_BY_ROLLBACK = frozenset({ChangeOutcome.ROLLED_BACK, ChangeOutcome.ROLLBACK_FAILED})
 """The outcomes a requester waiting on the Lease is told about (``LeaseLock.report``)."""
 
@@ -80,3 +108,13 @@ def exit_code(outcome: ChangeOutcome | str, rollback: bool = False) -> int | Non
         return table[ChangeOutcome(outcome)]
     except ValueError:
         return 1
+
+
+def ended_exit(
+    outcome: ChangeOutcome | str, cause: StopCause | None, rollback: bool = False
+) -> int:
+    """The exit code of a command that ended with ``outcome`` for ``cause``: :func:`exit_code`
+    (by :data:`ROLLBACK_EXIT` when ``rollback`` or the cause is a rollback's), with "by cause"
+    resolved by :data:`CAUSE_EXIT`."""
+    code = exit_code(outcome, rollback or cause is StopCause.ROLLBACK)
+    return CAUSE_EXIT.get(cause, 5) if code is BY_CAUSE else code

@@ -207,14 +207,17 @@ def run_promotion(
     """Run the remaining batches in the same change under its Lease, the gate after each batch
     when the plan has one, the change windows asked before each.
 
+    Returns:
+        The change as it ended (a node or a gate failed: stopped or rolled back, the message
+        says which).
+
     Raises:
         LockHeldError: another process took the Lease.
-        NodeOperationError: a node failed or a gate failed (restored; the message says which).
     """
     from rollout.change.orchestrator import ROLLBACK_INFO, continue_change
     from rollout.change.previewing import predicted_rejections
     from rollout.change.record import mirrored
-    from rollout.change.session import OVERRIDES_STEP, holding, open_context, reporting
+    from rollout.change.session import OVERRIDES_STEP, holding, open_context, reported
     from rollout.kube.lease_objects import holder_identity
 
     journal, status, prepared = promo.journal, promo.status, promo.prepared
@@ -260,12 +263,16 @@ def run_promotion(
         ctx.interrupt = lock.interrupt
         predicted = predicted_rejections(prepared.previews)
         gate = make_gate(promo.plan, promo.inventory, predicted, progress)
-        with reporting(journal, lock, failed):
-            return continue_change(
+        return reported(
+            journal,
+            lock,
+            lambda: continue_change(
                 ctx,
                 prepared.changes,
                 promo.remaining,
                 gate if promo.plan.has_gate else None,
                 info,
                 forward=promo.window_check,
-            )
+            ),
+            failed,
+        )

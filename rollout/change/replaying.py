@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollout.change.journal import CHANGE_STEP, EVIDENCE_STEP, Entry, Journal
-from rollout.change.outcomes import ChangeOutcome
+from rollout.change.outcomes import ChangeOutcome, StopCause
 from rollout.errors import InputError
 from rollout.models import FileBackup, NodeState, Phase, Step, StepPath
 
@@ -84,6 +84,7 @@ class ChangeStatus:
         info: what the change-level ``begin`` recorded (plan, batches, canary).
         evidence: label -> the last evidence collection of that label (``overall``, ``nodes``,
             ``file``, each check's ``name``/``status``/``summary``, or the ``error``).
+        cause: why it ended as it did, when the end recorded it (the exit code of ``stopped``).
     """
 
     change: str
@@ -92,12 +93,14 @@ class ChangeStatus:
     message: str = ""
     info: Mapping[str, Any] = field(default_factory=dict)
     evidence: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    cause: StopCause | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary."""
         return {
             "change": self.change,
             "outcome": self.outcome,
+            "cause": self.cause,
             "message": self.message,
             "promotion": self.info.get("promotion"),
             "nodes": [s.to_dict() for s in self.nodes.values()],
@@ -134,6 +137,7 @@ class Projection:
         self.change = ""
         self.nodes: dict[str, NodeStatus] = {}
         self.outcome, self.message = ChangeOutcome.RUNNING, ""
+        self.cause: StopCause | None = None
         self.info: dict[str, Any] = {}
         self.evidence: dict[str, dict[str, Any]] = {}
 
@@ -145,12 +149,13 @@ class Projection:
                 self.evidence[str(e.data.get("label", ""))] = _evidence_summary(e.data)
             elif e.step == CHANGE_STEP and e.phase is Phase.BEGIN:
                 self.info = dict(e.data)
-                self.outcome = ChangeOutcome.RUNNING
+                self.outcome, self.cause = ChangeOutcome.RUNNING, None
                 for n in e.data.get("nodes", ()):
                     self.nodes.setdefault(n, NodeStatus(node=n))
             elif e.step == CHANGE_STEP:
                 self.outcome = outcome_of(e)
                 self.message = str(e.data.get("message", ""))
+                self.cause = cause_of(e)
             return
         self.nodes[e.node] = apply_entry(self.nodes.get(e.node, NodeStatus(node=e.node)), e)
 
@@ -162,6 +167,7 @@ class Projection:
             message=self.message,
             info=dict(self.info),
             evidence=dict(self.evidence),
+            cause=self.cause,
         )
 
 
@@ -249,6 +255,15 @@ def _copy_with(s: NodeStatus, changes: Mapping[str, Any]) -> NodeStatus:
     out.__dict__.update(s.__dict__)
     out.__dict__.update(changes)
     return out
+
+
+def cause_of(entry: Entry) -> StopCause | None:
+    """The cause a change-level end records; None when it records none, or one this version
+    does not know (its exit code is then the outcome's alone)."""
+    try:
+        return StopCause(str(entry.data["cause"]))
+    except (KeyError, ValueError):
+        return None
 
 
 def outcome_of(entry: Entry) -> ChangeOutcome:

@@ -22,13 +22,12 @@ from rollout.change.orchestrator import (
     UnfinishedGate,
     end_change,
     rollback_targets,
-    summary,
 )
-from rollout.change.outcomes import ChangeOutcome
+from rollout.change.outcomes import ChangeOutcome, StopCause
 from rollout.change.parallel import in_parallel, wrap
 from rollout.change.replaying import ChangeStatus, NodeStatus, replay, status_of
 from rollout.change.restoring import restore_node, restore_nodes
-from rollout.errors import NodeFilesChangedError, NodeOperationError
+from rollout.errors import NodeFilesChangedError
 from rollout.models import NodeState, Phase, Step, StepPath, Verdict, VerdictStatus
 
 
@@ -119,8 +118,10 @@ def resume(ctx: Context, end: bool = True) -> ChangeStatus:
     change and ends it itself; a crash before that leaves the change running, so the next
     ``resume`` goes on too).
 
-    Raises:
-        NodeOperationError: a node could not be settled; every node's state named.
+    Returns:
+        The change's status: resumed (or still running with ``end`` False); resume-failed when a
+        node could not be settled; stopped when the only failures were compare-and-swaps that
+        refused a re-run apply (nothing written, cordons undone).
     """
     status = status_of(ctx.journal)
     todo = [
@@ -136,10 +137,9 @@ def resume(ctx: Context, end: bool = True) -> ChangeStatus:
         what = "; ".join(str(e) for e in errors.values())
         if all(isinstance(e, NodeFilesChangedError) for e in errors.values()):
             # nothing written anywhere, only cordons undone: the change stops as apply's does
-            final = end_change(ctx, ChangeOutcome.STOPPED, what, Phase.FAILED)
-            raise NodeFilesChangedError(f"resume stopped: {what}\nnode states:\n{summary(final)}")
-        final = end_change(ctx, ChangeOutcome.RESUME_FAILED, what, Phase.FAILED)
-        raise NodeOperationError(f"resume failed: {what}\nnode states:\n{summary(final)}")
+            cause = StopCause.FILES_CHANGED
+            return end_change(ctx, ChangeOutcome.STOPPED, what, Phase.FAILED, cause)
+        return end_change(ctx, ChangeOutcome.RESUME_FAILED, what, Phase.FAILED, StopCause.RESUME)
     return end_resumed(ctx) if end else status_of(ctx.journal)
 
 
@@ -196,8 +196,9 @@ def resume_rollback(ctx: Context, pending: PendingRollback) -> ChangeStatus:
     """Finish an interrupted rollback: the nodes it names restored (those already restored are
     not touched again), every other node in flight settled as :func:`resume` settles it.
 
-    Raises:
-        NodeOperationError: a node could not be restored or settled; every node's state named.
+    Returns:
+        The ended status: rolled back, or rollback-failed when a node could not be restored or
+        settled.
     """
     if pending.force:
         ctx.force_restore = True
@@ -215,14 +216,13 @@ def resume_rollback(ctx: Context, pending: PendingRollback) -> ChangeStatus:
     ctx.on_event(f"finishing the rollback: {', '.join(targets) or 'nothing left to restore'}")
     errors.update(restore_nodes(ctx, [status.nodes[n] for n in targets]))
     what = f"rolled back on request of {pending.by}" if pending.by else "rollback"
+    pending_cause = StopCause.ROLLBACK  # a rollback finished: resume exits as rollback does
     if errors:
         what += " (finished by resume); failed: " + "; ".join(str(e) for e in errors.values())
-        final = end_change(ctx, ChangeOutcome.ROLLBACK_FAILED, what, Phase.FAILED)
-        raise NodeOperationError(f"{what}\nnode states:\n{summary(final)}")
+        return end_change(ctx, ChangeOutcome.ROLLBACK_FAILED, what, Phase.FAILED, pending_cause)
     done = [n for n, s in status.nodes.items() if n in named and s.state is not NodeState.PENDING]
-    return end_change(
-        ctx, ChangeOutcome.ROLLED_BACK, f"{what} finished by resume; restored: {', '.join(done)}"
-    )
+    what += f" finished by resume; restored: {', '.join(done)}"
+    return end_change(ctx, ChangeOutcome.ROLLED_BACK, what, cause=pending_cause)
 
 
 def rerun_nodes(entries: Sequence[Entry]) -> set[str]:

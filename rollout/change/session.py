@@ -99,15 +99,20 @@ def open_context(
     )
 
 
-@contextmanager
-def reporting(
-    journal: Journal, lock: Lock, failed: Callable[[ChangeStatus], None] | None = None
-) -> Iterator[None]:
-    """On a failed change, tell a requester waiting on the Lease how it ended when it was rolled
-    back (``LeaseLock.report``), hand the change's status to ``failed`` (``-o json`` prints it),
-    and re-raise (the exit code)."""
+def reported(
+    journal: Journal,
+    lock: Lock,
+    run: Callable[[], ChangeStatus],
+    failed: Callable[[ChangeStatus], None] | None = None,
+) -> ChangeStatus:
+    """Run the engine call ``run`` and tell a requester waiting on the Lease how the change
+    ended when it was rolled back (``LeaseLock.report``).
+
+    The engine returns how the change ended; an error it raises is not an outcome (an API call
+    failed, bad input): the change's status then goes to ``failed`` (``-o json`` prints it)
+    and the error is re-raised (its exit code)."""
     try:
-        yield
+        status = run()
     except RolloutError:
         final = status_of(journal)
         if final.outcome in ENDED_BY_ROLLBACK:
@@ -115,6 +120,9 @@ def reporting(
         if failed is not None:
             failed(final)
         raise
+    if status.outcome in ENDED_BY_ROLLBACK:
+        lock.report(status.outcome.value, status.message)
+    return status
 
 
 def intent_digest(plan: Plan) -> str:
@@ -261,7 +269,7 @@ def settle(
     ``failed`` sees the change's status when ``work`` raises (``-o json`` prints it).
 
     Returns:
-        The change's status when ``work`` returns.
+        The change's status as ``work`` ended it.
 
     Raises:
         LockHeldError: a live process owns the change.
@@ -288,8 +296,7 @@ def settle(
             progress.nodes(tuple(status_of(journal).nodes))
         ctx = open_context(api, journal, inv, drain, verify_timeout, progress, forks=forks, say=say)
         ctx.interrupt = lock.interrupt
-        with reporting(journal, lock, failed):
-            return work(ctx, lock)
+        return reported(journal, lock, lambda: work(ctx, lock), failed)
 
 
 @dataclass(frozen=True)

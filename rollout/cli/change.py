@@ -24,6 +24,7 @@ from rollout.change.replaying import replay
 from rollout.cli.wiring import (
     confirm,
     echo_err,
+    finish,
     forks_option,
     inventory_path,
     json_status,
@@ -227,7 +228,7 @@ def apply_cmd(
         say=echo_err,
         failed=json_status(output),
     )
-    print_status(done.status, output)
+    finish(done.status, output)
     verdict = getattr(done.gate, "verdict", None)
     if verdict is not None and verdict.holds:  # Inconclusive / Error: held, say what it waits for
         echo_err(f"gate {verdict.status}: holding: waiting for {verdict.waiting_for}")

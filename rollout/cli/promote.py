@@ -15,10 +15,10 @@ from rollout.cli.wiring import (
     change_required,
     confirm,
     echo_err,
+    finish,
     forks_option,
     json_status,
     lock_ns_option,
-    print_status,
     progress_for,
     progress_option,
     verify_timeout_option,
@@ -136,7 +136,7 @@ def promote_cmd(
         forks=forks,
         failed=json_status(output),
     )
-    print_status(final, output)
+    finish(final, output)
 
 
 COMMANDS = [promote_cmd]

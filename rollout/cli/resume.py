@@ -14,10 +14,10 @@ from rollout.cli.wiring import (
     change_required,
     confirm,
     echo_err,
+    finish,
     forks_option,
     json_status,
     lock_ns_option,
-    print_status,
     progress_for,
     progress_option,
     verify_timeout_option,
@@ -88,7 +88,7 @@ def resume_cmd(
         failed=json_status(output),
         say=echo_err,
     )
-    print_status(status, output)
+    finish(status, output)
 
 
 COMMANDS = [resume_cmd]

@@ -14,10 +14,10 @@ from .wiring import (
     change_required,
     confirm,
     echo_err,
+    finish,
     forks_option,
     json_status,
     lock_ns_option,
-    print_status,
     progress_for,
     progress_option,
     verify_timeout_option,
@@ -114,8 +114,9 @@ def rollback_cmd(
         say=echo_err,
     )
     if result.status is not None and result.handed_to is None:
-        print_status(result.status, output)
-    elif output == "json":
+        finish(result.status, output)  # exits as docs/exit-codes.md's rollback column says
+        return
+    if output == "json":
         click.echo(json.dumps(result.to_dict(), indent=2))
     elif result.outcome is ChangeOutcome.HANDED_OVER:
         click.echo("handed over")

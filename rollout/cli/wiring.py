@@ -16,7 +16,8 @@ from pathlib import Path
 
 import click
 
-from rollout.change.orchestrator import summary
+from rollout.change.orchestrator import failure_text, summary
+from rollout.change.outcomes import ended_exit
 from rollout.change.progress import Progress
 from rollout.change.replaying import ChangeStatus
 from rollout.errors import InputError, Location
@@ -25,6 +26,18 @@ from rollout.fanout import DEFAULT_FORKS
 
 def echo_err(msg: str) -> None:
     click.echo(msg, err=True)
+
+
+def finish(status: ChangeStatus, output: str) -> None:
+    """Print how the change ended and, when that is a failure, exit with its outcome's code
+    (``docs/exit-codes.md``), stderr saying why and every node's state; with text output a
+    failed change prints nothing on stdout."""
+    code = ended_exit(status.outcome, status.cause)
+    if code == 0 or output == "json":
+        print_status(status, output)
+    if code != 0:
+        echo_err(f"error: {failure_text(status)}")
+        sys.exit(code)
 
 
 def print_status(status: ChangeStatus, output: str) -> None:

@@ -14,8 +14,8 @@ from rollout.change.orchestrator import NoGate, rollback, run_change
 from rollout.change.planning import DrainPolicy, Strategy, make_batches
 from rollout.change.replaying import replay
 from rollout.change.resuming import resume
-from rollout.errors import NodeOperationError
 from rollout.models import NodeState, PodRef, VerdictStatus
+from tests.unit.ending import ended
 from tests.unit.fakes_change import (
     CONF,
     EXPECTED,
@@ -116,9 +116,7 @@ def test_rollback_restores_files_byte_for_byte_and_removes_created(tmp_path: Pat
 
 def test_kubelet_refusing_new_config_restores_node_and_stops(tmp_path: Path) -> None:
     ctx, cluster, runner = _setup(tmp_path, refuse=("n1",))
-    with pytest.raises(NodeOperationError) as e:
-        _run(ctx, canary_only=False)
-    msg = str(e.value)
+    msg = ended(_run(ctx, canary_only=False), 5)
     assert "node n1: apply failed" in msg and "node restored" in msg
     assert "n3: pending" in msg  # every node's state is named
     n1 = cluster.nodes["n1"]
@@ -131,9 +129,7 @@ def test_kubelet_refusing_new_config_restores_node_and_stops(tmp_path: Path) -> 
 
 def test_pdb_that_never_allows_eviction_times_out_names_pod_and_pdb(tmp_path: Path) -> None:
     ctx, cluster, runner = _setup(tmp_path, blocked=("default/n1-p0",))
-    with pytest.raises(NodeOperationError) as e:
-        _run(ctx)
-    msg = str(e.value)
+    msg = ended(_run(ctx), 5)
     assert "pod default/n1-p0" in msg and "PodDisruptionBudget default/never" in msg
     assert "timed out after 5s" in msg
     assert "n1" not in runner.applied and "n1" not in runner.restored  # files never touched
@@ -154,9 +150,8 @@ def test_disable_eviction_deletes_instead(tmp_path: Path) -> None:
 
 def test_failed_restore_leaves_state_failed_with_message(tmp_path: Path) -> None:
     ctx, _, _ = _setup(tmp_path, refuse=("n1",), fail_restore=("n1",))
-    with pytest.raises(NodeOperationError) as e:
-        _run(ctx)
-    assert "Connection refused" in str(e.value)
+    text = ended(_run(ctx), 5)
+    assert "Connection refused" in text
     s = replay(ctx.journal.entries()).nodes["n1"]
     assert s.state is NodeState.FAILED and "Connection refused" in s.message
 
@@ -176,8 +171,7 @@ def test_gate_verdict_after_canary(
     ctx, cluster, _ = _setup(tmp_path)
     gate = ScriptedGate(verdict)
     if verdict is VerdictStatus.FAILED:
-        with pytest.raises(NodeOperationError, match="gate failed the canary"):
-            _run(ctx, canary_only=False, gate=gate)
+        ended(_run(ctx, canary_only=False, gate=gate), 5, "gate failed the canary")
     else:
         _run(ctx, canary_only=False, gate=gate)
     st = replay(ctx.journal.entries())
@@ -235,10 +229,9 @@ def test_resume_after_kill_at_each_step_settles_every_node(
 
 def test_batch_shares_one_apply_run_and_outcomes_stay_per_node(tmp_path: Path) -> None:
     ctx, cluster, runner = _setup(tmp_path, refuse=("n2",))
-    with pytest.raises(NodeOperationError) as e:
-        _run(ctx)
+    text = ended(_run(ctx), 5)
     assert runner.runs == [("apply", ("n1", "n2")), ("restore", ("n2",))]
-    assert "node n2: apply failed" in str(e.value) and "n1" not in runner.restored
+    assert "node n2: apply failed" in text and "n1" not in runner.restored
     st = replay(ctx.journal.entries())
     assert (st.nodes["n1"].state, st.nodes["n2"].state) == (NodeState.APPLIED, NodeState.RESTORED)
     assert cluster.nodes["n1"].files[CONF] == NEW and cluster.nodes["n2"].files == {CONF: OLD}
@@ -249,8 +242,7 @@ def test_batch_shares_one_apply_run_and_outcomes_stay_per_node(tmp_path: Path) -
 
 def test_node_failing_before_apply_is_left_out_of_the_shared_run(tmp_path: Path) -> None:
     ctx, cluster, runner = _setup(tmp_path, blocked=("default/n1-p0",))
-    with pytest.raises(NodeOperationError, match="node n1: drain failed"):
-        _run(ctx)
+    ended(_run(ctx), 5, "node n1: drain failed")
     assert runner.runs == [("apply", ("n2",))]  # n1's files were never touched: no restore run
     assert cluster.nodes["n2"].config["cpuManagerPolicy"] == "static"
     assert not cluster.nodes["n1"].info.unschedulable
@@ -263,12 +255,10 @@ def test_playbook_that_cannot_start_fails_every_node_of_the_run(tmp_path: Path) 
         raise RuntimeError("ansible-playbook not found")
 
     runner.apply_many = broken  # type: ignore[method-assign]
-    with pytest.raises(NodeOperationError) as e:
-        _run(ctx)
+    text = ended(_run(ctx), 5)
     for n in ("n1", "n2"):
         assert (
-            f"node {n}: apply failed: apply playbook failed on {n}: RuntimeError: ansible"
-            in str(e.value)
+            f"node {n}: apply failed: apply playbook failed on {n}: RuntimeError: ansible" in text
         )
     st = replay(ctx.journal.entries())
     assert {st.nodes[n].state for n in ("n1", "n2")} == {NodeState.RESTORED}
@@ -288,10 +278,9 @@ def test_pipelined_batch_runs_each_node_alone_and_restores_only_the_failed(tmp_p
     forward path (its own apply run); a node whose kubelet refuses the config is restored, the
     other node of its batch is applied, the rollout stops before the next batch."""
     ctx, cluster, runner = _setup(tmp_path, refuse=("n2",), pipelined=True)
-    with pytest.raises(NodeOperationError) as e:
-        _run(ctx, canary_only=False)
+    text = ended(_run(ctx, canary_only=False), 5)
     assert sorted(runner.runs) == [("apply", ("n1",)), ("apply", ("n2",)), ("restore", ("n2",))]
-    assert "node n2: apply failed" in str(e.value) and "n1" not in runner.restored
+    assert "node n2: apply failed" in text and "n1" not in runner.restored
     st = replay(ctx.journal.entries())
     assert (st.nodes["n1"].state, st.nodes["n2"].state) == (NodeState.APPLIED, NodeState.RESTORED)
     assert st.nodes["n3"].state is NodeState.PENDING  # the next batch never started
@@ -310,8 +299,7 @@ def test_pipelined_batch_runs_each_node_alone_and_restores_only_the_failed(tmp_p
 
 def test_pipelined_node_blocked_in_drain_is_restored_and_the_other_applied(tmp_path: Path) -> None:
     ctx, cluster, runner = _setup(tmp_path, blocked=("default/n1-p0",), pipelined=True)
-    with pytest.raises(NodeOperationError, match="node n1: drain failed"):
-        _run(ctx)
+    ended(_run(ctx), 5, "node n1: drain failed")
     assert runner.runs == [("apply", ("n2",))]  # n1's files were never touched: no restore run
     assert cluster.nodes["n2"].config["cpuManagerPolicy"] == "static"
     assert not cluster.nodes["n1"].info.unschedulable
@@ -330,10 +318,9 @@ def test_pod_no_controller_recreates_refuses_the_node_before_its_cordon(tmp_path
     (DrainPolicy.delete_unmanaged, from --force-delete-unmanaged) lets the drain evict it."""
     ctx, cluster, runner = _setup(tmp_path)
     cluster.nodes["n1"].pods.append(PodRef("default", "debug", node="n1", unmanaged=True))
-    with pytest.raises(NodeOperationError) as e:
-        _run(ctx)
-    assert "cannot delete Pods that declare no controller" in str(e.value)
-    assert "default/debug" in str(e.value)
+    text = ended(_run(ctx), 5)
+    assert "cannot delete Pods that declare no controller" in text
+    assert "default/debug" in text
     assert ("cordon", "n1") not in cluster.calls and ("evict", "default/debug") not in cluster.calls
     assert "n1" not in runner.applied
     ctx2, cluster2, _ = _setup(tmp_path / "again")

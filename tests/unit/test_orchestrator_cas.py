@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from rollout.change.orchestrator import NoGate, run_change
+from rollout.change.outcomes import StopCause
 from rollout.change.planning import Strategy, make_batches
 from rollout.change.replaying import replay
-from rollout.errors import NodeFilesChangedError, PreflightError
 from rollout.models import NodeChange, NodeState
 from rollout.protocols import RunResult
+from tests.unit.ending import ended
 from tests.unit.fakes_change import CONF, NEW, OLD, make_change
 from tests.unit.test_orchestrator import NODES, _setup
 
@@ -37,11 +38,9 @@ def test_a_refused_node_keeps_its_files_loses_only_our_cordon_and_stops_the_chan
     monkeypatch.setattr(runner, "apply", apply)
     batches = make_batches(NODES, ["n1", "n2"], Strategy(max_unavailable=2), False)
     changes = {n: make_change(n) for n in NODES}
-    with pytest.raises(NodeFilesChangedError) as e:
-        run_change(ctx, changes, batches, NoGate(), False)
-    assert isinstance(e.value, PreflightError) and e.value.exit_code == 3
-    assert f"{CONF}: expected sha256 a, found b" in str(e.value)
-    assert "only the cordon was undone" in str(e.value)
+    text = ended(run_change(ctx, changes, batches, NoGate(), False), 3)
+    assert f"{CONF}: expected sha256 a, found b" in text
+    assert "only the cordon was undone" in text
     n3 = cluster.nodes["n3"]
     assert n3.files == {CONF: OLD} and not n3.info.unschedulable
     assert "n3" not in runner.restored  # nothing written, so nothing to restore
@@ -58,9 +57,9 @@ def test_a_failure_that_is_not_a_refusal_still_restores(
 ) -> None:
     ctx, cluster, runner = _setup(tmp_path, refuse=("n1",))
     batches = make_batches(NODES, ["n1", "n2"], Strategy(max_unavailable=2), True)
-    with pytest.raises(Exception) as e:
-        run_change(ctx, {n: make_change(n) for n in NODES}, batches, NoGate(), True)
-    assert not isinstance(e.value, PreflightError)
+    status = run_change(ctx, {n: make_change(n) for n in NODES}, batches, NoGate(), True)
+    ended(status, 5, "n1")  # a node failed: not the files-changed refusal (3)
+    assert status.cause is StopCause.NODE_FAILED
     assert "n1" in runner.restored and cluster.nodes["n1"].files == {CONF: OLD}
 
 
@@ -90,11 +89,9 @@ def test_a_refused_apply_on_resume_keeps_the_nothing_written_fact(
         return RunResult(False, REFUSAL, refused=True)
 
     monkeypatch.setattr(runner, "apply", refuse)
-    with pytest.raises(NodeFilesChangedError) as e:
-        resume(ctx)
-    assert isinstance(e.value, PreflightError) and e.value.exit_code == 3
-    assert f"{CONF}: expected sha256 a, found b" in str(e.value)
-    assert "only the cordon was undone" in str(e.value)
+    text = ended(resume(ctx), 3)
+    assert f"{CONF}: expected sha256 a, found b" in text
+    assert "only the cordon was undone" in text
     assert runner.applied == ["n3"]  # the resumed apply ran, and was refused
     assert "n3" not in runner.restored  # nothing written, so nothing to restore
     n3 = cluster.nodes["n3"]

@@ -14,9 +14,9 @@ from rollout.change.journal import Journal
 from rollout.change.orchestrator import NoGate, run_change
 from rollout.change.planning import DrainPolicy, Strategy, make_batches
 from rollout.change.replaying import replay
-from rollout.errors import LeaseLostError, NodeOperationError
 from rollout.interrupt import Interrupt, StopReason, StopRequested
 from rollout.models import NodeState, Verdict, VerdictStatus
+from tests.unit.ending import ended
 from tests.unit.fakes_change import (
     CONF,
     OLD,
@@ -73,8 +73,7 @@ class SoakThenRequest:
 def test_request_during_soak_stops_the_change_and_rolls_back_the_canary(tmp_path: Path) -> None:
     ctx, cluster, runner = _setup(tmp_path)
     gate = SoakThenRequest(ctx.interrupt, ALICE)
-    with pytest.raises(NodeOperationError, match="rolled back on request of alice@laptop pid 42"):
-        _run(ctx, gate)
+    ended(_run(ctx, gate), 5, "rolled back on request of alice@laptop pid 42")
     assert gate.slept == 3  # the soak ended at the request, not at its end
     status = replay(ctx.journal.entries())
     assert status.outcome == "rolled-back"
@@ -102,8 +101,7 @@ class RequestWhileDraining(FakeClock):
 def test_request_during_a_drain_interrupts_it_and_restores_the_node(tmp_path: Path) -> None:
     ctx, cluster, runner = _setup(tmp_path, blocked=["default/n1-p0"])
     ctx.clock = RequestWhileDraining(ctx.interrupt, ALICE, after=5)
-    with pytest.raises(NodeOperationError, match="rolled back on request of alice"):
-        _run(ctx)
+    ended(_run(ctx), 5, "rolled back on request of alice")
     assert ctx.clock.t < 10  # type: ignore[attr-defined]  # not the drain's 600 s timeout
     status = replay(ctx.journal.entries())
     assert status.nodes["n1"].state is NodeState.RESTORED
@@ -124,8 +122,7 @@ def test_request_naming_nodes_restores_only_those_and_starts_nothing_new(tmp_pat
         return result
 
     runner.apply = apply  # type: ignore[method-assign]
-    with pytest.raises(NodeOperationError, match="rolled back on request of bob@h pid 7"):
-        _run(ctx)
+    ended(_run(ctx), 5, "rolled back on request of bob@h pid 7")
     status = replay(ctx.journal.entries())
     assert status.nodes["n1"].state is NodeState.RESTORED
     # n2 was in flight and its verify passed at once: finished, and not named, so left applied;
@@ -149,8 +146,7 @@ def test_requests_joining_while_the_rollback_runs_restore_each_node_once(tmp_pat
         return original(change, change_id, files)
 
     runner.restore = restore  # type: ignore[method-assign]
-    with pytest.raises(NodeOperationError, match="rolled back on request of a"):
-        _run(ctx, gate, unavailable=2)
+    ended(_run(ctx, gate, unavailable=2), 5, "rolled back on request of a")
     assert runner.restored == ["n1"]  # the only node ever changed, restored once
     assert replay(ctx.journal.entries()).outcome == "rolled-back"
 
@@ -162,9 +158,7 @@ def test_lost_lease_stops_forward_work_restores_in_flight_and_keeps_applied(
     ctx.clock = RequestWhileDraining(
         ctx.interrupt, StopReason(by="could not renew the Lease for 30s", lost=True), after=5
     )
-    with pytest.raises(LeaseLostError, match="lost the cluster lock") as e:
-        _run(ctx)
-    assert e.value.exit_code == 4
+    ended(_run(ctx), 4, "lost the cluster lock")
     status = replay(ctx.journal.entries())
     assert status.outcome == "stopped"
     assert status.nodes["n1"].state is NodeState.APPLIED  # finished before: left as it is
@@ -196,8 +190,7 @@ def test_a_handed_over_rollback_keeps_the_requesters_force(tmp_path: Path, force
     runner = FakeRunner(cluster)
     ctx.runner = runner
     gate = SoakThenRequest(ctx.interrupt, StopReason(by="ops", request_id="r9", force=force))
-    with pytest.raises(NodeOperationError, match="rolled back on request of ops"):
-        _run(ctx, gate)
+    ended(_run(ctx, gate), 5, "rolled back on request of ops")
     assert runner.forced == [("n1", force)]
     (request,) = [e for e in ctx.journal.entries() if e.step == "request"]
     assert request.data.get("force", False) is force
