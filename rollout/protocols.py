@@ -14,7 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
-from rollout.models import NodeChange, NodeInfo, PodRef, Verdict
+from rollout.models import NodeChange, NodeInfo, PodRef, Verdict, VerdictStatus
 
 
 class Eviction(StrEnum):
@@ -135,10 +135,15 @@ class NodeRunner(Protocol):
 
     Both methods serve a whole batch with one run (Ansible's start-up is paid once per batch,
     not once per node); their results are per node, so one node failing or being unreachable
-    fails only that node. A runner may also offer ``per_node(hosts) -> bool``: True when a run
-    per node costs no more than a shared one (the node step over plain ssh); the orchestrator
-    then takes each node of a batch through its forward path on its own.
+    fails only that node.
     """
+
+    def per_node(self, hosts: Sequence[str]) -> bool:
+        """Whether a run per node costs no more than a shared one for ``hosts`` (the node step
+        over plain ssh): the orchestrator then takes each node of a batch through its forward
+        path on its own. Asked once at the start of each batch; a runner may warm each node's
+        session for its node step then."""
+        ...
 
     def apply_many(self, changes: Sequence[NodeChange], change_id: str) -> Mapping[str, RunResult]:
         """On every node of ``changes``: back up, write the files, reset checkpoints, restart the
@@ -175,8 +180,39 @@ class Clock(Protocol):
 
 
 class Gate(Protocol):
-    """Decides after the canary batch whether the rollout may go on (issue 5 plugs in here)."""
+    """Decides after a batch whether the rollout may go on, and what happens after the rollback
+    a Failed verdict starts (:class:`OneSoak` is the gate that does nothing after it)."""
 
     def evaluate(self, change_id: str, nodes: Sequence[str]) -> Verdict:
-        """Verdict over the canary nodes."""
+        """Soak over ``nodes`` and decide; a Failed verdict names the nodes to restore
+        (``failed_nodes``; none: all of ``nodes``)."""
         ...
+
+    def soaks_on(self) -> bool:
+        """After a Failed verdict's rollback: whether the soak goes on over the nodes not rolled
+        back (``onFailure: rollback-affected``, until the first soak's end)."""
+        ...
+
+    def keep_watching(self, change_id: str, nodes: Sequence[str]) -> Verdict:
+        """Soak on over ``nodes`` (asked only while :meth:`soaks_on`); a Failed verdict names
+        the nodes to roll back next."""
+        ...
+
+    def after_rollback(self, change_id: str, nodes: Sequence[str]) -> str:
+        """Once ``nodes`` are rolled back: a sentence for the change's outcome on the workloads
+        the gate saw rejected ("" when there is nothing to say)."""
+        ...
+
+
+class OneSoak:
+    """What a gate that only decides answers after its rollback: it soaks on over nothing and
+    has nothing to say. Gates without a rollback policy inherit it."""
+
+    def soaks_on(self) -> bool:
+        return False
+
+    def keep_watching(self, change_id: str, nodes: Sequence[str]) -> Verdict:
+        return Verdict(VerdictStatus.SUCCESSFUL, "this gate does not soak on after a rollback")
+
+    def after_rollback(self, change_id: str, nodes: Sequence[str]) -> str:
+        return ""

@@ -153,8 +153,7 @@ def apply_batch(
     """
     by_node = {c.node: c for c in changes}
     order = list(by_node)
-    cheap = getattr(ctx.runner, "per_node", None)
-    if callable(cheap) and cheap([c.host for c in changes]):
+    if ctx.runner.per_node([c.host for c in changes]):
         return _pipelined(ctx, by_node)
 
     def prepare(node: str) -> dict[str, str]:

@@ -34,7 +34,7 @@ from rollout.errors import (
 from rollout.fanout import waves
 from rollout.interrupt import StopReason, StopRequested
 from rollout.models import NodeChange, NodeState, Phase, StepPath, Verdict, VerdictStatus
-from rollout.protocols import Gate
+from rollout.protocols import Gate, OneSoak
 
 GATE_STEP = Kind.GATE
 """The step name of gate entries (node is None): ``begin`` when the soak starts (``nodes``),
@@ -45,7 +45,7 @@ REQUEST_STEP = Kind.REQUEST
 ``by``, ``nodes``, ``request``, ``force``) before it restores anything."""
 
 
-class NoGate:
+class NoGate(OneSoak):
     """The default gate: lets the rollout go on (``--canary`` still holds after the canary)."""
 
     def evaluate(self, change_id: str, nodes: Sequence[str]) -> Verdict:
@@ -294,13 +294,12 @@ def _gate(
         restored = list(targets)
         # onFailure: rollback-affected: the soak goes on over the nodes not rolled back, until
         # it ends; a rejection there rolls that node back too
-        soaks_on: Callable[[], bool] | None = getattr(gate, "soaks_on", None)
-        while soaks_on is not None and soaks_on() and ctx.interrupt.reason() is None:
+        while gate.soaks_on() and ctx.interrupt.reason() is None:
             rest = [n for n in nodes if n not in restored]
             if not rest:
                 break
-            watch = gate.keep_watching  # type: ignore[attr-defined]  # soaks_on's twin
-            again = _soak(ctx, rest, functools.partial(watch, ctx.journal.change_id, rest))
+            watch = functools.partial(gate.keep_watching, ctx.journal.change_id, rest)
+            again = _soak(ctx, rest, watch)
             ctx.on_event(f"gate: {again.status.value}: {again.reason}")
             if again.status is not VerdictStatus.FAILED:
                 break
@@ -313,8 +312,7 @@ def _gate(
             what += "; restore failed: " + "; ".join(str(e) for e in errors.values())
         if ctx.interrupt.reason() is not None:  # a request came meanwhile: settle it too
             raise StopRequested(ctx.interrupt.reason())  # type: ignore[arg-type]
-        settled: Callable[[str, Sequence[str]], str] | None = getattr(gate, "after_rollback", None)
-        if settled is not None and (workload := settled(ctx.journal.change_id, restored)):
+        if workload := gate.after_rollback(ctx.journal.change_id, restored):
             what += f"; {workload}"
         return end_change(ctx, ChangeOutcome.ROLLED_BACK, what, Phase.FAILED, StopCause.GATE_FAILED)
     ctx.interrupt.check()

@@ -108,7 +108,8 @@ def namespace(kube: Any, request: pytest.FixtureRequest) -> Iterator[str]:
     name = f"t{next(_counter)}-{slug}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     # the ServiceAccount controller creates "default"; pods cannot be created before it exists
-    deadline = time.monotonic() + 30
+    # (on a loaded 2-core machine it has taken over 30 s)
+    deadline = time.monotonic() + 120
     while True:
         try:
             core.read_namespaced_service_account("default", name)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from rollout.models import NodeChange, NodeInfo, PodRef, Verdict, VerdictStatus
-from rollout.protocols import Eviction, EvictionResult, RestoreFile, RunResult
+from rollout.protocols import Eviction, EvictionResult, OneSoak, RestoreFile, RunResult
 
 
 class FakeClock:
@@ -89,7 +89,10 @@ class FakeCluster:
 
 
 class FakeRunner:
-    """Writes files into the fake node; ``refuse`` makes the new config fail to start."""
+    """Writes files into the fake node; ``refuse`` makes the new config fail to start;
+    ``pipelined``: each node of a batch runs on its own (the plain-ssh node step's shape)."""
+
+    pipelined = False
 
     def __init__(
         self, cluster: FakeCluster, refuse: Sequence[str] = (), fail_restore: Sequence[str] = ()
@@ -102,6 +105,9 @@ class FakeRunner:
         self.runs: list[tuple[str, tuple[str, ...]]] = []
         #: (node, force) of every restore, as ``restore_many`` was called
         self.forced: list[tuple[str, bool]] = []
+
+    def per_node(self, hosts: Sequence[str]) -> bool:
+        return self.pipelined
 
     def apply(self, change: NodeChange, change_id: str, backup_dir: str) -> RunResult:
         self.applied.append(change.node)
@@ -183,7 +189,7 @@ def make_change(name: str) -> NodeChange:
     )
 
 
-class ScriptedGate:
+class ScriptedGate(OneSoak):
     def __init__(self, status: VerdictStatus) -> None:
         self.status = status
         self.seen: list[list[str]] = []

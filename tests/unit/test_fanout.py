@@ -181,7 +181,7 @@ def _ctx(tmp_path: Path, nodes: list[str], forks: int, pipelined: bool) -> Conte
     cluster = FakeCluster({n: make_node(n) for n in nodes})
     runner = FakeRunner(cluster)
     if pipelined:
-        runner.per_node = lambda hosts: True  # type: ignore[attr-defined]
+        runner.pipelined = True
     events: list[str] = []
     journal = Journal.create(tmp_path, "20260101T000000Z-fan")
     ctx: Context = fake_context(cluster, runner, journal, on_event=events.append, forks=forks)

@@ -54,7 +54,7 @@ def test_every_restart_finds_the_node_cordoned_and_drained(
     cluster = FakeCluster({n: make_node(n, pods=3) for n in NODES}, blocked=("default/n3-p0",))
     runner = Watching(cluster, refuse=refuse)
     if pipelined:
-        runner.per_node = lambda hosts: True  # type: ignore[attr-defined]
+        runner.pipelined = True
     ctx = fake_context(cluster, runner, Journal.create(tmp_path, "20260101T000000Z-abc"))
     batches = make_batches(NODES, NODES, Strategy(max_unavailable=3), False)
     # n3's drain times out (and n2's kubelet refuses): the change stops, restoring

@@ -44,7 +44,7 @@ def _setup(
     cluster = FakeCluster({n: make_node(n, n in cordoned) for n in NODES}, blocked=blocked)
     runner = FakeRunner(cluster, refuse=refuse, fail_restore=fail_restore)
     if pipelined:  # a run per node is cheap (the node step over plain ssh)
-        runner.per_node = lambda hosts: True  # type: ignore[attr-defined]
+        runner.pipelined = True
     ctx = Context(
         cluster=cluster,
         runner=runner,

@@ -16,6 +16,7 @@ from rollout.change.planning import DrainPolicy, Strategy, make_batches
 from rollout.change.replaying import replay
 from rollout.interrupt import Interrupt, StopReason, StopRequested
 from rollout.models import NodeState, Verdict, VerdictStatus
+from rollout.protocols import OneSoak
 from tests.unit.ending import ended
 from tests.unit.fakes_change import (
     CONF,
@@ -53,7 +54,7 @@ def _run(
     return run_change(ctx, changes, batches, gate or NoGate(), canary_only)  # type: ignore[arg-type]
 
 
-class SoakThenRequest:
+class SoakThenRequest(OneSoak):
     """A gate whose soak is interrupted by a request arriving after ``after`` seconds."""
 
     def __init__(self, interrupt: Interrupt, reason: StopReason, after: int = 3) -> None:

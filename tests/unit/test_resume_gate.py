@@ -16,6 +16,7 @@ from rollout.change.planning import Batch, DrainPolicy, Strategy, make_batches
 from rollout.change.replaying import replay
 from rollout.change.resuming import resume, unfinished_gate
 from rollout.models import NodeState, Phase, Verdict, VerdictStatus
+from rollout.protocols import OneSoak
 from tests.unit.ending import ended
 from tests.unit.fakes_change import (
     CONF,
@@ -33,7 +34,7 @@ NODES = ["n1", "n2", "n3", "n4"]
 REST = [Batch(("n3",), False), Batch(("n4",), False)]
 
 
-class DyingGate:
+class DyingGate(OneSoak):
     """Dies in the middle of its soak."""
 
     def evaluate(self, change_id: str, nodes: Sequence[str]) -> Verdict:
