@@ -126,12 +126,12 @@ def main() -> None:
         lab.start_monitoring(state_dir=state)
         for t in range(1, args.trials + 1):
             g, a = f"{lab.name}-g{t}", f"{lab.name}-a{t}"
-            lab.add_nodes([g, a], ["kubeadm"])
+            lab.machines.add_nodes([g, a], ["kubeadm"])
             lg = gate_path(lab, g, work, state, _namespace(lab, f"bench-g{t}"))
             la = alert_path(lab, a, work, state, _namespace(lab, f"bench-a{t}"))
             rows.append((t, lg, la))
             print(f"trial {t}: gate path {lg:.2f}s, alert path {la:.2f}s", flush=True)
-            lab.remove_nodes([g, a])
+            lab.machines.remove_nodes([g, a])
     finally:
         lab.down()
     print("\ntrial | gate path (s) | alert path (s)")

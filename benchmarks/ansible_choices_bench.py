@@ -83,7 +83,7 @@ def main() -> None:
     lab.start_control_plane()
     try:
         names = [f"a{i}" for i in range(1, args.nodes + 1)]
-        lab.add_nodes(names, ["kubeadm"])
+        lab.machines.add_nodes(names, ["kubeadm"])
         inv = ck.inventory(lab, names, names[:1], work / "inv.ini")
         configs: dict[str, dict[str, str]] = {
             "linear+pipelining+ControlPersist (rollout)": {},

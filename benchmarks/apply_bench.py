@@ -109,7 +109,7 @@ def main() -> None:
     lab.start_control_plane()
     try:
         names = [f"b{i}" for i in range(1, args.nodes + 1)]
-        lab.add_nodes(names, ["kubeadm"])
+        lab.machines.add_nodes(names, ["kubeadm"])
         inv = ck.inventory(lab, names, names, work / "inv.ini")
         plan = ck.plan(work / "plan.yaml", dict.fromkeys(names, "kubeadm"), args.max_unavailable)
         env = ck.env(lab, work / "state")

@@ -46,9 +46,9 @@ TAE = "TopologyAffinityError"
 
 def _single_numa(lab: Lab, node: str) -> None:
     """Serve single-numa-node with the static CPU manager (what a canary change does)."""
-    root = lab.node_root(node)
+    root = lab.machines.node_root(node)
     path = root / "var/lib/kubelet/config.yaml"
-    lab.stop_kubelet(node)
+    lab.machines.stop_kubelet(node)
     cfg = yaml.safe_load(path.read_text())
     cfg.update(
         {
@@ -60,14 +60,14 @@ def _single_numa(lab: Lab, node: str) -> None:
     path.write_text(yaml.safe_dump(cfg, sort_keys=True))
     for f in (checkpoints.CPU_STATE_FILE, checkpoints.MEMORY_STATE_FILE):
         (root / "var/lib/kubelet" / f).unlink(missing_ok=True)
-    lab.start_kubelet(node)
+    lab.machines.start_kubelet(node)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         code, body = lab.api.request("GET", f"/api/v1/nodes/{node}/proxy/configz", timeout=3)
         if code == 200 and body.get("kubeletconfig", {}).get("topologyManagerPolicy") == (
             "single-numa-node"
         ):
-            lab.wait_ready([node], timeout=30)
+            lab.machines.wait_ready([node], timeout=30)
             return
         time.sleep(0.2)
     raise SystemExit(f"{node} did not come back with single-numa-node")
@@ -165,7 +165,9 @@ def main() -> None:
     lab = Lab(f"gbench{os.getpid()}", Path(tempfile.mkdtemp(prefix="gate-lab-bench-")))
     lab.start_control_plane()
     try:
-        (node,) = [n.name for n in lab.add_nodes(["gbench-1"], ["kubeadm"], wait_ready=True)]
+        (node,) = [
+            n.name for n in lab.machines.add_nodes(["gbench-1"], ["kubeadm"], wait_ready=True)
+        ]
         _single_numa(lab, node)
         ns = "gate-bench"
         lab.api.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})

@@ -30,7 +30,7 @@ def main() -> None:
     lab.start_control_plane()
     try:
         t = time.monotonic()
-        lab.add_nodes(["bench-1"], ["kubeadm"], wait_ready=True)
+        lab.machines.add_nodes(["bench-1"], ["kubeadm"], wait_ready=True)
         print(f"add node -> Ready: {time.monotonic() - t:.2f} s")
         netns = lab.nodes["bench-1"].node.netns
         pids = subprocess.run(

@@ -238,7 +238,7 @@ def _ssh(lab: Lab, node: str) -> list[str]:
         "-o",
         "BatchMode=yes",
         "-i",
-        str(lab.ssh_key),
+        str(lab.machines.ssh_key),
         f"root@{ip}",
     ]
 
@@ -583,7 +583,7 @@ def main() -> None:
     }
     try:
         names = [f"s{i}" for i in range(1, biggest + 1)]
-        lab.add_nodes(names, ["kubeadm"])
+        lab.machines.add_nodes(names, ["kubeadm"])
         _deployment(lab, "bench", 2 * biggest)
         bench = Bench(lab, work, names)
         for i in range(args.rounds):

@@ -41,7 +41,7 @@ def _healthz(lab: Lab, node: str) -> bool:
 def _restart(lab: Lab, node: str) -> float:
     unit = lab.nodes[node].node.unit
     t = time.monotonic()
-    r = lab.node_exec(node, "systemctl", "restart", unit)
+    r = lab.machines.node_exec(node, "systemctl", "restart", unit)
     assert r.returncode == 0, r.stderr
     time.sleep(0.2)  # the old process answers until it is gone
     ck.wait_for(lambda: _healthz(lab, node), 120, f"{node} healthz", every=0.1)
@@ -87,7 +87,7 @@ def main() -> None:
     }
     try:
         for k in kinds:
-            lab.add_nodes(pairs[k], ["kubeadm"], kubelet=k, timeout=120)
+            lab.machines.add_nodes(pairs[k], ["kubeadm"], kubelet=k, timeout=120)
         for rnd in range(args.rounds):
             for k in kinds:
                 s = samples[k]

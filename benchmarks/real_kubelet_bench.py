@@ -76,7 +76,9 @@ def main() -> None:
             ready: list[float] = []
             for name in names:
                 t = time.monotonic()
-                lab.add_nodes([name], ["kubeadm"], wait_ready=True, timeout=120, kubelet=kind)
+                lab.machines.add_nodes(
+                    [name], ["kubeadm"], wait_ready=True, timeout=120, kubelet=kind
+                )
                 ready.append(time.monotonic() - t)
             cpu0 = {x: sum(_cpu_s(p) for p in netns_pids(lab.nodes[x].node.netns)) for x in names}
             time.sleep(args.settle)
@@ -92,7 +94,7 @@ def main() -> None:
                     f"  kubelet RSS {kubelet / 1024:7.1f} MiB  idle CPU {idle * 100:5.2f} %"
                 )
             results[kind] = rows
-            lab.remove_nodes(names)
+            lab.machines.remove_nodes(names)
     finally:
         lab.down()
     med = {

@@ -204,7 +204,7 @@ def status(name: str, workdir: Path | None, output: str) -> None:
       rollout lab status -o json | jq '.nodes[] | select(.ready != "True")'
     """
     lab_ = Lab.attach(name, workdir)
-    rows = lab_.node_status()
+    rows = lab_.machines.node_status()
     api_ok = False
     if lab_.cp is not None:
         try:
@@ -327,15 +327,15 @@ def fault(
         if not node:
             raise LabError(f"fault {fault} needs a NODE argument")
         if fault in ("device-unhealthy", "device-healthy"):
-            result = lab_.device_health(node, device, fault == "device-healthy")
+            result = lab_.devices.device_health(node, device, fault == "device-healthy")
         elif fault.startswith("plugin-"):
-            result = lab_.plugin(node, fault.removeprefix("plugin-"))
+            result = lab_.devices.plugin(node, fault.removeprefix("plugin-"))
         else:
             {
-                "sshd-stop": lab_.stop_sshd,
-                "sshd-start": lab_.start_sshd,
-                "kubelet-stop": lab_.stop_kubelet,
-                "kubelet-start": lab_.start_kubelet,
+                "sshd-stop": lab_.machines.stop_sshd,
+                "sshd-start": lab_.machines.start_sshd,
+                "kubelet-stop": lab_.machines.stop_kubelet,
+                "kubelet-start": lab_.machines.start_kubelet,
             }[fault](node)
     if output == "json":
         doc = {"fault": fault, "node": node, "done": True, **result}

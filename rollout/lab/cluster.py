@@ -71,15 +71,19 @@ def default_lab_dir(name: str) -> Path:
     return Path(env) if env else Path.home() / ".cache" / "rollout-lab" / "labs" / name
 
 
-class Lab(LabNodes, DeviceFaults):
-    """A local cluster: control plane + relay + nodes, described by ``<dir>/lab.json``."""
+class Lab:
+    """A local cluster: control plane + relay + nodes, described by ``<dir>/lab.json``.
+
+    Its nodes are :attr:`machines` (adding, removing, per-node faults), their device faults
+    :attr:`devices`."""
 
     def __init__(self, name: str = "default", directory: Path | None = None) -> None:
         self.name = name
         self.dir = Path(directory or default_lab_dir(name)).resolve()
         self.cp: ControlPlane | None = None
         self.bin_dir: Path | None = None
-        self.nodes: dict[str, NodeRecord] = {}
+        self.machines = LabNodes(name, self.dir, lambda: self.cp, self._save)
+        self.devices = DeviceFaults(self._require_cp, self.machines.node_root)
         self.relay_pid = 0
         self.monitoring: mon.MonitoringState | None = None
         self._recorded_cp: dict[str, int] = {}  # control plane PIDs lab.json named (attached)
@@ -162,14 +166,14 @@ class Lab(LabNodes, DeviceFaults):
         (self.dir / "ssh" / "authorized_keys").write_bytes(
             (self.dir / "ssh" / "client_key.pub").read_bytes()
         )
-        self.shim.parent.mkdir(parents=True, exist_ok=True)
-        self.shim.write_text(
+        self.machines.shim.parent.mkdir(parents=True, exist_ok=True)
+        self.machines.shim.write_text(
             f"#!{sys.executable}\n"
             '"""systemctl for a rollout lab node (see rollout/lab/shim.py)."""\n'
             f"import sys\nsys.path.insert(0, {str(assets.import_root())!r})\n"
             "from rollout.lab.shim import main\nmain()\n"
         )
-        self.shim.chmod(0o755)
+        self.machines.shim.chmod(0o755)
 
     def _start_relay(self) -> int:
         assert self.cp is not None
@@ -183,7 +187,7 @@ class Lab(LabNodes, DeviceFaults):
                     "-m",
                     "rollout.lab.relay",
                     "--listen",
-                    f"unix:{self.socket_path}",
+                    f"unix:{self.machines.socket_path}",
                     "--connect",
                     f"tcp:127.0.0.1:{self.cp.apiserver_port}",
                     "--ready-file",
@@ -284,7 +288,7 @@ class Lab(LabNodes, DeviceFaults):
             if monitoring:
                 self.start_monitoring(state_dir, progress)
             names = [f"{self.name}-node{i}" for i in range(1, count + 1)]
-            made = self.add_nodes(
+            made = self.machines.add_nodes(
                 names,
                 distributions,
                 shape=shape,
@@ -294,7 +298,7 @@ class Lab(LabNodes, DeviceFaults):
                 kubelet_version=kubelet_version,
             )
             self.inventory.write_text(
-                inventory_text(made, self.ssh_key, f"lab {self.name} in {self.dir}")
+                inventory_text(made, self.machines.ssh_key, f"lab {self.name} in {self.dir}")
             )
             self.plan.write_text(plan_text(made, self.name))
         except BaseException:
@@ -309,7 +313,7 @@ class Lab(LabNodes, DeviceFaults):
         if self.monitoring is not None:
             terminate(mon.ours(self.monitoring))
             self.monitoring = None
-        self.remove_nodes(list(self.nodes), delete_objects=False)
+        self.machines.remove_nodes(list(self.nodes), delete_objects=False)
         # namespaces of nodes that never made it into the state file (a `lab up` killed while
         # starting a node): their names say they are this lab's
         for netns in lab_namespaces(self.name):
@@ -327,7 +331,7 @@ class Lab(LabNodes, DeviceFaults):
                 if pid and exe_is(pid, self.bin_dir / name):
                     terminate([pid])
         self.cp = None
-        self.socket_path.unlink(missing_ok=True)
+        self.machines.socket_path.unlink(missing_ok=True)
         self.state_file.unlink(missing_ok=True)
         if not keep:
             self._remove_state()
@@ -360,9 +364,12 @@ class Lab(LabNodes, DeviceFaults):
         return {**self._recorded_cp, **(self.cp.pids if self.cp is not None else {})}
 
     def _require_cp(self) -> ControlPlane:
-        if self.cp is None:
-            raise LabError(f"lab {self.name} has no running control plane (is it up?)")
-        return self.cp
+        return self.machines.require_cp()
+
+    @property
+    def nodes(self) -> dict[str, NodeRecord]:
+        """The lab's nodes by name (:attr:`machines` owns them)."""
+        return self.machines.nodes
 
     def _save(self) -> None:
         state = labstate.state_of(

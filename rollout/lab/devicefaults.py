@@ -26,13 +26,10 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from rollout.errors import LabError
 from rollout.lab import realnode
-
-if TYPE_CHECKING:
-    from rollout.lab.controlplane import ControlPlane
 
 RESOURCE = "nvidia.com/gpu"
 UNHEALTHY = "Unhealthy"
@@ -116,17 +113,27 @@ def _wait(pred: Callable[[], Any], timeout: float, what: str) -> Any:
         time.sleep(0.25)
 
 
+class APIServer(Protocol):
+    """What a fault reads the Node through: the control plane's admin request
+    (:meth:`rollout.lab.controlplane.ControlPlane.request`)."""
+
+    def request(self, method: str, path: str) -> tuple[int, Any]: ...
+
+
 class DeviceFaults:
-    """Device faults of a lab (mixed into :class:`~rollout.lab.cluster.Lab`)."""
+    """Device faults of a lab's nodes (:attr:`rollout.lab.cluster.Lab.devices`).
 
-    if TYPE_CHECKING:
+    Args:
+        api: the control plane, when the fault runs (a lab attached or started).
+        node_root: a node's root directory as the host sees it.
+    """
 
-        def _require_cp(self) -> ControlPlane: ...
-
-        def node_root(self, node: str) -> Path: ...
+    def __init__(self, api: Callable[[], APIServer], node_root: Callable[[str], Path]) -> None:
+        self._api = api
+        self.node_root = node_root
 
     def _node_status(self, node: str) -> Mapping[str, Any]:
-        code, obj = self._require_cp().request("GET", f"/api/v1/nodes/{node}")
+        code, obj = self._api().request("GET", f"/api/v1/nodes/{node}")
         if code != 200:
             raise LabError(f"read Node {node}: HTTP {code}")
         return dict(obj.get("status") or {})

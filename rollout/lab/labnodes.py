@@ -2,8 +2,9 @@
 start, wait for Ready), removing, status, and the per-node faults and helpers (stop/start sshd or
 the kubelet unit, run a command in the node, write an inventory).
 
-:class:`LabNodes` is a mixin of :class:`~rollout.lab.cluster.Lab`; it uses the lab's directory,
-control plane and state file through the attributes and methods declared below.
+:class:`LabNodes` is the part of :class:`~rollout.lab.cluster.Lab` that owns the node records
+(``lab.machines``); it is given the lab's name and directory, the control plane (None until one
+is started or attached) and the lab's ``save``, and reaches nothing else of the Lab.
 """
 
 from __future__ import annotations
@@ -43,18 +44,35 @@ class NodeRecord:
 
 
 class LabNodes:
-    """Node management of a lab (mixed into :class:`~rollout.lab.cluster.Lab`)."""
+    """The nodes of a lab (:attr:`rollout.lab.cluster.Lab.machines`).
 
-    name: str
-    dir: Path
-    cp: ControlPlane | None
-    nodes: dict[str, NodeRecord]
+    Args:
+        name: the lab's name.
+        directory: the lab's directory.
+        control: the lab's control plane (None: none started or attached).
+        save: writes the lab's state file (after nodes are added or removed).
+    """
 
-    if TYPE_CHECKING:
+    def __init__(
+        self,
+        name: str,
+        directory: Path,
+        control: Callable[[], ControlPlane | None],
+        save: Callable[[], None],
+    ) -> None:
+        self.name, self.dir = name, directory
+        self._control, self._save = control, save
+        self.nodes: dict[str, NodeRecord] = {}
 
-        def _require_cp(self) -> ControlPlane: ...
+    @property
+    def cp(self) -> ControlPlane | None:
+        return self._control()
 
-        def _save(self) -> None: ...
+    def require_cp(self) -> ControlPlane:
+        cp = self._control()
+        if cp is None:
+            raise LabError(f"lab {self.name} has no running control plane (is it up?)")
+        return cp
 
     @property
     def socket_path(self) -> Path:
@@ -86,7 +104,7 @@ class LabNodes:
         ``kubelet_version``: a minor of :data:`realnode.KUBELET_VERSIONS`, checked against the
         control plane's version by the skew policy before anything starts (the simulated kubelet
         plays that version's flags, config checks and checkpoint files)."""
-        cp = self._require_cp()
+        cp = self.require_cp()
         version = str(cp.version().get("gitVersion", ""))
         wanted = check_kubelet(kubelet, kubelet_version, version)
         for d in distributions:
@@ -154,7 +172,7 @@ class LabNodes:
         cloud's node controller removes it once it has initialized the Node (on EKS, AWS's cloud
         controller manager). The lab has no cloud controller, so without this nothing would ever
         be scheduled on those nodes. The simulated kubelet never adds the taint."""
-        cp = self._require_cp()
+        cp = self.require_cp()
         for node in nodes:
             if node.kubelet != "real":
                 continue
@@ -175,7 +193,7 @@ class LabNodes:
                 raise LabError(f"could not remove {UNINITIALIZED_TAINT} from {node.name}: {out}")
 
     def _credentials(self, node: nodefiles.LabNode) -> nodefiles.NodeCredentials:
-        cp = self._require_cp()
+        cp = self.require_cp()
         server = f"https://127.0.0.1:{cp.apiserver_port}"
         kc = cp.node_kubeconfig(node.name, embed=True, server=server)
         crt, key = cp.pki_dir / f"node-{node.name}.crt", cp.pki_dir / f"node-{node.name}.key"
@@ -263,7 +281,7 @@ class LabNodes:
         ``nvidia.com/gpu`` = the devices of its ``gpus.txt``): the fake device plugin registers
         a moment after the kubelet is Ready, and preflight refuses a node advertising fewer GPUs
         than it has."""
-        cp = self._require_cp()
+        cp = self.require_cp()
         deadline = time.monotonic() + timeout
         while True:
             short = {}
@@ -286,7 +304,7 @@ class LabNodes:
         longer on a loaded machine), and until then the scheduler places nothing on it, so a test
         that spreads pods right after ``add_nodes`` would see them all on the nodes untainted
         first."""
-        cp = self._require_cp()
+        cp = self.require_cp()
         deadline = time.monotonic() + timeout
         while True:
             tainted = []

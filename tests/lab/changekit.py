@@ -37,7 +37,7 @@ FAST_VARS = "rollout_kubelet_healthz_retries=6\nrollout_kubelet_healthz_delay=1\
 
 def inventory(lab: Lab, nodes: Sequence[str], canary: Sequence[str], path: Path) -> Path:
     """A lab inventory whose ``canary`` group is exactly ``canary``."""
-    lab.write_inventory(list(nodes), path)
+    lab.machines.write_inventory(list(nodes), path)
     lines = path.read_text().splitlines()
     start = lines.index("[canary]")
     end = lines.index("", start)
@@ -138,7 +138,7 @@ def states(state: Path) -> dict[str, str]:
 
 def snapshot(lab: Lab, node: str) -> dict[str, str]:
     """sha256 of every watched node file."""
-    root = lab.node_root(node)
+    root = lab.machines.node_root(node)
     out: dict[str, str] = {}
     for d in WATCHED_DIRS:
         base = root / d

@@ -91,12 +91,14 @@ def lab_nodes(
         prefix = f"t{next(_counter)}-{slug}"
         names = [f"{prefix}-{i}" for i in range(1, count + 1)]
         made.extend(names)
-        nodes = lab.add_nodes(names, distribution.split(","), wait_ready=ready, kubelet=kubelet)
-        inv = lab.write_inventory(names, tmp_path / f"{prefix}.ini")
+        nodes = lab.machines.add_nodes(
+            names, distribution.split(","), wait_ready=ready, kubelet=kubelet
+        )
+        inv = lab.machines.write_inventory(names, tmp_path / f"{prefix}.ini")
         return Nodes(nodes, inv)
 
     yield make
-    lab.remove_nodes(made)
+    lab.machines.remove_nodes(made)
 
 
 @pytest.fixture

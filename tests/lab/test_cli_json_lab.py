@@ -44,4 +44,4 @@ def test_lab_env_fault_and_status_json(lab: Lab, lab_nodes: Any) -> None:
     assert rows[node]["kubelet"] == "inactive"
     started = rollout("lab", "fault", "kubelet-start", node, *where, "-o", "json")
     assert started["done"] is True
-    lab.wait_ready([node], timeout=30)
+    lab.machines.wait_ready([node], timeout=30)

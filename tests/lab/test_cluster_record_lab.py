@@ -249,7 +249,9 @@ def test_rollback_puts_back_the_nodes_own_copy_when_every_other_copy_is_lost(
         "GET", f"/api/v1/namespaces/{ns}/configmaps?labelSelector=rollout.dev/record%3Dbackup"
     )
     assert code == 200 and left["items"] == []
-    node_copy = lab.node_root(canary[0]) / "var/lib/rollout/backups" / change / "manifest.json"
+    node_copy = (
+        lab.machines.node_root(canary[0]) / "var/lib/rollout/backups" / change / "manifest.json"
+    )
     assert node_copy.is_file()
 
     r = ck.cli(["rollback", "--change", change, "-i", str(inv), "--yes", "-o", "json", *lock], b)

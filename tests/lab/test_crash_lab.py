@@ -208,7 +208,7 @@ class World:
 
 def _files(lab: Lab, node: str) -> dict[str, bytes]:
     """The bytes of every watched node file (what a change may touch)."""
-    root = lab.node_root(node)
+    root = lab.machines.node_root(node)
     out: dict[str, bytes] = {}
     for d in ck.WATCHED_DIRS:
         base = root / d
@@ -257,8 +257,8 @@ def _put_back(w: World, stage: Stage, state: Path) -> None:
         have = _files(lab, n)
         restart = have != want or _policy(lab, n) != stage.policy[n]
         if restart:
-            root = lab.node_root(n)
-            lab.stop_kubelet(n)
+            root = lab.machines.node_root(n)
+            lab.machines.stop_kubelet(n)
             for p in set(have) - set(want):
                 (root / p.lstrip("/")).unlink()
             for p, content in want.items():
@@ -267,7 +267,7 @@ def _put_back(w: World, stage: Stage, state: Path) -> None:
                 target.write_bytes(content)
             for rel in KUBELET_STATE:
                 (root / rel).unlink(missing_ok=True)
-            lab.start_kubelet(n)
+            lab.machines.start_kubelet(n)
         if ck.unschedulable(lab, n) != stage.cordoned[n]:
             ck.set_unschedulable(lab, n, stage.cordoned[n])
     for n in w.names:
@@ -277,7 +277,7 @@ def _put_back(w: World, stage: Stage, state: Path) -> None:
             f"{n}'s kubelet running cpuManagerPolicy {stage.policy[n]}",
             every=0.25,
         )
-    lab.wait_ready(w.names, timeout=180)
+    lab.machines.wait_ready(w.names, timeout=180)
     lab.api.request("DELETE", LEASE.format(ns=w.lock_ns))
     if state.exists():
         shutil.rmtree(state)
@@ -341,7 +341,7 @@ def _killed(r: Any, what: str) -> None:
 def world(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     root = tmp_path_factory.mktemp("crash")
     names = [f"crash{os.getpid() % 100000}-{i}" for i in (1, 2, 3)]
-    lab.add_nodes(names, ["kubeadm"], wait_ready=True, timeout=180, kubelet="sim")
+    lab.machines.add_nodes(names, ["kubeadm"], wait_ready=True, timeout=180, kubelet="sim")
     lock_ns = f"crash-lock-{os.getpid() % 100000}"
     try:
         inv = ck.inventory(lab, names, names[:1], root / "inv.ini")
@@ -355,7 +355,7 @@ def world(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]
         w.stages["baseline"] = _capture(lab, names, None, root / "unused")
         yield _clean_runs(w)
     finally:
-        lab.remove_nodes(names)
+        lab.machines.remove_nodes(names)
         lab.api.request("DELETE", f"/api/v1/namespaces/{lock_ns}")
 
 

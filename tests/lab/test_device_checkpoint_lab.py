@@ -24,7 +24,7 @@ GPU1 = {"cpu": "2", "memory": "64Mi", "nvidia.com/gpu": "1"}
 
 
 def _assignments(lab: Lab, node: str) -> dict[str, dict[int, tuple[str, ...] | None]]:
-    text = (lab.node_root(node) / "var/lib/kubelet" / DEVICE_CHECKPOINT_FILE).read_text()
+    text = (lab.machines.node_root(node) / "var/lib/kubelet" / DEVICE_CHECKPOINT_FILE).read_text()
     cp = parse_device(text)  # raises unless the checksum is the kubelet's
     return {e.pod_uid: dict(e.device_ids or {}) for e in cp.entries or ()}
 
@@ -44,7 +44,7 @@ def test_device_checkpoint_survives_a_kubelet_restart(
         },
     )
     _wait_policy(lab, node, "single-numa-node")
-    lab.wait_ready([node], timeout=20)
+    lab.machines.wait_ready([node], timeout=20)
     ns = namespace
 
     def run(name: str) -> str:
@@ -60,9 +60,9 @@ def test_device_checkpoint_survives_a_kubelet_restart(
     ((numa, ids),) = before[first].items()
     assert ids is not None and len(ids) == 1
 
-    lab.stop_kubelet(node)
-    lab.start_kubelet(node)
-    lab.wait_ready([node], timeout=30)
+    lab.machines.stop_kubelet(node)
+    lab.machines.start_kubelet(node)
+    lab.machines.wait_ready([node], timeout=30)
     assert _assignments(lab, node)[first] == {numa: ids}  # restored and written back
 
     second = run("gpu-b")

@@ -44,11 +44,11 @@ GPU = "nvidia.com/gpu"
 @pytest.fixture(scope="module")
 def real(lab: Lab) -> Iterator[list[str]]:
     names = ["df-real-1", "df-real-2"]
-    lab.add_nodes(names, ["kubeadm"], kubelet="real", timeout=120)
+    lab.machines.add_nodes(names, ["kubeadm"], kubelet="real", timeout=120)
     try:
         yield names
     finally:
-        lab.remove_nodes(names)
+        lab.machines.remove_nodes(names)
 
 
 def _fault(lab: Lab, env: dict[str, str], *args: str) -> dict[str, Any]:
@@ -67,7 +67,7 @@ def _counts(lab: Lab, node: str) -> tuple[str, str]:
 
 
 def _registered(lab: Lab, node: str) -> set[str]:
-    text = (lab.node_root(node) / "var/lib/kubelet" / DEVICE_CHECKPOINT_FILE).read_text()
+    text = (lab.machines.node_root(node) / "var/lib/kubelet" / DEVICE_CHECKPOINT_FILE).read_text()
     return set((parse_device(text).registered or {}).get(GPU) or ())
 
 
@@ -153,7 +153,7 @@ def test_a_stopped_device_plugin_is_refused_by_preflight_naming_the_node(
 
     started_again = _fault(lab, env, "plugin-start", canary)
     assert started_again["allocatable"] == 8 and started_again["changed"] is True
-    log = lab.node_root(canary) / "var/log/rollout-lab-fakedeviceplugin.log"
+    log = lab.machines.node_root(canary) / "var/log/rollout-lab-fakedeviceplugin.log"
     registrations = log.read_text().count("fakedeviceplugin: registered ")
     restarted = _fault(lab, env, "plugin-restart", canary)
     assert restarted["allocatable"] == 8

@@ -240,7 +240,7 @@ def test_kubelet_refusing_new_config_is_restored_automatically(
     node = names[0]
     inv = ck.inventory(lab, names, names[:1], tmp_path / "inv2.ini")
     before = ck.snapshot(lab, node)
-    root = lab.node_root(node)
+    root = lab.machines.node_root(node)
     cfg_path = "/var/lib/kubelet/config.yaml"
     old = (root / cfg_path.lstrip("/")).read_bytes()
     cfg = yaml.safe_load(old)
@@ -306,7 +306,7 @@ def test_sshd_stopped_mid_batch_then_resume_restores(
     proc = ck.start_cli(args, env)
     try:
         ck.wait_for(lambda: ck.journal_has(state, names[1], "cordon", "done"), 120, "batch started")
-        lab.stop_sshd(names[1])
+        lab.machines.stop_sshd(names[1])
         _, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
@@ -317,7 +317,7 @@ def test_sshd_stopped_mid_batch_then_resume_restores(
     st = ck.states(state)
     assert st[names[0]] == "applied"  # the other node of the batch finished
     assert st[names[1]] in ("failed", "restored")
-    lab.start_sshd(names[1])
+    lab.machines.start_sshd(names[1])
     change = ck.latest_journal(state).change_id  # type: ignore[union-attr]
     r = ck.cli(["resume", "--change", change, "--yes", "-o", "json"], env)
     assert r.returncode == 0, r.stderr

@@ -432,7 +432,7 @@ def test_no_traffic_holds_and_probes_turn_it_into_a_verdict(
 def _single_numa(lab: Lab, node: str) -> None:
     _configure(lab, node, {**STATIC, "topologyManagerPolicy": "single-numa-node"})
     _wait_policy(lab, node, "single-numa-node")
-    lab.wait_ready([node], timeout=20)
+    lab.machines.wait_ready([node], timeout=20)
 
 
 def _api_signal(lab: Lab, node: str) -> Any:

@@ -35,16 +35,16 @@ def _get(lab: Lab, path: str) -> Any:
 def _configure(lab: Lab, node: str, fields: dict[str, Any], *, reset: bool = True) -> None:
     """Edit the node's kubeadm KubeletConfiguration and restart its kubelet (as ``apply`` does:
     stop, remove the checkpoints, write, start)."""
-    root = lab.node_root(node)
+    root = lab.machines.node_root(node)
     path = root / "var/lib/kubelet/config.yaml"
-    lab.stop_kubelet(node)
+    lab.machines.stop_kubelet(node)
     cfg = yaml.safe_load(path.read_text())
     cfg.update(fields)
     path.write_text(yaml.safe_dump(cfg, sort_keys=True))
     if reset:
         for f in (ck.CPU_STATE_FILE, ck.MEMORY_STATE_FILE):
             (root / "var/lib/kubelet" / f).unlink(missing_ok=True)
-    lab.start_kubelet(node)
+    lab.machines.start_kubelet(node)
 
 
 def _configz(lab: Lab, node: str) -> dict[str, Any] | None:
@@ -110,7 +110,7 @@ def test_node_ready_lease_configz_and_metrics(lab: Lab, lab_nodes: Any) -> None:
     code, body = lab.api.request("GET", f"/api/v1/nodes/{node}/proxy/healthz")
     assert (code, body) == (200, "ok")
     # the plain-HTTP healthz port the restart step polls, on the node's own loopback
-    r = lab.node_exec(
+    r = lab.machines.node_exec(
         node, sys.executable, "-c",
         "import urllib.request as u; print(u.urlopen('http://127.0.0.1:10248/healthz').read())",
     )  # fmt: skip
@@ -127,7 +127,7 @@ def test_single_numa_node_rejects_what_none_admits(
     _configure(lab, loose, {**STATIC, "topologyManagerPolicy": "none"})
     _wait_policy(lab, strict, "single-numa-node")
     _wait_policy(lab, loose, "none")
-    lab.wait_ready([strict, loose], timeout=20)
+    lab.machines.wait_ready([strict, loose], timeout=20)
     ns = namespace
     # 40 CPUs fit the node (62 allocatable) but not one NUMA node (32 CPUs each)
     for name, node in (("big-strict", strict), ("big-loose", loose)):
@@ -160,7 +160,9 @@ def test_single_numa_node_rejects_what_none_admits(
     assert 'kubelet_admission_rejections_total{reason="TopologyAffinityError"} 1' in text
     # the admitted pod holds 40 exclusive CPUs, recorded in the kubelet's checkpoint
     uid = _get(lab, f"/api/v1/namespaces/{ns}/pods/big-loose")["metadata"]["uid"]
-    state = ck.parse_cpu((lab.node_root(loose) / "var/lib/kubelet/cpu_manager_state").read_text())
+    state = ck.parse_cpu(
+        (lab.machines.node_root(loose) / "var/lib/kubelet/cpu_manager_state").read_text()
+    )
     assert len(state.assigned()) == 40 and uid in state.entries
     # 6 GPUs fit the node (8) but not one NUMA node (4 each); 2 GPUs do
     gpus6 = {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "6"}
@@ -180,7 +182,7 @@ def test_deployment_keeps_producing_rejected_pods(lab: Lab, lab_nodes: Any, name
     (node,) = lab_nodes(1).names
     _configure(lab, node, {**STATIC, "topologyManagerPolicy": "single-numa-node"})
     _wait_policy(lab, node, "single-numa-node")
-    lab.wait_ready([node], timeout=20)
+    lab.machines.wait_ready([node], timeout=20)
     pod = _pod("gpu-job", node, CPU40)
     deploy = {
         "apiVersion": "apps/v1",
@@ -210,7 +212,7 @@ def test_deployment_keeps_producing_rejected_pods(lab: Lab, lab_nodes: Any, name
 def test_checkpoint_mismatch_keeps_kubelet_down_until_removed(lab: Lab, lab_nodes: Any) -> None:
     nodes = lab_nodes(1)
     (node,) = nodes.names
-    root = lab.node_root(node)
+    root = lab.machines.node_root(node)
     log = root / "var/log/kubelet.log"
     assert json.loads((root / "var/lib/kubelet/cpu_manager_state").read_text())["policyName"] == (
         "none"
@@ -225,13 +227,16 @@ def test_checkpoint_mismatch_keeps_kubelet_down_until_removed(lab: Lab, lab_node
     unit = nodes[0].unit
     # crash-looping: between two short-lived attempts the unit waits in "activating"
     _wait(
-        lambda: lab.node_exec(node, "systemctl", "is-active", unit).stdout.strip() == "activating",
+        lambda: (
+            lab.machines.node_exec(node, "systemctl", "is-active", unit).stdout.strip()
+            == "activating"
+        ),
         10,
         "the unit to crash-loop",
     )
-    lab.wait_ready([node], timeout=30, want="Unknown")
+    lab.machines.wait_ready([node], timeout=30, want="Unknown")
     (root / "var/lib/kubelet/cpu_manager_state").unlink()
-    lab.wait_ready([node], timeout=20)
+    lab.machines.wait_ready([node], timeout=20)
     state = ck.parse_cpu((root / "var/lib/kubelet/cpu_manager_state").read_text())
     assert (state.policy_name, state.default_cpu_set) == ("static", "0-63")
 
@@ -240,10 +245,10 @@ def test_checkpoint_mismatch_keeps_kubelet_down_until_removed(lab: Lab, lab_node
 @pytest.mark.timeout(60)
 def test_stopped_kubelet_makes_the_node_not_ready(lab: Lab, lab_nodes: Any) -> None:
     (node,) = lab_nodes(1).names
-    lab.stop_kubelet(node)
-    lab.wait_ready([node], timeout=30, want="Unknown")
-    lab.start_kubelet(node)
-    lab.wait_ready([node], timeout=20)
+    lab.machines.stop_kubelet(node)
+    lab.machines.wait_ready([node], timeout=30, want="Unknown")
+    lab.machines.start_kubelet(node)
+    lab.machines.wait_ready([node], timeout=20)
 
 
 # ----------------------------------------------------------- start-up as a plain process (no lab)

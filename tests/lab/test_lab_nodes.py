@@ -43,7 +43,7 @@ def test_ssh_gives_each_node_its_own_hostname_and_files(lab: Lab, lab_nodes: Any
     assert a.file("/sys/devices/system/node/node1/cpulist").content_string.strip() == "16-31,48-63"
     # a file written over SSH is visible byte for byte from the host through node_root
     a.run_expect([0], "printf 'x\\0y' > /etc/kubernetes/probe")
-    assert (lab.node_root(nodes[0].name) / "etc/kubernetes/probe").read_bytes() == b"x\0y"
+    assert (lab.machines.node_root(nodes[0].name) / "etc/kubernetes/probe").read_bytes() == b"x\0y"
     assert not Path("/etc/kubernetes/probe").exists()
 
 
@@ -51,18 +51,18 @@ def test_sshd_fault_makes_the_node_unreachable_until_started(lab: Lab, lab_nodes
     nodes = lab_nodes(1, ready=False)
     name = nodes.names[0]
     ssh = [
-        "ssh", "-i", str(lab.ssh_key), "-o", "StrictHostKeyChecking=no", "-o",
+        "ssh", "-i", str(lab.machines.ssh_key), "-o", "StrictHostKeyChecking=no", "-o",
         "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=3", "-o", "BatchMode=yes",
         f"root@{nodes[0].ip}", "hostname",
     ]  # fmt: skip
-    lab.stop_sshd(name)
+    lab.machines.stop_sshd(name)
     assert subprocess.run(ssh, capture_output=True, timeout=20).returncode == 255
     # the node itself lives on: its kubelet unit is still managed
-    assert lab.node_exec(name, "systemctl", "is-active", nodes[0].unit).stdout.strip() in (
+    assert lab.machines.node_exec(name, "systemctl", "is-active", nodes[0].unit).stdout.strip() in (
         "active",
         "activating",
     )
-    lab.start_sshd(name)
+    lab.machines.start_sshd(name)
     assert subprocess.run(ssh, capture_output=True, text=True, timeout=20).stdout.strip() == name
 
 
@@ -70,7 +70,7 @@ def test_nodes_get_ready_and_kubelet_restarts_through_ansible(
     lab: Lab, lab_nodes: Any, tmp_path: Path
 ) -> None:
     nodes = lab_nodes(2)
-    status = {s["name"]: s for s in lab.node_status()}
+    status = {s["name"]: s for s in lab.machines.node_status()}
     assert all(status[n]["ready"] == "True" for n in nodes.names)
     host = _host(nodes, nodes.names[0])
     before = host.check_output("systemctl show kubelet -p MainPID --value")
@@ -94,12 +94,12 @@ def test_nodes_get_ready_and_kubelet_restarts_through_ansible(
     # only the canary (first quarter, at least one) was touched
     other = _host(nodes, nodes.names[1])
     assert other.check_output("systemctl show kubelet -p NRestarts --value") == "0"
-    lab.wait_ready([nodes.names[0]], timeout=30)
+    lab.machines.wait_ready([nodes.names[0]], timeout=30)
 
 
 def test_every_distribution_gets_ready(lab: Lab, lab_nodes: Any) -> None:
     nodes = lab_nodes(7, "kubeadm,k3s,rke2,eks-al2,eks-al2023,microk8s,kubespray")
-    units = {s["name"]: (s["ready"], s["kubelet"], s["unit"]) for s in lab.node_status()}
+    units = {s["name"]: (s["ready"], s["kubelet"], s["unit"]) for s in lab.machines.node_status()}
     assert [units[n][:2] for n in nodes.names] == [("True", "active")] * 7
     assert [units[n][2] for n in nodes.names] == [
         "kubelet", "k3s", "rke2-server", "kubelet", "kubelet", "snap.microk8s.daemon-kubelite",

@@ -41,7 +41,7 @@ def test_an_edit_between_preflight_and_the_batch_is_kept_and_stops_the_change(
     first, last = names
     state = tmp_path / "state"
     env = ck.env(lab, state)
-    config = lab.node_root(last) / CONFIG
+    config = lab.machines.node_root(last) / CONFIG
     preflight = hashlib.sha256(config.read_bytes()).hexdigest()
     proc = ck.start_cli(["apply", "--plan", str(plan), "-i", str(inv), "--yes", "-o", "json"], env)
     try:
@@ -78,7 +78,7 @@ def test_rollback_refuses_a_file_edited_after_our_write_unless_forced(
     first = names[0]
     state = tmp_path / "state"
     env = ck.env(lab, state)
-    config = lab.node_root(first) / CONFIG
+    config = lab.machines.node_root(first) / CONFIG
     before = config.read_bytes()
     r = ck.cli(
         ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"], env

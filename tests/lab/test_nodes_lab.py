@@ -61,7 +61,7 @@ def test_nodes_reports_a_kubeadm_upgrade_rewrite_as_drift_and_nothing_else(
     plan = ck.plan(tmp_path / "plan.yaml", dict.fromkeys(names, "kubeadm"))
     text = plan.read_text().replace("metadata:\n", "method: inplace\nmetadata:\n", 1)
     plan.write_text(text)
-    root = lab.node_root(canary)
+    root = lab.machines.node_root(canary)
     original = (root / CONFIG.lstrip("/")).read_bytes()
     applier = ck.env(lab, tmp_path / "a")
     args = ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"]
@@ -84,11 +84,11 @@ def test_nodes_reports_a_kubeadm_upgrade_rewrite_as_drift_and_nothing_else(
     assert not any(row["drifted"] for row in rows.values())
 
     # `kubeadm upgrade node`: config.yaml written again from the cluster's kubelet-config
-    lab.stop_kubelet(canary)
+    lab.machines.stop_kubelet(canary)
     (root / CONFIG.lstrip("/")).write_bytes(original)
     for rel in CHECKPOINTS:
         (root / rel).unlink(missing_ok=True)
-    lab.start_kubelet(canary)
+    lab.machines.start_kubelet(canary)
     ck.wait_for(
         lambda: _policy(lab, canary) == "none",
         120,

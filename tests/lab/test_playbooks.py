@@ -58,7 +58,7 @@ def test_facts_then_apply_then_restore_is_byte_identical(
     assert facts["hostname"] == node.name and facts["distribution"] == "kubeadm"
     assert [n["cpus"] for n in facts["numaNodes"]] == ["0-15,32-47", "16-31,48-63"]
     assert len(facts["gpus"]) == 8 and facts["onlineCPUs"] == "0-63"
-    on_node = (lab.node_root(node.name) / CONFIG.lstrip("/")).read_bytes()
+    on_node = (lab.machines.node_root(node.name) / CONFIG.lstrip("/")).read_bytes()
     read = facts["kubeletFileMeta"][CONFIG]
     assert base64.b64decode(read["content_b64"]) == on_node
     assert read["sha256"] == hashlib.sha256(on_node).hexdigest()
@@ -95,8 +95,8 @@ def test_a_node_whose_sshd_is_down_is_reported_unreachable(
     nodes = lab_nodes(2, "kubeadm")
     down, up = nodes[0], nodes[1]
     runner = AnsibleRunner(tmp_path / "controller")
-    config = (lab.node_root(up.name) / CONFIG.lstrip("/")).read_bytes()
-    lab.stop_sshd(down.name)
+    config = (lab.machines.node_root(up.name) / CONFIG.lstrip("/")).read_bytes()
+    lab.machines.stop_sshd(down.name)
     try:
         result = runner.apply(
             nodes.inventory,
@@ -104,7 +104,7 @@ def test_a_node_whose_sshd_is_down_is_reported_unreachable(
             {n.name: _payload(n, "c2", config) for n in (down, up)},
         )
     finally:
-        lab.start_sshd(down.name)
+        lab.machines.start_sshd(down.name)
     assert result.playbook.hosts[down.name].status == "unreachable"
     assert result.playbook.hosts[up.name].status == "ok"
     assert result.backups[down.name] is None and result.backups[up.name] is not None
@@ -132,14 +132,14 @@ def test_facts_report_the_nodes_cgroup_version_and_the_labs_seeds_pass_it(
     from tests.lab import changekit as ck
 
     names = ["pb-cgroup-real", "pb-cgroup-sim"]
-    lab.add_nodes(names[:1], ["kubeadm"], kubelet="real", timeout=120)
-    lab.add_nodes(names[1:], ["kubeadm"], timeout=120)
+    lab.machines.add_nodes(names[:1], ["kubeadm"], kubelet="real", timeout=120)
+    lab.machines.add_nodes(names[1:], ["kubeadm"], timeout=120)
     try:
         inv = ck.inventory(lab, names, names[:1], tmp_path / "inventory.ini")
         facts = AnsibleRunner(tmp_path / "controller").gather_facts(inv, names)
         assert facts[names[0]]["cgroupVersion"] == _host_cgroup_version()
         assert "cgroupVersion" not in facts[names[1]]
-        eff = effective(load_node("kubeadm", lab.node_root(names[0])))
+        eff = effective(load_node("kubeadm", lab.machines.node_root(names[0])))
         found = validate(
             eff.config,
             origins=eff.origins,
@@ -150,4 +150,4 @@ def test_facts_report_the_nodes_cgroup_version_and_the_labs_seeds_pass_it(
         assert [f.message for f in found if f.field == "failCgroupV1"] == []
         assert eff.config["failCgroupV1"] is False
     finally:
-        lab.remove_nodes(names)
+        lab.machines.remove_nodes(names)

@@ -56,12 +56,12 @@ def real(lab: Lab) -> Iterator[list[str]]:
     """Two real-kubelet kubeadm nodes for the whole module."""
     names = ["rc-real-1", "rc-real-2"]
     t0 = time.monotonic()
-    lab.add_nodes(names, ["kubeadm"], kubelet="real", timeout=120)
+    lab.machines.add_nodes(names, ["kubeadm"], kubelet="real", timeout=120)
     print(f"\n2 real-kubelet nodes Ready in {time.monotonic() - t0:.1f}s")
     try:
         yield names
     finally:
-        lab.remove_nodes(names)
+        lab.machines.remove_nodes(names)
         print(f"test_real_change_lab.py wall time: {time.monotonic() - STARTED:.1f}s")
 
 
@@ -89,7 +89,7 @@ def _plan(path: Path, names: list[str], extra: list[str], gate: dict[str, Any] |
 
 
 def _cpu_state(lab: Lab, node: str) -> kc.CPUCheckpoint | None:
-    p = lab.node_root(node) / "var/lib/kubelet" / kc.CPU_STATE_FILE
+    p = lab.machines.node_root(node) / "var/lib/kubelet" / kc.CPU_STATE_FILE
     try:
         return kc.parse_cpu(p.read_text())
     except (OSError, ValueError):
@@ -124,7 +124,8 @@ def test_real_canary_apply_gated_by_probes_then_rollback_byte_for_byte(
     # the real kubelet binary, not the sim: its version string comes from the build's ldflags
     assert _kubelet_version(lab, canary) == str(lab.api.version()["gitVersion"])
     assert (
-        "rollout.lab.realnode" in (lab.node_root(canary) / "etc/rollout-lab/units.json").read_text()
+        "rollout.lab.realnode"
+        in (lab.machines.node_root(canary) / "etc/rollout-lab/units.json").read_text()
     )
     first = ck.wait_for(lambda: _cpu_state(lab, canary), 60, "the first cpu_manager_state")
     assert first.policy_name == "none"
@@ -182,7 +183,7 @@ def test_real_canary_apply_gated_by_probes_then_rollback_byte_for_byte(
     )
     assert back.policy_name == "none"
     assert not ck.unschedulable(lab, canary)
-    lab.wait_ready(real, timeout=60)
+    lab.machines.wait_ready(real, timeout=60)
     print(f"real canary apply + gate + rollback: {time.monotonic() - started:.1f}s")
 
 
@@ -197,7 +198,7 @@ def test_config_the_real_kubelet_refuses_is_restored_quoting_the_kubelet(
     plan = _plan(tmp_path / "plan.yaml", real, extra, None)
     state = tmp_path / "state"
     before = {n: ck.snapshot(lab, n) for n in real}
-    log = lab.node_root(canary) / "var/log/kubelet.log"
+    log = lab.machines.node_root(canary) / "var/log/kubelet.log"
     log_size = log.stat().st_size
 
     r = ck.cli(
@@ -218,7 +219,7 @@ def test_config_the_real_kubelet_refuses_is_restored_quoting_the_kubelet(
     assert ck.configz(lab, canary).get("imageGCLowThresholdPercent") != 60
     assert ck.configz(lab, canary).get("cpuManagerPolicy") == "none"
     assert not ck.unschedulable(lab, canary)
-    lab.wait_ready(real, timeout=60)
+    lab.machines.wait_ready(real, timeout=60)
     print(f"real kubelet refusal + automatic restore: {time.monotonic() - started:.1f}s")
 
 

@@ -124,20 +124,22 @@ def test_real_kubelet_nodes(lab: Lab, lab_nodes: Any, namespace: str) -> None:
 
     # --- /configz is the node's own file merged by the real kubelet (plus the lab flags)
     cfg = _wait(lambda: _configz(lab, a), 30, "configz through the node proxy")
-    on_node = yaml.safe_load((lab.node_root(a) / "var/lib/kubelet/config.yaml").read_text())
+    on_node = yaml.safe_load(
+        (lab.machines.node_root(a) / "var/lib/kubelet/config.yaml").read_text()
+    )
     assert cfg["staticPodPath"] == on_node["staticPodPath"]
     assert cfg["clusterDNS"] == on_node["clusterDNS"]
     assert cfg["cpuManagerPolicy"] == "none"
     assert (cfg["failSwapOn"], cfg["cgroupsPerQOS"]) == (False, False)  # lab flags
     # the kubelet wrote its tunables inside the node only
     for sysctl, want in (("vm/overcommit_memory", "1"), ("kernel/panic", "10")):
-        r = lab.node_exec(a, "cat", f"/proc/sys/{sysctl}")
+        r = lab.machines.node_exec(a, "cat", f"/proc/sys/{sysctl}")
         assert r.stdout.strip() == want, (sysctl, r.stdout, r.stderr)
 
     # --- static CPU manager + single-numa-node Topology Manager, as apply would write them
-    root = lab.node_root(a)
+    root = lab.machines.node_root(a)
     path = root / "var/lib/kubelet/config.yaml"
-    lab.stop_kubelet(a)
+    lab.machines.stop_kubelet(a)
     on_node.update(
         {
             "cpuManagerPolicy": "static",
@@ -147,7 +149,7 @@ def test_real_kubelet_nodes(lab: Lab, lab_nodes: Any, namespace: str) -> None:
     )
     path.write_text(yaml.safe_dump(on_node, sort_keys=True))
     (root / "var/lib/kubelet" / ck.CPU_STATE_FILE).unlink(missing_ok=True)
-    lab.start_kubelet(a)
+    lab.machines.start_kubelet(a)
 
     def static() -> bool:
         c = _configz(lab, a)
@@ -230,7 +232,7 @@ def test_real_kubelet_nodes(lab: Lab, lab_nodes: Any, namespace: str) -> None:
     pids = [p for x in made.nodes for p in netns_pids(x.netns)]
     exes = {_exe(p) for p in pids}
     assert {bin_dir / b for b in realnode.BINARIES} <= exes, exes
-    lab.remove_nodes([a, b])
+    lab.machines.remove_nodes([a, b])
     _wait(lambda: not any(_exe(p) for p in pids), 15, "no process of the real-kubelet nodes")
     assert _host_mounts() == mounts
     assert _cgroups() == cgroups
@@ -268,22 +270,24 @@ def test_protect_kernel_defaults_distributions_register(lab: Lab, lab_nodes: Any
         taints = {t["key"] for t in obj.get("spec", {}).get("taints") or ()}
         assert UNINITIALIZED_TAINT not in taints, node.distribution
         on_node = yaml.safe_load(
-            (lab.node_root(node.name) / PROTECTED[node.distribution]).read_text()
+            (lab.machines.node_root(node.name) / PROTECTED[node.distribution]).read_text()
         )
         assert on_node["protectKernelDefaults"] is True
         cfg = _wait(lambda n=node.name: _configz(lab, n), 30, f"configz of {node.name}")
         assert cfg["protectKernelDefaults"] is True, node.distribution
         # the node's tunables are its sysctl file's values (the kubelet only read them)
         path, _content = realhw.DISTRIBUTION_SYSCTL_FILES[node.distribution]
-        assert (lab.node_root(node.name) / path.lstrip("/")).exists()
+        assert (lab.machines.node_root(node.name) / path.lstrip("/")).exists()
         for sysctl, want in (
             ("vm/overcommit_memory", "1"),
             ("kernel/panic", "10"),
             ("kernel/panic_on_oops", "1"),
         ):
-            r = lab.node_exec(node.name, "cat", f"/proc/sys/{sysctl}")
+            r = lab.machines.node_exec(node.name, "cat", f"/proc/sys/{sysctl}")
             assert r.stdout.strip() == want, (node.distribution, sysctl, r.stdout, r.stderr)
-        log = (lab.node_root(node.name) / "var/log/kubelet.log").read_text(errors="replace")
+        log = (lab.machines.node_root(node.name) / "var/log/kubelet.log").read_text(
+            errors="replace"
+        )
         assert "invalid kernel flag" not in log, node.distribution
     assert _host_tunables() == tunables
     assert _cgroups() == cgroups  # kubespray's kubeletCgroups did not make a host cgroup

@@ -23,26 +23,28 @@ pytestmark = [pytest.mark.lab, pytest.mark.timeout(180)]
 
 def test_a_137_sim_node_runs_with_the_137_memory_checkpoint(lab: Lab) -> None:
     names = ["sv137-kubeadm"]
-    lab.add_nodes(names, ["kubeadm"], kubelet="sim", kubelet_version="1.37", timeout=60)
+    lab.machines.add_nodes(names, ["kubeadm"], kubelet="sim", kubelet_version="1.37", timeout=60)
     try:
         code, body = lab.api.request("GET", f"/api/v1/nodes/{names[0]}")
         assert code == 200, body
         assert body["status"]["nodeInfo"]["kubeletVersion"] == "v1.37.2"
-        text = (lab.node_root(names[0]) / "var/lib/kubelet" / ck.MEMORY_STATE_FILE).read_text()
+        text = (
+            lab.machines.node_root(names[0]) / "var/lib/kubelet" / ck.MEMORY_STATE_FILE
+        ).read_text()
         doc: dict[str, Any] = json.loads(text)
         assert ck.data_checksum(doc["data"]) == doc["dataChecksum"]
         assert mck.parse_memory(text).version == 3
     finally:
-        lab.remove_nodes(names)
+        lab.machines.remove_nodes(names)
 
 
 def test_a_137_sim_microk8s_node_refuses_the_snaps_containerd_flag(lab: Lab) -> None:
     names = ["sv137-microk8s"]
-    lab.add_nodes(
+    lab.machines.add_nodes(
         names, ["microk8s"], kubelet="sim", kubelet_version="1.37", wait_ready=False, timeout=60
     )
     try:
-        log = lab.node_root(names[0]) / "var/log/kubelet.log"
+        log = lab.machines.node_root(names[0]) / "var/log/kubelet.log"
         want = "failed to run Kubelet: failed to parse kubelet flag: unknown flag: --containerd"
         wait_for(
             lambda: log.exists() and want in unquote(log.read_text(errors="replace")),
@@ -50,4 +52,4 @@ def test_a_137_sim_microk8s_node_refuses_the_snaps_containerd_flag(lab: Lab) -> 
             "the 1.37 kubelet's flag error",
         )
     finally:
-        lab.remove_nodes(names)
+        lab.machines.remove_nodes(names)

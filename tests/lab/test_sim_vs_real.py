@@ -122,26 +122,28 @@ def test_sim_and_real_kubelet_agree(lab: Lab, lab_nodes: Any, namespace: str) ->
 
     # --- the CPU manager's first checkpoint under policy none
     for n in nodes.values():
-        st = json.loads((lab.node_root(n) / "var/lib/kubelet" / ck.CPU_STATE_FILE).read_text())
+        st = json.loads(
+            (lab.machines.node_root(n) / "var/lib/kubelet" / ck.CPU_STATE_FILE).read_text()
+        )
         assert st["policyName"] == "none", (n, st)
 
     # --- start-up refusal: static policy over the stale "none" checkpoint, same words
     for n in nodes.values():
-        root = lab.node_root(n)
-        lab.stop_kubelet(n)
+        root = lab.machines.node_root(n)
+        lab.machines.stop_kubelet(n)
         path = root / "var/lib/kubelet/config.yaml"
         cfg = yaml.safe_load(path.read_text())
         cfg.update(STATIC)
         path.write_text(yaml.safe_dump(cfg, sort_keys=True))
-        lab.start_kubelet(n)
+        lab.machines.start_kubelet(n)
     for n in nodes.values():
-        log = lab.node_root(n) / "var/log/kubelet.log"
+        log = lab.machines.node_root(n) / "var/log/kubelet.log"
         _wait(lambda log=log: STALE in unquote(log.read_text(errors="replace")), 30, f"{n} error")
 
     # --- removing the checkpoint lets both start; the new checkpoint agrees
     for n in nodes.values():
-        (lab.node_root(n) / "var/lib/kubelet" / ck.CPU_STATE_FILE).unlink()
-    lab.wait_ready(list(nodes.values()), timeout=60)
+        (lab.machines.node_root(n) / "var/lib/kubelet" / ck.CPU_STATE_FILE).unlink()
+    lab.machines.wait_ready(list(nodes.values()), timeout=60)
     states = {}
     for k, n in nodes.items():
 
@@ -149,7 +151,7 @@ def test_sim_and_real_kubelet_agree(lab: Lab, lab_nodes: Any, namespace: str) ->
             c = _configz(lab, n)
             if not (c and c.get("cpuManagerPolicy") == "static"):
                 return None
-            p = lab.node_root(n) / "var/lib/kubelet" / ck.CPU_STATE_FILE
+            p = lab.machines.node_root(n) / "var/lib/kubelet" / ck.CPU_STATE_FILE
             return ck.parse_cpu(p.read_text()) if p.exists() else None
 
         states[k] = _wait(fresh, 60, f"{n} static checkpoint")

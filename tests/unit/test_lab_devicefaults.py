@@ -59,17 +59,12 @@ class FakeKubelet(DeviceFaults):
     kubelet's status update would), or never follows (``follows=False``)."""
 
     def __init__(self, root: Path, follows: bool = True) -> None:
+        super().__init__(lambda: self, lambda _node: root)
         self.root, self.follows = root, follows
         (root / realnode.GPU_FILE.lstrip("/")).parent.mkdir(parents=True)
         (root / realnode.GPU_FILE.lstrip("/")).write_text(FILE)
         (root / realnode.PLUGIN_STATE_FILE.lstrip("/")).parent.mkdir(parents=True)
         (root / "var/log").mkdir(parents=True)
-
-    def node_root(self, node: str) -> Path:
-        return self.root
-
-    def _require_cp(self) -> Any:
-        return self
 
     def request(self, method: str, path: str) -> tuple[int, dict[str, Any]]:
         devices = parse_devices((self.root / realnode.GPU_FILE.lstrip("/")).read_text())
@@ -108,9 +103,7 @@ def test_plugin_stop_writes_the_state_and_waits_for_allocatable_zero(tmp_path: P
 
 
 def test_device_faults_on_a_simulated_node_are_refused(tmp_path: Path) -> None:
-    class Sim(FakeKubelet):
-        def node_root(self, node: str) -> Path:
-            return tmp_path / "sim"
-
+    sim = FakeKubelet(tmp_path)
+    sim.node_root = lambda _node: tmp_path / "sim"  # a node without the fake device plugin
     with pytest.raises(LabError, match="device faults need a real-kubelet node"):
-        Sim(tmp_path).plugin("n1", "stop")
+        sim.plugin("n1", "stop")
