@@ -163,6 +163,48 @@ class NodeRunner(Protocol):
         ...
 
 
+class PreflightReads(Protocol):
+    """What preflight reads from the API server (``rollout.change.preparing.prepare``). The real
+    one is ``rollout.change.preparing.ClusterReader`` (one listing each, prefetched while the
+    facts are gathered); unit tests pass one from memory."""
+
+    def version(self) -> str:
+        """The server's ``gitVersion``."""
+        ...
+
+    def resource_versions(self) -> list[str]:
+        """The ``resource.k8s.io`` versions the server serves (empty: DRA not served)."""
+        ...
+
+    def nodes(self) -> dict[str, NodeInfo]:
+        """Every Node, as preflight's records."""
+        ...
+
+    def pod_listing(self) -> tuple[dict[str, list[PodRef]], dict[str, list[dict[str, Any]]]]:
+        """Every pod not finished, by node: as records, and as objects (oldest first)."""
+        ...
+
+    def pdbs(self) -> list[Any]:
+        """Every PodDisruptionBudget."""
+        ...
+
+    def dra(self, versions: list[str]) -> dict[str, list[str]]:
+        """Node -> the DRA drivers publishing ResourceSlices for it."""
+        ...
+
+    def device_classes(self, versions: list[str]) -> list[dict[str, Any]]:
+        """Every DeviceClass."""
+        ...
+
+    def node_objects(self) -> dict[str, dict[str, Any]]:
+        """Every Node, as the API object."""
+        ...
+
+    def controllers(self) -> list[dict[str, Any]]:
+        """Deployments, StatefulSets, DaemonSets and ReplicaSets of every namespace."""
+        ...
+
+
 class Clock(Protocol):
     """Time, as a parameter (tests pass a fake that advances on sleep)."""
 

@@ -41,6 +41,7 @@ from rollout.kube import nodes as kn
 from rollout.kube import workloads
 from rollout.kubelet.facts import node_facts_from_dict
 from rollout.models import NodeChange, NodeFacts, NodeInfo, PodRef
+from rollout.protocols import PreflightReads
 
 # what callers of rollout.change.preparing import from here, though it now lives beside it
 __all__ = [
@@ -127,7 +128,8 @@ class PreviewedRefusal(PreflightError):
 
 
 class ClusterReader:
-    """What preflight reads from the API server (the real one lives in ``rollout.kube``).
+    """What preflight reads from the API server (:class:`~rollout.protocols.PreflightReads`),
+    through ``rollout.kube``.
 
     :meth:`prefetch` reads what does not depend on the nodes' facts (run it while the facts are
     gathered); each answer it got is then served once from memory instead of read again. It lists
@@ -224,7 +226,7 @@ class ClusterReader:
 def prepare(
     plan: Plan,
     inv: Inventory,
-    cluster: ClusterReader,
+    cluster: PreflightReads,
     raw_facts: Mapping[str, Mapping[str, Any]],
     facts_dir: Path,
     canary_only: bool,
@@ -374,7 +376,7 @@ def prepare(
 
 
 def _device_checks(
-    cluster: ClusterReader,
+    cluster: PreflightReads,
     versions: list[str],
     moving: Sequence[str],
     facts: Mapping[str, NodeFacts],
@@ -403,7 +405,7 @@ def _device_checks(
 
 
 def _previews(
-    cluster: ClusterReader,
+    cluster: PreflightReads,
     moving: Sequence[str],
     facts: Mapping[str, NodeFacts],
     raw_facts: Mapping[str, Mapping[str, Any]],

@@ -217,7 +217,7 @@ def _prepare(tmp: Path, reader: Reader, force: bool = False) -> Any:
     facts = _facts()
     facts["gpus"] = [{"id": f"0000:{i:02x}:00.0", "numaNode": i // 4} for i in range(8)]
     raw = {"n1": facts, "n2": facts}
-    return prepare(load_plan(plan), inv, reader, raw, tmp, True, force=force)  # type: ignore[arg-type]
+    return prepare(load_plan(plan), inv, reader, raw, tmp, True, force=force)
 
 
 def test_preflight_refuses_a_canary_whose_plugin_is_down_and_force_overrides(

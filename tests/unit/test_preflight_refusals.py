@@ -12,18 +12,18 @@ import pytest
 
 from rollout.change.inventory import Inventory
 from rollout.change.plan import load_plan
-from rollout.change.preparing import ClusterReader, PreviewedRefusal, prepare
+from rollout.change.preparing import PreviewedRefusal, prepare
 from rollout.models import NodeInfo
 
 CONFIG = "/var/lib/kubelet/config.yaml"
 BASE = b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
 
 
-class Reader(ClusterReader):
-    """Nodes ``n1`` (and more), no pods, no PDBs, no DRA: only the nodes' own rules refuse."""
+class Reader:
+    """Nodes ``n1`` (and more), no pods, no PDBs, no DRA: only the nodes' own rules refuse
+    (a :class:`~rollout.protocols.PreflightReads` from memory)."""
 
     def __init__(self, names: tuple[str, ...] = ("n1",)) -> None:
-        super().__init__(api=None)
         self.names = names
 
     def version(self) -> str:
