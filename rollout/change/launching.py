@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rollout.change.journal import Journal, Kind
+from rollout.change.options import ApplyOptions
 from rollout.change.outcomes import ended_exit
 from rollout.change.plan import Plan
 from rollout.change.planning import DrainOverrides
@@ -53,8 +54,13 @@ class PreparedApply:
     lock: LeaseLock
     prepared: Prepared
     window_check: Callable[[datetime], Decision]
-    overrides: DrainOverrides
+    options: ApplyOptions
     warnings: Sequence[str] = ()
+
+    @property
+    def overrides(self) -> DrainOverrides:
+        """What the drains may lose (the command's drain flags)."""
+        return self.options.overrides
 
     @property
     def nodes(self) -> list[str]:
@@ -66,15 +72,7 @@ def prepare_apply(
     plan: Plan,
     inventory: Callable[[], Path],
     connect: Callable[[], Any],
-    *,
-    lock_namespace: str,
-    canary: bool,
-    accept_rejections: bool = False,
-    force: str | None = None,
-    force_window: str | None = None,
-    overrides: DrainOverrides | None = None,
-    forks: int,
-    dry_run: bool = False,
+    opts: ApplyOptions,
 ) -> PreparedApply:
     """Check the change window, read the inventory, gather every node's facts and run
     preflight; nothing is written anywhere. ``inventory`` names the inventory file, asked after
@@ -96,31 +94,36 @@ def prepare_apply(
     from rollout.errors import PreflightError
 
     window_check = guard(
-        parse_windows(plan.windows, file=plan.path, line_of=plan.line_of), force_window
+        parse_windows(plan.windows, file=plan.path, line_of=plan.line_of), opts.force_window
     )
-    if not dry_run and not (window := window_check(datetime.now(UTC))).allowed:
+    if not opts.dry_run and not (window := window_check(datetime.now(UTC))).allowed:
         raise PreflightError(window.reason)
     threading.Thread(target=_import_kube, daemon=True).start()
     inv = start_inventory(inventory())()
-    facts = FactsGathering(inv, forks)
+    facts = FactsGathering(inv, opts.forks)
     try:
         from rollout.kube.canaries import canaries_in_progress
         from rollout.kube.leases import LeaseLock
 
         api = connect()
-        lock = LeaseLock(api, lock_namespace)
+        lock = LeaseLock(api, opts.lock_namespace)
         lock.check()
         in_progress = canaries_in_progress(api)
     except BaseException:
         facts.close()
         raise
-    overrides = overrides or DrainOverrides()
     prepared = run_preflight(
-        plan, inv, api, canary, accept_rejections, facts, forks, force is not None, overrides
+        plan,
+        inv,
+        api,
+        opts.canary,
+        opts.accept_rejections,
+        facts,
+        opts.forks,
+        opts.force is not None,
+        opts.overrides,
     )
-    return PreparedApply(
-        plan, inv, api, lock, prepared, window_check, overrides, tuple(in_progress)
-    )
+    return PreparedApply(plan, inv, api, lock, prepared, window_check, opts, tuple(in_progress))
 
 
 def journal_consents(
@@ -176,13 +179,7 @@ def run_apply(
     ready: PreparedApply,
     make_gate: ApplyGate,
     *,
-    canary: bool,
-    lock_namespace: str,
-    verify_timeout: float,
     progress: Progress,
-    forks: int,
-    force: str | None = None,
-    disable_eviction: bool = False,
     evidence: EvidenceHooks | None = None,
     say: Callable[[str], None],
     failed: Callable[[ChangeStatus], None] | None = None,
@@ -220,12 +217,13 @@ def run_apply(
         ready.lock,
         ready.prepared,
     )
+    opts = ready.options
     drain = prepared.strategy.drain
-    if disable_eviction:
+    if opts.disable_eviction:
         drain = replace(drain, disable_eviction=True)
     change_id = new_change_id(datetime.now(UTC))
     with holding(lock, change_id):
-        journal = mirrored(Journal.create(state_dir(), change_id), api, lock_namespace, say)
+        journal = mirrored(Journal.create(state_dir(), change_id), api, opts.lock_namespace, say)
         say(f"change {change_id}: journal {journal.file}")
         used = ready.overrides.used()
         if used:  # what the drains were allowed to lose, and which pods that is
@@ -235,7 +233,7 @@ def run_apply(
                 now=datetime.now(UTC),
                 data={"flags": used, "pods": list(prepared.losses)},
             )
-        journal_consents(journal, prepared, force, datetime.now(UTC))
+        journal_consents(journal, prepared, opts.force, datetime.now(UTC))
         moving = ready.nodes
         before = (
             None
@@ -244,7 +242,14 @@ def run_apply(
         )
         progress.nodes(tuple(moving))
         ctx = open_context(
-            api, journal, inv.path, drain, verify_timeout, progress, inv.hostvars, forks
+            api,
+            journal,
+            inv.path,
+            drain,
+            opts.verify_timeout,
+            progress,
+            inv.hostvars,
+            opts.forks,
         )
         ctx.interrupt = lock.interrupt
         gate = make_gate(journal, inv, predicted_rejections(prepared.previews), progress)
@@ -265,7 +270,7 @@ def run_apply(
                 prepared.changes,
                 prepared.batches,
                 gate,
-                canary,
+                opts.canary,
                 info=info,
                 forward=ready.window_check,
             ),

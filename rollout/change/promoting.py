@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rollout.change.journal import EVIDENCE_STEP, Journal, Kind
+from rollout.change.options import PromoteOptions
 from rollout.change.outcomes import ChangeOutcome
 from rollout.change.plan import Plan
 from rollout.change.planning import Batch, DrainOverrides
@@ -100,8 +101,17 @@ class Promotion:
     prepared: Prepared
     remaining: Sequence[Batch]
     window_check: Callable[[datetime], Decision]
-    overrides: DrainOverrides = field(default_factory=DrainOverrides)
-    force: str | None = None
+    options: PromoteOptions = field(default_factory=PromoteOptions)
+
+    @property
+    def overrides(self) -> DrainOverrides:
+        """What the drains may lose (the command's drain flags)."""
+        return self.options.overrides
+
+    @property
+    def force(self) -> str | None:
+        """The reason a refusal is overridden (``--force``)."""
+        return self.options.force
 
     @property
     def nodes(self) -> list[str]:
@@ -113,14 +123,7 @@ def prepare_promotion(
     api: Any,
     journal: Journal,
     lock: LeaseLock,
-    *,
-    plan_path: str | None = None,
-    inventory: str | None = None,
-    force: str | None = None,
-    force_window: str | None = None,
-    overrides: DrainOverrides | None = None,
-    forks: int,
-    dry_run: bool = False,
+    opts: PromoteOptions,
 ) -> Promotion:
     """Check that the change may be promoted and run preflight over the nodes left.
 
@@ -145,13 +148,13 @@ def prepare_promotion(
         refusal = evidence_refusal(journal.entries(), canary)
     if refusal and status.outcome == ChangeOutcome.RUNNING:
         raise PreflightError(refusal)
-    if refusal and not force:
+    if refusal and not opts.force:
         raise PreflightError(
             f"not promoting change {change}: {refusal}; --force REASON to override"
         )
     from rollout.change.plan import load_plan
 
-    plan = load_plan(str(info_path(journal, "plan", plan_path)))
+    plan = load_plan(str(info_path(journal, "plan", opts.plan_path)))
     recorded = status.info.get("intentSha256")
     if recorded and recorded != intent_digest(plan):
         raise PreflightError(
@@ -159,22 +162,21 @@ def prepare_promotion(
             "canary (kubelet settings or node overrides changed); start a new change instead"
         )
     window_check = guard(
-        parse_windows(plan.windows, file=plan.path, line_of=plan.line_of), force_window
+        parse_windows(plan.windows, file=plan.path, line_of=plan.line_of), opts.force_window
     )
-    if not dry_run and not (window := window_check(datetime.now(UTC))).allowed:
+    if not opts.dry_run and not (window := window_check(datetime.now(UTC))).allowed:
         raise PreflightError(window.reason)
-    inv = read_inventory(info_path(journal, "inventory", inventory))
+    inv = read_inventory(info_path(journal, "inventory", opts.inventory))
     lock.check()
-    overrides = overrides or DrainOverrides()
     done = {n for n, s in status.nodes.items() if s.state is not NodeState.PENDING}
     prepared = run_preflight(
         plan,
         inv,
         api,
         False,
-        forks=forks,
-        force=force is not None,
-        overrides=overrides,
+        forks=opts.forks,
+        force=opts.force is not None,
+        overrides=opts.overrides,
         settled=done,
     )
     remaining = [
@@ -182,9 +184,7 @@ def prepare_promotion(
         for b in prepared.batches
         if any(n not in done for n in b.nodes)
     ]
-    return Promotion(
-        journal, status, refusal, plan, inv, prepared, remaining, window_check, overrides, force
-    )
+    return Promotion(journal, status, refusal, plan, inv, prepared, remaining, window_check, opts)
 
 
 PromotionGate = Callable[[Plan, "Inventory", "frozenset[tuple[str, str]] | None", Progress], Gate]
@@ -198,10 +198,7 @@ def run_promotion(
     lock: LeaseLock,
     make_gate: PromotionGate,
     *,
-    lock_namespace: str,
-    verify_timeout: float,
     progress: Progress,
-    forks: int,
     failed: Callable[[ChangeStatus], None] | None = None,
 ) -> ChangeStatus:
     """Run the remaining batches in the same change under its Lease, the gate after each batch
@@ -240,7 +237,7 @@ def run_promotion(
         "promotion": promotion,
     }
     with holding(lock, journal.change_id):
-        mirrored(journal, api, lock_namespace)
+        mirrored(journal, api, promo.options.lock_namespace)
         used = promo.overrides.used()
         if used:  # what this part's drains may lose, and which pods that is
             journal.append(
@@ -255,10 +252,10 @@ def run_promotion(
             journal,
             promo.inventory.path,
             prepared.strategy.drain,
-            verify_timeout,
+            promo.options.verify_timeout,
             progress,
             promo.inventory.hostvars,
-            forks,
+            promo.options.forks,
         )
         ctx.interrupt = lock.interrupt
         predicted = predicted_rejections(prepared.previews)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from rollout.change.context import Context
 from rollout.change.journal import Journal, Kind
+from rollout.change.options import ChangeOptions
 from rollout.change.outcomes import ENDED_BY_ROLLBACK, ChangeOutcome
 from rollout.change.plan import Plan, recorded_plan
 from rollout.change.planning import DrainOverrides, DrainPolicy, parse_strategy
@@ -253,12 +254,10 @@ def settle(
     api: Any,
     change: str,
     work: Work,
+    opts: ChangeOptions,
     *,
     inventory: str | None = None,
-    lock_namespace: str = "kube-system",
-    verify_timeout: float = 120.0,
     progress: Progress | None = None,
-    forks: int = DEFAULT_FORKS,
     failed: Callable[[ChangeStatus], None] | None = None,
     say: Callable[[str], None] = to_stderr,
 ) -> ChangeStatus:
@@ -277,7 +276,7 @@ def settle(
     """
     from rollout.kube.leases import LeaseLock
 
-    journal = existing_journal(change, api, lock_namespace, say)
+    journal = existing_journal(change, api, opts.lock_namespace, say)
     inv = info_path(journal, "inventory", inventory)
     plan = recorded_plan(status_of(journal).info, journal.change_id)
     drain = DrainPolicy()
@@ -289,19 +288,22 @@ def settle(
         delete_unmanaged=allowed.delete_unmanaged,
         delete_emptydir_data=allowed.delete_emptydir_data,
     )
-    lock = LeaseLock(api, lock_namespace)
+    lock = LeaseLock(api, opts.lock_namespace)
     with holding(lock, journal.change_id):
-        mirrored(journal, api, lock_namespace, say)
+        mirrored(journal, api, opts.lock_namespace, say)
         if progress is not None:
             progress.nodes(tuple(status_of(journal).nodes))
-        ctx = open_context(api, journal, inv, drain, verify_timeout, progress, forks=forks, say=say)
+        ctx = open_context(
+            api, journal, inv, drain, opts.verify_timeout, progress, forks=opts.forks, say=say
+        )
         ctx.interrupt = lock.interrupt
         return reported(journal, lock, lambda: work(ctx, lock), failed)
 
 
-@dataclass(frozen=True)
-class RollbackRequest:
-    """What ``rollout rollback`` (or the gate's trigger) asks for.
+@dataclass(frozen=True, kw_only=True)
+class RollbackRequest(ChangeOptions):
+    """What ``rollout rollback`` (or the gate's trigger) asks for, with the options of
+    :class:`~rollout.change.options.ChangeOptions`.
 
     Args:
         change: the change id.
@@ -312,9 +314,6 @@ class RollbackRequest:
             ``handed-over``).
         wait_timeout: seconds to wait for that report.
         inventory: the inventory (default: the one the change recorded).
-        lock_namespace: the namespace of the rollout-lock Lease and the cluster record.
-        verify_timeout: seconds a node has to prove healthy after its kubelet restart.
-        forks: at most this many nodes at once.
     """
 
     change: str
@@ -324,9 +323,6 @@ class RollbackRequest:
     wait: bool = True
     wait_timeout: float = 1800.0
     inventory: str | None = None
-    lock_namespace: str = "kube-system"
-    verify_timeout: float = 120.0
-    forks: int = DEFAULT_FORKS
 
 
 @dataclass(frozen=True)
@@ -448,11 +444,9 @@ def _roll_back(
         api,
         req.change,
         work,
+        req,
         inventory=req.inventory,
-        lock_namespace=req.lock_namespace,
-        verify_timeout=req.verify_timeout,
         progress=progress,
-        forks=req.forks,
         failed=failed,
         say=say,
     )

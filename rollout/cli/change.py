@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from rollout.change.journal import Journal
+from rollout.change.options import ApplyOptions
 from rollout.change.outcomes import GATE_HOLDS_EXIT
 from rollout.change.plan import load_plan
 from rollout.change.planning import DrainOverrides, parse_strategy
@@ -170,18 +171,20 @@ def apply_cmd(
     plan = load_plan(plan_path)
     parse_strategy(plan.strategy, plan.location)  # bad input fails before any I/O
     gate_config(plan)  # the gate: section too
-    ready = prepare_apply(
-        plan,
-        lambda: inventory_path(inventory),
-        lambda: connect(kubeconfig, context),
-        lock_namespace=lock_namespace,
+    opts = ApplyOptions(
         canary=canary,
+        dry_run=dry_run,
         accept_rejections=accept_rejections,
         force=force,
         force_window=force_window,
         overrides=DrainOverrides(delete_unmanaged, delete_emptydir_data, capacity_warn_only),
+        disable_eviction=disable_eviction,
+        lock_namespace=lock_namespace,
+        verify_timeout=verify_timeout,
         forks=forks,
-        dry_run=dry_run,
+    )
+    ready = prepare_apply(
+        plan, lambda: inventory_path(inventory), lambda: connect(kubeconfig, context), opts
     )
     prepared = ready.prepared
     for w in ready.warnings:
@@ -217,13 +220,7 @@ def apply_cmd(
     done = run_apply(
         ready,
         make_gate,
-        canary=canary,
-        lock_namespace=lock_namespace,
-        verify_timeout=verify_timeout,
         progress=progress_for(progress_mode),
-        forks=forks,
-        force=force,
-        disable_eviction=disable_eviction,
         evidence=None if no_evidence else ChangeEvidence(ready.api, ready.inventory, forks),
         say=echo_err,
         failed=json_status(output),

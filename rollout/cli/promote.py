@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from rollout.change.options import PromoteOptions
 from rollout.change.plan import Plan
 from rollout.change.planning import DrainOverrides
 from rollout.change.progress import Progress
@@ -95,18 +96,18 @@ def promote_cmd(
     api = connect(kubeconfig, context)
     journal = existing_journal(change, api, lock_namespace, echo_err)
     lock = LeaseLock(api, lock_namespace)
-    promo = prepare_promotion(
-        api,
-        journal,
-        lock,
+    opts = PromoteOptions(
         plan_path=plan_path,
         inventory=inventory,
+        dry_run=dry_run,
         force=force,
         force_window=force_window,
         overrides=DrainOverrides(delete_unmanaged, delete_emptydir_data, capacity_warn_only),
+        lock_namespace=lock_namespace,
+        verify_timeout=verify_timeout,
         forks=forks,
-        dry_run=dry_run,
     )
+    promo = prepare_promotion(api, journal, lock, opts)
     for w in promo.prepared.warnings:
         echo_err(f"warning: {w}")
     nodes = promo.nodes
@@ -130,10 +131,7 @@ def promote_cmd(
         promo,
         lock,
         make_gate,
-        lock_namespace=lock_namespace,
-        verify_timeout=verify_timeout,
         progress=progress_for(progress_mode),
-        forks=forks,
         failed=json_status(output),
     )
     finish(final, output)

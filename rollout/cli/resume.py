@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from rollout.change.context import Context
+from rollout.change.options import ChangeOptions
 from rollout.change.plan import Plan
 from rollout.change.replaying import ChangeStatus
 from rollout.change.session import settle
@@ -80,11 +81,9 @@ def resume_cmd(
         api,
         change,
         work,
+        ChangeOptions(lock_namespace=lock_namespace, verify_timeout=verify_timeout, forks=forks),
         inventory=inventory,
-        lock_namespace=lock_namespace,
-        verify_timeout=verify_timeout,
         progress=progress_for(progress_mode),
-        forks=forks,
         failed=json_status(output),
         say=echo_err,
     )
