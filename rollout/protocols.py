@@ -225,6 +225,10 @@ class Gate(Protocol):
     """Decides after a batch whether the rollout may go on, and what happens after the rollback
     a Failed verdict starts (:class:`OneSoak` is the gate that does nothing after it)."""
 
+    verdict: Verdict | None
+    """The verdict that decided (a Failed one stays, later soaks over the rest do not replace
+    it); None before the first soak, or when the gate keeps none."""
+
     def evaluate(self, change_id: str, nodes: Sequence[str]) -> Verdict:
         """Soak over ``nodes`` and decide; a Failed verdict names the nodes to restore
         (``failed_nodes``; none: all of ``nodes``)."""
@@ -249,6 +253,8 @@ class Gate(Protocol):
 class OneSoak:
     """What a gate that only decides answers after its rollback: it soaks on over nothing and
     has nothing to say. Gates without a rollback policy inherit it."""
+
+    verdict: Verdict | None = None
 
     def soaks_on(self) -> bool:
         return False

@@ -36,7 +36,6 @@ from rollout.cli.wiring import (
     verify_timeout_option,
 )
 from rollout.errors import InputError, Location
-from rollout.fanout import DEFAULT_FORKS
 from rollout.gate.assembly import gate_config, gate_for
 from rollout.protocols import Gate
 
@@ -44,40 +43,6 @@ from .options import drain_options, inventory_option, kube_options, output_optio
 from .record import optional_api
 
 __all__ = ["COMMANDS"]
-
-
-class ChangeEvidence:
-    """``apply``'s evidence hooks (``rollout.change.launching.EvidenceHooks``): collections into
-    ``evidence.json`` beside the journal (at most ``forks`` hosts at once), journaled and said
-    on stderr (a warning when one was not collected)."""
-
-    def __init__(self, api: Any, inv: Any, forks: int = DEFAULT_FORKS) -> None:
-        self.api, self.inv, self.forks = api, inv, forks
-
-    def collect(
-        self, journal: Journal, label: str, nodes: list[str], raw_facts: Any = None
-    ) -> tuple[Any, str | None]:
-        """The collection, or None and why it failed (a failed one never stops the change)."""
-        from rollout.evidence.collecting import collect
-        from rollout.evidence.report import EVIDENCE_FILE
-
-        try:
-            target = journal.dir / EVIDENCE_FILE
-            got = collect(label, self.api, self.inv, nodes, target, raw_facts, forks=self.forks)
-            return got, None
-        except Exception as e:
-            return None, str(e) or type(e).__name__
-
-    def record(
-        self, journal: Journal, label: str, nodes: list[str], collected: tuple[Any, str | None]
-    ) -> None:
-        from rollout.evidence.collecting import describe, journal_evidence
-        from rollout.evidence.report import EVIDENCE_FILE
-
-        collection, error = collected
-        target = journal.dir / EVIDENCE_FILE
-        data = journal_evidence(journal, label, nodes, target, collection, error)
-        echo_err(f"warning: {describe(data)}" if error else describe(data))
 
 
 @click.command("apply")
@@ -162,6 +127,7 @@ def apply_cmd(
       rollout apply --canary --yes --force-delete-unmanaged --delete-emptydir-data
     """
     from rollout.change.launching import prepare_apply, run_apply
+    from rollout.evidence.collecting import ChangeEvidence
     from rollout.kube.client import connect
 
     if not plan_path:
@@ -217,16 +183,17 @@ def apply_cmd(
             plan, ready.api, journal, output, inv, progress.event, ready.lock.interrupt, predicted
         )
 
+    hooks = ChangeEvidence(ready.api, ready.inventory, forks, echo_err)
     done = run_apply(
         ready,
         make_gate,
         progress=progress_for(progress_mode),
-        evidence=None if no_evidence else ChangeEvidence(ready.api, ready.inventory, forks),
+        evidence=None if no_evidence else hooks,
         say=echo_err,
         failed=json_status(output),
     )
     finish(done.status, output)
-    verdict = getattr(done.gate, "verdict", None)
+    verdict = done.gate.verdict
     if verdict is not None and verdict.holds:  # Inconclusive / Error: held, say what it waits for
         echo_err(f"gate {verdict.status}: holding: waiting for {verdict.waiting_for}")
         sys.exit(GATE_HOLDS_EXIT)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from rollout.errors import InputError, Location, PreflightError
+from rollout.errors import InputError, Location
 
 from .options import inventory_option, kube_options, output_option, plan_option
 
@@ -95,37 +95,10 @@ def runbook_cmd(
     warnings: list[str] = []
     preflight = Preflight(ran=False)
     if not offline:
-        from rollout.ansible.runner import AnsibleRunner
-        from rollout.change.preparing import ClusterReader, PreviewedRefusal, prepare
-        from rollout.kube.canaries import canaries_in_progress
+        from rollout.evidence.runbook import live_preflight
         from rollout.kube.client import connect
 
-        api = connect(kubeconfig, context)
-        warnings = canaries_in_progress(api)
-        with tempfile.TemporaryDirectory(prefix="rollout-runbook-") as tmp:
-            facts_dir = Path(tmp) / "facts"
-            raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(
-                inv.path, list(inv.hosts), facts_dir
-            )
-            try:
-                prepared = prepare(
-                    plan,
-                    inv,
-                    ClusterReader(api, {inv.node_of(h) for h in inv.hosts}),
-                    raw,
-                    facts_dir,
-                    False,
-                )
-                lines = [*prepared.report, *(f"warning: {w}" for w in prepared.warnings)]
-                lines += [
-                    f"{n}: evicts {', '.join(pods) or 'no pods'}"
-                    for n, pods in prepared.evictions.items()
-                ]
-                preflight = Preflight(True, True, tuple(lines), prepared.previews)
-            except PreflightError as e:
-                problems = [ln.strip() for ln in str(e).splitlines()[1:]] or [str(e)]
-                previews = e.previews if isinstance(e, PreviewedRefusal) else None
-                preflight = Preflight(True, False, tuple(problems), previews)
+        preflight, warnings = live_preflight(plan, inv, connect(kubeconfig, context))
     rb = build_runbook(plan, inv, now, preflight, warnings, gpu_resource)
     _write(render(rb, output), out)
 

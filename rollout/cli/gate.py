@@ -1,121 +1,25 @@
-"""``rollout watch`` and ``rollout serve``: the gate on its own, and the external rollback trigger.
+"""``rollout watch`` and ``rollout serve``: parse, call ``rollout.gate.trigger``, print.
 
-Thin: parse, build the gate from its parts (``rollout.gate.soaking``, ``rollout.kube.*``), print. A
-Failed verdict or an alert rolls back in this process through ``rollout.change.session.roll_back``,
-the call ``rollout rollback`` makes, so there is exactly one rollback path whoever pulls the
-trigger.
+The soak over an applied change, the webhook server and the rollback either pulls live in
+``rollout.gate.trigger``; a Failed verdict or an alert rolls back in this process through the
+call ``rollout rollback`` makes.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
-import threading
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
 
 import click
 
-from rollout.change.journal import Kind
-from rollout.change.outcomes import GATE_HOLDS_EXIT, ChangeOutcome, exit_code
+from rollout.change.outcomes import GATE_HOLDS_EXIT
 from rollout.cli.options import kube_options, output_option
-from rollout.errors import InputError, Location, NodeOperationError, RolloutError
-from rollout.gate.analysis import GateConfig, parse_gate_config
-from rollout.gate.assembly import build_soak_gate
+from rollout.errors import NodeOperationError
 from rollout.verdicts import Outcome
 
 
-def cli_rollback(
-    change_id: str,
-    nodes: Sequence[str] | None,
-    reason: str,
-    kube: KubeTarget,
-    wait: bool = True,
-) -> str:
-    """Trigger a rollback in this process, as ``rollout rollback`` runs it
-    (``rollout.change.session.roll_back``: the same request, hand-over and restore path).
-    ``reason`` is who asks, as the change's owner reports it. While a live process owns the
-    change, the rollback is handed to it; with ``wait`` False this returns once handed over.
-    The inventory is the one the change recorded, or ``$ROLLOUT_INVENTORY``.
-
-    Returns:
-        ``handed-over`` (the owner was handed the request and did not report yet) or
-        ``rolled-back``.
-
-    Raises:
-        RolloutError: the rollback failed (a node could not be restored, the owner reported a
-            failed rollback, another process took the Lease); the message says which.
-    """
-    import os
-
-    from rollout.change.session import RollbackRequest, roll_back
-
-    click.echo(f"rollback of {change_id} ({', '.join(nodes) if nodes else 'all nodes'}): {reason}")
-    request = RollbackRequest(
-        change=change_id,
-        nodes=tuple(nodes or ()),
-        requested_by=reason,
-        wait=wait,
-        inventory=os.environ.get("ROLLOUT_INVENTORY") or None,
-        lock_namespace=kube.lock_namespace,
-    )
-    result = roll_back(kube.connect(), request, say=lambda m: click.echo(m, err=True))
-    if result.outcome is ChangeOutcome.HANDED_OVER:
-        return ChangeOutcome.HANDED_OVER.value
-    if exit_code(result.outcome, rollback=True) != 0:
-        raise NodeOperationError(
-            f"rollback of {change_id} ended {result.outcome}: {result.message}"
-        )
-    return ChangeOutcome.ROLLED_BACK.value
-
-
-@dataclass(frozen=True)
-class KubeTarget:
-    """The cluster ``watch`` / ``serve`` act on: their ``--kubeconfig``, ``--context`` and
-    ``--lock-namespace``; one API connection, made on first use and shared."""
-
-    kubeconfig: str | None
-    context: str | None
-    lock_namespace: str
-    _api: list[Any] = field(default_factory=list, compare=False, repr=False)
-
-    def connect(self) -> Any:
-        from rollout.kube.client import connect
-
-        if not self._api:
-            self._api.append(connect(self.kubeconfig, self.context))
-        return self._api[0]
-
-
-def _gate_config(plan_file: str | None) -> GateConfig:
-    if not plan_file:
-        return GateConfig()
-    from rollout.change.plan import load_plan
-
-    plan = load_plan(plan_file)
-    return parse_gate_config(plan.gate or None, file=plan.path, line_of=plan.line_of)
-
-
-def _change_nodes(change_id: str, api: Any, lock_namespace: str) -> tuple[list[str], float, Any]:
-    from rollout.change.record import existing_journal, mirrored
-    from rollout.change.replaying import replay
-
-    journal = mirrored(existing_journal(change_id, api, lock_namespace), api, lock_namespace)
-    entries = journal.entries()
-    status = replay(entries, change_id)
-    nodes = [n for n, s in status.nodes.items() if str(s.state) == "applied"]
-    if not nodes:
-        states = ", ".join(f"{n}: {s.state}" for n, s in status.nodes.items()) or "none"
-        raise InputError(
-            f"change {change_id} has no applied node to watch (nodes: {states})",
-            Location(field="--change"),
-        )
-    started = datetime.fromisoformat(entries[0].ts).timestamp() if entries else time.time()
-    return nodes, started, journal
+def _err(msg: str) -> None:
+    click.echo(msg, err=True)
 
 
 @click.command("watch")
@@ -162,49 +66,36 @@ def watch(
       rollout watch --change 20261130-1200-ab12cd
       rollout watch --change 20261130-1200-ab12cd --control lab-4 -o json
     """
-    from rollout.gate.serve import AlertReceiver, GateMetrics, make_server, parse_listen, read_token
-    from rollout.gate.soaking import rollback_targets
-    from rollout.models import Phase
+    from rollout.gate.trigger import KubeTarget, Watched, watch_change, watch_config
 
-    cfg = _gate_config(plan_file)
+    cfg = watch_config(plan_file)
     kube = KubeTarget(kubeconfig, context, lock_namespace)
-    api = kube.connect()
-    nodes, started, journal = _change_nodes(change_id, api, lock_namespace)
-    trigger = functools.partial(cli_rollback, kube=kube, wait=False)
 
-    def record(kind: str, data: Any) -> None:
-        journal.append(kind, Phase.DONE, now=datetime.now(UTC), data=data)
+    def decided(w: Watched) -> None:
+        if output == "json":
+            doc = {"change": change_id, **w.verdict.as_dict(), "rollback": w.targets}
+            click.echo(json.dumps(doc))
+        else:
+            click.echo(f"{w.verdict.status}: {w.verdict.reason}")
+            if w.verdict.waiting_for:
+                click.echo(f"holding: waiting for {w.verdict.waiting_for}")
 
-    metrics = GateMetrics()
-    server = None
-    if listen:
-        if not token_file:
-            raise InputError("--listen needs --token-file", Location(field="--token-file"))
-        server = make_server(
-            parse_listen(listen), read_token(token_file), AlertReceiver(trigger, metrics)
-        )
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-    gate = build_soak_gate(
-        cfg, api, since=started, record=record, control=control, metrics=metrics, output=output
+    done = watch_change(
+        change_id,
+        cfg,
+        kube,
+        control,
+        listen,
+        token_file,
+        output,
+        no_rollback,
+        say=_err,
+        decided=decided,
     )
-    try:
-        verdict = gate.evaluate(change_id, nodes)
-    finally:
-        if server is not None:
-            server.shutdown()
-    targets = rollback_targets(verdict, cfg, nodes)
-    if output == "json":
-        click.echo(json.dumps({"change": change_id, **verdict.as_dict(), "rollback": targets}))
-    else:
-        click.echo(f"{verdict.status}: {verdict.reason}")
-        if verdict.waiting_for:
-            click.echo(f"holding: waiting for {verdict.waiting_for}")
+    verdict, targets = done.verdict, done.targets
     if verdict.status is Outcome.FAILED:
         if no_rollback:
             raise NodeOperationError(f"gate Failed; not rolled back (--no-rollback): {targets}")
-        record(Kind.TRIGGER, {"trigger": "gate", "nodes": targets, "reason": verdict.reason})
-        metrics.rollbacks.labels(trigger="gate").inc()
-        cli_rollback(change_id, targets, "rollout watch: gate Failed", kube)
         raise NodeOperationError(f"gate Failed; rolled back {', '.join(targets)}")
     if verdict.holds:
         sys.exit(GATE_HOLDS_EXIT)
@@ -265,57 +156,10 @@ def serve(
       rollout serve --listen 127.0.0.1:9099 --token-file /etc/rollout/webhook-token
       rollout serve --listen 127.0.0.1:0 --token-file token -o json --context prod-east
     """
-    from rollout.change.journal import state_dir
-    from rollout.change.record import existing_journal, mirrored
-    from rollout.gate.owning import JournalOwners, export_node_states, journal_recorder
-    from rollout.gate.serve import AlertReceiver, make_server, parse_listen, read_token
+    from rollout.gate.trigger import KubeTarget, alert_server
 
     kube = KubeTarget(kubeconfig, context, lock_namespace)
-    trigger = functools.partial(cli_rollback, kube=kube, wait=False)
-    root = state_dir()
-    connected = kube.connect
-
-    def lease() -> str | None:
-        from rollout.kube.lease_reading import live_lease_change
-
-        return live_lease_change(connected(), lock_namespace)
-
-    def refresh(node: str) -> None:
-        """The change the alert's Node names, from the cluster record into ``root``."""
-        from rollout.kube.mirror import node_change
-
-        change = node_change(connected(), node)
-        if change:
-            existing_journal(change, connected(), lock_namespace)
-
-    def opener(change_id: str) -> Any:
-        return mirrored(
-            existing_journal(change_id, connected(), lock_namespace), connected(), lock_namespace
-        )
-
-    def cluster_states() -> Any:
-        from rollout.kube.mirror import node_states as labelled
-
-        return labelled(connected())
-
-    receiver = AlertReceiver(
-        trigger,
-        owners=JournalOwners(root, lease, refresh),
-        record=journal_recorder(root, opener),
-        log=lambda m: click.echo(f"rollout serve: {m}", err=True),
-    )
-    server = make_server(
-        parse_listen(listen),
-        read_token(token_file),
-        receiver,
-        export_node_states(root, cluster_states),
-    )
-    if drift_interval > 0:
-        threading.Thread(
-            target=_drift_loop,
-            args=(connected, lock_namespace, receiver.metrics, drift_interval),
-            daemon=True,
-        ).start()
+    server, root = alert_server(listen, token_file, kube, drift_interval, say=_err)
     port = server.server_address[1]
     host = listen.rpartition(":")[0]
     if output == "json":
@@ -324,10 +168,9 @@ def serve(
         click.echo(json.dumps(doc), nl=True)
         sys.stdout.flush()
     else:
-        click.echo(
+        _err(
             f"rollout serve: listening on {host}:{port} (POST /webhook, GET /metrics); "
-            f"journals in {root}",
-            err=True,
+            f"journals in {root}"
         )
     try:
         server.serve_forever()
@@ -335,21 +178,6 @@ def serve(
         pass
     finally:
         server.server_close()
-
-
-def _drift_loop(
-    connected: Callable[[], Any], lock_namespace: str, metrics: Any, interval: float
-) -> None:
-    """``rollout nodes``' drift on /configz of every marked Node, every ``interval`` seconds,
-    into ``rollout_node_drifted``; a failed round is logged and tried again next time."""
-    from rollout.change.fleet import survey
-
-    while True:
-        try:
-            metrics.set_drift(survey(connected(), lock_namespace), time.time())
-        except (RolloutError, OSError) as e:
-            click.echo(f"rollout serve: drift check failed: {e}", err=True)
-        time.sleep(interval)
 
 
 COMMANDS = [watch, serve]

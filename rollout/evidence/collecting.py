@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -140,3 +140,38 @@ def describe(data: Mapping[str, Any]) -> str:
     if failed:
         return head + ": " + "; ".join(check_failures(failed))
     return f"{head} ({len(data.get('checks') or ())} checks, {data.get('file')})"
+
+
+class ChangeEvidence:
+    """``apply``'s evidence hooks (``rollout.change.launching.EvidenceHooks``): collections into
+    ``evidence.json`` beside the journal (at most ``forks`` hosts at once), journaled and said
+    through ``say`` (a warning when one was not collected)."""
+
+    def __init__(
+        self, api: Any, inv: Any, forks: int = DEFAULT_FORKS, say: Callable[[str], None] = print
+    ) -> None:
+        self.api, self.inv, self.forks, self.say = api, inv, forks, say
+
+    def collect(
+        self, journal: Journal, label: str, nodes: list[str], raw_facts: Any = None
+    ) -> tuple[Any, str | None]:
+        """The collection, or None and why it failed (a failed one never stops the change)."""
+        from rollout.evidence.report import EVIDENCE_FILE
+
+        try:
+            target = journal.dir / EVIDENCE_FILE
+            got = collect(label, self.api, self.inv, nodes, target, raw_facts, forks=self.forks)
+            return got, None
+        except Exception as e:
+            return None, str(e) or type(e).__name__
+
+    def record(
+        self, journal: Journal, label: str, nodes: list[str], collected: tuple[Any, str | None]
+    ) -> None:
+        """Journal the collection (or why it failed) and say it."""
+        from rollout.evidence.report import EVIDENCE_FILE
+
+        collection, error = collected
+        target = journal.dir / EVIDENCE_FILE
+        data = journal_evidence(journal, label, nodes, target, collection, error)
+        self.say(f"warning: {describe(data)}" if error else describe(data))

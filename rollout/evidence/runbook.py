@@ -57,6 +57,36 @@ class Preflight:
     previews: tuple[NodePreview, ...] | None = None
 
 
+def live_preflight(plan: Plan, inv: Any, api: Any) -> tuple[Preflight, list[str]]:
+    """Preflight as ``rollout apply`` runs it (every node's facts, then the cluster's checks
+    and the admission preview), for the runbook: its result, refusals included, and the
+    canaries of other changes in progress. Nothing is written anywhere."""
+    import tempfile
+    from pathlib import Path
+
+    from rollout.ansible.runner import AnsibleRunner
+    from rollout.change.preparing import ClusterReader, PreviewedRefusal, prepare
+    from rollout.errors import PreflightError
+    from rollout.kube.canaries import canaries_in_progress
+
+    warnings = canaries_in_progress(api)
+    with tempfile.TemporaryDirectory(prefix="rollout-runbook-") as tmp:
+        facts_dir = Path(tmp) / "facts"
+        raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(inv.path, list(inv.hosts), facts_dir)
+        reader = ClusterReader(api, {inv.node_of(h) for h in inv.hosts})
+        try:
+            prepared = prepare(plan, inv, reader, raw, facts_dir, False)
+        except PreflightError as e:
+            problems = [ln.strip() for ln in str(e).splitlines()[1:]] or [str(e)]
+            previews = e.previews if isinstance(e, PreviewedRefusal) else None
+            return Preflight(True, False, tuple(problems), previews), warnings
+    lines = [*prepared.report, *(f"warning: {w}" for w in prepared.warnings)]
+    lines += [
+        f"{n}: evicts {', '.join(pods) or 'no pods'}" for n, pods in prepared.evictions.items()
+    ]
+    return Preflight(True, True, tuple(lines), prepared.previews), warnings
+
+
 GO_RULE = (
     "Go only if no pod running on a node in scope is predicted rejected (or the rejections are "
     "accepted with --accept-predicted-rejections, which is journaled)."

@@ -1,0 +1,277 @@
+"""The gate on its own (``rollout watch``) and the external rollback trigger (``rollout serve``),
+below the CLI: the soak over a change already applied, the Alertmanager webhook server, and the
+rollback either pulls.
+
+Why one trigger: a Failed verdict or an alert rolls back in this process through
+``rollout.change.session.roll_back``, the call ``rollout rollback`` makes, so there is exactly one
+rollback path whoever pulls the trigger.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rollout.change.outcomes import ChangeOutcome, exit_code
+from rollout.change.record import to_stderr
+from rollout.errors import InputError, Location, NodeOperationError, RolloutError
+from rollout.gate.analysis import GateConfig, parse_gate_config
+from rollout.verdicts import Outcome, Verdict
+
+
+@dataclass(frozen=True)
+class KubeTarget:
+    """The cluster ``watch`` / ``serve`` act on: their ``--kubeconfig``, ``--context`` and
+    ``--lock-namespace``; one API connection, made on first use and shared."""
+
+    kubeconfig: str | None
+    context: str | None
+    lock_namespace: str
+    _api: list[Any] = field(default_factory=list, compare=False, repr=False)
+
+    def connect(self) -> Any:
+        from rollout.kube.client import connect
+
+        if not self._api:
+            self._api.append(connect(self.kubeconfig, self.context))
+        return self._api[0]
+
+
+def trigger_rollback(
+    change_id: str,
+    nodes: Sequence[str] | None,
+    reason: str,
+    kube: KubeTarget,
+    wait: bool = True,
+    say: Callable[[str], None] = to_stderr,
+) -> str:
+    """Trigger a rollback in this process, as ``rollout rollback`` runs it
+    (``rollout.change.session.roll_back``: the same request, hand-over and restore path).
+    ``reason`` is who asks, as the change's owner reports it. While a live process owns the
+    change, the rollback is handed to it; with ``wait`` False this returns once handed over.
+    The inventory is the one the change recorded, or ``$ROLLOUT_INVENTORY``.
+
+    Returns:
+        ``handed-over`` (the owner was handed the request and did not report yet) or
+        ``rolled-back``.
+
+    Raises:
+        RolloutError: the rollback failed (a node could not be restored, the owner reported a
+            failed rollback, another process took the Lease); the message says which.
+    """
+    import os
+
+    from rollout.change.session import RollbackRequest, roll_back
+
+    say(f"rollback of {change_id} ({', '.join(nodes) if nodes else 'all nodes'}): {reason}")
+    request = RollbackRequest(
+        change=change_id,
+        nodes=tuple(nodes or ()),
+        requested_by=reason,
+        wait=wait,
+        inventory=os.environ.get("ROLLOUT_INVENTORY") or None,
+        lock_namespace=kube.lock_namespace,
+    )
+    result = roll_back(kube.connect(), request, say=to_stderr)
+    if result.outcome is ChangeOutcome.HANDED_OVER:
+        return ChangeOutcome.HANDED_OVER.value
+    if exit_code(result.outcome, rollback=True) != 0:
+        raise NodeOperationError(
+            f"rollback of {change_id} ended {result.outcome}: {result.message}"
+        )
+    return ChangeOutcome.ROLLED_BACK.value
+
+
+def watch_config(plan_file: str | None) -> GateConfig:
+    """The gate ``rollout watch`` runs: the plan's ``gate:`` section, or the defaults."""
+    if not plan_file:
+        return GateConfig()
+    from rollout.change.plan import load_plan
+
+    plan = load_plan(plan_file)
+    return parse_gate_config(plan.gate or None, file=plan.path, line_of=plan.line_of)
+
+
+def applied_nodes(change_id: str, api: Any, lock_namespace: str) -> tuple[list[str], float, Any]:
+    """The applied nodes of a change ``rollout watch`` soaks over, when the change began, and
+    its journal (fetched from the cluster record when this machine lacks it).
+
+    Raises:
+        InputError: the change has no applied node.
+    """
+    from rollout.change.record import existing_journal, mirrored
+    from rollout.change.replaying import replay
+
+    journal = mirrored(existing_journal(change_id, api, lock_namespace), api, lock_namespace)
+    entries = journal.entries()
+    status = replay(entries, change_id)
+    nodes = [n for n, s in status.nodes.items() if str(s.state) == "applied"]
+    if not nodes:
+        states = ", ".join(f"{n}: {s.state}" for n, s in status.nodes.items()) or "none"
+        raise InputError(
+            f"change {change_id} has no applied node to watch (nodes: {states})",
+            Location(field="--change"),
+        )
+    started = datetime.fromisoformat(entries[0].ts).timestamp() if entries else time.time()
+    return nodes, started, journal
+
+
+@dataclass(frozen=True)
+class Watched:
+    """One ``rollout watch`` soak: its verdict and the nodes a Failed one rolls back."""
+
+    change: str
+    verdict: Verdict
+    targets: list[str]
+
+
+def watch_change(
+    change_id: str,
+    cfg: GateConfig,
+    kube: KubeTarget,
+    control: Sequence[str] = (),
+    listen: str | None = None,
+    token_file: str | None = None,
+    output: str = "text",
+    no_rollback: bool = False,
+    say: Callable[[str], None] = to_stderr,
+    decided: Callable[[Watched], None] | None = None,
+) -> Watched:
+    """Soak the gate over the change's applied nodes (with ``listen``, /metrics and the webhook
+    served meanwhile), hand the verdict to ``decided`` (the CLI prints it), then act on a Failed
+    one: journal the trigger and roll the targets back through :func:`trigger_rollback`, unless
+    ``no_rollback``.
+
+    Raises:
+        InputError: ``listen`` without ``token_file``, or no applied node.
+        RolloutError: the rollback failed.
+    """
+    from rollout.change.journal import Kind
+    from rollout.gate.assembly import build_soak_gate
+    from rollout.gate.serve import AlertReceiver, GateMetrics, make_server, parse_listen, read_token
+    from rollout.gate.soaking import rollback_targets
+    from rollout.models import Phase
+
+    api = kube.connect()
+    nodes, started, journal = applied_nodes(change_id, api, kube.lock_namespace)
+    trigger = functools.partial(trigger_rollback, kube=kube, wait=False, say=say)
+
+    def record(kind: str, data: Any) -> None:
+        journal.append(kind, Phase.DONE, now=datetime.now(UTC), data=data)
+
+    metrics = GateMetrics()
+    server = None
+    if listen:
+        if not token_file:
+            raise InputError("--listen needs --token-file", Location(field="--token-file"))
+        server = make_server(
+            parse_listen(listen), read_token(token_file), AlertReceiver(trigger, metrics)
+        )
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    gate = build_soak_gate(
+        cfg, api, since=started, record=record, control=control, metrics=metrics, output=output
+    )
+    try:
+        verdict = gate.evaluate(change_id, nodes)
+    finally:
+        if server is not None:
+            server.shutdown()
+    done = Watched(change_id, verdict, rollback_targets(verdict, cfg, nodes))
+    if decided is not None:
+        decided(done)
+    targets = done.targets
+    if verdict.status is Outcome.FAILED and not no_rollback:
+        record(Kind.TRIGGER, {"trigger": "gate", "nodes": targets, "reason": verdict.reason})
+        metrics.rollbacks.labels(trigger="gate").inc()
+        trigger_rollback(change_id, targets, "rollout watch: gate Failed", kube, say=say)
+    return done
+
+
+def alert_server(
+    listen: str,
+    token_file: str,
+    kube: KubeTarget,
+    drift_interval: float = 300.0,
+    say: Callable[[str], None] = to_stderr,
+) -> tuple[Any, Path]:
+    """``rollout serve``'s server, not started: the webhook routed to the change that owns each
+    alert's node (journals in the state directory, fetched from the cluster record on demand),
+    /metrics with every marked Node's state, and the drift loop every ``drift_interval`` seconds
+    (0: none) in a thread. Returns the server and the state directory."""
+    from rollout.change.journal import state_dir
+    from rollout.change.record import existing_journal, mirrored
+    from rollout.gate.owning import JournalOwners, export_node_states, journal_recorder
+    from rollout.gate.serve import AlertReceiver, make_server, parse_listen, read_token
+
+    lock_namespace = kube.lock_namespace
+    trigger = functools.partial(trigger_rollback, kube=kube, wait=False, say=say)
+    root = state_dir()
+    connected = kube.connect
+
+    def lease() -> str | None:
+        from rollout.kube.lease_reading import live_lease_change
+
+        return live_lease_change(connected(), lock_namespace)
+
+    def refresh(node: str) -> None:
+        """The change the alert's Node names, from the cluster record into ``root``."""
+        from rollout.kube.mirror import node_change
+
+        change = node_change(connected(), node)
+        if change:
+            existing_journal(change, connected(), lock_namespace)
+
+    def opener(change_id: str) -> Any:
+        return mirrored(
+            existing_journal(change_id, connected(), lock_namespace), connected(), lock_namespace
+        )
+
+    def cluster_states() -> Any:
+        from rollout.kube.mirror import node_states as labelled
+
+        return labelled(connected())
+
+    receiver = AlertReceiver(
+        trigger,
+        owners=JournalOwners(root, lease, refresh),
+        record=journal_recorder(root, opener),
+        log=lambda m: say(f"rollout serve: {m}"),
+    )
+    server = make_server(
+        parse_listen(listen),
+        read_token(token_file),
+        receiver,
+        export_node_states(root, cluster_states),
+    )
+    if drift_interval > 0:
+        threading.Thread(
+            target=drift_loop,
+            args=(connected, lock_namespace, receiver.metrics, drift_interval, say),
+            daemon=True,
+        ).start()
+    return server, root
+
+
+def drift_loop(
+    connected: Callable[[], Any],
+    lock_namespace: str,
+    metrics: Any,
+    interval: float,
+    say: Callable[[str], None] = to_stderr,
+) -> None:
+    """``rollout nodes``' drift on /configz of every marked Node, every ``interval`` seconds,
+    into ``rollout_node_drifted``; a failed round is logged and tried again next time."""
+    from rollout.change.fleet import survey
+
+    while True:
+        try:
+            metrics.set_drift(survey(connected(), lock_namespace), time.time())
+        except (RolloutError, OSError) as e:
+            say(f"rollout serve: drift check failed: {e}")
+        time.sleep(interval)
