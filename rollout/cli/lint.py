@@ -1,7 +1,7 @@
 """``rollout lint``: would this kubelet start? Findings in the kubelet's own words.
 
-Thin: load the files (each plain FILE on its own, or a node's whole set through
-``loading.effective``), call ``validation.validate``, print. Exit 1 when any finding is an
+Thin: parse, call ``rollout.kubelet.linting`` (each plain FILE on its own, or a node's whole
+set), print. Exit 1 when any finding is an
 error, 0 otherwise; bad input (missing or malformed file, unknown distribution) is exit 2 via
 the error tree. Lint never writes anything.
 """
@@ -9,32 +9,16 @@ the error tree. Lint never writes anything.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import click
 
 from rollout.cli.options import output_option
 from rollout.errors import InputError
-from rollout.kubelet.documents import load_file
-from rollout.kubelet.facts import NodeFacts, load_node_facts
+from rollout.kubelet.facts import load_node_facts
 from rollout.kubelet.findings import Finding, Severity
-from rollout.kubelet.loading import effective, effective_from_config, load_node
+from rollout.kubelet.linting import lint_file, lint_node
 from rollout.kubelet.options import parse_version
-from rollout.kubelet.validation import validate
-
-
-def _named(findings: list[Finding], file: str) -> list[Finding]:
-    """Every finding names its file: one about a field no file sets (``reservedMemory``
-    missing under ``memoryManagerPolicy: Static``) is about ``file``, with no line."""
-    return [f if f.file else replace(f, file=file, line=None) for f in findings]
-
-
-def _lint_file(path: Path, version: str | None, facts: NodeFacts | None) -> list[Finding]:
-    data, lines = load_file(path, str(path))
-    eff = effective_from_config(data, file=str(path), lines=lines)
-    found = validate(eff.config, origins=eff.origins, kubelet_version=version, node_facts=facts)
-    return _named(found, str(path))
 
 
 @click.command("lint")
@@ -81,22 +65,10 @@ def lint(
     findings: list[Finding] = []
     if files:
         for path in files:
-            findings.extend(_lint_file(path, kubelet_version, facts))
+            findings.extend(lint_file(path, kubelet_version, facts))
     else:
         assert distribution is not None and node_root is not None
-        node = load_node(distribution, node_root)
-        eff = effective(node)
-        findings = validate(
-            eff.config,
-            origins=eff.origins,
-            kubelet_version=kubelet_version,
-            node_facts=facts,
-            flags=eff.flag_origins,
-            distribution=node.distribution.name,
-        )
-        d = node.distribution
-        main = d.config_file or (d.flag_files[0].path if d.flag_files else None)
-        findings = _named(findings, main or str(node_root))
+        findings = lint_node(distribution, node_root, kubelet_version, facts)
     errors = sum(1 for f in findings if f.severity is Severity.ERROR)
     if output == "json":
         click.echo(json.dumps([f.as_dict() for f in findings], indent=2))
