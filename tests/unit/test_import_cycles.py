@@ -110,3 +110,18 @@ def test_rollout_has_no_import_circle_counting_type_only_imports() -> None:
     graph = import_graph(typing_too=True)
     assert "rollout.lab.controlplane" in graph["rollout.lab.labnodes"]  # a TYPE_CHECKING import
     assert cycles(graph) == []
+
+
+def test_no_module_outside_the_cli_imports_it() -> None:
+    """``rollout/cli/`` parses and prints; nothing below it imports it (a command's logic that
+    another package needs lives below the CLI: ``rollout.gate.trigger`` for ``watch`` and
+    ``serve``, ``rollout.change.session`` for the change commands)."""
+    graph = import_graph(typing_too=True)
+    into_cli = sorted(
+        (m, t)
+        for m, targets in graph.items()
+        if not (m == "rollout.cli" or m.startswith("rollout.cli."))
+        for t in targets
+        if t == "rollout.cli" or t.startswith("rollout.cli.")
+    )
+    assert into_cli == []
