@@ -11,15 +11,18 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollout.change.drift import NodeReport, report_node
 from rollout.change.inventory import Inventory
 from rollout.change.record import existing_journal, to_stderr
 
+if TYPE_CHECKING:
+    from rollout.kube.client import Api
+
 
 def survey(
-    api: Any,
+    api: Api,
     lock_namespace: str,
     inv: Inventory | None = None,
     say: Callable[[str], None] = to_stderr,

@@ -33,6 +33,7 @@ from rollout.protocols import Gate
 if TYPE_CHECKING:
     from rollout.change.inventory import Inventory
     from rollout.change.preparing import Prepared
+    from rollout.kube.client import Api
     from rollout.kube.leases import LeaseLock
 
 
@@ -50,7 +51,7 @@ class PreparedApply:
 
     plan: Plan
     inventory: Inventory
-    api: Any
+    api: Api
     lock: LeaseLock
     prepared: Prepared
     window_check: Callable[[datetime], Decision]

@@ -22,18 +22,21 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path as FsPath
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rollout.change.journal import Entry, Journal, read_entries
 from rollout.change.replaying import Projection
 from rollout.errors import InputError, Location
 from rollout.kube import mirror as km
 
+if TYPE_CHECKING:
+    from rollout.kube.client import Api
+
 
 class ClusterMirror:
     """Writes a journal's entries, backups and node states into the cluster (see module doc)."""
 
-    def __init__(self, api: Any, namespace: str, warn: Callable[[str], None]) -> None:
+    def __init__(self, api: Api, namespace: str, warn: Callable[[str], None]) -> None:
         self.api = api
         self.namespace = namespace
         self.warn = warn
@@ -116,7 +119,7 @@ def split_chunks(data: bytes, limit: int) -> list[bytes]:
 
 
 def sync_change(
-    api: Any, namespace: str, root: FsPath, change_id: str, warn: Callable[[str], None]
+    api: Api, namespace: str, root: FsPath, change_id: str, warn: Callable[[str], None]
 ) -> str:
     """Bring this machine's cached journal of ``change_id`` up to the cluster record: entries
     another machine appended since (the record is longer and begins with every byte here) are
@@ -182,7 +185,7 @@ def _store_backups(
         os.replace(tmp, target)
 
 
-def fetch_change(api: Any, namespace: str, root: FsPath, change_id: str | None) -> str | None:
+def fetch_change(api: Api, namespace: str, root: FsPath, change_id: str | None) -> str | None:
     """Rebuild ``<root>/changes/<id>/`` from the cluster record (``change_id`` None: the latest
     change in the cluster); return the id, or None when the cluster has no such change.
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollout.change import devicechecks
 from rollout.change.inventory import Inventory
@@ -42,6 +42,9 @@ from rollout.kube import workloads
 from rollout.kubelet.facts import node_facts_from_dict
 from rollout.models import NodeChange, NodeFacts, NodeInfo, PodRef
 from rollout.protocols import PreflightReads
+
+if TYPE_CHECKING:
+    from rollout.kube.client import Api
 
 # what callers of rollout.change.preparing import from here, though it now lives beside it
 __all__ = [
@@ -144,7 +147,7 @@ class ClusterReader:
             admission preview reads them); None keeps every node's.
     """
 
-    def __init__(self, api: Any, nodes: Collection[str] | None = None) -> None:
+    def __init__(self, api: Api, nodes: Collection[str] | None = None) -> None:
         self._kn = kn
         self._wl = workloads
         self.api = api

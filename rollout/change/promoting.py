@@ -27,6 +27,7 @@ from rollout.protocols import Gate
 if TYPE_CHECKING:
     from rollout.change.inventory import Inventory
     from rollout.change.preparing import Prepared
+    from rollout.kube.client import Api
     from rollout.kube.leases import LeaseLock
 
 
@@ -120,7 +121,7 @@ class Promotion:
 
 
 def prepare_promotion(
-    api: Any,
+    api: Api,
     journal: Journal,
     lock: LeaseLock,
     opts: PromoteOptions,
@@ -193,7 +194,7 @@ rejections and the progress; the CLI's ``gate_for`` (the gate layer sits above t
 
 
 def run_promotion(
-    api: Any,
+    api: Api,
     promo: Promotion,
     lock: LeaseLock,
     make_gate: PromotionGate,

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rollout.change.journal import Journal, state_dir
 from rollout.errors import InputError, Location
+
+if TYPE_CHECKING:
+    from rollout.kube.client import Api
 
 
 def to_stderr(msg: str) -> None:
@@ -22,7 +25,7 @@ def to_stderr(msg: str) -> None:
 
 def existing_journal(
     change: str | None,
-    api: Any = None,
+    api: Api | None = None,
     lock_namespace: str = "kube-system",
     say: Callable[[str], None] = to_stderr,
 ) -> Journal:
@@ -59,7 +62,7 @@ def existing_journal(
     return Journal.open(root, fetched)
 
 
-def _latest(api: Any, lock_namespace: str, say: Callable[[str], None]) -> str | None:
+def _latest(api: Api, lock_namespace: str, say: Callable[[str], None]) -> str | None:
     """The newer of the latest change here and the latest in the cluster record."""
     from rollout.change.journal import latest_change
     from rollout.kube.mirror import latest_change as cluster_latest
@@ -76,7 +79,7 @@ def _latest(api: Any, lock_namespace: str, say: Callable[[str], None]) -> str | 
 
 
 def mirrored(
-    journal: Journal, api: Any, lock_namespace: str, say: Callable[[str], None] = to_stderr
+    journal: Journal, api: Api, lock_namespace: str, say: Callable[[str], None] = to_stderr
 ) -> Journal:
     """Attach the cluster mirror: each later append and backup is also written into the cluster
     (ConfigMaps in ``lock_namespace``, annotations on the Nodes); failures are warnings."""

@@ -42,6 +42,7 @@ from rollout.protocols import Gate, Lock
 if TYPE_CHECKING:
     from rollout.change.inventory import Inventory
     from rollout.change.preparing import Prepared
+    from rollout.kube.client import Api
 
 
 class SystemClock:
@@ -68,7 +69,7 @@ def holding(lock: Lock, change_id: str) -> Iterator[None]:
 
 
 def open_context(
-    api: Any,
+    api: Api,
     journal: Journal,
     inventory: Path,
     drain: DrainPolicy,
@@ -176,7 +177,7 @@ class FactsGathering:
 def run_preflight(
     plan: Plan,
     inv: Inventory,
-    api: Any,
+    api: Api,
     canary: bool,
     accept: bool = False,
     facts: FactsGathering | None = None,
@@ -251,7 +252,7 @@ Work = Callable[[Context, Lock], ChangeStatus]
 
 
 def settle(
-    api: Any,
+    api: Api,
     change: str,
     work: Work,
     opts: ChangeOptions,
@@ -371,7 +372,7 @@ handed to a new owner) as a second process would."""
 
 
 def roll_back(
-    api: Any,
+    api: Api,
     req: RollbackRequest,
     *,
     progress: Progress | None = None,
@@ -395,7 +396,7 @@ def roll_back(
 
 
 def _roll_back(
-    api: Any,
+    api: Api,
     req: RollbackRequest,
     progress: Progress | None,
     failed: Callable[[ChangeStatus], None] | None,
@@ -471,7 +472,7 @@ recorded plan, the inventory and the admission preview's predicted rejections. T
 
 
 def resume_change(
-    ctx: Context, api: Any, inventory: str | None, make_gate: GateFactory
+    ctx: Context, api: Api, inventory: str | None, make_gate: GateFactory
 ) -> ChangeStatus:
     """``rollout resume`` under the Lease: finish every node in flight, then what the change
     owes. A change that had ended (held, completed, stopped) gets its nodes settled and nothing
@@ -503,7 +504,7 @@ def resume_change(
 
 def _resume_later_batches(
     ctx: Context,
-    api: Any,
+    api: Api,
     before: ChangeStatus,
     settled: ChangeStatus,
     inventory: str | None,

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollout.change.journal import EVIDENCE_STEP, Journal
 from rollout.change.promoting import check_failures
@@ -26,12 +26,15 @@ from rollout.errors import InputError, Location
 from rollout.fanout import DEFAULT_FORKS, workers
 from rollout.models import Phase
 
+if TYPE_CHECKING:
+    from rollout.kube.client import Api
+
 __all__ = ["collect", "journal_evidence"]
 
 
 def collect(
     label: str,
-    api: Any,
+    api: Api,
     inv: Any,
     nodes: Sequence[str],
     target: Path,
@@ -148,7 +151,7 @@ class ChangeEvidence:
     through ``say`` (a warning when one was not collected)."""
 
     def __init__(
-        self, api: Any, inv: Any, forks: int = DEFAULT_FORKS, say: Callable[[str], None] = print
+        self, api: Api, inv: Any, forks: int = DEFAULT_FORKS, say: Callable[[str], None] = print
     ) -> None:
         self.api, self.inv, self.forks, self.say = api, inv, forks, say
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
 from datetime import time as dtime
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollout.change.plan import Plan
 from rollout.change.planning import Batch, Strategy, make_batches, parse_strategy
@@ -24,6 +24,9 @@ from rollout.change.previewing import NodePreview, fleet_misfits
 from rollout.change.windows import Window, forward_allowed, parse_windows
 from rollout.evidence.templating import render_template
 from rollout.gate.analysis import GateConfig, parse_gate_config
+
+if TYPE_CHECKING:
+    from rollout.kube.client import Api
 
 IGNORED_GROUPS = ("all", "ungrouped")
 
@@ -57,7 +60,7 @@ class Preflight:
     previews: tuple[NodePreview, ...] | None = None
 
 
-def live_preflight(plan: Plan, inv: Any, api: Any) -> tuple[Preflight, list[str]]:
+def live_preflight(plan: Plan, inv: Any, api: Api) -> tuple[Preflight, list[str]]:
     """Preflight as ``rollout apply`` runs it (every node's facts, then the cluster's checks
     and the admission preview), for the runbook: its result, refusals included, and the
     canaries of other changes in progress. Nothing is written anywhere."""

@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollout.change.journal import Journal
 from rollout.change.orchestrator import NoGate, node_pool
@@ -23,6 +23,9 @@ from rollout.gate.soaking import RollbackPolicyGate, SoakGate
 from rollout.interrupt import Interrupt
 from rollout.models import Phase
 from rollout.protocols import Gate
+
+if TYPE_CHECKING:
+    from rollout.kube.client import Api
 
 
 def gate_config(plan: Any) -> GateConfig | None:
@@ -48,7 +51,7 @@ def gate_progress(output: str, to: Callable[[str], None] | None) -> Callable[[st
 
 def build_soak_gate(
     cfg: GateConfig,
-    api: Any,
+    api: Api,
     *,
     since: float,
     record: Any,
@@ -109,7 +112,7 @@ def build_soak_gate(
 
 def gate_for(
     plan: Plan,
-    api: Any,
+    api: Api,
     journal: Journal,
     output: str,
     inv: Any,

@@ -16,13 +16,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollout.change.outcomes import ChangeOutcome, exit_code
 from rollout.change.record import to_stderr
 from rollout.errors import InputError, Location, NodeOperationError, RolloutError
 from rollout.gate.analysis import GateConfig, parse_gate_config
 from rollout.verdicts import Outcome, Verdict
+
+if TYPE_CHECKING:
+    from rollout.kube.client import Api
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ def watch_config(plan_file: str | None) -> GateConfig:
     return parse_gate_config(plan.gate or None, file=plan.path, line_of=plan.line_of)
 
 
-def applied_nodes(change_id: str, api: Any, lock_namespace: str) -> tuple[list[str], float, Any]:
+def applied_nodes(change_id: str, api: Api, lock_namespace: str) -> tuple[list[str], float, Any]:
     """The applied nodes of a change ``rollout watch`` soaks over, when the change began, and
     its journal (fetched from the cluster record when this machine lacks it).
 

@@ -9,11 +9,14 @@ Only what the API shows is reported; a group that is not served means no such ca
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubernetes.client.exceptions import ApiException
 
 from rollout.errors import truncate
+
+if TYPE_CHECKING:
+    from rollout.kube.client import Api
 
 # (API group, version, plural, kind, status phases that mean "being judged")
 SOURCES = (
@@ -34,7 +37,7 @@ def in_progress(obj: Mapping[str, Any], phases: tuple[str, ...]) -> str | None:
     return phase if phase in phases else None
 
 
-def canaries_in_progress(api: Any) -> list[str]:
+def canaries_in_progress(api: Api) -> list[str]:
     """One warning per Argo Rollout / Flagger Canary in progress (empty when none or not served).
 
     A listing the tool may not read is reported as a warning too, never as "none".
