@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -41,6 +41,10 @@ from rollout.protocols import Gate
 
 from .options import drain_options, inventory_option, kube_options, output_option, plan_option
 from .record import optional_api
+
+if TYPE_CHECKING:
+    from rollout.change.inventory import Inventory
+    from rollout.gate.analysis import Predicted
 
 __all__ = ["COMMANDS"]
 
@@ -178,7 +182,9 @@ def apply_cmd(
     nodes = ready.nodes
     confirm(yes, f"change {len(nodes)} node(s) ({', '.join(nodes)})")
 
-    def make_gate(journal: Journal, inv: Any, predicted: Any, progress: Progress) -> Gate:
+    def make_gate(
+        journal: Journal, inv: Inventory, predicted: Predicted | None, progress: Progress
+    ) -> Gate:
         return gate_for(
             plan, ready.api, journal, output, inv, progress.event, ready.lock.interrupt, predicted
         )

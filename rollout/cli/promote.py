@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -28,6 +28,10 @@ from rollout.gate.assembly import gate_for
 from rollout.protocols import Gate
 
 from .options import drain_options, inventory_option, kube_options, output_option
+
+if TYPE_CHECKING:
+    from rollout.change.inventory import Inventory
+    from rollout.gate.analysis import Predicted
 
 
 @click.command("promote")
@@ -123,7 +127,9 @@ def promote_cmd(
         return
     confirm(yes, f"promote change {change} to {len(nodes)} more node(s) ({', '.join(nodes)})")
 
-    def make_gate(plan: Plan, inv: Any, predicted: Any, progress: Progress) -> Gate:
+    def make_gate(
+        plan: Plan, inv: Inventory, predicted: Predicted | None, progress: Progress
+    ) -> Gate:
         return gate_for(plan, api, journal, output, inv, progress.event, lock.interrupt, predicted)
 
     final = run_promotion(

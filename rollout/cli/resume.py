@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -27,6 +27,10 @@ from rollout.gate.assembly import gate_for
 from rollout.protocols import Gate, Lock
 
 from .options import inventory_option, kube_options, output_option
+
+if TYPE_CHECKING:
+    from rollout.change.inventory import Inventory
+    from rollout.gate.analysis import Predicted
 
 
 @click.command("resume")
@@ -70,7 +74,7 @@ def resume_cmd(
     api = connect(kubeconfig, context)
 
     def work(ctx: Context, _lock: Lock) -> ChangeStatus:
-        def make_gate(plan: Plan, inv: Any, predicted: frozenset[tuple[str, str]] | None) -> Gate:
+        def make_gate(plan: Plan, inv: Inventory, predicted: Predicted | None) -> Gate:
             return gate_for(
                 plan, api, ctx.journal, output, inv, ctx.on_event, ctx.interrupt, predicted
             )

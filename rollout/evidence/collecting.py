@@ -27,6 +27,7 @@ from rollout.fanout import DEFAULT_FORKS, workers
 from rollout.models import Phase
 
 if TYPE_CHECKING:
+    from rollout.change.inventory import Inventory
     from rollout.kube.client import Api
 
 __all__ = ["collect", "journal_evidence"]
@@ -35,7 +36,7 @@ __all__ = ["collect", "journal_evidence"]
 def collect(
     label: str,
     api: Api,
-    inv: Any,
+    inv: Inventory,
     nodes: Sequence[str],
     target: Path,
     raw_facts: Mapping[str, Mapping[str, Any]] | None = None,
@@ -151,7 +152,11 @@ class ChangeEvidence:
     through ``say`` (a warning when one was not collected)."""
 
     def __init__(
-        self, api: Api, inv: Any, forks: int = DEFAULT_FORKS, say: Callable[[str], None] = print
+        self,
+        api: Api,
+        inv: Inventory,
+        forks: int = DEFAULT_FORKS,
+        say: Callable[[str], None] = print,
     ) -> None:
         self.api, self.inv, self.forks, self.say = api, inv, forks, say
 

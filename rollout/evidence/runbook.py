@@ -26,6 +26,7 @@ from rollout.evidence.templating import render_template
 from rollout.gate.analysis import GateConfig, parse_gate_config
 
 if TYPE_CHECKING:
+    from rollout.change.inventory import Inventory
     from rollout.kube.client import Api
 
 IGNORED_GROUPS = ("all", "ungrouped")
@@ -60,7 +61,7 @@ class Preflight:
     previews: tuple[NodePreview, ...] | None = None
 
 
-def live_preflight(plan: Plan, inv: Any, api: Api) -> tuple[Preflight, list[str]]:
+def live_preflight(plan: Plan, inv: Inventory, api: Api) -> tuple[Preflight, list[str]]:
     """Preflight as ``rollout apply`` runs it (every node's facts, then the cluster's checks
     and the admission preview), for the runbook: its result, refusals included, and the
     canaries of other changes in progress. Nothing is written anywhere."""
@@ -225,7 +226,7 @@ def operator_commands(gpu_resource: str) -> tuple[tuple[str, str], ...]:
     )
 
 
-def _pools(inventory: Any, nodes: Sequence[str]) -> tuple[Pool, ...]:
+def _pools(inventory: Inventory, nodes: Sequence[str]) -> tuple[Pool, ...]:
     wanted = set(nodes)
     out = []
     for name, hosts in inventory.groups.items():
@@ -243,7 +244,7 @@ def _pools(inventory: Any, nodes: Sequence[str]) -> tuple[Pool, ...]:
 
 def build_runbook(
     plan: Plan,
-    inventory: Any,
+    inventory: Inventory,
     now: datetime,
     preflight: Preflight,
     warnings: Sequence[str] = (),

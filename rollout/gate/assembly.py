@@ -25,6 +25,7 @@ from rollout.models import Phase
 from rollout.protocols import Gate
 
 if TYPE_CHECKING:
+    from rollout.change.inventory import Inventory
     from rollout.kube.client import Api
 
 
@@ -115,7 +116,7 @@ def gate_for(
     api: Api,
     journal: Journal,
     output: str,
-    inv: Any,
+    inv: Inventory,
     progress: Callable[[str], None] | None = None,
     interrupt: Interrupt | None = None,
     predicted: Predicted | None = None,
