@@ -46,7 +46,7 @@ def rollout(
 
 def closed_window_plan(lab: Lab, nodes: Any) -> str:
     day = DAY_NAMES[(datetime.now(UTC).weekday() + 3) % 7]  # opens in three days: closed now
-    return plan_text([lab._rec(n).node for n in nodes.names], "docs") + (
+    return plan_text([lab.nodes[n].node for n in nodes.names], "docs") + (
         f"windows:\n  - {{name: later, days: [{day}], start: '02:00', end: '03:00'}}\n"
     )
 
