@@ -79,10 +79,8 @@ def prepare_apply(
     preflight; nothing is written anywhere. ``inventory`` names the inventory file, asked after
     the window check (a closed window refuses before any input is read).
 
-    The slow parts overlap: the API client's import (0.2-0.3 s of CPU) runs in a thread while
-    the inventory is read and the nodes' facts calls start over ssh; the API connection
-    (``connect``), the Lease check and the reads follow (an import started in the thread is
-    waited for, not run twice: Python's import lock).
+    The API client's import runs in a thread while the inventory is read and the facts calls
+    start; the connection, the Lease check and the reads follow (``benchmarks/README.md``).
 
     Raises:
         PreflightError: the change window is closed (not under ``dry_run``), or preflight

@@ -1,7 +1,7 @@
 """The API groups the tool calls, as JSON over the kubeconfig's connection.
 
 Why not the client's typed API classes: importing ``CoreV1Api`` builds about 250 pydantic model
-modules (0.6-0.7 s of CPU alone, 2 s inside a busy ``apply``), and every list of pods is then
+modules (the measurement is in ``benchmarks/README.md``), and every list of pods is then
 validated into models that the tool reads a handful of fields from. Here each operation is one
 HTTP request on the client's own ``ApiClient`` (its kubeconfig, TLS, token refresh and
 connection pool), and answers are the API server's JSON as dicts (camelCase, as ``kubectl get -o
