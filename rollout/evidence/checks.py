@@ -270,13 +270,57 @@ def _pod_cpus(p: Mapping[str, Any], state: Mapping[str, Any]) -> frozenset[int]:
     return frozenset(cpus)
 
 
+JUDGED_POLICIES = ("single-numa-node", "restricted")
+"""The Topology Manager policies whose placement ``numa-aligned`` judges: ``best-effort`` and
+``none`` admit a pod wherever its resources land."""
+
+
+def _fewest(counts: Iterable[int], want: int) -> int | None:
+    """The fewest NUMA nodes whose ``counts`` add up to ``want`` (None: all of them do not)."""
+    got, used = 0, 0
+    for n in sorted(counts, reverse=True):
+        if got >= want:
+            break
+        got, used = got + n, used + 1
+    return used if got >= want else None
+
+
+def _needed(
+    cpus: int,
+    devices: Mapping[str, Sequence[str]],
+    cpu_numa: Mapping[int, int],
+    dev_numa: Mapping[str, int],
+    registered: Mapping[str, Sequence[str]],
+) -> int:
+    """The narrowest NUMA width that holds the pod's exclusive CPUs and each of its device
+    resources: the width of the kubelet's preferred hint, which ``restricted`` requires."""
+    widest = 1
+    per_cpu: dict[int, int] = {}
+    for n in cpu_numa.values():
+        per_cpu[n] = per_cpu.get(n, 0) + 1
+    all_nodes = len(per_cpu) or 1
+    if cpus:
+        widest = max(widest, _fewest(per_cpu.values(), cpus) or all_nodes)
+    for res, ids in devices.items():
+        pool = registered.get(res) or list(dev_numa)
+        per_dev: dict[int, int] = {}
+        for dev in pool:
+            if dev in dev_numa:
+                per_dev[dev_numa[dev]] = per_dev.get(dev_numa[dev], 0) + 1
+        widest = max(widest, _fewest(per_dev.values(), len(ids)) or all_nodes)
+    return widest
+
+
 def check_numa_alignment(c: Collection) -> Check:
-    """Under ``single-numa-node``, each Guaranteed pod's exclusive CPUs and devices share one NUMA
-    node (nodes with another policy are not judged by this rule)."""
+    """Each Guaranteed pod's exclusive CPUs and devices sit where the Topology Manager policy
+    admits them: on one NUMA node under ``single-numa-node``; under ``restricted``, on no more
+    NUMA nodes than the narrowest set that holds them (the preferred hint). Nodes with another
+    policy are not judged."""
     name = "numa-aligned"
     problems, checked, seen_any = [], 0, False
     for node, d in sorted(c.nodes.items()):
-        if d.get("topologyManagerPolicy") != "single-numa-node" or "pods" not in d:
+        policy = d.get("topologyManagerPolicy")
+        if policy not in JUDGED_POLICIES or "pods" not in d:
             continue
         numa_raw = d.get("numa") or {}
         if not numa_raw:
@@ -284,39 +328,49 @@ def check_numa_alignment(c: Collection) -> Check:
         seen_any = True
         cpu_numa = {cpu: int(n) for n, cs in numa_raw.items() for cpu in parse_cpuset(str(cs))}
         dev_numa = {str(k): int(v) for k, v in (d.get("deviceNuma") or {}).items()}
+        registered = {
+            str(r): [str(x) for x in v] for r, v in (d.get("registeredDevices") or {}).items()
+        }
         state = d.get("cpuManagerState") or {}
         for p in _running_pods(d):
             if p.get("qos") != "Guaranteed":
                 continue
             pod = f"{p.get('namespace', '')}/{p.get('name', '')}"
             where: dict[int, list[str]] = {}
-            for cpu in sorted(_pod_cpus(p, state)):
+            cpus = sorted(_pod_cpus(p, state))
+            for cpu in cpus:
                 where.setdefault(cpu_numa.get(cpu, -1), []).append(f"cpu {cpu}")
-            for res, ids in (p.get("devices") or {}).items():
+            devices = {str(r): [str(x) for x in ids] for r, ids in (p.get("devices") or {}).items()}
+            for res, ids in devices.items():
                 for dev in ids:
-                    where.setdefault(dev_numa.get(str(dev), -1), []).append(f"{res} {dev}")
+                    where.setdefault(dev_numa.get(dev, -1), []).append(f"{res} {dev}")
             if not where:
                 continue  # no exclusive resources: nothing to align
             checked += 1
-            if len(where) > 1 or -1 in where:
+            allowed = 1
+            if policy == "restricted":
+                allowed = _needed(len(cpus), devices, cpu_numa, dev_numa, registered)
+            if len(where) > allowed or -1 in where:
                 spread = "; ".join(
                     f"NUMA {'?' if n < 0 else n}: {', '.join(items)}"
                     for n, items in sorted(where.items())
                 )
+                if policy == "restricted" and -1 not in where:
+                    spread += f" (restricted: {allowed} NUMA node(s) hold it)"
                 problems.append(f"{node}: {pod} spans {spread}")
     if not seen_any:
         return Check(
             name,
             c.label,
             Status.NOT_COLLECTED,
-            "NUMA layout or pod assignments under single-numa-node not collected",
+            "NUMA layout or pod assignments under single-numa-node or restricted not collected",
         )
     if problems:
         return Check(
             name,
             c.label,
             Status.FAIL,
-            f"{len(problems)} pod(s) not on one NUMA node",
+            f"{len(problems)} pod(s) placed wider than the Topology Manager policy admits",
             tuple(problems),
             checked,
         )
@@ -324,7 +378,7 @@ def check_numa_alignment(c: Collection) -> Check:
         name,
         c.label,
         Status.PASS,
-        f"{checked} Guaranteed pod(s), each on one NUMA node",
+        f"{checked} Guaranteed pod(s), each on as few NUMA nodes as the policy requires",
         (),
         checked,
     )

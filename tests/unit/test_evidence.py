@@ -146,8 +146,42 @@ NUMA_CASES = [
     (
         "other policy not judged",
         [pod("a", cpus="3-4")],
-        {"topologyManagerPolicy": "restricted"},
+        {"topologyManagerPolicy": "best-effort"},
         Status.NOT_COLLECTED,
+        "",
+    ),
+    (
+        "restricted: two CPUs that fit one NUMA node spread over two",
+        [pod("a", cpus="3-4")],
+        {"topologyManagerPolicy": "restricted"},
+        Status.FAIL,
+        "ml/a spans NUMA 0: cpu 3; NUMA 1: cpu 4 (restricted: 1 NUMA node(s) hold it)",
+    ),
+    (
+        "restricted: six CPUs need both NUMA nodes of four",
+        [pod("a", cpus="1-6")],
+        {"topologyManagerPolicy": "restricted"},
+        Status.PASS,
+        "",
+    ),
+    (
+        "restricted: two GPUs that NUMA 0 holds, taken from both",
+        [pod("a", cpus="1", devices=("GPU-a", "GPU-c"))],
+        {
+            "topologyManagerPolicy": "restricted",
+            "registeredDevices": {"nvidia.com/gpu": list(DEV_NUMA)},
+        },
+        Status.FAIL,
+        "(restricted: 1 NUMA node(s) hold it)",
+    ),
+    (
+        "restricted: three GPUs need both NUMA nodes",
+        [pod("a", cpus="1", devices=("GPU-a", "GPU-b", "GPU-c"))],
+        {
+            "topologyManagerPolicy": "restricted",
+            "registeredDevices": {"nvidia.com/gpu": list(DEV_NUMA)},
+        },
+        Status.PASS,
         "",
     ),
 ]
