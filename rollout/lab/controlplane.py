@@ -17,6 +17,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import random
 import signal
 import socket
 import ssl
@@ -46,12 +47,35 @@ class ControlPlaneError(RuntimeError):
     """The control plane failed to start or to become ready."""
 
 
+def _ephemeral_low(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> int:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """Return a free TCP port on 127.0.0.1 (bind to port 0 and release it)."""
+    """A free TCP port on 127.0.0.1 for a lab server to listen on.
+
+    Picked below the kernel's ephemeral range (``ip_local_port_range``): a port ``bind(0)``
+    returns comes from that range, which every outgoing connection (ssh to the nodes, the API
+    clients) also draws from, so between the pick and the server's own bind another process's
+    connection could take it (``bind: address already in use``, seen in the lab tests). Falls
+    back to ``bind(0)`` when no port below the range is free."""
+    low = _ephemeral_low()
+    candidates = list(range(max(1024, low - 12000), low))
+    random.shuffle(candidates)
+    for port in candidates[:64]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        got: int = s.getsockname()[1]
+        return got
 
 
 class ControlPlane(ControlPlaneAccess):
@@ -235,9 +259,24 @@ class ControlPlane(ControlPlaneAccess):
 
     def start(self) -> None:
         """Start everything; return when the API server is ready (``/readyz``) and the
-        controller-manager and scheduler are healthy. On failure, stop what was started."""
+        controller-manager and scheduler are healthy. On failure, stop what was started.
+
+        A server that finds its port taken (another process bound it after :func:`free_port`
+        picked it) is started again on new ports, twice at most."""
         if self._procs:
             raise ControlPlaneError("control plane already started")
+        for attempt in range(3):
+            try:
+                self._start_once()
+                return
+            except ControlPlaneError as e:
+                if "address already in use" not in str(e) or attempt == 2:
+                    raise
+                self.etcd_port, self.etcd_peer_port = free_port(), free_port()
+                self.apiserver_port, self.kcm_port = free_port(), free_port()
+                self.scheduler_port = free_port()
+
+    def _start_once(self) -> None:
         self.kill_stale(self.workdir, self.bin_dir)
         try:
             self._prepare()
