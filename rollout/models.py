@@ -13,9 +13,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from rollout.verdicts import Verdict as Verdict
-from rollout.verdicts import VerdictStatus as VerdictStatus
-
 
 class Step(StrEnum):
     """A step on one node, in the order the forward path runs them.

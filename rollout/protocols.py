@@ -14,7 +14,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
-from rollout.models import NodeChange, NodeInfo, PodRef, Verdict, VerdictStatus
+from rollout.models import NodeChange, NodeInfo, PodRef
+from rollout.verdicts import Verdict, VerdictStatus
 
 
 class Eviction(StrEnum):

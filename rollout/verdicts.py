@@ -82,7 +82,7 @@ class Verdict:
     """The gate's decision at one moment, and why.
 
     This is the type the orchestrator's ``Gate.evaluate`` returns (``status`` and ``reason`` are
-    what it reads; ``rollout.models.Verdict`` names this class).
+    what it reads).
 
     ``failed_nodes`` are the nodes a Failed verdict rolls back under ``rollback-affected``;
     ``waiting_for`` says what an Inconclusive or Error verdict holds for.

@@ -33,8 +33,9 @@ from rollout.errors import (
 )
 from rollout.fanout import waves
 from rollout.interrupt import StopReason, StopRequested
-from rollout.models import NodeChange, NodeState, Phase, StepPath, Verdict, VerdictStatus
+from rollout.models import NodeChange, NodeState, Phase, StepPath
 from rollout.protocols import Gate, OneSoak
+from rollout.verdicts import Verdict, VerdictStatus
 
 GATE_STEP = Kind.GATE
 """The step name of gate entries (node is None): ``begin`` when the soak starts (``nodes``),

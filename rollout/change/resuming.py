@@ -28,7 +28,8 @@ from rollout.change.parallel import in_parallel, wrap
 from rollout.change.replaying import ChangeStatus, NodeStatus, replay, status_of
 from rollout.change.restoring import restore_node, restore_nodes
 from rollout.errors import NodeFilesChangedError
-from rollout.models import NodeState, Phase, Step, StepPath, Verdict, VerdictStatus
+from rollout.models import NodeState, Phase, Step, StepPath
+from rollout.verdicts import Verdict, VerdictStatus
 
 
 def unfinished_gate(entries: Sequence[Entry], has_gate: bool) -> UnfinishedGate | None:

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from rollout.models import NodeChange, NodeInfo, PodRef, Verdict, VerdictStatus
+from rollout.models import NodeChange, NodeInfo, PodRef
 from rollout.protocols import Eviction, EvictionResult, OneSoak, RestoreFile, RunResult
+from rollout.verdicts import Verdict, VerdictStatus
 
 
 class FakeClock:

@@ -14,7 +14,8 @@ from rollout.change.orchestrator import NoGate, rollback, run_change
 from rollout.change.planning import DrainPolicy, Strategy, make_batches
 from rollout.change.replaying import replay
 from rollout.change.resuming import resume
-from rollout.models import NodeState, PodRef, VerdictStatus
+from rollout.models import NodeState, PodRef
+from rollout.verdicts import VerdictStatus
 from tests.unit.ending import ended
 from tests.unit.fakes_change import (
     CONF,

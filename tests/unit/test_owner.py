@@ -15,8 +15,9 @@ from rollout.change.orchestrator import NoGate, run_change
 from rollout.change.planning import DrainPolicy, Strategy, make_batches
 from rollout.change.replaying import replay
 from rollout.interrupt import Interrupt, StopReason, StopRequested
-from rollout.models import NodeState, Verdict, VerdictStatus
+from rollout.models import NodeState
 from rollout.protocols import OneSoak
+from rollout.verdicts import Verdict, VerdictStatus
 from tests.unit.ending import ended
 from tests.unit.fakes_change import (
     CONF,

@@ -111,3 +111,16 @@ def test_no_module_re_exports_another_modules_names() -> None:
                 listed = {e.value for e in ast.walk(n.value) if isinstance(e, ast.Constant)}
                 shims += [f"{name}.{x}" for x in sorted(listed & imported)]
     assert shims == []
+
+
+def test_no_module_re_exports_a_name_by_a_redundant_alias() -> None:
+    """``from rollout.x import A as A`` is the other re-export idiom (PEP 484's explicit
+    re-export): ``rollout.models`` re-exported ``Verdict`` from ``rollout.verdicts`` that way."""
+    found = []
+    for name, f in rollout_modules().items():
+        for n in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(n, ast.ImportFrom) and (
+                n.level or (n.module or "").startswith("rollout")
+            ):
+                found += [f"{name}:{n.lineno} {a.name}" for a in n.names if a.asname == a.name]
+    assert found == []

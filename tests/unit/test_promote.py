@@ -12,7 +12,8 @@ from rollout.change.orchestrator import continue_change, rollback, run_change
 from rollout.change.planning import Batch, DrainPolicy, Strategy, make_batches
 from rollout.change.promoting import last_gate, promote_refusal
 from rollout.change.replaying import replay
-from rollout.models import NodeState, Phase, VerdictStatus
+from rollout.models import NodeState, Phase
+from rollout.verdicts import VerdictStatus
 from tests.unit.ending import ended
 from tests.unit.fakes_change import (
     CONF,

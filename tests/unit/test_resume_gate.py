@@ -15,8 +15,9 @@ from rollout.change.orchestrator import UnfinishedGate, continue_change, run_cha
 from rollout.change.planning import Batch, DrainPolicy, Strategy, make_batches
 from rollout.change.replaying import replay
 from rollout.change.resuming import resume, unfinished_gate
-from rollout.models import NodeState, Phase, Verdict, VerdictStatus
+from rollout.models import NodeState, Phase
 from rollout.protocols import OneSoak
+from rollout.verdicts import Verdict, VerdictStatus
 from tests.unit.ending import ended
 from tests.unit.fakes_change import (
     CONF,
