@@ -226,9 +226,11 @@ class Gate(Protocol):
     """Decides after a batch whether the rollout may go on, and what happens after the rollback
     a Failed verdict starts (:class:`OneSoak` is the gate that does nothing after it)."""
 
-    verdict: Verdict | None
-    """The verdict that decided (a Failed one stays, later soaks over the rest do not replace
-    it); None before the first soak, or when the gate keeps none."""
+    @property
+    def verdict(self) -> Verdict | None:
+        """The verdict that decided (a Failed one stays, later soaks over the rest do not
+        replace it); None before the first soak, or when the gate keeps none."""
+        ...
 
     def evaluate(self, change_id: str, nodes: Sequence[str]) -> Verdict:
         """Soak over ``nodes`` and decide; a Failed verdict names the nodes to restore

@@ -29,6 +29,7 @@ from rollout.change.replaying import ChangeStatus
 from rollout.change.windows import Decision
 from rollout.models import NodeState, Phase
 from rollout.protocols import Gate
+from rollout.verdicts import Verdict, VerdictStatus
 
 if TYPE_CHECKING:
     from rollout.change.inventory import Inventory
@@ -160,6 +161,69 @@ class EvidenceHooks(Protocol):
         ...
 
 
+class EvidenceGate:
+    """The canary's gate when the plan's ``gate.requireEvidence`` is true: once the soak is
+    Successful, the nodes' ``after`` evidence is collected and journaled, and decides too. A
+    failed check makes the verdict Failed (the nodes are restored, as for any Failed verdict);
+    evidence that could not be collected makes it Inconclusive (the change holds, exit 8). The
+    ``before`` collection is journaled just before it.
+
+    Why in the gate: without it a canary whose evidence fails is held on the new config and only
+    ``promote`` refuses; with it the change acts on the evidence as it acts on rejections.
+    """
+
+    def __init__(
+        self, gate: Gate, journal: Journal, evidence: EvidenceHooks, before: Any = None
+    ) -> None:
+        self.gate, self.journal, self.evidence, self.before = gate, journal, evidence, before
+        self.collected: list[str] = []
+        self.recorded_before = False
+        self._verdict: Verdict | None = None
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """The verdict that decided: the evidence's when it overrode the soak's."""
+        return self._verdict or self.gate.verdict
+
+    def evaluate(self, change_id: str, nodes: Sequence[str]) -> Verdict:
+        from rollout.change.promoting import evidence_refusal
+
+        soaked = self.gate.evaluate(change_id, nodes)
+        if soaked.status is not VerdictStatus.SUCCESSFUL:
+            return soaked
+        moving = list(nodes)
+        if not self.recorded_before:
+            self.evidence.record(self.journal, "before", moving, self.before)
+            self.recorded_before = True
+        self.evidence.record(
+            self.journal, "after", moving, self.evidence.collect(self.journal, "after", moving)
+        )
+        self.collected = moving
+        refusal = evidence_refusal(self.journal.entries(), moving)
+        if refusal is None:
+            return soaked
+        why = f"{soaked.reason}; gate.requireEvidence: {refusal}"
+        if "failed:" in refusal:
+            self._verdict = replace(soaked, status=VerdictStatus.FAILED, reason=why)
+        else:
+            self._verdict = replace(
+                soaked,
+                status=VerdictStatus.INCONCLUSIVE,
+                reason=why,
+                waiting_for="the canary's 'after' evidence",
+            )
+        return self._verdict
+
+    def soaks_on(self) -> bool:
+        return self.gate.soaks_on()
+
+    def keep_watching(self, change_id: str, nodes: Sequence[str]) -> Verdict:
+        return self.gate.keep_watching(change_id, nodes)
+
+    def after_rollback(self, change_id: str, nodes: Sequence[str]) -> str:
+        return self.gate.after_rollback(change_id, nodes)
+
+
 ApplyGate = Callable[[Journal, "Inventory", "frozenset[tuple[str, str]] | None", Progress], Gate]
 """Builds the gate after the canary: given the change's journal, the inventory, the predicted
 rejections and the progress; the CLI's ``gate_for`` (the gate layer sits above this one)."""
@@ -252,6 +316,9 @@ def run_apply(
         )
         ctx.interrupt = lock.interrupt
         gate = make_gate(journal, inv, predicted_rejections(prepared.previews), progress)
+        gated = None
+        if opts.require_evidence and evidence is not None:
+            gate = gated = EvidenceGate(gate, journal, evidence, before)
         info = {
             "plan": str(Path(plan.path).resolve()),
             # the plan itself, so a machine without the file resumes and rolls back with it
@@ -276,9 +343,10 @@ def run_apply(
             failed,
         )
         if evidence is not None and ended_exit(status.outcome, status.cause) == 0:
-            evidence.record(journal, "before", moving, before)
+            if gated is None or not gated.recorded_before:
+                evidence.record(journal, "before", moving, before)
             applied = [n for n in moving if status.nodes[n].state is NodeState.APPLIED]
-            if applied:
+            if applied and (gated is None or not set(applied) <= set(gated.collected)):
                 evidence.record(
                     journal, "after", applied, evidence.collect(journal, "after", applied)
                 )

@@ -40,6 +40,8 @@ class ApplyOptions(ChangeOptions):
         force_window: the reason the change runs outside its windows (None: windows hold).
         overrides: what the drains may lose (kubectl drain's flags).
         disable_eviction: delete pods instead of evicting them.
+        require_evidence: the canary's gate requires its ``after`` evidence (the plan's
+            ``gate.requireEvidence``; :class:`rollout.change.launching.EvidenceGate`).
     """
 
     canary: bool = False
@@ -49,6 +51,7 @@ class ApplyOptions(ChangeOptions):
     force_window: str | None = None
     overrides: DrainOverrides = field(default_factory=DrainOverrides)
     disable_eviction: bool = False
+    require_evidence: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -140,7 +140,18 @@ def apply_cmd(
         raise InputError("--force needs a REASON (it is journaled)", Location(field="--force"))
     plan = load_plan(plan_path)
     parse_strategy(plan.strategy, plan.location)  # bad input fails before any I/O
-    gate_config(plan)  # the gate: section too
+    cfg = gate_config(plan)  # the gate: section too
+    require_evidence = cfg is not None and cfg.require_evidence
+    if require_evidence and no_evidence:
+        raise InputError(
+            "the plan's gate.requireEvidence needs the canary's evidence; --no-evidence "
+            "contradicts it",
+            Location(
+                file=plan.path,
+                field="gate.requireEvidence",
+                line=plan.line_of("gate.requireEvidence"),
+            ),
+        )
     opts = ApplyOptions(
         canary=canary,
         dry_run=dry_run,
@@ -149,6 +160,7 @@ def apply_cmd(
         force_window=force_window,
         overrides=DrainOverrides(delete_unmanaged, delete_emptydir_data, capacity_warn_only),
         disable_eviction=disable_eviction,
+        require_evidence=require_evidence,
         lock_namespace=lock_namespace,
         verify_timeout=verify_timeout,
         forks=forks,

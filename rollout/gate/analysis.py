@@ -85,6 +85,7 @@ class GateConfig:
     prometheus: PrometheusSource | None = None
     on_failure: OnFailure = OnFailure.ROLLBACK_GROUP
     recovery: float = 60.0
+    require_evidence: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -105,6 +106,7 @@ class GateConfig:
             ),
             "onFailure": str(self.on_failure),
             "recovery": self.recovery,
+            "requireEvidence": self.require_evidence,
         }
 
 
@@ -122,6 +124,7 @@ _KEYS = {
     "prometheus",
     "onFailure",
     "recovery",
+    "requireEvidence",
 }
 
 
@@ -206,6 +209,9 @@ def parse_gate_config(
     probes = raw.get("probes", True)
     if not isinstance(probes, bool):
         raise bad("probes", f"must be true or false, not {probes!r}")
+    required = raw.get("requireEvidence", False)
+    if not isinstance(required, bool):
+        raise bad("requireEvidence", f"must be true or false, not {required!r}")
     control = raw.get("controlGroup")
     if control is not None and not isinstance(control, str):
         raise bad("controlGroup", f"must be an inventory group name, not {control!r}")
@@ -234,6 +240,7 @@ def parse_gate_config(
         prometheus=source,
         on_failure=choice("onFailure", OnFailure, OnFailure.ROLLBACK_GROUP),
         recovery=duration("recovery", 60.0),
+        require_evidence=required,
     )
     if cfg.interval > cfg.soak:
         raise bad("interval", f"must not be longer than gate.soak ({cfg.soak:g}s)")

@@ -80,3 +80,18 @@ def test_rollback_without_tty_and_without_yes_is_refused(state: Path) -> None:
     r = CliRunner().invoke(cli, ["rollback", "--change", "20260101T000000Z-aaa"])
     assert r.exit_code == 2
     assert "without --yes when standard input is not a terminal" in r.output
+
+
+def test_a_plan_that_requires_evidence_refuses_no_evidence_before_any_io(
+    state: Path, tmp_path: Path
+) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "apiVersion: rollout.dev/v1alpha1\nkind: RolloutPlan\n"
+        "kubelet:\n  cpuManagerPolicy: static\n"
+        "gate:\n  soak: 30s\n  requireEvidence: true\n"
+    )
+    r = CliRunner().invoke(cli, ["apply", "--plan", str(plan), "--yes", "--no-evidence"])
+    assert r.exit_code == 2, r.output
+    assert "plan.yaml:7, field 'gate.requireEvidence'" in r.output
+    assert not state.exists()  # nothing journaled, no change started
