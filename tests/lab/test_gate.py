@@ -395,6 +395,46 @@ def test_fitting_workload_passes_then_the_webhook_rolls_back_once(
 
 
 @pytest.mark.timeout(180)
+def test_a_gate_that_requires_evidence_collects_it_before_the_canary_holds(
+    lab: Lab, lab_nodes: Any, namespace: str, tmp_path: Path
+) -> None:
+    """``gate.requireEvidence: true``: the canary's before and after evidence are collected once
+    the soak passes, inside the change (before its end), once each, and the change holds on a
+    pass."""
+    started = time.monotonic()
+    (node,) = lab_nodes(1).names
+    inv = ck.inventory(lab, [node], [node], tmp_path / "inv.ini")
+    plan = _gate_plan(
+        tmp_path / "plan.yaml",
+        [node],
+        soak="8s",
+        probes=True,
+        minAdmissions=2,
+        requireEvidence=True,
+    )
+    state = tmp_path / "state"
+    r = _apply_then(
+        lab, plan, inv, state, node, lambda: _deployment(lab, namespace, "numa-fit", node, 2)
+    )
+    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+    out = json.loads(r.stdout)
+    assert out["outcome"] == "held" and out["evidence"]["after"]["overall"] != "fail", out
+    j = ck.latest_journal(state)
+    assert j is not None
+    entries = j.entries()
+    labels = [e.data["label"] for e in entries if e.step == "evidence"]
+    assert labels == ["before", "after"], labels  # once each: apply did not collect them again
+    after = next(
+        i for i, e in enumerate(entries) if e.step == "evidence" and e.data["label"] == "after"
+    )
+    end = max(i for i, e in enumerate(entries) if e.step == "change")
+    assert after < end  # collected by the gate, before the change held
+    (verdict,) = _records(state, "verdict")
+    assert verdict.data["outcome"] == "Successful", verdict.data["reason"]
+    print(f"gate with required evidence: {time.monotonic() - started:.1f}s")
+
+
+@pytest.mark.timeout(180)
 def test_no_traffic_holds_and_probes_turn_it_into_a_verdict(
     lab: Lab, lab_nodes: Any, tmp_path: Path
 ) -> None:
