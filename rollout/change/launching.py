@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rollout.change.journal import Journal, Kind
+from rollout.change.journal import EVIDENCE_STEP, Journal, Kind
 from rollout.change.options import ApplyOptions
 from rollout.change.outcomes import ended_exit
 from rollout.change.plan import Plan
@@ -176,8 +176,7 @@ class EvidenceGate:
         self, gate: Gate, journal: Journal, evidence: EvidenceHooks, before: Any = None
     ) -> None:
         self.gate, self.journal, self.evidence, self.before = gate, journal, evidence, before
-        self.collected: list[str] = []
-        self.recorded_before = False
+        self.collected: list[str] = []  # the nodes it collected (and so recorded ``before`` of)
         self._verdict: Verdict | None = None
 
     @property
@@ -192,18 +191,23 @@ class EvidenceGate:
         if soaked.status is not VerdictStatus.SUCCESSFUL:
             return soaked
         moving = list(nodes)
-        if not self.recorded_before:
+        if not self.collected:
             self.evidence.record(self.journal, "before", moving, self.before)
-            self.recorded_before = True
         self.evidence.record(
             self.journal, "after", moving, self.evidence.collect(self.journal, "after", moving)
         )
         self.collected = moving
-        refusal = evidence_refusal(self.journal.entries(), moving)
+        entries = self.journal.entries()
+        refusal = evidence_refusal(entries, moving)
         if refusal is None:
             return soaked
         why = f"{soaked.reason}; gate.requireEvidence: {refusal}"
-        if "failed:" in refusal:
+        after = next(
+            e.data
+            for e in reversed(entries)
+            if e.step == EVIDENCE_STEP and e.data.get("label") == "after"
+        )
+        if any(c.get("status") == "fail" for c in after.get("checks") or ()):
             self._verdict = replace(soaked, status=VerdictStatus.FAILED, reason=why)
         else:
             self._verdict = replace(
@@ -343,7 +347,7 @@ def run_apply(
             failed,
         )
         if evidence is not None and ended_exit(status.outcome, status.cause) == 0:
-            if gated is None or not gated.recorded_before:
+            if gated is None or not gated.collected:
                 evidence.record(journal, "before", moving, before)
             applied = [n for n in moving if status.nodes[n].state is NodeState.APPLIED]
             if applied and (gated is None or not set(applied) <= set(gated.collected)):

@@ -113,18 +113,19 @@ def reported(
     The engine returns how the change ended; an error it raises is not an outcome (an API call
     failed, bad input): the change's status then goes to ``failed`` (``-o json`` prints it)
     and the error is re-raised (its exit code)."""
+
+    def tell(status: ChangeStatus) -> ChangeStatus:
+        if status.outcome in ENDED_BY_ROLLBACK:
+            lock.report(status.outcome.value, status.message)
+        return status
+
     try:
-        status = run()
+        return tell(run())
     except RolloutError:
-        final = status_of(journal)
-        if final.outcome in ENDED_BY_ROLLBACK:
-            lock.report(final.outcome.value, final.message)
+        final = tell(status_of(journal))
         if failed is not None:
             failed(final)
         raise
-    if status.outcome in ENDED_BY_ROLLBACK:
-        lock.report(status.outcome.value, status.message)
-    return status
 
 
 def intent_digest(plan: Plan) -> str:
