@@ -3,6 +3,7 @@
 Usage::
 
     .venv/bin/python benchmarks/scale_bench.py journal [--nodes 1000,5000] [--rounds 3]
+        [--against DIR]   # a second checkout, run side by side
     .venv/bin/python benchmarks/scale_bench.py preflight [--nodes 0,500,2000,5000] [--pods 20]
     .venv/bin/python benchmarks/scale_bench.py all
 
@@ -131,7 +132,11 @@ def _measure(argv: list[str], env: dict[str, str]) -> dict[str, float]:
     """Run ``argv``; its CPU seconds (``wait4``), wall seconds and peak RSS (MB, ``VmHWM``
     polled every 5 ms until it exits: the last reading is within 5 ms of its end)."""
     started = time.monotonic()
-    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # cwd "/": ``python -c`` puts the working directory first on sys.path, ahead of PYTHONPATH,
+    # so run from a checkout it would import that checkout whatever PYTHONPATH names
+    p = subprocess.Popen(
+        argv, env=env, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     peak = 0.0
     while True:
         peak = max(peak, hwm_mb(p.pid))
@@ -149,7 +154,9 @@ def _measure(argv: list[str], env: dict[str, str]) -> dict[str, float]:
 _CLI = "import sys; from rollout.cli import cli; sys.exit(cli.main(prog_name='rollout'))"
 
 
-def journal_bench(sizes: list[int], rounds: int) -> dict[str, Any]:
+def journal_bench(sizes: list[int], rounds: int, against: Path | None = None) -> dict[str, Any]:
+    """``against``: a second checkout (``git worktree add``), run alternately with this one on the
+    same journal, round by round; its rows are keyed ``<command>@against``."""
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="rollout-scale-") as tmp:
         for n in sizes:
@@ -164,12 +171,21 @@ def journal_bench(sizes: list[int], rounds: int) -> dict[str, Any]:
             }
             row: dict[str, Any] = {"entries": lines, "journal_mb": file.stat().st_size / 2**20}
             status = ["status", "--change", CHANGE]
+            sides = (
+                {"": env}
+                if against is None
+                else {"": env, "@against": {**env, "PYTHONPATH": str(against)}}
+            )
             for cmd in (status, ["report", "--change", CHANGE, "-o", "json"]):
-                runs = [_measure([sys.executable, "-c", _CLI, *cmd], env) for _ in range(rounds)]
-                row[cmd[0]] = {
-                    "raw": runs,
-                    **{k: statistics.median(r[k] for r in runs) for k in runs[0]},
-                }
+                runs: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
+                for _ in range(rounds):
+                    for side, side_env in sides.items():
+                        runs[side].append(_measure([sys.executable, "-c", _CLI, *cmd], side_env))
+                for side, got in runs.items():
+                    row[cmd[0] + side] = {
+                        "raw": got,
+                        **{k: statistics.median(r[k] for r in got) for k in got[0]},
+                    }
             out[str(n)] = row
             shutil.rmtree(root)
     return out
@@ -268,11 +284,15 @@ def _table(journal: dict[str, Any] | None, preflight: dict[str, Any] | None) -> 
             "|---|---|---|---|---|---|---|",
         ]
         for n, r in journal.items():
-            s, rp = r["status"], r["report"]
-            lines.append(
-                f"| {int(n):,} | {r['entries']:,} | {r['journal_mb']:.1f} | {s['cpu_s']:.2f} "
-                f"| {s['rss_mb']:.0f} | {rp['cpu_s']:.2f} | {rp['rss_mb']:.0f} |"
-            )
+            for side in ("", "@against"):
+                if "status" + side not in r:
+                    continue
+                s, rp = r["status" + side], r["report" + side]
+                lines.append(
+                    f"| {int(n):,}{side} | {r['entries']:,} | {r['journal_mb']:.1f} "
+                    f"| {s['cpu_s']:.2f} | {s['rss_mb']:.0f} | {rp['cpu_s']:.2f} "
+                    f"| {rp['rss_mb']:.0f} |"
+                )
         lines.append("")
     if preflight:
         lines += [
@@ -300,11 +320,12 @@ def main() -> None:
     ap.add_argument("--nodes", help="comma-separated sizes")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--pods", type=int, default=20)
+    ap.add_argument("--against", type=Path, help="journal: a second checkout to run side by side")
     a = ap.parse_args()
     journal = preflight = None
     if a.what in ("journal", "all"):
         sizes = [int(x) for x in (a.nodes or "1000,5000").split(",")]
-        journal = journal_bench(sizes, a.rounds)
+        journal = journal_bench(sizes, a.rounds, a.against)
     if a.what in ("preflight", "all"):
         sizes = [int(x) for x in (a.nodes or "0,500,2000,5000").split(",")]
         preflight = preflight_bench(sizes, a.pods, a.rounds)

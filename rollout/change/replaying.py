@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.change.journal import CHANGE_STEP, EVIDENCE_STEP, Entry, Journal
+from rollout.change.journal import CHANGE_STEP, EVIDENCE_STEP, Entry, Journal, gc_paused
 from rollout.change.outcomes import ChangeOutcome, StopCause
 from rollout.errors import InputError
 from rollout.models import FileBackup, NodeState, Phase, Step, StepPath
@@ -117,8 +117,9 @@ def replay(entries: Iterable[Entry], change: str = "") -> ChangeStatus:
     carry the prior cordon state; backup entries carry the files' hashes.
     """
     p = Projection()
-    for e in entries:
-        p.add(e)
+    with gc_paused():  # acyclic allocations only (see journal.gc_paused)
+        for e in entries:
+            p.add(e)
     return p.status(change)
 
 
@@ -135,7 +136,11 @@ class Projection:
         self.count = 0
         self.generation = 0  # the journal's generation it folded (Journal.generation)
         self.change = ""
-        self.nodes: dict[str, NodeStatus] = {}
+        # each node's fields, folded in place entry by entry; a NodeStatus is built only when
+        # one is asked for (``nodes``, ``status``), once per node changed since the last ask
+        self._fields: dict[str, dict[str, Any]] = {}
+        self._nodes: dict[str, NodeStatus] = {}
+        self._dirty: set[str] = set()
         self.outcome, self.message = ChangeOutcome.RUNNING, ""
         self.cause: StopCause | None = None
         self.info: dict[str, Any] = {}
@@ -151,13 +156,33 @@ class Projection:
                 self.info = dict(e.data)
                 self.outcome, self.cause = ChangeOutcome.RUNNING, None
                 for n in e.data.get("nodes", ()):
-                    self.nodes.setdefault(n, NodeStatus(node=n))
+                    self._fields_of(n)
             elif e.step == CHANGE_STEP:
                 self.outcome = outcome_of(e)
                 self.message = str(e.data.get("message", ""))
                 self.cause = cause_of(e)
             return
-        self.nodes[e.node] = apply_entry(self.nodes.get(e.node, NodeStatus(node=e.node)), e)
+        f = self._fields_of(e.node)
+        u = _changes(f, e)
+        if u is not None:
+            f.update(u)
+            self._dirty.add(e.node)
+
+    def _fields_of(self, node: str) -> dict[str, Any]:
+        f = self._fields.get(node)
+        if f is None:
+            fresh = NodeStatus(node=node)
+            f = self._fields[node] = dict(fresh.__dict__)
+            self._nodes[node] = fresh  # first seen, first listed: the order replay keeps
+        return f
+
+    @property
+    def nodes(self) -> dict[str, NodeStatus]:
+        """Every node's status after the entries added so far, in the order first seen."""
+        for n in self._dirty:
+            self._nodes[n] = _copy_with(self._nodes[n], self._fields[n])
+        self._dirty.clear()
+        return self._nodes
 
     def status(self, change: str = "") -> ChangeStatus:
         return ChangeStatus(
@@ -203,9 +228,17 @@ _STEPS = {s.value: s for s in Step}
 
 
 def apply_entry(s: NodeStatus, e: Entry) -> NodeStatus:
+    """The node's status after ``e`` (pure: ``s`` is not changed)."""
+    u = _changes(s.__dict__, e)
+    return s if u is None else _copy_with(s, u)
+
+
+def _changes(s: Mapping[str, Any], e: Entry) -> dict[str, Any] | None:
+    """What ``e`` changes in a node's status fields ``s`` (None: nothing, an entry from a newer
+    version whose step this one does not know: the state we know is kept)."""
     step = _STEPS.get(e.step)
     if step is None:
-        return s  # an entry from a newer version: keep the state we know
+        return None
     path = e.path or StepPath.FORWARD
     phase = e.phase
     # every change of this entry gathered first, the status copied once: replaying a
@@ -216,7 +249,7 @@ def apply_entry(s: NodeStatus, e: Entry) -> NodeStatus:
         u["prior_config"] = dict(d.get("configz", {}))
         u["prior_allocatable"] = dict(d.get("allocatable", {}))
     elif step is Step.CORDON:
-        if phase is Phase.BEGIN and s.prior_cordoned is None:
+        if phase is Phase.BEGIN and s["prior_cordoned"] is None:
             u["prior_cordoned"] = bool(d.get("priorCordoned", False))
         if phase is Phase.DONE and d.get("cordonedByUs"):
             u["we_cordoned"] = True
@@ -235,7 +268,7 @@ def apply_entry(s: NodeStatus, e: Entry) -> NodeStatus:
         if step is Step.UNCORDON and phase is Phase.DONE:
             u["state"] = NodeState.APPLIED
         # RESTORED: a node cut before any write, its cordon undone by resume, runs again
-        elif s.state in (NodeState.PENDING, NodeState.APPLYING, NodeState.RESTORED):
+        elif s["state"] in (NodeState.PENDING, NodeState.APPLYING, NodeState.RESTORED):
             u["state"] = NodeState.APPLYING
     elif phase is Phase.FAILED:
         u["state"] = NodeState.FAILED
@@ -244,7 +277,7 @@ def apply_entry(s: NodeStatus, e: Entry) -> NodeStatus:
         u["files_touched"] = False
     else:
         u["state"] = NodeState.RESTORING
-    return _copy_with(s, u)
+    return u
 
 
 def _copy_with(s: NodeStatus, changes: Mapping[str, Any]) -> NodeStatus:

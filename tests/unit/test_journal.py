@@ -279,6 +279,23 @@ def test_the_live_projection_equals_a_full_replay(tmp_path: Path) -> None:
     assert live.outcome == "rolled-back" and live.nodes["b"].state is NodeState.RESTORING
 
 
+def test_a_status_handed_out_never_changes_as_the_projection_folds_on(tmp_path: Path) -> None:
+    """The projection folds each node's fields in place; what it handed out before must stay
+    the status of the entries it had then (the engine keeps them across later steps)."""
+    from rollout.change.replaying import status_of
+
+    j = Journal.create(tmp_path, "c")
+    j.append(CHANGE_STEP, Phase.BEGIN, now=T, data={"nodes": ["a", "b"], "plan": "p"})
+    j.append("cordon", Phase.BEGIN, now=T, node="a", path=StepPath.FORWARD)
+    early = status_of(j)
+    expected = replay(j.entries(), "c")
+    _node_steps(j, "a")
+    j.append("restore", Phase.BEGIN, now=T, node="b", path=StepPath.RESTORE)
+    assert status_of(j).nodes["a"].state is NodeState.APPLIED
+    assert early == expected and early.nodes["a"].state is NodeState.APPLYING
+    assert list(early.nodes) == ["a", "b"] == list(status_of(j).nodes)
+
+
 def read_all(file: Path) -> list[Entry]:
     from rollout.change.journal import read_entries
 
