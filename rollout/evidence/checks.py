@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from rollout.evidence.dra import dra_owners
 from rollout.kubelet.checkpoints import CheckpointError
 from rollout.kubelet.cpuset import parse as parse_cpuset
 from rollout.kubelet.device_checkpoint import from_document
@@ -216,7 +217,9 @@ def _running_pods(d: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def check_unique_devices(c: Collection) -> Check:
-    """No device ID is assigned to two running pods on the same node."""
+    """No device ID is assigned to two running pods on the same node, and no DRA device to two
+    ResourceClaims of the collection's pods (one claim shared by several pods is not a
+    duplicate; a ``shareID`` marks a device shared on purpose)."""
     name = "unique-device-ids"
     problems, checked, seen_any = [], 0, False
     for node, d in sorted(c.nodes.items()):
@@ -233,6 +236,15 @@ def check_unique_devices(c: Collection) -> Check:
         for (res, dev), pods in sorted(owners.items()):
             if len(set(pods)) > 1:
                 problems.append(f"{node}: {res} {dev} assigned to {', '.join(sorted(set(pods)))}")
+    # DRA devices: from the claims' status, across the collection's nodes (rollout.evidence.dra)
+    dra = dra_owners(c.nodes)
+    seen_any = seen_any or bool(dra)
+    checked += len(dra)
+    for key, claims in sorted(dra.items()):
+        if len(claims) > 1:
+            problems.append(
+                f"DRA device {key} allocated to {len(claims)} claims: {'; '.join(claims)}"
+            )
     if not seen_any:
         why = [
             f"{n}: {d['deviceProblem']}"

@@ -87,12 +87,36 @@ def collect(
         capacity=capacity,
         known=registered_devices(document),
     )
+    _add_dra_claims(api, collection, pods)
     merged = merge_collection(document, collection)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp_file = target.with_name(f".{target.name}.tmp")
     tmp_file.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp_file, target)
     return collection
+
+
+def _add_dra_claims(
+    api: Api, collection: dict[str, Any], pods: Mapping[str, Sequence[Mapping[str, Any]]]
+) -> None:
+    """Each node's allocated ResourceClaims (``draClaims``, :mod:`rollout.evidence.dra`) when the
+    API server serves ``resource.k8s.io``; when the listing fails, ``draProblem`` says why (the
+    DRA part is then not judged, never passed)."""
+    from rollout.evidence.dra import claims_by_node
+    from rollout.kube.nodes import resource_api_versions, resource_claim_objects
+
+    try:
+        versions = resource_api_versions(api)
+        if not versions:
+            return
+        by_node = claims_by_node(resource_claim_objects(api, versions), pods)
+    except Exception as e:  # evidence is best effort: say what is missing
+        for d in collection["nodes"].values():
+            d["draProblem"] = f"cannot list ResourceClaims: {e}"
+        return
+    for node, claims in by_node.items():
+        if node in collection["nodes"]:
+            collection["nodes"][node]["draClaims"] = claims
 
 
 def checks_of(collection: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -285,6 +285,11 @@ def device_class_objects(api: Api, versions: list[str]) -> list[dict[str, Any]]:
     return _resource_objects(api, versions, "deviceclasses", "DeviceClasses")
 
 
+def resource_claim_objects(api: Api, versions: list[str]) -> list[dict[str, Any]]:
+    """Every ResourceClaim, all namespaces (empty when ``resource.k8s.io`` is not served)."""
+    return _resource_objects(api, versions, "resourceclaims", "ResourceClaims")
+
+
 def dra_drivers_by_node(api: Api, versions: list[str]) -> dict[str, list[str]]:
     """DRA drivers publishing ResourceSlices, by node name."""
     out: dict[str, list[str]] = {}

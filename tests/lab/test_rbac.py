@@ -109,6 +109,7 @@ def test_shipped_role_grants_what_the_tool_needs_and_nothing_of_workloads(
         ("watch", "pods", "", ""),
         ("list", "resourceslices", "resource.k8s.io", ""),
         ("list", "deviceclasses", "resource.k8s.io", ""),
+        ("list", "resourceclaims", "resource.k8s.io", ""),
         ("update", "leases", "coordination.k8s.io", "kube-system"),
         ("delete", "pods", "", "rollout-probes"),
     ]
