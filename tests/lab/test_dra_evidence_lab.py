@@ -5,8 +5,8 @@ evidence reads them back through the CLI, with the ServiceAccount-free lab kubec
 
 * one device allocated to two claims, each reserved by its own pod: ``unique-device-ids`` fails,
   naming the device, both claims and their pods;
-* the second claim moved to another device, and a third claim shared by both pods: it passes
-  and counts the devices.
+* the duplicate claim replaced by one for another device (an allocation is immutable), and a
+  claim shared by both pods: it passes and counts the devices.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def _claim(lab: Lab, ns: str, name: str, device: str, users: dict[str, str]) -> 
         "reservedFor": [{"resource": "pods", "name": n, "uid": u} for n, u in users.items()],
     }
     code, got = lab.api.request("PUT", f"{path}/{name}/status", body)
-    assert code == 200, got
+    assert code == 200, got.get("message")
 
 
 @pytest.mark.timeout(300)
@@ -92,7 +92,10 @@ def test_one_dra_device_in_two_claims_fails_the_evidence_naming_it(
         f"{node}: {namespace}/claim-b ({namespace}/dra-b)"
     ], check
 
-    _claim(lab, namespace, "claim-b", "gpu-1", {"dra-b": uids["dra-b"]})
+    # an allocation is immutable: the duplicate claim goes, one for another device replaces it
+    code, body = lab.api.request("DELETE", f"{BASE}/namespaces/{namespace}/resourceclaims/claim-b")
+    assert code == 200, body
+    _claim(lab, namespace, "claim-c", "gpu-1", {"dra-b": uids["dra-b"]})
     _claim(lab, namespace, "claim-shared", "gpu-2", uids)  # one claim, two pods: no duplicate
     check = {c["name"]: c for c in evidence()["checks"]}["unique-device-ids"]
     assert check["status"] == "pass", check
