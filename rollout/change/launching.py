@@ -6,8 +6,8 @@ anywhere); :func:`run_apply` takes the Lease, creates the change's journal (mirr
 cluster), journals what the operator consented to, collects the ``before`` evidence, runs the
 batches and the gate, and collects the ``after`` evidence.
 
-Evidence is collected through :class:`EvidenceHooks` the caller passes: the collection lives in
-``rollout.evidence``, a layer above this one.
+Evidence is collected through the :class:`rollout.change.hooks.EvidenceHooks` the caller passes:
+the collection lives in ``rollout.evidence``, a layer above this one.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from rollout.change.hooks import EvidenceHooks
 from rollout.change.journal import EVIDENCE_STEP, Journal, Kind
 from rollout.change.options import ApplyOptions
 from rollout.change.outcomes import ended_exit
@@ -146,19 +147,6 @@ def journal_consents(
             now=now,
             data={"rejections": list(prepared.accepted)},
         )
-
-
-class EvidenceHooks(Protocol):
-    """How ``apply`` collects and journals its evidence (``rollout.evidence.collecting``)."""
-
-    def collect(self, journal: Journal, label: str, nodes: list[str], raw_facts: Any = None) -> Any:
-        """Collect ``label`` evidence of ``nodes`` into ``evidence.json`` beside the journal;
-        never raises (a failed collection never stops the change)."""
-        ...
-
-    def record(self, journal: Journal, label: str, nodes: list[str], collected: Any) -> None:
-        """Journal what a collection showed (and say it)."""
-        ...
 
 
 class EvidenceGate:

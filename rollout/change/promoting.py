@@ -25,6 +25,7 @@ from rollout.models import Phase
 from rollout.protocols import Gate
 
 if TYPE_CHECKING:
+    from rollout.change.hooks import EvidenceHooks
     from rollout.change.inventory import Inventory
     from rollout.change.preparing import Prepared
     from rollout.kube.client import Api
@@ -201,9 +202,12 @@ def run_promotion(
     *,
     progress: Progress,
     failed: Callable[[ChangeStatus], None] | None = None,
+    evidence: EvidenceHooks | None = None,
 ) -> ChangeStatus:
     """Run the remaining batches in the same change under its Lease, the gate after each batch
-    when the plan has one, the change windows asked before each.
+    when the plan has one, the change windows asked before each. With ``evidence``, the
+    promoted nodes' ``before`` (from the facts preflight judged) and, once the change completed,
+    the ``after`` of those applied are collected beside the canary's and journaled.
 
     Returns:
         The change as it ended (a node or a gate failed: stopped or rolled back, the message
@@ -213,10 +217,13 @@ def run_promotion(
         LockHeldError: another process took the Lease.
     """
     from rollout.change.orchestrator import ROLLBACK_INFO, continue_change
+    from rollout.change.outcomes import ended_exit
     from rollout.change.previewing import predicted_rejections
     from rollout.change.record import mirrored
+    from rollout.change.replaying import replay
     from rollout.change.session import OVERRIDES_STEP, holding, open_context, reported
     from rollout.kube.lease_objects import holder_identity
+    from rollout.models import NodeState
 
     journal, status, prepared = promo.journal, promo.status, promo.prepared
     nodes = promo.nodes
@@ -261,7 +268,12 @@ def run_promotion(
         ctx.interrupt = lock.interrupt
         predicted = predicted_rejections(prepared.previews)
         gate = make_gate(promo.plan, promo.inventory, predicted, progress)
-        return reported(
+        before = (
+            None
+            if evidence is None
+            else evidence.collect(journal, "before", nodes, prepared.raw_facts)
+        )
+        status = reported(
             journal,
             lock,
             lambda: continue_change(
@@ -274,3 +286,12 @@ def run_promotion(
             ),
             failed,
         )
+        if evidence is not None and ended_exit(status.outcome, status.cause) == 0:
+            evidence.record(journal, "before", nodes, before)
+            applied = [n for n in nodes if status.nodes[n].state is NodeState.APPLIED]
+            if applied:
+                evidence.record(
+                    journal, "after", applied, evidence.collect(journal, "after", applied)
+                )
+            status = replay(journal.entries(), journal.change_id)  # with its evidence
+        return status

@@ -53,6 +53,12 @@ if TYPE_CHECKING:
     metavar="REASON",
     help="Run outside the plan's change windows; the reason is journaled.",
 )
+@click.option(
+    "--no-evidence",
+    is_flag=True,
+    help="Do not collect the promoted nodes' before/after evidence (evidence.json beside the "
+    "journal, beside the canary's).",
+)
 @drain_options
 @lock_ns_option
 @verify_timeout_option
@@ -68,6 +74,7 @@ def promote_cmd(
     dry_run: bool,
     force: str | None,
     force_window: str | None,
+    no_evidence: bool,
     delete_unmanaged: bool,
     delete_emptydir_data: bool,
     capacity_warn_only: bool,
@@ -84,7 +91,8 @@ def promote_cmd(
     change windows respected. Refused (exit 3) unless every canary node is applied, the
     canary's last gate verdict is Successful and its 'after' evidence (collected by apply, or
     `rollout evidence --label after --change ID`) covers every canary node and fails no check;
-    --force REASON promotes anyway (journaled).
+    --force REASON promotes anyway (journaled). The promoted nodes' before and after evidence is
+    collected beside the canary's and journaled (--no-evidence: not).
     `rollout rollback --change ID` then restores every node of the change, canary and fleet.
 
     \b
@@ -94,6 +102,7 @@ def promote_cmd(
       rollout promote --change 20261130T214802Z-a1b2c3 --yes --force "gate had no traffic"
     """
     from rollout.change.promoting import prepare_promotion, run_promotion
+    from rollout.evidence.collecting import ChangeEvidence
     from rollout.kube.client import connect
     from rollout.kube.leases import LeaseLock
 
@@ -132,6 +141,7 @@ def promote_cmd(
     ) -> Gate:
         return gate_for(plan, api, journal, output, inv, progress.event, lock.interrupt, predicted)
 
+    hooks = ChangeEvidence(api, promo.inventory, forks, echo_err, keep_nodes=True)
     final = run_promotion(
         api,
         promo,
@@ -139,6 +149,7 @@ def promote_cmd(
         make_gate,
         progress=progress_for(progress_mode),
         failed=json_status(output),
+        evidence=None if no_evidence else hooks,
     )
     finish(final, output)
 

@@ -550,12 +550,16 @@ def _add_device_checkpoint(
 
 
 def merge_collection(
-    document: Mapping[str, Any] | None, collection: Mapping[str, Any]
+    document: Mapping[str, Any] | None, collection: Mapping[str, Any], keep_nodes: bool = False
 ) -> dict[str, Any]:
-    """``evidence.json`` with ``collection`` added (replacing one with the same label)."""
-    kept = [
-        c
-        for c in (document or {}).get("collections") or ()
-        if isinstance(c, Mapping) and c.get("label") != collection.get("label")
-    ]
-    return {"collections": [*kept, dict(collection)]}
+    """``evidence.json`` with ``collection`` added, replacing one with the same label; with
+    ``keep_nodes`` that one's nodes the new collection does not have stay beside its own."""
+    old = [c for c in (document or {}).get("collections") or () if isinstance(c, Mapping)]
+    label = collection.get("label")
+    kept = [c for c in old if c.get("label") != label]
+    new = dict(collection)
+    if keep_nodes:
+        for c in old:
+            if c.get("label") == label:
+                new["nodes"] = {**(c.get("nodes") or {}), **(collection.get("nodes") or {})}
+    return {"collections": [*kept, new]}

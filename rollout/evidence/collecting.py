@@ -42,10 +42,12 @@ def collect(
     raw_facts: Mapping[str, Mapping[str, Any]] | None = None,
     gpu_resource: str = "nvidia.com/gpu",
     forks: int = DEFAULT_FORKS,
+    keep_nodes: bool = False,
 ) -> dict[str, Any]:
     """Collect ``label`` for ``nodes`` (``raw_facts`` by host when already gathered, else the
     facts playbook runs, at most ``forks`` hosts at once), merge it into ``target`` (written in
-    one rename) and return it."""
+    one rename) and return it. ``keep_nodes``: the file's collection of the same label keeps
+    its other nodes (``promote`` adds its nodes beside the canary's); else it is replaced."""
     from rollout.ansible.runner import AnsibleRunner
     from rollout.change.inventory import hosts_for
     from rollout.evidence.checks import build_collection, merge_collection, registered_devices
@@ -88,7 +90,7 @@ def collect(
         known=registered_devices(document),
     )
     _add_dra_claims(api, collection, pods)
-    merged = merge_collection(document, collection)
+    merged = merge_collection(document, collection, keep_nodes)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp_file = target.with_name(f".{target.name}.tmp")
     tmp_file.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -171,7 +173,7 @@ def describe(data: Mapping[str, Any]) -> str:
 
 
 class ChangeEvidence:
-    """``apply``'s evidence hooks (``rollout.change.launching.EvidenceHooks``): collections into
+    """``apply``'s evidence hooks (``rollout.change.hooks.EvidenceHooks``): collections into
     ``evidence.json`` beside the journal (at most ``forks`` hosts at once), journaled and said
     through ``say`` (a warning when one was not collected)."""
 
@@ -181,8 +183,11 @@ class ChangeEvidence:
         inv: Inventory,
         forks: int = DEFAULT_FORKS,
         say: Callable[[str], None] = print,
+        keep_nodes: bool = False,
     ) -> None:
+        """``keep_nodes``: collections add to the file's nodes of the same label (``promote``)."""
         self.api, self.inv, self.forks, self.say = api, inv, forks, say
+        self.keep_nodes = keep_nodes
 
     def collect(
         self, journal: Journal, label: str, nodes: list[str], raw_facts: Any = None
@@ -192,7 +197,16 @@ class ChangeEvidence:
 
         try:
             target = journal.dir / EVIDENCE_FILE
-            got = collect(label, self.api, self.inv, nodes, target, raw_facts, forks=self.forks)
+            got = collect(
+                label,
+                self.api,
+                self.inv,
+                nodes,
+                target,
+                raw_facts,
+                forks=self.forks,
+                keep_nodes=self.keep_nodes,
+            )
             return got, None
         except Exception as e:
             return None, str(e) or type(e).__name__

@@ -73,6 +73,18 @@ def test_canary_promote_then_one_rollback_of_the_whole_change(
     assert {g.data["status"] for g in gates} == {"Successful"}
     st = ck.cli(["status", "--change", change], env)
     assert "promoted by" in st.stdout
+    # promote collected its nodes' evidence too, journaled, beside the canary's in the file
+    collected = [e.data for e in journal.entries() if e.step == "evidence"]
+    assert [(d["label"], d["nodes"]) for d in collected] == [
+        ("before", [names[0]]),
+        ("after", [names[0]]),
+        ("before", names[1:]),
+        ("after", names[1:]),
+    ], collected
+    assert collected[-1]["overall"] != "fail", collected[-1]
+    doc = json.loads((journal.dir / "evidence.json").read_text())
+    after = [c for c in doc["collections"] if c["label"] == "after"]
+    assert len(after) == 1 and sorted(after[0]["nodes"]) == sorted(names), after
 
     r = ck.cli(["rollback", "--change", change, "--yes", "-o", "json"], env)
     assert r.returncode == 0, r.stderr

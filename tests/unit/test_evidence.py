@@ -260,6 +260,19 @@ def test_build_collection_from_gathered_data_feeds_the_checks() -> None:
     assert doc["collections"][1]["nodes"]
 
 
+def test_a_promotions_collection_keeps_the_canarys_nodes_beside_its_own() -> None:
+    canary = {"label": "after", "at": "t1", "nodes": {"c1": {"x": 1}, "p1": {"x": 0}}}
+    doc = {"collections": [canary, {"label": "before", "nodes": {"c1": {}}}]}
+    promoted = {"label": "after", "at": "t2", "nodes": {"p1": {"x": 2}, "p2": {"x": 3}}}
+    kept = merge_collection(doc, promoted, keep_nodes=True)
+    after = [c for c in kept["collections"] if c["label"] == "after"]
+    assert after == [{"label": "after", "at": "t2",
+                      "nodes": {"c1": {"x": 1}, "p1": {"x": 2}, "p2": {"x": 3}}}]  # fmt: skip
+    replaced = merge_collection(doc, promoted)  # rollout evidence: the label's collection anew
+    assert [c for c in replaced["collections"] if c["label"] == "after"] == [promoted]
+    assert canary["nodes"] == {"c1": {"x": 1}, "p1": {"x": 0}}  # the document is not changed
+
+
 # ------------------------------------------ device assignments from kubelet_internal_checkpoint
 def _checkpoint(
     entries: list[tuple[str, dict[int, tuple[str, ...]]]],
