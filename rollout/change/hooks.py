@@ -19,3 +19,8 @@ class EvidenceHooks(Protocol):
     def record(self, journal: Journal, label: str, nodes: list[str], collected: Any) -> None:
         """Journal what a collection showed (and say it)."""
         ...
+
+    def after_recreate(self, journal: Journal, nodes: list[str]) -> Any:
+        """Recreate a device probe on each of ``nodes`` and collect ``after-recreate`` while
+        it runs (what :meth:`record` takes); never raises."""
+        ...

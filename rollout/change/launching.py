@@ -342,5 +342,8 @@ def run_apply(
                 evidence.record(
                     journal, "after", applied, evidence.collect(journal, "after", applied)
                 )
+            if applied and opts.recreate_probes:
+                recreated = evidence.after_recreate(journal, applied)
+                evidence.record(journal, "after-recreate", applied, recreated)
             status = replay(journal.entries(), journal.change_id)  # with its evidence
     return AppliedChange(status, gate, journal)

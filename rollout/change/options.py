@@ -42,6 +42,8 @@ class ApplyOptions(ChangeOptions):
         disable_eviction: delete pods instead of evicting them.
         require_evidence: the canary's gate requires its ``after`` evidence (the plan's
             ``gate.requireEvidence``; :class:`rollout.change.launching.EvidenceGate`).
+        recreate_probes: once the nodes are applied, collect ``after-recreate`` around a device
+            probe recreated on each (:mod:`rollout.evidence.recreating`).
     """
 
     canary: bool = False
@@ -52,6 +54,7 @@ class ApplyOptions(ChangeOptions):
     overrides: DrainOverrides = field(default_factory=DrainOverrides)
     disable_eviction: bool = False
     require_evidence: bool = False
+    recreate_probes: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -86,6 +86,13 @@ __all__ = ["COMMANDS"]
     help="Do not collect the before/after evidence (evidence.json beside the journal); "
     "promote then refuses without --force.",
 )
+@click.option(
+    "--recreate-probes",
+    is_flag=True,
+    help="Once the nodes are applied, run a device probe pod (one nvidia.com/gpu, the tool's "
+    "own, in rollout-probes) on each, delete it, run it again and collect the after-recreate "
+    "evidence while it runs. User pods are never recreated.",
+)
 @drain_options
 @lock_ns_option
 @verify_timeout_option
@@ -104,6 +111,7 @@ def apply_cmd(
     accept_rejections: bool,
     force: str | None,
     no_evidence: bool,
+    recreate_probes: bool,
     delete_unmanaged: bool,
     delete_emptydir_data: bool,
     capacity_warn_only: bool,
@@ -142,6 +150,11 @@ def apply_cmd(
     parse_strategy(plan.strategy, plan.location)  # bad input fails before any I/O
     cfg = gate_config(plan)  # the gate: section too
     require_evidence = cfg is not None and cfg.require_evidence
+    if recreate_probes and no_evidence:
+        raise InputError(
+            "--recreate-probes collects evidence; --no-evidence contradicts it",
+            Location(field="--recreate-probes"),
+        )
     if require_evidence and no_evidence:
         raise InputError(
             "the plan's gate.requireEvidence needs the canary's evidence; --no-evidence "
@@ -161,6 +174,7 @@ def apply_cmd(
         overrides=DrainOverrides(delete_unmanaged, delete_emptydir_data, capacity_warn_only),
         disable_eviction=disable_eviction,
         require_evidence=require_evidence,
+        recreate_probes=recreate_probes,
         lock_namespace=lock_namespace,
         verify_timeout=verify_timeout,
         forks=forks,

@@ -211,6 +211,22 @@ class ChangeEvidence:
         except Exception as e:
             return None, str(e) or type(e).__name__
 
+    def after_recreate(self, journal: Journal, nodes: list[str]) -> tuple[Any, str | None]:
+        """``after-recreate``: one device probe per node that advertises the GPU resource, run,
+        deleted and run again (:mod:`rollout.evidence.recreating`), the collection taken while
+        the second runs; None and why when a probe was rejected or the collection failed."""
+        from rollout.evidence.recreating import RecreatedProbes
+        from rollout.kube.nodes import node_info
+
+        try:
+            with_gpus = [n for n in nodes if _count(node_info(self.api, n).allocatable.get(GPU))]
+            if not with_gpus:
+                return None, f"no node of {', '.join(nodes)} advertises {GPU}: nothing to recreate"
+            with RecreatedProbes(self.api).running(journal.change_id, with_gpus, GPU):
+                return self.collect(journal, "after-recreate", nodes)
+        except Exception as e:
+            return None, str(e) or type(e).__name__
+
     def record(
         self, journal: Journal, label: str, nodes: list[str], collected: tuple[Any, str | None]
     ) -> None:
@@ -221,3 +237,13 @@ class ChangeEvidence:
         target = journal.dir / EVIDENCE_FILE
         data = journal_evidence(journal, label, nodes, target, collection, error)
         self.say(f"warning: {describe(data)}" if error else describe(data))
+
+
+GPU = "nvidia.com/gpu"
+
+
+def _count(quantity: Any) -> int:
+    try:
+        return int(str(quantity or "0"))
+    except ValueError:
+        return 0

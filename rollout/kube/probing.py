@@ -84,8 +84,8 @@ class ProbePods:
         self.image = image
         self.created: list[str] = []
 
-    def launch(self, change_id: str, nodes: Sequence[str], per_node: int) -> list[str]:
-        """Create ``per_node`` probes on each node; returns their names."""
+    def ensure_namespace(self) -> None:
+        """Create the probes' namespace when it is missing."""
         from kubernetes.client.exceptions import ApiException
 
         try:
@@ -97,6 +97,55 @@ class ProbePods:
                 raise ExternalError(
                     f"create namespace {self.namespace}: {e.status} {e.reason}"
                 ) from e
+
+    def create(self, manifest: dict[str, Any]) -> str:
+        """Create one probe from its manifest (deleted by :meth:`cleanup`); returns its name."""
+        from kubernetes.client.exceptions import ApiException
+
+        name = str(manifest["metadata"]["name"])
+        try:
+            self._core.create_namespaced_pod(self.namespace, manifest)
+        except ApiException as e:
+            node = manifest["spec"].get("nodeName", "")
+            raise ExternalError(
+                f"create probe pod on {node}: {e.status} {e.reason}: {truncate(str(e.body))}"
+            ) from e
+        self.created.append(name)
+        return name
+
+    def delete(self, name: str) -> None:
+        """Delete one probe at once (grace 0; already gone is fine)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+        except ApiException as e:
+            if e.status != 404:
+                raise ExternalError(f"delete probe pod {name}: {e.status} {e.reason}") from e
+
+    def state(self, name: str) -> dict[str, str] | None:
+        """The probe's ``phase``, ``reason``, ``message`` and ``node``; None once it is gone."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            pod = self._core.read_namespaced_pod(name, self.namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise ExternalError(f"read probe pod {name}: {e.status} {e.reason}") from e
+        st = pod.get("status") or {}
+        return {
+            "phase": str(st.get("phase") or ""),
+            "reason": str(st.get("reason") or ""),
+            "message": str(st.get("message") or ""),
+            "node": str((pod.get("spec") or {}).get("nodeName") or ""),
+        }
+
+    def launch(self, change_id: str, nodes: Sequence[str], per_node: int) -> list[str]:
+        """Create ``per_node`` probes on each node; returns their names."""
+        from kubernetes.client.exceptions import ApiException
+
+        self.ensure_namespace()
         names = []
         for node in nodes:
             for i in range(per_node):
@@ -120,14 +169,9 @@ class ProbePods:
 
     def cleanup(self) -> None:
         """Delete every probe this object created (already gone is fine)."""
-        from kubernetes.client.exceptions import ApiException
 
         for name in self.created:
-            try:
-                self._core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
-            except ApiException as e:
-                if e.status != 404:
-                    raise ExternalError(f"delete probe pod {name}: {e.status} {e.reason}") from e
+            self.delete(name)
         self.created = []
 
 
