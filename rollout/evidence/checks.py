@@ -60,6 +60,7 @@ from enum import StrEnum
 from typing import Any
 
 from rollout.kubelet.checkpoints import CheckpointError
+from rollout.kubelet.cpuset import format_cpus as format_cpuset
 from rollout.kubelet.cpuset import parse as parse_cpuset
 from rollout.kubelet.device_checkpoint import from_document
 
@@ -384,10 +385,119 @@ def check_numa_alignment(c: Collection) -> Check:
     )
 
 
+def _sets(m: Any) -> dict[str, frozenset[str]]:
+    return {str(k): frozenset(str(x) for x in v or ()) for k, v in (m or {}).items() if v}
+
+
+def _agreement(node: str, p: Mapping[str, Any], devices: bool, cpus: bool) -> list[str]:
+    """Where one pod's podresources account differs from the checkpoints, per container."""
+    pod = f"{p.get('namespace', '')}/{p.get('name', '')}"
+    listed = p.get("podResourcesContainers") or {}
+    cp_devices = p.get("checkpointDevices") or {}
+    cp_cpus = p.get("checkpointCpus") or {}
+    out = []
+    if not p.get("podResourcesListed") and (
+        (devices and any(_sets(v) for v in cp_devices.values()))
+        or (cpus and any(str(v) for v in cp_cpus.values()))
+    ):
+        return [f"{node}: {pod}: the checkpoint assigns resources, podresources does not list it"]
+    for c in sorted(set(listed) | (set(cp_devices) if devices else set())):
+        mine = listed.get(c)
+        if mine is None:
+            if _sets(cp_devices.get(c)):
+                out.append(
+                    f"{node}: {pod} container {c}: kubelet_internal_checkpoint assigns "
+                    f"{_show(_sets(cp_devices.get(c)))}, podresources lists no such container"
+                )
+            continue
+        if devices:
+            a, b = _sets(mine.get("devices")), _sets(cp_devices.get(c))
+            for res in sorted(set(a) | set(b)):
+                if a.get(res, frozenset()) != b.get(res, frozenset()):
+                    out.append(
+                        f"{node}: {pod} container {c}: {res} podresources "
+                        f"[{', '.join(sorted(a.get(res, ())))}], kubelet_internal_checkpoint "
+                        f"[{', '.join(sorted(b.get(res, ())))}]"
+                    )
+        if cpus:
+            a_cpus = parse_cpuset(str(mine.get("cpus") or ""))
+            b_cpus = parse_cpuset(str(cp_cpus.get(c) or ""))
+            if a_cpus != b_cpus:
+                out.append(
+                    f"{node}: {pod} container {c}: exclusive CPUs podresources "
+                    f"'{format_cpuset(a_cpus)}', cpu_manager_state '{format_cpuset(b_cpus)}'"
+                )
+    return out
+
+
+def _show(sets: Mapping[str, frozenset[str]]) -> str:
+    return "; ".join(f"{r} [{', '.join(sorted(v))}]" for r, v in sorted(sets.items()))
+
+
+def check_sources_agree(c: Collection) -> Check:
+    """The kubelet's podresources API and its checkpoints give every running pod's containers
+    the same devices (``kubelet_internal_checkpoint``) and exclusive CPUs (``cpu_manager_state``,
+    static policy). Judged per node where both were collected; elsewhere not collected, with why
+    (the socket absent, the call failed, a corrupt checkpoint)."""
+    name = "podresources-matches-checkpoint"
+    problems: list[str] = []
+    missing: list[str] = []
+    checked = 0
+    for node, d in sorted(c.nodes.items()):
+        if d.get("deviceSource") != "podresources":
+            why = d.get("podResourcesProblem") or "podresources not collected"
+            if "pods" in d:
+                missing.append(f"{node}: {why}; devices and CPUs from the checkpoints")
+            continue
+        devices = "registeredDevices" in d and not d.get("deviceProblem")
+        state = d.get("cpuManagerState") or {}
+        cpus = isinstance(state, Mapping) and state.get("policyName") == "static"
+        if not devices and not cpus:
+            missing.append(
+                f"{node}: no usable kubelet_internal_checkpoint or static cpu_manager_state"
+            )
+            continue
+        if not devices:
+            missing.append(
+                f"{node}: devices not compared ({d.get('deviceProblem') or 'no checkpoint'})"
+            )
+        for p in _running_pods(d):
+            checked += 1
+            problems += _agreement(node, p, devices, cpus)
+    if not checked:
+        return Check(
+            name,
+            c.label,
+            Status.NOT_COLLECTED,
+            "podresources and the checkpoints not both collected",
+            tuple(missing),
+        )
+    if problems:
+        return Check(
+            name,
+            c.label,
+            Status.FAIL,
+            f"{len(problems)} disagreement(s) between podresources and the checkpoints",
+            tuple(problems),
+            checked,
+            tuple(missing),
+        )
+    return Check(
+        name,
+        c.label,
+        Status.PASS,
+        f"{checked} running pod(s): podresources agrees with the checkpoints",
+        (),
+        checked,
+        tuple(missing),
+    )
+
+
 CHECKS = (
     ("allocatable-matches-healthy", check_allocatable),
     ("unique-device-ids", check_unique_devices),
     ("numa-aligned", check_numa_alignment),
+    ("podresources-matches-checkpoint", check_sources_agree),
 )
 
 
@@ -474,6 +584,8 @@ def build_collection(
             _add_device_checkpoint(d, raw_cp, node in pods, (known or {}).get(node) or {})
         elif f:
             d["healthyProblem"] = "no kubelet_internal_checkpoint on the node"
+        if f:
+            _add_pod_resources(d, f.get("podResources"), node in pods)
         nodes[node] = d
     return {"label": label, "at": at, "nodes": nodes}
 
@@ -522,19 +634,105 @@ def _add_device_checkpoint(
     if not with_pods:
         return
     by_uid: dict[str, dict[str, list[str]]] = {}
+    by_container: dict[str, dict[str, dict[str, list[str]]]] = {}
     numa = dict(d.get("deviceNuma") or {})
     for entry in cp.entries or ():
         held = by_uid.setdefault(entry.pod_uid, {}).setdefault(entry.resource, [])
+        mine = by_container.setdefault(entry.pod_uid, {}).setdefault(entry.container, {})
         for n, ids in sorted((entry.device_ids or {}).items()):
             for dev in ids or ():
                 numa[dev] = n
                 if dev not in held:
                     held.append(dev)
+                mine.setdefault(entry.resource, []).append(dev)
     for p in d.get("pods") or ():
         p["devices"] = {r: sorted(ids) for r, ids in sorted(by_uid.get(p.get("uid"), {}).items())}
+        p["checkpointDevices"] = {
+            c: {r: sorted(set(ids)) for r, ids in sorted(res.items())}
+            for c, res in sorted(by_container.get(str(p.get("uid")), {}).items())
+        }
     d["deviceNuma"] = numa
     d["podResources"] = True
     d["deviceSource"] = "kubelet_internal_checkpoint"
+
+
+def _add_pod_resources(d: dict[str, Any], raw: Any, with_pods: bool) -> None:
+    """The kubelet's podresources API (facts ``podResources``) over the checkpoint: the healthy
+    set from ``GetAllocatableResources``, and with pods, each pod's devices and exclusive CPUs
+    from ``List`` (matched by namespace and name: the API does not name UIDs), per container
+    (``podResourcesContainers``) beside the checkpoint's (``checkpointDevices``, and the CPUs of
+    ``cpuManagerState``). When the call failed the checkpoint stays the source and
+    ``podResourcesProblem`` says why."""
+    if not isinstance(raw, Mapping):
+        d["podResourcesProblem"] = "podresources not collected (facts without podResources)"
+        return
+    problems = [str(raw[k]) for k in ("error", "listError", "allocatableError") if raw.get(k)]
+    if problems:
+        d["podResourcesProblem"] = "; ".join(problems)
+    numa = dict(d.get("deviceNuma") or {})
+    allocatable = raw.get("allocatable")
+    if isinstance(allocatable, Mapping):
+        healthy: dict[str, list[str]] = {}
+        for dev in allocatable.get("devices") or ():
+            ids = healthy.setdefault(str(dev.get("resourceName", "")), [])
+            for x in dev.get("deviceIds") or ():
+                if str(x) not in ids:
+                    ids.append(str(x))
+                _numa_of(numa, str(x), dev)
+        d["allocatableDevices"] = {r: sorted(ids) for r, ids in sorted(healthy.items())}
+        d["healthyDevices"] = {r: len(ids) for r, ids in sorted(healthy.items())}
+        d["healthySource"] = "podresources"
+        d.pop("healthyProblem", None)
+        d.setdefault("registeredDevices", d["allocatableDevices"])
+    listed = raw.get("pods")
+    if not with_pods or not isinstance(listed, list):
+        d["deviceNuma"] = numa
+        return
+    by_name = {
+        (str(p.get("namespace", "")), str(p.get("name", ""))): p
+        for p in listed
+        if isinstance(p, Mapping)
+    }
+    entries = (d.get("cpuManagerState") or {}).get("entries") or {}
+    for p in d.get("pods") or ():
+        got = by_name.get((str(p.get("namespace", "")), str(p.get("name", ""))))
+        containers: dict[str, dict[str, Any]] = {}
+        devices: dict[str, set[str]] = {}
+        cpus: set[int] = set()
+        for c in (got or {}).get("containers") or ():
+            res: dict[str, set[str]] = {}
+            for dev in c.get("devices") or ():
+                for x in dev.get("deviceIds") or ():
+                    res.setdefault(str(dev.get("resourceName", "")), set()).add(str(x))
+                    _numa_of(numa, str(x), dev)
+            cpu_ids = {int(x) for x in c.get("cpuIds") or ()}
+            containers[str(c.get("name", ""))] = {
+                "devices": {r: sorted(v) for r, v in sorted(res.items())},
+                "cpus": format_cpuset(cpu_ids),
+            }
+            for r, v in res.items():
+                devices.setdefault(r, set()).update(v)
+            cpus |= cpu_ids
+        p["podResourcesListed"] = got is not None
+        p["podResourcesContainers"] = containers
+        p["devices"] = {r: sorted(v) for r, v in sorted(devices.items())}
+        if cpus:
+            p["cpus"] = format_cpuset(cpus)
+        p["cpuSource"] = "podresources"
+        held = entries.get(str(p.get("uid", ""))) if isinstance(entries, Mapping) else None
+        if isinstance(held, Mapping):
+            p["checkpointCpus"] = {str(c): str(cs) for c, cs in sorted(held.items())}
+    d["deviceNuma"] = numa
+    d["podResources"] = True
+    d["deviceSource"] = "podresources"
+    d["cpuSource"] = "podresources"
+
+
+def _numa_of(numa: dict[str, int], dev: str, entry: Mapping[str, Any]) -> None:
+    """A device's NUMA node from podresources, where it names exactly one."""
+    nodes = list(entry.get("numaNodes") or [])
+    if len(nodes) == 1:
+        numa[dev] = int(nodes[0])
 
 
 def merge_collection(

@@ -31,8 +31,10 @@ options:
     elements: str
     required: true
   checkpoint_dirs:
-    description: Kubelet root directories to look for cpu_manager_state, memory_manager_state and
-      device-plugins/kubelet_internal_checkpoint in.
+    description: Kubelet root directories to look for cpu_manager_state, memory_manager_state,
+      device-plugins/kubelet_internal_checkpoint and the podresources socket
+      pod-resources/kubelet.sock in (the first with the socket is asked, List and
+      GetAllocatableResources).
     type: list
     elements: str
     required: true
@@ -73,6 +75,15 @@ try:
     from ansible.module_utils.basic import AnsibleModule
 except ImportError:  # sent over plain ssh by the rollout tool (rollout/ansible/direct.py)
     AnsibleModule = None
+try:  # Ansible ships the role's module_utils with the module
+    from ansible.module_utils.rollout_podresources import read as read_pod_resources
+except ImportError:  # over plain ssh direct.py loaded it first; from a checkout it is beside us
+    import sys
+
+    if "rollout_podresources" not in sys.modules and "__file__" in globals():
+        here = os.path.dirname(os.path.abspath(__file__))
+        sys.path.insert(0, os.path.join(here, os.pardir, "module_utils"))
+    from rollout_podresources import read as read_pod_resources
 
 # The NodeFacts keys (rollout/kubelet/facts.py) a machine file may set instead of /sys.
 MACHINE_KEYS = (
@@ -341,6 +352,8 @@ def collect(params):
     facts["checkpoints"], facts["checkpointPaths"] = checkpoint_facts(
         params["checkpoint_dirs"], root
     )
+    # the kubelet's own account of device and CPU assignments (its podresources gRPC API)
+    facts["podResources"] = read_pod_resources(params["checkpoint_dirs"], root)
     files = kubelet_files(params["kubelet_paths"], root)
     facts["kubeletFiles"] = files
     facts["kubeletFileMeta"] = {p: file_record(os.path.join(root, p.lstrip("/"))) for p in files}
