@@ -5,9 +5,10 @@ this tool comes from names it: node allocatable matches the device plugin's heal
 (the kubelet's own account of it, never the number of GPUs on the PCI bus); each device is
 assigned to one pod only; the exclusive CPUs and GPUs of every Guaranteed pod sit on one NUMA node
 under ``single-numa-node``; and all of that still holds after the pods are recreated. Collection
-(the kubelet's device checkpoint and ``cpu_manager_state`` through Ansible, allocatable through the
-API) is I/O and lives elsewhere; these functions only judge what was collected, so every rule is a
-table test. Missing data is never a pass: the check says ``not collected``.
+(the kubelet's podresources API, its device checkpoint and ``cpu_manager_state`` through the facts
+module, allocatable through the API server) is I/O and lives elsewhere; these functions only judge
+what was collected, so every rule is a table test. Missing data is never a pass: the check says
+``not collected``.
 
 The collected data (``evidence.json`` next to the change's journal, or ``rollout report
 --evidence FILE``)::
@@ -19,7 +20,8 @@ The collected data (``evidence.json`` next to the change's journal, or ``rollout
           "allocatable": {"nvidia.com/gpu": "7"},
           "capacity": {"nvidia.com/gpu": "8"},
           "healthyDevices": {"nvidia.com/gpu": 7},
-          "healthySource": "kubelet_internal_checkpoint",
+          "healthySource": "podresources",   # or "kubelet_internal_checkpoint"
+          "allocatableDevices": {"nvidia.com/gpu": ["GPU-3f2a...", ...]},  # GetAllocatable...
           "registeredDevices": {"nvidia.com/gpu": ["GPU-3f2a...", ...]},
           "unhealthyDevices": {"nvidia.com/gpu": ["GPU-9c1d..."]},
           "pciGpus": 8,
@@ -27,10 +29,16 @@ The collected data (``evidence.json`` next to the change's journal, or ``rollout
           "deviceNuma": {"GPU-3f2a...": 0},
           "cpuManagerState": {"policyName": "static", "entries": {"<pod uid>": {"c": "4-7"}}},
           "podResources": true,    # pods' "devices" are the kubelet's assignments
-          "deviceSource": "kubelet_internal_checkpoint",
+          "deviceSource": "podresources",    # or "kubelet_internal_checkpoint"
+          "cpuSource": "podresources",       # absent: the CPUs come from cpuManagerState
+          "podResourcesProblem": "...",      # why podresources was not (fully) used
           "pods": [{"namespace": "ml", "name": "train-0", "uid": "...", "qos": "Guaranteed",
                     "running": true, "devices": {"nvidia.com/gpu": ["GPU-3f2a..."]},
-                    "cpus": "4-7"}]}}}]}
+                    "cpus": "4-7", "cpuSource": "podresources",
+                    "podResourcesListed": true,
+                    "podResourcesContainers": {"main": {"devices": {...}, "cpus": "4-7"}},
+                    "checkpointDevices": {"main": {"nvidia.com/gpu": ["GPU-3f2a..."]}},
+                    "checkpointCpus": {"main": "4-7"}}]}}}]}
 
 The healthy set is the device manager's: ``RegisteredDevices`` of its checkpoint is the set of
 devices the plugin last reported ``Healthy`` (the kubelet rewrites the file on every ListAndWatch
@@ -50,6 +58,18 @@ playbook; ``deviceSource: "kubelet_internal_checkpoint"``), whose ``DeviceIDs`` 
 NUMA node the device plugin reported: that NUMA node wins over the facts' PCI view, because the
 plugin's device IDs (GPU UUIDs) are not PCI addresses. A checkpoint whose checksum does not match
 is not used (``deviceProblem`` says why), so uniqueness is then not collected, never passed.
+
+The kubelet's own live account comes first where the node answered: its podresources gRPC API
+(facts ``podResources``, read on the node by the role's ``module_utils/rollout_podresources.py``).
+``List`` gives each pod's containers their devices (with the NUMA node the plugin reported) and
+exclusive CPUs; pods are matched by namespace and name, as the API names no UID. Those become the
+pods' ``devices`` and ``cpus`` (``deviceSource``/``cpuSource`` ``podresources``) and
+``GetAllocatableResources`` the healthy set (``healthySource``). ``podresources-matches-checkpoint``
+then compares, per running pod and container, podresources with the checkpoint's devices and
+``cpu_manager_state``'s CPUs (static policy): a difference fails naming node, pod, container, the
+resource and both values. When the socket is absent or a call failed, the checkpoint stays the
+source, ``podResourcesProblem`` says why and that check is not collected. The container's cgroup
+cpuset is not read.
 """
 
 from __future__ import annotations
@@ -80,7 +100,8 @@ class Check:
     """One evidence check over one collection.
 
     Attributes:
-        name: ``allocatable-matches-healthy``, ``unique-device-ids`` or ``numa-aligned``.
+        name: ``allocatable-matches-healthy``, ``unique-device-ids``, ``numa-aligned`` or
+            ``podresources-matches-checkpoint``.
         label: the collection (before / after / after-recreate).
         status: pass, fail or not-collected.
         summary: one sentence for a person.
@@ -165,7 +186,19 @@ def check_allocatable(c: Collection) -> Check:
             if got != _int(count):
                 stale = ""
                 want = _int(count)
-                if got is not None and cap is not None and want is not None and got < want <= cap:
+                live = d.get("healthySource") == "podresources"
+                src = (
+                    "podresources GetAllocatableResources"
+                    if live
+                    else "the device manager's RegisteredDevices"
+                )
+                if (
+                    not live
+                    and got is not None
+                    and cap is not None
+                    and want is not None
+                    and got < want <= cap
+                ):
                     stale = (
                         f"; capacity {cap}: the kubelet holds {cap - got} unhealthy since it wrote "
                         "the checkpoint (a device plugin not registered again after a kubelet "
@@ -173,7 +206,7 @@ def check_allocatable(c: Collection) -> Check:
                     )
                 problems.append(
                     f"{node}: allocatable {res} is {alloc.get(res, 'absent')}, "
-                    f"{count} healthy device(s) in the device manager's RegisteredDevices{stale}"
+                    f"{count} healthy device(s) in {src}{stale}"
                 )
             named = sorted(str(x) for x in unhealthy.get(res) or ())
             if (cap is not None and got is not None and cap > got) or named:
@@ -188,7 +221,7 @@ def check_allocatable(c: Collection) -> Check:
             name,
             c.label,
             Status.NOT_COLLECTED,
-            "healthy device counts (kubelet_internal_checkpoint) not collected",
+            "healthy device counts (podresources, kubelet_internal_checkpoint) not collected",
             tuple(missing),
         )
     if problems:
