@@ -467,6 +467,12 @@ def _show(sets: Mapping[str, frozenset[str]]) -> str:
     return "; ".join(f"{r} [{', '.join(sorted(v))}]" for r, v in sorted(sets.items()))
 
 
+CGROUP_NOTE = (
+    "the containers' cgroup cpusets: not collected (the runtime's cgroups are not read; the lab's "
+    "fake runtime creates none)"
+)
+
+
 def check_sources_agree(c: Collection) -> Check:
     """The kubelet's podresources API and its checkpoints give every running pod's containers
     the same devices (``kubelet_internal_checkpoint``) and exclusive CPUs (``cpu_manager_state``,
@@ -482,7 +488,7 @@ def check_sources_agree(c: Collection) -> Check:
             if "pods" in d:
                 missing.append(f"{node}: {why}; devices and CPUs from the checkpoints")
             continue
-        devices = "registeredDevices" in d and not d.get("deviceProblem")
+        devices = d.get("checkpointDevicesSource") == "kubelet_internal_checkpoint"
         state = d.get("cpuManagerState") or {}
         cpus = isinstance(state, Mapping) and state.get("policyName") == "static"
         if not devices and not cpus:
@@ -491,9 +497,8 @@ def check_sources_agree(c: Collection) -> Check:
             )
             continue
         if not devices:
-            missing.append(
-                f"{node}: devices not compared ({d.get('deviceProblem') or 'no checkpoint'})"
-            )
+            why = d.get("deviceProblem") or "no kubelet_internal_checkpoint"
+            missing.append(f"{node}: devices not compared ({why})")
         for p in _running_pods(d):
             checked += 1
             problems += _agreement(node, p, devices, cpus)
@@ -505,6 +510,7 @@ def check_sources_agree(c: Collection) -> Check:
             "podresources and the checkpoints not both collected",
             tuple(missing),
         )
+    missing.append(CGROUP_NOTE)
     if problems:
         return Check(
             name,
@@ -686,7 +692,7 @@ def _add_device_checkpoint(
         }
     d["deviceNuma"] = numa
     d["podResources"] = True
-    d["deviceSource"] = "kubelet_internal_checkpoint"
+    d["deviceSource"] = d["checkpointDevicesSource"] = "kubelet_internal_checkpoint"
 
 
 def _add_pod_resources(d: dict[str, Any], raw: Any, with_pods: bool) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from rollout.evidence.checks import (
+    CGROUP_NOTE,
     Status,
     build_collection,
     check_allocatable,
@@ -62,8 +63,10 @@ def _podres(listed: dict[str, tuple[str | None, int, list[int]]], healthy: list[
     }
 
 
-def _collect(podres: Any, cpu_entries: dict[str, dict[str, str]] | None = None) -> Any:
-    facts = {
+def _collect(
+    podres: Any, cpu_entries: dict[str, dict[str, str]] | None = None, device_cp: bool = True
+) -> Any:
+    facts: dict[str, Any] = {
         "n1": {
             "numaNodes": NUMA,
             "checkpoints": {
@@ -80,6 +83,8 @@ def _collect(podres: Any, cpu_entries: dict[str, dict[str, str]] | None = None) 
             "podResources": podres,
         }
     }
+    if not device_cp:
+        del facts["n1"]["checkpoints"]["kubelet_internal_checkpoint"]
     pods = {
         "n1": [
             {"namespace": "ml", "name": n, "uid": f"uid-{n}", "qos": "Guaranteed", "running": True}
@@ -113,6 +118,7 @@ def test_podresources_is_the_source_and_agrees_with_the_checkpoints() -> None:
     assert d["allocatableDevices"] == {GPU: ["GPU-0", "GPU-1", "GPU-4"]}
     agree = check_sources_agree(c)
     assert (agree.status, agree.checked) == (Status.PASS, 2), agree
+    assert agree.notes == (CGROUP_NOTE,)
     for check in (check_allocatable, check_unique_devices, check_numa_alignment):
         assert check(c).status is Status.PASS, check(c)
 
@@ -188,3 +194,15 @@ def test_no_socket_or_a_failed_call_falls_back_to_the_checkpoint_and_says_so() -
     d, c = _collect(None)  # facts of a module that did not ask
     assert d["podResourcesProblem"] == "podresources not collected (facts without podResources)"
     assert check_sources_agree(c).status is Status.NOT_COLLECTED
+
+
+def test_without_a_device_checkpoint_only_the_cpus_are_compared() -> None:
+    d, c = _collect(_podres(AGREE, ["GPU-0", "GPU-1", "GPU-4"]), device_cp=False)
+    assert d["deviceSource"] == "podresources" and d["healthySource"] == "podresources"
+    got = check_sources_agree(c)
+    assert got.status is Status.PASS, got
+    assert got.notes == ("n1: devices not compared (no kubelet_internal_checkpoint)", CGROUP_NOTE)
+    _, c = _collect(_podres({**AGREE, "b": ("GPU-1", 0, [6])}, ["GPU-0"]), device_cp=False)
+    assert check_sources_agree(c).problems == (
+        "n1: ml/b container app: exclusive CPUs podresources '6', cpu_manager_state '5'",
+    )
