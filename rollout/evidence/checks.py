@@ -499,6 +499,10 @@ def check_sources_agree(c: Collection) -> Check:
         if not devices:
             why = d.get("deviceProblem") or "no kubelet_internal_checkpoint"
             missing.append(f"{node}: devices not compared ({why})")
+        if not cpus:
+            policy = state.get("policyName") if isinstance(state, Mapping) else None
+            why = f": policy {policy}" if policy else " not collected"
+            missing.append(f"{node}: CPUs not compared (cpu_manager_state{why})")
         for p in _running_pods(d):
             checked += 1
             problems += _agreement(node, p, devices, cpus)

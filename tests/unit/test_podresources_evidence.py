@@ -206,3 +206,17 @@ def test_without_a_device_checkpoint_only_the_cpus_are_compared() -> None:
     assert check_sources_agree(c).problems == (
         "n1: ml/b container app: exclusive CPUs podresources '6', cpu_manager_state '5'",
     )
+
+
+def test_under_the_none_cpu_policy_only_the_devices_are_compared() -> None:
+    podres = _podres({"a": ("GPU-0", 0, []), "b": ("GPU-4", 1, [])}, ["GPU-0", "GPU-1", "GPU-4"])
+    _, c = _collect(podres)
+    (parsed_node,) = c.nodes.values()
+    state = dict(parsed_node["cpuManagerState"], policyName="none")
+    c.nodes["n1"]["cpuManagerState"] = state
+    got = check_sources_agree(c)
+    assert got.status is Status.PASS, got
+    assert got.notes == (
+        "n1: CPUs not compared (cpu_manager_state: policy none)",
+        CGROUP_NOTE,
+    )
