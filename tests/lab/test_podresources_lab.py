@@ -7,7 +7,8 @@ Guaranteed pods with one GPU and 2 CPUs each (exclusive). ``rollout evidence --l
 GPU and exclusive CPUs from the kubelet's ``v1.PodResourcesLister/List`` (``deviceSource`` and
 ``cpuSource`` ``podresources``), the healthy set from ``GetAllocatableResources``, and the check
 ``podresources-matches-checkpoint`` passes: the same GPU as ``kubelet_internal_checkpoint`` and
-the same CPUs as ``cpu_manager_state``, read from the node's files here.
+the same CPUs as ``cpu_manager_state``, read from the node's files here. With the socket removed,
+the checkpoint is the source again and the evidence says why.
 """
 
 from __future__ import annotations
@@ -97,4 +98,21 @@ def test_evidence_reads_the_real_kubelets_podresources_and_it_agrees_with_the_ch
     assert len(set(gpus)) == 2
     assert d["healthyDevices"] == {GPU: len(d["allocatableDevices"][GPU])}
     assert set(d["allocatableDevices"][GPU]) == set((cp.registered or {}).get(GPU) or ())
+
+    # the socket gone (the kubelet still serves the unlinked one): the checkpoint is the source
+    # again, the evidence says why, and the agreement is not collected (never a pass)
+    (root / "pod-resources/kubelet.sock").unlink()
+    r = ck.cli([*args, "-o", "json"], env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    d = doc["collection"]["nodes"][node]
+    assert d["deviceSource"] == d["healthySource"] == "kubelet_internal_checkpoint", d
+    assert d["podResourcesProblem"].startswith("no podresources socket"), d
+    checks = {c["name"]: c for c in doc["checks"]}
+    assert checks["podresources-matches-checkpoint"]["status"] == "not-collected"
+    assert checks["unique-device-ids"]["status"] == "pass"
+    pods = {p["name"]: p for p in d["pods"] if p["namespace"] == namespace}
+    assert {n: pods[n]["devices"][GPU] for n in uids} == {
+        n: sorted(by_uid[u]) for n, u in uids.items()
+    }
     print(f"podresources evidence on the real kubelet: {time.monotonic() - started:.1f}s")
