@@ -282,7 +282,7 @@ def test_a_call_answers_settings_and_ping_and_returns_window_updates(short_dir: 
     assert data[3] == b"\x00\x00\x00\x00\x00"  # the empty request, gRPC-framed
 
 
-def test_a_grpc_error_an_undecodable_trailer_and_a_reset(short_dir: Path) -> None:
+def test_a_grpc_error_an_undecodable_trailer_goaway_and_a_reset(short_dir: Path) -> None:
     def unimplemented(s: FakeServer, conn: socket.socket) -> None:
         s.until_request(conn)
         conn.sendall(_frame(1, 5, 1, GO_UNIMPLEMENTED))
@@ -299,6 +299,24 @@ def test_a_grpc_error_an_undecodable_trailer_and_a_reset(short_dir: Path) -> Non
 
     server = FakeServer(str(short_dir / "b.sock"), garbled)
     assert pr.call(server.path, pr.LIST, timeout=5) == (b"\x10\x01", None)
+
+    def graceful(s: FakeServer, conn: socket.socket) -> None:
+        s.until_request(conn)
+        conn.sendall(_frame(7, 0, 0, struct.pack(">II", 1, 0)))  # GOAWAY: stream 1 still served
+        conn.sendall(_frame(1, 4, 1, GO_HEADERS))
+        s.send_data(conn, _message(b"\x10\x02"), end=False)
+        conn.sendall(_frame(1, 5, 1, GO_TRAILERS))
+
+    server = FakeServer(str(short_dir / "g.sock"), graceful)
+    assert pr.call(server.path, pr.LIST, timeout=5) == (b"\x10\x02", 0)
+
+    def going(s: FakeServer, conn: socket.socket) -> None:
+        s.until_request(conn)
+        conn.sendall(_frame(7, 0, 0, struct.pack(">II", 0, 2) + b"bye"))
+
+    server = FakeServer(str(short_dir / "h.sock"), going)
+    with pytest.raises(pr.PodResourcesError, match=r"GOAWAY, error code 2\) bye"):
+        pr.call(server.path, pr.LIST, timeout=5)
 
     def reset(s: FakeServer, conn: socket.socket) -> None:
         s.until_request(conn)

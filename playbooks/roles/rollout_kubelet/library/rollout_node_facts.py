@@ -4,8 +4,9 @@
 
 Why a module and not a string of ``command`` tasks: every task costs an SSH round trip, and the
 facts play runs before every change on every node. This module reads ``/sys``, ``/proc`` and the
-kubelet's files with the node's own Python and returns the NodeFacts record that render and lint
-consume. It never writes anything.
+kubelet's files with the node's own Python, asks the kubelet's podresources API (its unix socket,
+through ``module_utils/rollout_podresources.py``, stdlib only) for its device and CPU assignments,
+and returns the NodeFacts record that render and lint consume. It never writes anything.
 
 Missing pieces are normal on real machines and are reported, not fatal: no
 ``/sys/devices/system/node`` (one NUMA node), no GPUs, no kubelet binary.

@@ -15,8 +15,8 @@ Flow control: the client keeps HTTP/2's default 65,535-byte windows and returns 
 bytes to the connection and the stream with WINDOW_UPDATE as it reads them, so a response of any
 size (up to ``MAX_RESPONSE``) arrives. It answers the server's SETTINGS and PING. A response whose
 trailers cannot be decoded is returned with an unknown status (``None``) when its message arrived
-whole; a non-zero ``grpc-status``, a RST_STREAM, a GOAWAY before the reply or a truncated message
-raises :class:`PodResourcesError`.
+whole; a non-zero ``grpc-status``, a RST_STREAM, a GOAWAY that abandons the stream (an error, or
+a last stream before this one) or a truncated message raises :class:`PodResourcesError`.
 
 Used by ``library/rollout_node_facts.py`` (Ansible ships this file with it as
 ``ansible.module_utils.rollout_podresources``; ``rollout/ansible/direct.py`` sends it along over
@@ -35,7 +35,8 @@ from urllib.parse import unquote
 SOCKET = "pod-resources/kubelet.sock"
 LIST = "/v1.PodResourcesLister/List"
 ALLOCATABLE = "/v1.PodResourcesLister/GetAllocatableResources"
-#: The largest response read (the kubelet's own gRPC server limit is 16 MiB).
+#: The largest response this client reads (its own bound: the kubelet's server sets none; List
+#: answers a few hundred bytes per pod).
 MAX_RESPONSE = 64 << 20
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -372,6 +373,8 @@ def _exchange(conn, method, request):
                 conn.send(frame(PING, ACK, 0, payload))
         elif ftype == GOAWAY:
             code = int.from_bytes(payload[4:8], "big")
+            if code == 0 and int.from_bytes(payload[:4], "big") & 0x7FFFFFFF >= STREAM:
+                continue  # a graceful shutdown that still completes this stream
             debug = payload[8:].decode("utf-8", "replace")
             raise PodResourcesError(
                 "%s: the kubelet ended the connection (GOAWAY, error code %d) %s"
