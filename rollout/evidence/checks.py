@@ -38,7 +38,9 @@ The collected data (``evidence.json`` next to the change's journal, or ``rollout
                     "podResourcesListed": true,
                     "podResourcesContainers": {"main": {"devices": {...}, "cpus": "4-7"}},
                     "checkpointDevices": {"main": {"nvidia.com/gpu": ["GPU-3f2a..."]}},
-                    "checkpointCpus": {"main": "4-7"}}]}}}]}
+                    "checkpointCpus": {"main": "4-7"},
+                    "containerIds": {"main": "<runtime ID>"},
+                    "cgroupCpus": {"main": "4-7"}}]}}}]}
 
 The healthy set is the device manager's: ``RegisteredDevices`` of its checkpoint is the set of
 devices the plugin last reported ``Healthy`` (the kubelet rewrites the file on every ListAndWatch
@@ -68,8 +70,10 @@ pods' ``devices`` and ``cpus`` (``deviceSource``/``cpuSource`` ``podresources``)
 then compares, per running pod and container, podresources with the checkpoint's devices and
 ``cpu_manager_state``'s CPUs (static policy): a difference fails naming node, pod, container, the
 resource and both values. When the socket is absent or a call failed, the checkpoint stays the
-source, ``podResourcesProblem`` says why and that check is not collected. The container's cgroup
-cpuset is not read.
+source, ``podResourcesProblem`` says why and that check is not collected. Where the facts found a
+container's cgroup (``containerCpusets``: container ID -> cpuset, under ``kubepods*``; matched by
+the ``containerIds`` of the pod's status, as ``cgroupCpus``), the same check requires a container
+with exclusive CPUs to run on exactly those; a note says whether any cgroup was compared.
 """
 
 from __future__ import annotations
@@ -422,18 +426,24 @@ def _sets(m: Any) -> dict[str, frozenset[str]]:
     return {str(k): frozenset(str(x) for x in v or ()) for k, v in (m or {}).items() if v}
 
 
-def _agreement(node: str, p: Mapping[str, Any], devices: bool, cpus: bool) -> list[str]:
-    """Where one pod's podresources account differs from the checkpoints, per container."""
+def _agreement(node: str, p: Mapping[str, Any], devices: bool, cpus: bool, out: list[str]) -> int:
+    """Where one pod's podresources account differs from the checkpoints and from its
+    containers' cgroup cpusets, per container, into ``out``; how many cgroup cpusets were
+    compared."""
     pod = f"{p.get('namespace', '')}/{p.get('name', '')}"
     listed = p.get("podResourcesContainers") or {}
     cp_devices = p.get("checkpointDevices") or {}
     cp_cpus = p.get("checkpointCpus") or {}
-    out = []
+    cgroup = p.get("cgroupCpus") or {}
+    compared = 0
     if not p.get("podResourcesListed") and (
         (devices and any(_sets(v) for v in cp_devices.values()))
         or (cpus and any(str(v) for v in cp_cpus.values()))
     ):
-        return [f"{node}: {pod}: the checkpoint assigns resources, podresources does not list it"]
+        out.append(
+            f"{node}: {pod}: the checkpoint assigns resources, podresources does not list it"
+        )
+        return 0
     for c in sorted(set(listed) | (set(cp_devices) if devices else set())):
         mine = listed.get(c)
         if mine is None:
@@ -452,15 +462,22 @@ def _agreement(node: str, p: Mapping[str, Any], devices: bool, cpus: bool) -> li
                         f"[{', '.join(sorted(a.get(res, ())))}], kubelet_internal_checkpoint "
                         f"[{', '.join(sorted(b.get(res, ())))}]"
                     )
+        a_cpus = parse_cpuset(str(mine.get("cpus") or ""))
         if cpus:
-            a_cpus = parse_cpuset(str(mine.get("cpus") or ""))
             b_cpus = parse_cpuset(str(cp_cpus.get(c) or ""))
             if a_cpus != b_cpus:
                 out.append(
                     f"{node}: {pod} container {c}: exclusive CPUs podresources "
                     f"'{format_cpuset(a_cpus)}', cpu_manager_state '{format_cpuset(b_cpus)}'"
                 )
-    return out
+        if a_cpus and c in cgroup:
+            compared += 1
+            if parse_cpuset(str(cgroup[c])) != a_cpus:
+                out.append(
+                    f"{node}: {pod} container {c}: exclusive CPUs podresources "
+                    f"'{format_cpuset(a_cpus)}', cgroup cpuset '{cgroup[c]}'"
+                )
+    return compared
 
 
 def _show(sets: Mapping[str, frozenset[str]]) -> str:
@@ -468,20 +485,21 @@ def _show(sets: Mapping[str, frozenset[str]]) -> str:
 
 
 CGROUP_NOTE = (
-    "the containers' cgroup cpusets: not collected (the runtime's cgroups are not read; the lab's "
-    "fake runtime creates none)"
+    "the containers' cgroup cpusets: not collected (no container cgroup under kubepods* with a "
+    "container ID the API names; the lab's fake runtime creates none)"
 )
 
 
 def check_sources_agree(c: Collection) -> Check:
     """The kubelet's podresources API and its checkpoints give every running pod's containers
     the same devices (``kubelet_internal_checkpoint``) and exclusive CPUs (``cpu_manager_state``,
-    static policy). Judged per node where both were collected; elsewhere not collected, with why
-    (the socket absent, the call failed, a corrupt checkpoint)."""
+    static policy), and a container's cgroup cpuset, where the facts found it, is its exclusive
+    CPUs. Judged per node where podresources and a checkpoint were collected; elsewhere not
+    collected, with why (the socket absent, the call failed, a corrupt checkpoint)."""
     name = "podresources-matches-checkpoint"
     problems: list[str] = []
     missing: list[str] = []
-    checked = 0
+    checked = cgroups = 0
     for node, d in sorted(c.nodes.items()):
         if d.get("deviceSource") != "podresources":
             why = d.get("podResourcesProblem") or "podresources not collected"
@@ -505,7 +523,7 @@ def check_sources_agree(c: Collection) -> Check:
             missing.append(f"{node}: CPUs not compared (cpu_manager_state{why})")
         for p in _running_pods(d):
             checked += 1
-            problems += _agreement(node, p, devices, cpus)
+            cgroups += _agreement(node, p, devices, cpus, problems)
     if not checked:
         return Check(
             name,
@@ -514,7 +532,11 @@ def check_sources_agree(c: Collection) -> Check:
             "podresources and the checkpoints not both collected",
             tuple(missing),
         )
-    missing.append(CGROUP_NOTE)
+    missing.append(
+        CGROUP_NOTE
+        if not cgroups
+        else f"{cgroups} container(s) with exclusive CPUs compared with their cgroup cpuset"
+    )
     if problems:
         return Check(
             name,
@@ -629,6 +651,14 @@ def build_collection(
             d["healthyProblem"] = "no kubelet_internal_checkpoint on the node"
         if f:
             _add_pod_resources(d, f.get("podResources"), node in pods)
+        cpusets = f.get("containerCpusets")
+        if isinstance(cpusets, Mapping) and node in pods:
+            d["containerCpusetsFound"] = len(cpusets)
+            for p in d["pods"]:
+                ids = p.get("containerIds") or {}
+                got = {str(c): str(cpusets[i]) for c, i in sorted(ids.items()) if i in cpusets}
+                if got:
+                    p["cgroupCpus"] = got
         nodes[node] = d
     return {"label": label, "at": at, "nodes": nodes}
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from rollout.evidence.checks import CGROUP_NOTE
 from rollout.kubelet.checkpoints import CPU_STATE_FILE
 from rollout.kubelet.cpuset import parse as parse_cpuset
 from rollout.kubelet.device_checkpoint import DEVICE_CHECKPOINT_FILE, parse_device
@@ -76,6 +77,7 @@ def test_evidence_reads_the_real_kubelets_podresources_and_it_agrees_with_the_ch
     assert "podResourcesProblem" not in d, d["podResourcesProblem"]
     agree = checks["podresources-matches-checkpoint"]
     assert agree["status"] == "pass" and agree["checked"] >= 2, agree
+    assert CGROUP_NOTE in agree["notes"], agree  # the fake runtime creates no container cgroup
     for name in ("unique-device-ids", "allocatable-matches-healthy", "numa-aligned"):
         assert checks[name]["status"] == "pass", checks[name]
 

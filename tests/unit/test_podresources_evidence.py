@@ -64,7 +64,10 @@ def _podres(listed: dict[str, tuple[str | None, int, list[int]]], healthy: list[
 
 
 def _collect(
-    podres: Any, cpu_entries: dict[str, dict[str, str]] | None = None, device_cp: bool = True
+    podres: Any,
+    cpu_entries: dict[str, dict[str, str]] | None = None,
+    device_cp: bool = True,
+    cgroups: dict[str, str] | None = None,
 ) -> Any:
     facts: dict[str, Any] = {
         "n1": {
@@ -85,9 +88,18 @@ def _collect(
     }
     if not device_cp:
         del facts["n1"]["checkpoints"]["kubelet_internal_checkpoint"]
+    if cgroups is not None:
+        facts["n1"]["containerCpusets"] = cgroups
     pods = {
         "n1": [
-            {"namespace": "ml", "name": n, "uid": f"uid-{n}", "qos": "Guaranteed", "running": True}
+            {
+                "namespace": "ml",
+                "name": n,
+                "uid": f"uid-{n}",
+                "qos": "Guaranteed",
+                "running": True,
+                "containerIds": {"app": f"id-{n}"},
+            }
             for n in ("a", "b")
         ]
     }
@@ -220,3 +232,38 @@ def test_under_the_none_cpu_policy_only_the_devices_are_compared() -> None:
         "n1: CPUs not compared (cpu_manager_state: policy none)",
         CGROUP_NOTE,
     )
+
+
+def test_the_containers_cgroup_cpusets_are_their_exclusive_cpus() -> None:
+    podres = _podres(AGREE, ["GPU-0", "GPU-1", "GPU-4"])
+    d, c = _collect(podres, cgroups={"id-a": "1-2", "id-b": "5", "id-pause": "0-7"})
+    assert next(p for p in d["pods"] if p["name"] == "a")["cgroupCpus"] == {"app": "1-2"}
+    got = check_sources_agree(c)
+    assert got.status is Status.PASS, got
+    assert got.notes == ("2 container(s) with exclusive CPUs compared with their cgroup cpuset",)
+
+    _, c = _collect(podres, cgroups={"id-a": "1-2", "id-b": "0-7"})
+    assert check_sources_agree(c).problems == (
+        "n1: ml/b container app: exclusive CPUs podresources '5', cgroup cpuset '0-7'",
+    )
+    _, c = _collect(podres, cgroups={})  # a runtime without container cgroups
+    assert check_sources_agree(c).notes == (CGROUP_NOTE,)
+
+
+def test_evidence_pods_name_each_containers_runtime_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rollout.kube import collecting
+
+    pod = {
+        "metadata": {"namespace": "ml", "name": "a", "uid": "u"},
+        "status": {
+            "phase": "Running",
+            "qosClass": "Guaranteed",
+            "containerStatuses": [
+                {"name": "app", "containerID": "containerd://" + "a" * 64},
+                {"name": "waiting"},
+            ],
+        },
+    }
+    monkeypatch.setattr(collecting, "pod_objects_on", lambda api, node: [pod])
+    (got,) = collecting.evidence_pods(None, "n1")  # type: ignore[arg-type]
+    assert got["containerIds"] == {"app": "a" * 64}

@@ -265,6 +265,36 @@ def cgroup_version(procfs):
     return found
 
 
+# A container's cgroup directory ends in its runtime ID: cri-containerd-<id>.scope, crio-<id>.scope,
+# docker-<id>.scope (systemd driver) or <id> (cgroupfs driver).
+CONTAINER_CGROUP = re.compile(r"(?:^|[-_])([0-9a-f]{64})(?:\.scope)?$")
+
+
+def container_cpusets(root):
+    """Container ID -> its cgroup's cpuset, for the containers in the kubelet's pod hierarchy at
+    the top of the cgroup tree (``kubepods*``: cgroup v2's ``cpuset.cpus.effective``, v1's cpuset
+    controller's ``cpuset.cpus``), at most 4 levels down. Empty when there is none: a runtime
+    that creates no cgroups (the lab's fake one), ``cgroupsPerQOS: false``, a ``cgroupRoot``
+    elsewhere."""
+    base = os.path.join(root, "sys/fs/cgroup")
+    out = {}
+    for start in sorted(glob.glob(os.path.join(base, "kubepods*"))) + sorted(
+        glob.glob(os.path.join(base, "cpuset", "kubepods*"))
+    ):
+        for dirpath, dirnames, _ in os.walk(start):
+            if os.path.relpath(dirpath, start).count(os.sep) >= 3:
+                dirnames[:] = []
+            m = CONTAINER_CGROUP.search(os.path.basename(dirpath))
+            if not m:
+                continue
+            for name in ("cpuset.cpus.effective", "cpuset.cpus"):
+                text = _read(os.path.join(dirpath, name))
+                if text:
+                    out[m.group(1)] = format_cpuset(parse_cpuset(text))
+                    break
+    return out
+
+
 def checkpoint_facts(dirs, root):
     out = dict.fromkeys(CHECKPOINT_FILES)
     paths = {}
@@ -355,6 +385,7 @@ def collect(params):
     )
     # the kubelet's own account of device and CPU assignments (its podresources gRPC API)
     facts["podResources"] = read_pod_resources(params["checkpoint_dirs"], root)
+    facts["containerCpusets"] = container_cpusets(root)
     files = kubelet_files(params["kubelet_paths"], root)
     facts["kubeletFiles"] = files
     facts["kubeletFileMeta"] = {p: file_record(os.path.join(root, p.lstrip("/"))) for p in files}
