@@ -733,9 +733,9 @@ def _add_pod_resources(d: dict[str, Any], raw: Any, with_pods: bool) -> None:
     """The kubelet's podresources API (facts ``podResources``) over the checkpoint: the healthy
     set from ``GetAllocatableResources``, and with pods, each pod's devices and exclusive CPUs
     from ``List`` (matched by namespace and name: the API does not name UIDs), per container
-    (``podResourcesContainers``) beside the checkpoint's (``checkpointDevices``, and the CPUs of
-    ``cpuManagerState``). When the call failed the checkpoint stays the source and
-    ``podResourcesProblem`` says why."""
+    (``podResourcesContainers``) beside the checkpoints' (``checkpointDevices``; the CPUs of
+    ``cpuManagerState`` as ``checkpointCpus``). When the call failed the checkpoint stays the
+    source and ``podResourcesProblem`` says why."""
     if not isinstance(raw, Mapping):
         d["podResourcesProblem"] = "podresources not collected (facts without podResources)"
         return

@@ -5,7 +5,8 @@
 ``GetAllocatableResources``; ``podresources-matches-checkpoint`` fails naming node, pod,
 container, the device or CPUs and both sources when they disagree, and is not collected (never
 a pass) when the socket was absent or the call failed: then the checkpoint is the source, and the
-check says so. Runtime: well under 1 s.
+check says so. A container's cgroup cpuset, where the facts found it, must be its exclusive CPUs.
+Runtime: about 1 s.
 """
 
 from __future__ import annotations
