@@ -18,6 +18,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import shlex
 import subprocess
 import threading
@@ -48,12 +49,17 @@ CONTROL_PATH = str(CONTROL_DIR / "%C")
 #: How long an idle SSH master stays open: long enough to span a canary's soak.
 CONTROL_PERSIST = "300s"
 
-# Runs on the node: read {source} (one line) from stdin and load the module without running its
-# main(); then read the arguments (the rest of stdin, up to EOF) and print the result as JSON.
+# Runs on the node: read {source, utils} (one line) from stdin, load each of the role's module_utils
+# the module imports (``utils``: name -> source) as a plain module of that name, then the module
+# without running its main(); then read the arguments (the rest of stdin, up to EOF) and print the
+# result as JSON.
 # Nothing acts on the node before the arguments are complete: a started call (:class:`Started`)
 # whose stdin is closed without them, or cut off mid-way, exits having done nothing.
 _BOOTSTRAP = (
-    "import json,sys;d=json.loads(sys.stdin.readline());g={'__name__':'rollout_direct'};"
+    "import json,sys,types;d=json.loads(sys.stdin.readline());u=d.get('utils') or {};"
+    "[sys.modules.setdefault(n,types.ModuleType(n)) for n in u];"
+    "[exec(compile(s,n+'.py','exec'),sys.modules[n].__dict__) for n,s in u.items()];"
+    "g={'__name__':'rollout_direct'};"
     "exec(compile(d['source'],'rollout_module.py','exec'),g);"
     "a=json.loads(sys.stdin.read() or 'null');"
     "a is None or print(json.dumps(g['direct'](a)))"
@@ -217,7 +223,7 @@ class Started:
             stderr=subprocess.PIPE,
             text=True,
         )
-        head = json.dumps({"source": _source(module)}) + "\n"
+        head = _head(module)
         try:
             assert self.proc.stdin is not None
             self.proc.stdin.write(head)
@@ -292,7 +298,7 @@ def run_step(
     started = _take(t, module)
     if started is not None:
         return started.finish(args, timeout_s)
-    stdin = json.dumps({"source": _source(module)}) + "\n" + json.dumps(dict(args))
+    stdin = _head(module) + json.dumps(dict(args))
     CONTROL_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         p = subprocess.run(
@@ -321,6 +327,23 @@ def _outcome(rc: int, stdout: str, stderr: str) -> dict[str, Any]:
 def _source(module: str) -> str:
     """A module's source, read once per process (every node of every batch sends the same)."""
     return _module(module).read_text(encoding="utf-8")
+
+
+_UTIL_IMPORT = re.compile(r"^\s*from ansible\.module_utils\.(\w+) import ", re.MULTILINE)
+
+
+@functools.cache
+def _head(module: str) -> str:
+    """The first line sent to the bootstrap: the module's source and the sources of the role's
+    ``module_utils`` it imports (``from ansible.module_utils.NAME import``, as Ansible ships them
+    with the module; the module falls back to importing ``NAME`` itself)."""
+    utils_dir = _module(module).parent.parent / "module_utils"
+    utils = {}
+    for name in _UTIL_IMPORT.findall(_source(module)):
+        path = utils_dir / f"{name}.py"
+        if path.is_file():
+            utils[name] = path.read_text(encoding="utf-8")
+    return json.dumps({"source": _source(module), "utils": utils}) + "\n"
 
 
 def run_all(

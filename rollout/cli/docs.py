@@ -199,10 +199,12 @@ def evidence_cmd(
     context: str | None,
 ) -> None:
     """Collect the evidence data of a change's nodes (read-only) into its evidence.json: the
-    Nodes' allocatable and capacity, the device manager's kubelet_internal_checkpoint (its
-    RegisteredDevices are the healthy set; its assignments give each pod's devices), NUMA layout
-    and cpu_manager_state (through the facts playbook), pods with their QoS, and the running
-    Topology Manager policy (configz). -o json prints the new collection and the checks over it.
+    Nodes' allocatable and capacity, the kubelet's podresources API (each pod's devices and
+    exclusive CPUs, the healthy devices), the device manager's kubelet_internal_checkpoint (the
+    healthy set and each pod's devices where podresources did not answer; compared with it
+    otherwise), NUMA layout and cpu_manager_state (through the facts playbook), pods with their
+    QoS, and the running Topology Manager policy (configz). -o json prints the new collection and
+    the checks over it.
 
     \b
     Examples:

@@ -5,9 +5,10 @@ this tool comes from names it: node allocatable matches the device plugin's heal
 (the kubelet's own account of it, never the number of GPUs on the PCI bus); each device is
 assigned to one pod only; the exclusive CPUs and GPUs of every Guaranteed pod sit on one NUMA node
 under ``single-numa-node``; and all of that still holds after the pods are recreated. Collection
-(the kubelet's device checkpoint and ``cpu_manager_state`` through Ansible, allocatable through the
-API) is I/O and lives elsewhere; these functions only judge what was collected, so every rule is a
-table test. Missing data is never a pass: the check says ``not collected``.
+(the kubelet's podresources API, its device checkpoint and ``cpu_manager_state`` through the facts
+module, allocatable through the API server) is I/O and lives elsewhere; these functions only judge
+what was collected, so every rule is a table test. Missing data is never a pass: the check says
+``not collected``.
 
 The collected data (``evidence.json`` next to the change's journal, or ``rollout report
 --evidence FILE``)::
@@ -19,7 +20,8 @@ The collected data (``evidence.json`` next to the change's journal, or ``rollout
           "allocatable": {"nvidia.com/gpu": "7"},
           "capacity": {"nvidia.com/gpu": "8"},
           "healthyDevices": {"nvidia.com/gpu": 7},
-          "healthySource": "kubelet_internal_checkpoint",
+          "healthySource": "podresources",   # or "kubelet_internal_checkpoint"
+          "allocatableDevices": {"nvidia.com/gpu": ["GPU-3f2a...", ...]},  # GetAllocatable...
           "registeredDevices": {"nvidia.com/gpu": ["GPU-3f2a...", ...]},
           "unhealthyDevices": {"nvidia.com/gpu": ["GPU-9c1d..."]},
           "pciGpus": 8,
@@ -27,10 +29,18 @@ The collected data (``evidence.json`` next to the change's journal, or ``rollout
           "deviceNuma": {"GPU-3f2a...": 0},
           "cpuManagerState": {"policyName": "static", "entries": {"<pod uid>": {"c": "4-7"}}},
           "podResources": true,    # pods' "devices" are the kubelet's assignments
-          "deviceSource": "kubelet_internal_checkpoint",
+          "deviceSource": "podresources",    # or "kubelet_internal_checkpoint"
+          "cpuSource": "podresources",       # absent: the CPUs come from cpuManagerState
+          "podResourcesProblem": "...",      # why podresources was not (fully) used
           "pods": [{"namespace": "ml", "name": "train-0", "uid": "...", "qos": "Guaranteed",
                     "running": true, "devices": {"nvidia.com/gpu": ["GPU-3f2a..."]},
-                    "cpus": "4-7"}]}}}]}
+                    "cpus": "4-7", "cpuSource": "podresources",
+                    "podResourcesListed": true,
+                    "podResourcesContainers": {"main": {"devices": {...}, "cpus": "4-7"}},
+                    "checkpointDevices": {"main": {"nvidia.com/gpu": ["GPU-3f2a..."]}},
+                    "checkpointCpus": {"main": "4-7"},
+                    "containerIds": {"main": "<runtime ID>"},
+                    "cgroupCpus": {"main": "4-7"}}]}}}]}
 
 The healthy set is the device manager's: ``RegisteredDevices`` of its checkpoint is the set of
 devices the plugin last reported ``Healthy`` (the kubelet rewrites the file on every ListAndWatch
@@ -50,6 +60,20 @@ playbook; ``deviceSource: "kubelet_internal_checkpoint"``), whose ``DeviceIDs`` 
 NUMA node the device plugin reported: that NUMA node wins over the facts' PCI view, because the
 plugin's device IDs (GPU UUIDs) are not PCI addresses. A checkpoint whose checksum does not match
 is not used (``deviceProblem`` says why), so uniqueness is then not collected, never passed.
+
+The kubelet's own live account comes first where the node answered: its podresources gRPC API
+(facts ``podResources``, read on the node by the role's ``module_utils/rollout_podresources.py``).
+``List`` gives each pod's containers their devices (with the NUMA node the plugin reported) and
+exclusive CPUs; pods are matched by namespace and name, as the API names no UID. Those become the
+pods' ``devices`` and ``cpus`` (``deviceSource``/``cpuSource`` ``podresources``) and
+``GetAllocatableResources`` the healthy set (``healthySource``). ``podresources-matches-checkpoint``
+then compares, per running pod and container, podresources with the checkpoint's devices and
+``cpu_manager_state``'s CPUs (static policy): a difference fails naming node, pod, container, the
+resource and both values. When the socket is absent or a call failed, the checkpoint stays the
+source, ``podResourcesProblem`` says why and that check is not collected. Where the facts found a
+container's cgroup (``containerCpusets``: container ID -> cpuset, under ``kubepods*``; matched by
+the ``containerIds`` of the pod's status, as ``cgroupCpus``), the same check requires a container
+with exclusive CPUs to run on exactly those; a note says whether any cgroup was compared.
 """
 
 from __future__ import annotations
@@ -61,6 +85,7 @@ from typing import Any
 
 from rollout.evidence.dra import dra_owners
 from rollout.kubelet.checkpoints import CheckpointError
+from rollout.kubelet.cpuset import format_cpus as format_cpuset
 from rollout.kubelet.cpuset import parse as parse_cpuset
 from rollout.kubelet.device_checkpoint import from_document
 
@@ -80,7 +105,8 @@ class Check:
     """One evidence check over one collection.
 
     Attributes:
-        name: ``allocatable-matches-healthy``, ``unique-device-ids`` or ``numa-aligned``.
+        name: ``allocatable-matches-healthy``, ``unique-device-ids``, ``numa-aligned`` or
+            ``podresources-matches-checkpoint``.
         label: the collection (before / after / after-recreate).
         status: pass, fail or not-collected.
         summary: one sentence for a person.
@@ -165,7 +191,19 @@ def check_allocatable(c: Collection) -> Check:
             if got != _int(count):
                 stale = ""
                 want = _int(count)
-                if got is not None and cap is not None and want is not None and got < want <= cap:
+                live = d.get("healthySource") == "podresources"
+                src = (
+                    "podresources GetAllocatableResources"
+                    if live
+                    else "the device manager's RegisteredDevices"
+                )
+                if (
+                    not live
+                    and got is not None
+                    and cap is not None
+                    and want is not None
+                    and got < want <= cap
+                ):
                     stale = (
                         f"; capacity {cap}: the kubelet holds {cap - got} unhealthy since it wrote "
                         "the checkpoint (a device plugin not registered again after a kubelet "
@@ -173,7 +211,7 @@ def check_allocatable(c: Collection) -> Check:
                     )
                 problems.append(
                     f"{node}: allocatable {res} is {alloc.get(res, 'absent')}, "
-                    f"{count} healthy device(s) in the device manager's RegisteredDevices{stale}"
+                    f"{count} healthy device(s) in {src}{stale}"
                 )
             named = sorted(str(x) for x in unhealthy.get(res) or ())
             if (cap is not None and got is not None and cap > got) or named:
@@ -188,7 +226,7 @@ def check_allocatable(c: Collection) -> Check:
             name,
             c.label,
             Status.NOT_COLLECTED,
-            "healthy device counts (kubelet_internal_checkpoint) not collected",
+            "healthy device counts (podresources, kubelet_internal_checkpoint) not collected",
             tuple(missing),
         )
     if problems:
@@ -396,10 +434,147 @@ def check_numa_alignment(c: Collection) -> Check:
     )
 
 
+def _sets(m: Any) -> dict[str, frozenset[str]]:
+    return {str(k): frozenset(str(x) for x in v or ()) for k, v in (m or {}).items() if v}
+
+
+def _agreement(node: str, p: Mapping[str, Any], devices: bool, cpus: bool, out: list[str]) -> int:
+    """Where one pod's podresources account differs from the checkpoints and from its
+    containers' cgroup cpusets, per container, into ``out``; how many cgroup cpusets were
+    compared."""
+    pod = f"{p.get('namespace', '')}/{p.get('name', '')}"
+    listed = p.get("podResourcesContainers") or {}
+    cp_devices = p.get("checkpointDevices") or {}
+    cp_cpus = p.get("checkpointCpus") or {}
+    cgroup = p.get("cgroupCpus") or {}
+    compared = 0
+    if not p.get("podResourcesListed") and (
+        (devices and any(_sets(v) for v in cp_devices.values()))
+        or (cpus and any(str(v) for v in cp_cpus.values()))
+    ):
+        out.append(
+            f"{node}: {pod}: the checkpoint assigns resources, podresources does not list it"
+        )
+        return 0
+    for c in sorted(set(listed) | (set(cp_devices) if devices else set())):
+        mine = listed.get(c)
+        if mine is None:
+            if _sets(cp_devices.get(c)):
+                out.append(
+                    f"{node}: {pod} container {c}: kubelet_internal_checkpoint assigns "
+                    f"{_show(_sets(cp_devices.get(c)))}, podresources lists no such container"
+                )
+            continue
+        if devices:
+            a, b = _sets(mine.get("devices")), _sets(cp_devices.get(c))
+            for res in sorted(set(a) | set(b)):
+                if a.get(res, frozenset()) != b.get(res, frozenset()):
+                    out.append(
+                        f"{node}: {pod} container {c}: {res} podresources "
+                        f"[{', '.join(sorted(a.get(res, ())))}], kubelet_internal_checkpoint "
+                        f"[{', '.join(sorted(b.get(res, ())))}]"
+                    )
+        a_cpus = parse_cpuset(str(mine.get("cpus") or ""))
+        if cpus:
+            b_cpus = parse_cpuset(str(cp_cpus.get(c) or ""))
+            if a_cpus != b_cpus:
+                out.append(
+                    f"{node}: {pod} container {c}: exclusive CPUs podresources "
+                    f"'{format_cpuset(a_cpus)}', cpu_manager_state '{format_cpuset(b_cpus)}'"
+                )
+        if a_cpus and c in cgroup:
+            compared += 1
+            if parse_cpuset(str(cgroup[c])) != a_cpus:
+                out.append(
+                    f"{node}: {pod} container {c}: exclusive CPUs podresources "
+                    f"'{format_cpuset(a_cpus)}', cgroup cpuset '{cgroup[c]}'"
+                )
+    return compared
+
+
+def _show(sets: Mapping[str, frozenset[str]]) -> str:
+    return "; ".join(f"{r} [{', '.join(sorted(v))}]" for r, v in sorted(sets.items()))
+
+
+CGROUP_NOTE = (
+    "the containers' cgroup cpusets: not collected (no container cgroup under kubepods* with a "
+    "container ID the API names; the lab's fake runtime creates none)"
+)
+
+
+def check_sources_agree(c: Collection) -> Check:
+    """The kubelet's podresources API and its checkpoints give every running pod's containers
+    the same devices (``kubelet_internal_checkpoint``) and exclusive CPUs (``cpu_manager_state``,
+    static policy), and a container's cgroup cpuset, where the facts found it, is its exclusive
+    CPUs. Judged per node where podresources and a checkpoint were collected; elsewhere not
+    collected, with why (the socket absent, the call failed, a corrupt checkpoint)."""
+    name = "podresources-matches-checkpoint"
+    problems: list[str] = []
+    missing: list[str] = []
+    checked = cgroups = 0
+    for node, d in sorted(c.nodes.items()):
+        if d.get("deviceSource") != "podresources":
+            why = d.get("podResourcesProblem") or "podresources not collected"
+            if "pods" in d:
+                missing.append(f"{node}: {why}; devices and CPUs from the checkpoints")
+            continue
+        devices = d.get("checkpointDevicesSource") == "kubelet_internal_checkpoint"
+        state = d.get("cpuManagerState") or {}
+        cpus = isinstance(state, Mapping) and state.get("policyName") == "static"
+        if not devices and not cpus:
+            missing.append(
+                f"{node}: no usable kubelet_internal_checkpoint or static cpu_manager_state"
+            )
+            continue
+        if not devices:
+            why = d.get("deviceProblem") or "no kubelet_internal_checkpoint"
+            missing.append(f"{node}: devices not compared ({why})")
+        if not cpus:
+            policy = state.get("policyName") if isinstance(state, Mapping) else None
+            why = f": policy {policy}" if policy else " not collected"
+            missing.append(f"{node}: CPUs not compared (cpu_manager_state{why})")
+        for p in _running_pods(d):
+            checked += 1
+            cgroups += _agreement(node, p, devices, cpus, problems)
+    if not checked:
+        return Check(
+            name,
+            c.label,
+            Status.NOT_COLLECTED,
+            "podresources and the checkpoints not both collected",
+            tuple(missing),
+        )
+    missing.append(
+        CGROUP_NOTE
+        if not cgroups
+        else f"{cgroups} container(s) with exclusive CPUs compared with their cgroup cpuset"
+    )
+    if problems:
+        return Check(
+            name,
+            c.label,
+            Status.FAIL,
+            f"{len(problems)} disagreement(s) between podresources and the checkpoints",
+            tuple(problems),
+            checked,
+            tuple(missing),
+        )
+    return Check(
+        name,
+        c.label,
+        Status.PASS,
+        f"{checked} running pod(s): podresources agrees with the checkpoints",
+        (),
+        checked,
+        tuple(missing),
+    )
+
+
 CHECKS = (
     ("allocatable-matches-healthy", check_allocatable),
     ("unique-device-ids", check_unique_devices),
     ("numa-aligned", check_numa_alignment),
+    ("podresources-matches-checkpoint", check_sources_agree),
 )
 
 
@@ -486,6 +661,16 @@ def build_collection(
             _add_device_checkpoint(d, raw_cp, node in pods, (known or {}).get(node) or {})
         elif f:
             d["healthyProblem"] = "no kubelet_internal_checkpoint on the node"
+        if f:
+            _add_pod_resources(d, f.get("podResources"), node in pods)
+        cpusets = f.get("containerCpusets")
+        if isinstance(cpusets, Mapping) and node in pods:
+            d["containerCpusetsFound"] = len(cpusets)
+            for p in d["pods"]:
+                ids = p.get("containerIds") or {}
+                got = {str(c): str(cpusets[i]) for c, i in sorted(ids.items()) if i in cpusets}
+                if got:
+                    p["cgroupCpus"] = got
         nodes[node] = d
     return {"label": label, "at": at, "nodes": nodes}
 
@@ -534,19 +719,105 @@ def _add_device_checkpoint(
     if not with_pods:
         return
     by_uid: dict[str, dict[str, list[str]]] = {}
+    by_container: dict[str, dict[str, dict[str, list[str]]]] = {}
     numa = dict(d.get("deviceNuma") or {})
     for entry in cp.entries or ():
         held = by_uid.setdefault(entry.pod_uid, {}).setdefault(entry.resource, [])
+        mine = by_container.setdefault(entry.pod_uid, {}).setdefault(entry.container, {})
         for n, ids in sorted((entry.device_ids or {}).items()):
             for dev in ids or ():
                 numa[dev] = n
                 if dev not in held:
                     held.append(dev)
+                mine.setdefault(entry.resource, []).append(dev)
     for p in d.get("pods") or ():
         p["devices"] = {r: sorted(ids) for r, ids in sorted(by_uid.get(p.get("uid"), {}).items())}
+        p["checkpointDevices"] = {
+            c: {r: sorted(set(ids)) for r, ids in sorted(res.items())}
+            for c, res in sorted(by_container.get(str(p.get("uid")), {}).items())
+        }
     d["deviceNuma"] = numa
     d["podResources"] = True
-    d["deviceSource"] = "kubelet_internal_checkpoint"
+    d["deviceSource"] = d["checkpointDevicesSource"] = "kubelet_internal_checkpoint"
+
+
+def _add_pod_resources(d: dict[str, Any], raw: Any, with_pods: bool) -> None:
+    """The kubelet's podresources API (facts ``podResources``) over the checkpoint: the healthy
+    set from ``GetAllocatableResources``, and with pods, each pod's devices and exclusive CPUs
+    from ``List`` (matched by namespace and name: the API does not name UIDs), per container
+    (``podResourcesContainers``) beside the checkpoints' (``checkpointDevices``; the CPUs of
+    ``cpuManagerState`` as ``checkpointCpus``). When the call failed the checkpoint stays the
+    source and ``podResourcesProblem`` says why."""
+    if not isinstance(raw, Mapping):
+        d["podResourcesProblem"] = "podresources not collected (facts without podResources)"
+        return
+    problems = [str(raw[k]) for k in ("error", "listError", "allocatableError") if raw.get(k)]
+    if problems:
+        d["podResourcesProblem"] = "; ".join(problems)
+    numa = dict(d.get("deviceNuma") or {})
+    allocatable = raw.get("allocatable")
+    if isinstance(allocatable, Mapping):
+        healthy: dict[str, list[str]] = {}
+        for dev in allocatable.get("devices") or ():
+            ids = healthy.setdefault(str(dev.get("resourceName", "")), [])
+            for x in dev.get("deviceIds") or ():
+                if str(x) not in ids:
+                    ids.append(str(x))
+                _numa_of(numa, str(x), dev)
+        d["allocatableDevices"] = {r: sorted(ids) for r, ids in sorted(healthy.items())}
+        d["healthyDevices"] = {r: len(ids) for r, ids in sorted(healthy.items())}
+        d["healthySource"] = "podresources"
+        d.pop("healthyProblem", None)
+        d.setdefault("registeredDevices", d["allocatableDevices"])
+    listed = raw.get("pods")
+    if not with_pods or not isinstance(listed, list):
+        d["deviceNuma"] = numa
+        return
+    by_name = {
+        (str(p.get("namespace", "")), str(p.get("name", ""))): p
+        for p in listed
+        if isinstance(p, Mapping)
+    }
+    entries = (d.get("cpuManagerState") or {}).get("entries") or {}
+    for p in d.get("pods") or ():
+        got = by_name.get((str(p.get("namespace", "")), str(p.get("name", ""))))
+        containers: dict[str, dict[str, Any]] = {}
+        devices: dict[str, set[str]] = {}
+        cpus: set[int] = set()
+        for c in (got or {}).get("containers") or ():
+            res: dict[str, set[str]] = {}
+            for dev in c.get("devices") or ():
+                for x in dev.get("deviceIds") or ():
+                    res.setdefault(str(dev.get("resourceName", "")), set()).add(str(x))
+                    _numa_of(numa, str(x), dev)
+            cpu_ids = {int(x) for x in c.get("cpuIds") or ()}
+            containers[str(c.get("name", ""))] = {
+                "devices": {r: sorted(v) for r, v in sorted(res.items())},
+                "cpus": format_cpuset(cpu_ids),
+            }
+            for r, v in res.items():
+                devices.setdefault(r, set()).update(v)
+            cpus |= cpu_ids
+        p["podResourcesListed"] = got is not None
+        p["podResourcesContainers"] = containers
+        p["devices"] = {r: sorted(v) for r, v in sorted(devices.items())}
+        if cpus:
+            p["cpus"] = format_cpuset(cpus)
+        p["cpuSource"] = "podresources"
+        held = entries.get(str(p.get("uid", ""))) if isinstance(entries, Mapping) else None
+        if isinstance(held, Mapping):
+            p["checkpointCpus"] = {str(c): str(cs) for c, cs in sorted(held.items())}
+    d["deviceNuma"] = numa
+    d["podResources"] = True
+    d["deviceSource"] = "podresources"
+    d["cpuSource"] = "podresources"
+
+
+def _numa_of(numa: dict[str, int], dev: str, entry: Mapping[str, Any]) -> None:
+    """A device's NUMA node from podresources, where it names exactly one."""
+    nodes = list(entry.get("numaNodes") or [])
+    if len(nodes) == 1:
+        numa[dev] = int(nodes[0])
 
 
 def merge_collection(

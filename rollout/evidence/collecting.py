@@ -162,7 +162,7 @@ def journal_evidence(
 
 
 def describe(data: Mapping[str, Any]) -> str:
-    """One line for a person: ``evidence after: pass (3 checks)`` or what failed."""
+    """One line for a person: ``evidence after: pass (4 checks)`` or what failed."""
     head = f"evidence {data.get('label')}: {data.get('overall')}"
     if data.get("error"):
         return f"{head}: not collected: {data['error']}"

@@ -164,13 +164,15 @@ def test_windows_runbook_and_report_on_a_lab_change(
     for label in ("before", "after"):
         alloc = checks[(label, "allocatable-matches-healthy")]
         assert alloc["status"] == "pass" and alloc["checked"] == 2, alloc
-    # device assignments come from the lab kubelet's kubelet_internal_checkpoint, over SSH
+    # device assignments come from the lab kubelet (podresources, else kubelet_internal_checkpoint)
     assert checks[("before", "unique-device-ids")]["status"] == "pass"
     unique = checks[("after", "unique-device-ids")]
     assert unique["status"] == "pass" and unique["checked"] == 1, unique  # the evidence pod's GPU
     collected = {c["label"]: c for c in json.loads(evidence.read_text())["collections"]}
     on_canary = collected["after"]["nodes"][canary]
-    assert on_canary["deviceSource"] == "kubelet_internal_checkpoint"
+    # the real kubelet answers on its podresources socket; the simulated one has none
+    live = "podResourcesProblem" not in on_canary
+    assert on_canary["deviceSource"] == ("podresources" if live else "kubelet_internal_checkpoint")
     (ev_pod,) = [p for p in on_canary["pods"] if p["name"] == pod]
     (gpu,) = ev_pod["devices"]["nvidia.com/gpu"]
     assert gpu in on_canary["deviceNuma"], on_canary

@@ -184,3 +184,19 @@ def test_cgroup_version_from_the_mount_table(tmp_path: Path) -> None:
         {"failCgroupV1": False}, kubelet_version="1.35", node_facts=node_facts_from_dict(facts)
     )
     assert [f for f in found if f.field == "failCgroupV1"] == []
+
+
+def test_container_cpusets_from_the_kubepods_cgroups(tmp_path: Path) -> None:
+    a, b, pause = "a" * 64, "b" * 64, "c" * 64
+    v2 = "sys/fs/cgroup/kubepods.slice/kubepods-pod1234_5678.slice"
+    _write(tmp_path, f"{v2}/cri-containerd-{a}.scope/cpuset.cpus.effective", "4-5,36")
+    _write(tmp_path, f"{v2}/cri-containerd-{pause}.scope/cpuset.cpus.effective", "0-63")
+    _write(tmp_path, f"{v2}/cpuset.cpus.effective", "0-63")  # the pod's own cgroup: no ID
+    v1 = "sys/fs/cgroup/cpuset/kubepods/burstable/pod9abc"
+    _write(tmp_path, f"{v1}/{b}/cpuset.cpus", "1,2,3")
+    _write(tmp_path, "sys/fs/cgroup/system.slice/containerd.service/cpuset.cpus", "0-63")
+
+    facts = _run(tmp_path)
+
+    assert facts["containerCpusets"] == {a: "4-5,36", pause: "0-63", b: "1-3"}
+    assert _run(tmp_path / "empty")["containerCpusets"] == {}

@@ -4,8 +4,9 @@
 
 Why a module and not a string of ``command`` tasks: every task costs an SSH round trip, and the
 facts play runs before every change on every node. This module reads ``/sys``, ``/proc`` and the
-kubelet's files with the node's own Python and returns the NodeFacts record that render and lint
-consume. It never writes anything.
+kubelet's files with the node's own Python, asks the kubelet's podresources API (its unix socket,
+through ``module_utils/rollout_podresources.py``, stdlib only) for its device and CPU assignments,
+and returns the NodeFacts record that render and lint consume. It never writes anything.
 
 Missing pieces are normal on real machines and are reported, not fatal: no
 ``/sys/devices/system/node`` (one NUMA node), no GPUs, no kubelet binary.
@@ -31,8 +32,10 @@ options:
     elements: str
     required: true
   checkpoint_dirs:
-    description: Kubelet root directories to look for cpu_manager_state, memory_manager_state and
-      device-plugins/kubelet_internal_checkpoint in.
+    description: Kubelet root directories to look for cpu_manager_state, memory_manager_state,
+      device-plugins/kubelet_internal_checkpoint and the podresources socket
+      pod-resources/kubelet.sock in (the first with the socket is asked, List and
+      GetAllocatableResources).
     type: list
     elements: str
     required: true
@@ -73,6 +76,15 @@ try:
     from ansible.module_utils.basic import AnsibleModule
 except ImportError:  # sent over plain ssh by the rollout tool (rollout/ansible/direct.py)
     AnsibleModule = None
+try:  # Ansible ships the role's module_utils with the module
+    from ansible.module_utils.rollout_podresources import read as read_pod_resources
+except ImportError:  # over plain ssh direct.py loaded it first; from a checkout it is beside us
+    import sys
+
+    if "rollout_podresources" not in sys.modules and "__file__" in globals():
+        here = os.path.dirname(os.path.abspath(__file__))
+        sys.path.insert(0, os.path.join(here, os.pardir, "module_utils"))
+    from rollout_podresources import read as read_pod_resources
 
 # The NodeFacts keys (rollout/kubelet/facts.py) a machine file may set instead of /sys.
 MACHINE_KEYS = (
@@ -253,6 +265,36 @@ def cgroup_version(procfs):
     return found
 
 
+# A container's cgroup directory ends in its runtime ID: cri-containerd-<id>.scope, crio-<id>.scope,
+# docker-<id>.scope (systemd driver) or <id> (cgroupfs driver).
+CONTAINER_CGROUP = re.compile(r"(?:^|[-_])([0-9a-f]{64})(?:\.scope)?$")
+
+
+def container_cpusets(root):
+    """Container ID -> its cgroup's cpuset, for the containers in the kubelet's pod hierarchy at
+    the top of the cgroup tree (``kubepods*``: cgroup v2's ``cpuset.cpus.effective``, v1's cpuset
+    controller's ``cpuset.cpus``), at most 4 levels down. Empty when there is none: a runtime
+    that creates no cgroups (the lab's fake one), ``cgroupsPerQOS: false``, a ``cgroupRoot``
+    elsewhere."""
+    base = os.path.join(root, "sys/fs/cgroup")
+    out = {}
+    for start in sorted(glob.glob(os.path.join(base, "kubepods*"))) + sorted(
+        glob.glob(os.path.join(base, "cpuset", "kubepods*"))
+    ):
+        for dirpath, dirnames, _ in os.walk(start):
+            if os.path.relpath(dirpath, start).count(os.sep) >= 3:
+                dirnames[:] = []
+            m = CONTAINER_CGROUP.search(os.path.basename(dirpath))
+            if not m:
+                continue
+            for name in ("cpuset.cpus.effective", "cpuset.cpus"):
+                text = _read(os.path.join(dirpath, name))
+                if text:
+                    out[m.group(1)] = format_cpuset(parse_cpuset(text))
+                    break
+    return out
+
+
 def checkpoint_facts(dirs, root):
     out = dict.fromkeys(CHECKPOINT_FILES)
     paths = {}
@@ -341,6 +383,9 @@ def collect(params):
     facts["checkpoints"], facts["checkpointPaths"] = checkpoint_facts(
         params["checkpoint_dirs"], root
     )
+    # the kubelet's own account of device and CPU assignments (its podresources gRPC API)
+    facts["podResources"] = read_pod_resources(params["checkpoint_dirs"], root)
+    facts["containerCpusets"] = container_cpusets(root)
     files = kubelet_files(params["kubelet_paths"], root)
     facts["kubeletFiles"] = files
     facts["kubeletFileMeta"] = {p: file_record(os.path.join(root, p.lstrip("/"))) for p in files}
