@@ -116,8 +116,11 @@ class Lab:
         return self.dir / "plan.yaml"
 
     # ------------------------------------------------------------------ control plane
-    def start_control_plane(self, progress: Progress = lambda _m: None) -> None:
-        """Start etcd, kube-apiserver, controller-manager, scheduler and the host relay."""
+    def start_control_plane(
+        self, progress: Progress = lambda _m: None, *, kcm_extra_args: Sequence[str] = ()
+    ) -> None:
+        """Start etcd, kube-apiserver, controller-manager, scheduler and the host relay
+        (``kcm_extra_args``: appended to the controller-manager's flags)."""
         if self.state_file.exists():
             raise LabError(
                 f"a lab is already recorded in {self.dir}; run `rollout lab down"
@@ -136,7 +139,7 @@ class Lab:
                 f"`rollout lab down --name {self.name}` without --keep removes them"
             )
         ControlPlane.kill_stale(cpdir, self.bin_dir)
-        self.cp = ControlPlane(cpdir, self.bin_dir)
+        self.cp = ControlPlane(cpdir, self.bin_dir, kcm_extra_args=kcm_extra_args)
         progress("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler")
         t0 = time.monotonic()
         try:
@@ -344,7 +347,7 @@ class Lab:
         negative count, is refused before anything starts."""
         check_kubelet(kubelet, kubelet_version, K8S_VERSION)
         kw.check_counts(kwok_nodes, kwok_pods_per_node)
-        self.start_control_plane(progress)
+        self.start_control_plane(progress, kcm_extra_args=kw.KCM_ARGS if kwok_nodes else ())
         try:
             if monitoring:
                 self.start_monitoring(state_dir, progress)

@@ -33,8 +33,8 @@ NAMESPACE = "rollout-kwok"
 #: the label that marks a kwok Node (value: the lab's name); kwok manages only these
 KWOK_LABEL = "rollout.dev/kwok"
 TAINT_KEY = "kwok.x-k8s.io/node"
-#: the Lease kwok renews every quarter of this; under the lab's controller-manager
-#: --node-monitor-grace-period (10 s) with room for the 4% jitter and the API's latency
+#: the Lease kwok renews every quarter of this (8 s, 4% jitter); under the controller-manager's
+#: --node-monitor-grace-period (30 s in a lab with kwok Nodes, :data:`KCM_ARGS`)
 LEASE_SECONDS = 32
 #: pod IPs kwok hands out (bookkeeping in the pods' status only, bound to no interface)
 POD_CIDR = "10.64.0.0/16"
@@ -42,6 +42,11 @@ POD_CIDR = "10.64.0.0/16"
 #: kwok Node (the API server's node proxy, a Prometheus scrape) leaves the host
 NODE_IP = "127.0.0.1"
 GPUS_PER_NODE = 8
+#: the controller-manager's flags in a lab with kwok Nodes: a client QPS of 200 (its default,
+#: 20, creates the kwok pods at about 16 a second: 5,000 in 314 s, measured), and a Node grace
+#: period of 30 s instead of the lab's 10 s (with 500 kwok Nodes on 2 busy cores a Lease renewed
+#: every 8 s was once late enough to turn a kwok Node NotReady)
+KCM_ARGS = ("--kube-api-qps=200", "--kube-api-burst=400", "--node-monitor-grace-period=30s")
 
 Progress = Callable[[str], None]
 Request = Callable[[str, str, Any], tuple[int, Any]]

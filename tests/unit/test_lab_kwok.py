@@ -64,9 +64,22 @@ def test_args_manage_only_the_labs_nodes_on_loopback() -> None:
     assert "--config=/k/stages.yaml" in args
     assert "--node-ip=127.0.0.1" in args
     assert not any(a.startswith(("--manage-all-nodes", "--server-address")) for a in args)
-    # the Lease is renewed every quarter of its duration, under the controller-manager's
-    # --node-monitor-grace-period=10s with the 4% jitter
-    assert kw.LEASE_SECONDS / 4 * 1.04 < 10
+    # the Lease is renewed every quarter of its duration (4% jitter), well under the
+    # controller-manager's --node-monitor-grace-period in a lab with kwok Nodes
+    grace = [a for a in kw.KCM_ARGS if a.startswith("--node-monitor-grace-period=")]
+    assert grace == ["--node-monitor-grace-period=30s"]
+    assert kw.LEASE_SECONDS / 4 * 1.04 * 3 < 30
+
+
+def test_controller_manager_flags_of_a_kwok_lab_come_last(tmp_path: Path) -> None:
+    from rollout.lab.controlplane import ControlPlane
+
+    plain = ControlPlane(tmp_path, tmp_path)
+    kwok_lab = ControlPlane(tmp_path, tmp_path, kcm_extra_args=kw.KCM_ARGS)
+    kwok_lab.kcm_port = plain.kcm_port
+    args, plain = kwok_lab._kcm_args(), plain._kcm_args()
+    assert args == [*plain, *kw.KCM_ARGS]  # the later flag wins
+    assert "--node-monitor-grace-period=10s" in plain
 
 
 def test_stages_cover_nodes_and_pods() -> None:
