@@ -146,6 +146,8 @@ def kwok_args(lab: str, kubeconfig: Path, stages: Path) -> list[str]:
         f"--node-lease-duration-seconds={LEASE_SECONDS}",
         f"--node-ip={NODE_IP}",
         f"--cidr={POD_CIDR}",
+        # at INFO it logs a line per Lease renewal (every 8 s per Node)
+        "--v=WARN",
     ]
 
 

@@ -63,6 +63,7 @@ def test_args_manage_only_the_labs_nodes_on_loopback() -> None:
     assert f"--manage-nodes-with-label-selector={kw.KWOK_LABEL}=lab1" in args
     assert "--config=/k/stages.yaml" in args
     assert "--node-ip=127.0.0.1" in args
+    assert "--v=WARN" in args  # not a line per Lease renewal
     assert not any(a.startswith(("--manage-all-nodes", "--server-address")) for a in args)
     # the Lease is renewed every quarter of its duration (4% jitter), well under the
     # controller-manager's --node-monitor-grace-period in a lab with kwok Nodes
