@@ -91,6 +91,22 @@ def lab() -> None:
     "one newer than the control plane is refused (version skew policy); the simulated kubelet "
     "plays that version's start-up checks and checkpoint files, 1.37 included.",
 )
+@click.option(
+    "--kwok-nodes",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Also create this many kwok Nodes (not in the inventory; tainted and labelled "
+    "rollout.dev/kwok=NAME), each with a Deployment of --kwok-pods-per-node pods, and run kwok "
+    "(tools/build-lab-kwok.sh builds it once) as their kubelet.",
+)
+@click.option(
+    "--kwok-pods-per-node",
+    type=click.IntRange(0, 110),
+    default=10,
+    show_default=True,
+    help="Pods on each kwok Node (one Deployment per Node, namespace rollout-kwok).",
+)
 @name_option
 @workdir_option
 @output_option
@@ -100,6 +116,8 @@ def up(
     monitoring: bool,
     kubelet: str | None,
     kubelet_version: str | None,
+    kwok_nodes: int,
+    kwok_pods_per_node: int,
     name: str,
     workdir: Path | None,
     output: str,
@@ -119,6 +137,7 @@ def up(
       rollout lab up --nodes 2 --kubelet real
       rollout lab up --nodes 1 --kubelet-version 1.35 --name skew
       rollout lab up --nodes 1 --kubelet sim --kubelet-version 1.37 --name sim137
+      rollout lab up --nodes 3 --kwok-nodes 500 --name big
     """
     t0 = time.monotonic()
     if kubelet is None:
@@ -131,6 +150,8 @@ def up(
         monitoring=monitoring,
         kubelet=kubelet,
         kubelet_version=kubelet_version,
+        kwok_nodes=kwok_nodes,
+        kwok_pods_per_node=kwok_pods_per_node,
     )
     seconds = time.monotonic() - t0
     _progress(f"lab {name} up in {seconds:.1f}s; {lab_.dir}")
@@ -138,6 +159,8 @@ def up(
         doc = {"name": name, "dir": str(lab_.dir), "seconds": round(seconds, 1)}
         doc.update({k: str(v) for k, v in _paths(lab_).items()})
         doc.update(_monitoring_env(lab_))
+        if lab_.kwok is not None:
+            doc["kwok"] = lab_.kwok.to_dict()
         click.echo(json.dumps(doc, indent=2))
         return
     click.echo(f"inventory: {lab_.inventory}\nkubeconfig: {lab_.kubeconfig}\nplan: {lab_.plan}")
@@ -216,10 +239,13 @@ def status(name: str, workdir: Path | None, output: str) -> None:
         from rollout.lab.monitoring import health
 
         mon_health = health(lab_.monitoring)
+    kwok_doc = _kwok_status(lab_) if lab_.kwok is not None else None
     if output == "json":
         doc: dict[str, object] = {"name": name, "dir": str(lab_.dir), "apiserver": api_ok}
         if mon_health is not None:
             doc["monitoring"] = {**mon_health, **_monitoring_env(lab_)}
+        if kwok_doc is not None:
+            doc["kwok"] = kwok_doc
         doc["nodes"] = rows
         click.echo(json.dumps(doc, indent=2))
         return
@@ -237,12 +263,42 @@ def status(name: str, workdir: Path | None, output: str) -> None:
                 f"{k} {'ready' if ok else 'NOT ready'} ({urls[k]})" for k, ok in mon_health.items()
             )
         )
+    if kwok_doc is not None:
+        click.echo(
+            f"kwok: {'running' if kwok_doc['running'] else 'NOT running'} (pid {kwok_doc['pid']}), "
+            f"{kwok_doc['ready']}/{kwok_doc['nodes']} Nodes Ready, "
+            f"{kwok_doc['podsPerNode']} pod(s) per Node"
+        )
     click.echo(f"{'NODE':<24} {'DISTRIBUTION':<12} {'IP':<14} {'READY':<8} {'SSHD':<5} KUBELET")
     for r in rows:
         click.echo(
             f"{r['name']:<24} {r['distribution']:<12} {r['ip']:<14} {r['ready']:<8} "
             f"{'up' if r['sshd'] else 'down':<5} {r['unit']}: {r['kubelet']}"
         )
+
+
+def _kwok_status(lab_: Lab) -> dict[str, object]:
+    """The recorded kwok, whether its process runs, and how many of its Nodes are Ready."""
+    from rollout.lab.kwok import KWOK_LABEL, ready_count
+    from rollout.lab.pids import exe_is
+
+    k = lab_.kwok
+    assert k is not None
+    doc: dict[str, object] = {
+        **k.to_dict(),
+        "running": exe_is(k.pid, Path(k.bin_dir) / "kwok"),
+        "ready": None,
+    }
+    if lab_.cp is not None:
+        try:
+            code, body = lab_.cp.request(
+                "GET", f"/api/v1/nodes?labelSelector={KWOK_LABEL}%3D{lab_.name}", timeout=10
+            )
+        except OSError:
+            code, body = 0, None
+        if code == 200 and isinstance(body, dict):
+            doc["ready"] = ready_count(body.get("items") or [])
+    return doc
 
 
 @lab.command("env")

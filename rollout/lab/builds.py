@@ -1,16 +1,17 @@
-"""Building the lab's binaries (control plane, monitoring) with the shipped scripts, and the
+"""Building the lab's binaries (control plane, kwok, monitoring) with the shipped scripts, and the
 check of a lab's kubelet kind and version before anything starts."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 from rollout import assets
 from rollout.errors import LabError
+from rollout.lab import kwok, realnode
 from rollout.lab import monitoring as mon
-from rollout.lab import realnode
 from rollout.lab.binaries import find_bin_dir, missing_binaries
 
 Progress = Callable[[str], None]
@@ -25,9 +26,10 @@ def _run_build(script_name: str, progress: Progress) -> Path:
     )
     last = ""
     assert proc.stdout is not None
-    for line in proc.stdout:
-        last = line.strip()
-        progress(last)
+    with proc.stdout:
+        for line in proc.stdout:
+            last = line.strip()
+            progress(last)
     if proc.wait() != 0:
         raise LabError(f"{script} failed (exit {proc.returncode}); see the lines above")
     return Path(last)
@@ -49,6 +51,18 @@ def build_monitoring_binaries(progress: Progress) -> Path:
         return d
     progress(f"building Prometheus and Alertmanager into {d} (first time only; takes a while)")
     return _run_build("build-monitoring-binaries.sh", progress)
+
+
+def build_kwok(progress: Progress) -> Path:
+    """Build or reuse kwok (``tools/build-lab-kwok.sh``); returns its bin dir."""
+    d = kwok.find_kwok_bin_dir()
+    if os.access(d / "kwok", os.X_OK):
+        return d
+    progress(f"building kwok {kwok.KWOK_VERSION} into {d} (first time only; takes a few minutes)")
+    got = _run_build("build-lab-kwok.sh", progress)
+    if not os.access(got / "kwok", os.X_OK):
+        raise LabError(f"tools/build-lab-kwok.sh ended without a kwok binary in {got}")
+    return got
 
 
 def check_kubelet(kubelet: str, kubelet_version: str | None, control_plane: str) -> str | None:

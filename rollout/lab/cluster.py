@@ -23,12 +23,14 @@ from pathlib import Path
 
 from rollout import assets
 from rollout.errors import LabError
+from rollout.lab import kwok as kw
 from rollout.lab import labstate
 from rollout.lab import monitoring as mon
 from rollout.lab import nodes as n
 from rollout.lab.binaries import K8S_VERSION
 from rollout.lab.builds import (
     build_binaries,
+    build_kwok,
     build_monitoring_binaries,
     check_kubelet,
 )
@@ -62,6 +64,7 @@ LAB_ENTRIES = (
     "relay.log",
     "relay.ready",
     "monitoring",
+    "kwok",
 )
 
 
@@ -86,6 +89,7 @@ class Lab:
         self.devices = DeviceFaults(self._require_cp, self.machines.node_root)
         self.relay_pid = 0
         self.monitoring: mon.MonitoringState | None = None
+        self.kwok: kw.KwokState | None = None
         self._recorded_cp: dict[str, int] = {}  # control plane PIDs lab.json named (attached)
 
     # ------------------------------------------------------------------ paths
@@ -112,8 +116,11 @@ class Lab:
         return self.dir / "plan.yaml"
 
     # ------------------------------------------------------------------ control plane
-    def start_control_plane(self, progress: Progress = lambda _m: None) -> None:
-        """Start etcd, kube-apiserver, controller-manager, scheduler and the host relay."""
+    def start_control_plane(
+        self, progress: Progress = lambda _m: None, *, kcm_extra_args: Sequence[str] = ()
+    ) -> None:
+        """Start etcd, kube-apiserver, controller-manager, scheduler and the host relay
+        (``kcm_extra_args``: appended to the controller-manager's flags)."""
         if self.state_file.exists():
             raise LabError(
                 f"a lab is already recorded in {self.dir}; run `rollout lab down"
@@ -132,7 +139,7 @@ class Lab:
                 f"`rollout lab down --name {self.name}` without --keep removes them"
             )
         ControlPlane.kill_stale(cpdir, self.bin_dir)
-        self.cp = ControlPlane(cpdir, self.bin_dir)
+        self.cp = ControlPlane(cpdir, self.bin_dir, kcm_extra_args=kcm_extra_args)
         progress("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler")
         t0 = time.monotonic()
         try:
@@ -250,6 +257,59 @@ class Lab:
         if self.state_file.exists():
             self._save()
 
+    # ------------------------------------------------------------------ kwok
+    def start_kwok(
+        self,
+        count: int,
+        pods_per_node: int = 10,
+        *,
+        progress: Progress = lambda _m: None,
+        timeout: float = 600.0,
+    ) -> kw.KwokState:
+        """Build kwok if missing, create ``count`` kwok Nodes and a Deployment of
+        ``pods_per_node`` pods on each, start kwok and wait until the Nodes are Ready and the pods
+        Running (see :mod:`rollout.lab.kwok`). The Nodes are not in the inventory."""
+        kw.check_counts(count, pods_per_node)
+        cp = self._require_cp()
+        if self.kwok is not None:
+            raise LabError(f"lab {self.name} already runs kwok (pid {self.kwok.pid})")
+        bin_dir = build_kwok(progress)
+
+        def request(method: str, path: str, body: object) -> tuple[int, object]:
+            return cp.request(method, path, body, timeout=30)
+
+        t0 = time.monotonic()
+        progress(f"creating {count} kwok Node(s) with {pods_per_node} pod(s) each")
+        kw.create_objects(request, self.name, count, pods_per_node)
+        proc = kw.start(self.dir, bin_dir, self.name, self.kubeconfig)
+        n.CHILDREN[proc.pid] = proc
+        self.kwok = kw.KwokState(proc.pid, str(bin_dir), count, pods_per_node)
+        self._save()
+        kw.wait_ready(
+            request,
+            self.name,
+            count,
+            pods_per_node,
+            alive=lambda: proc.poll() is None,
+            timeout=timeout,
+            progress=progress,
+        )
+        progress(
+            f"kwok: {count} Node(s) Ready, {count * pods_per_node} pod(s) Running in "
+            f"{time.monotonic() - t0:.1f}s"
+        )
+        return self.kwok
+
+    def stop_kwok(self) -> None:
+        """Stop the kwok process this lab started (its PID checked first). Its Nodes stay in
+        the API (they vanish with etcd's data at ``lab down``)."""
+        k = self.kwok
+        if k is not None and k.pid and exe_is(k.pid, Path(k.bin_dir) / "kwok"):
+            terminate([k.pid])
+        self.kwok = None
+        if self.state_file.exists():
+            self._save()
+
     def restart_apiserver(self, downtime: float = 0.0) -> None:
         """Fault: restart kube-apiserver on the same port."""
         cp = self._require_cp()
@@ -278,12 +338,16 @@ class Lab:
         state_dir: Path | None = None,
         kubelet: str = "sim",
         kubelet_version: str | None = None,
+        kwok_nodes: int = 0,
+        kwok_pods_per_node: int = 10,
     ) -> None:
         """Start everything and write ``inventory.ini`` and ``plan.yaml`` (and, with
-        ``monitoring``, Prometheus, Alertmanager and ``rollout serve``). An unknown kubelet or
-        kubelet version is refused before anything starts."""
+        ``monitoring``, Prometheus, Alertmanager and ``rollout serve``; with ``kwok_nodes``, that
+        many kwok Nodes outside the inventory). An unknown kubelet or kubelet version, or a
+        negative count, is refused before anything starts."""
         check_kubelet(kubelet, kubelet_version, K8S_VERSION)
-        self.start_control_plane(progress)
+        kw.check_counts(kwok_nodes, kwok_pods_per_node)
+        self.start_control_plane(progress, kcm_extra_args=kw.KCM_ARGS if kwok_nodes else ())
         try:
             if monitoring:
                 self.start_monitoring(state_dir, progress)
@@ -301,6 +365,8 @@ class Lab:
                 inventory_text(made, self.machines.ssh_key, f"lab {self.name} in {self.dir}")
             )
             self.plan.write_text(plan_text(made, self.name))
+            if kwok_nodes:
+                self.start_kwok(kwok_nodes, kwok_pods_per_node, progress=progress)
         except BaseException:
             self.down(keep=True)  # its logs say why it failed
             raise
@@ -313,6 +379,7 @@ class Lab:
         if self.monitoring is not None:
             terminate(mon.ours(self.monitoring))
             self.monitoring = None
+        self.stop_kwok()
         self.machines.remove_nodes(list(self.nodes), delete_objects=False)
         # namespaces of nodes that never made it into the state file (a `lab up` killed while
         # starting a node): their names say they are this lab's
@@ -382,6 +449,7 @@ class Lab:
             monitoring=self.monitoring,
             nodes=self.nodes,
             recorded_controlplane=self._controlplane_pids() if self._attached else None,
+            kwok=self.kwok,
         )
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2) + "\n")
@@ -400,6 +468,7 @@ class Lab:
         lab._attached = True
         got = labstate.load(lab.dir, state)
         lab.relay_pid, lab.bin_dir, lab.monitoring = got.relay_pid, got.bin_dir, got.monitoring
+        lab.kwok = got.kwok
         lab.cp = got.cp or lab.cp
         lab.nodes.update(got.nodes)
         lab._recorded_cp = got.controlplane_pids

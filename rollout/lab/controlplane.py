@@ -25,6 +25,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -92,8 +93,11 @@ class ControlPlane(ControlPlaneAccess):
         *,
         node_network_ip: str | None = None,
         start_timeout: float = 90.0,
+        kcm_extra_args: Sequence[str] = (),
     ) -> None:
         self.workdir = Path(workdir).resolve()
+        #: flags appended to the controller-manager's (a later flag wins over an earlier one)
+        self.kcm_extra_args = tuple(kcm_extra_args)
         self.bin_dir = Path(bin_dir).resolve()
         self.start_timeout = start_timeout
         self._node_network_ip: str | None = None
@@ -242,6 +246,7 @@ class ControlPlane(ControlPlaneAccess):
             f"--cluster-signing-key-file={p / 'ca.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--v=1",
+            *self.kcm_extra_args,
         ]
 
     def _scheduler_args(self) -> list[str]:

@@ -17,6 +17,7 @@ from rollout.lab import monitoring as mon
 from rollout.lab import nodefiles
 from rollout.lab import nodes as n
 from rollout.lab.controlplane import ControlPlane
+from rollout.lab.kwok import KwokState
 from rollout.lab.labnodes import NodeRecord
 
 
@@ -31,6 +32,7 @@ def state_of(
     monitoring: mon.MonitoringState | None,
     nodes: Mapping[str, NodeRecord],
     recorded_controlplane: Mapping[str, int] | None = None,
+    kwok: KwokState | None = None,
 ) -> dict[str, Any]:
     """What ``lab.json`` records for a lab; ``recorded_controlplane``: the control plane PIDs an
     attached lab read from its file (kept beside the ones it started itself)."""
@@ -51,6 +53,7 @@ def state_of(
         "controlplane": {} if cp is None else {**(recorded_controlplane or {}), **cp.pids},
         "kubeconfig": str(kubeconfig),
         "monitoring": monitoring.to_dict() if monitoring else None,
+        "kwok": kwok.to_dict() if kwok else None,
         "nodes": [
             {
                 "node": {
@@ -74,6 +77,7 @@ class Recorded:
     relay_pid: int = 0
     bin_dir: Path | None = None
     monitoring: mon.MonitoringState | None = None
+    kwok: KwokState | None = None
     cp: ControlPlane | None = None
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     controlplane_pids: dict[str, int] = field(default_factory=dict)
@@ -86,6 +90,7 @@ def load(lab_dir: Path, state: Mapping[str, Any]) -> Recorded:
         relay_pid=int(state.get("relayPid", 0)),
         bin_dir=Path(state["binDir"]) if state.get("binDir") else None,
         monitoring=mon.load_state(state.get("monitoring")),
+        kwok=KwokState.from_dict(state.get("kwok")),
         controlplane_pids={k: int(v) for k, v in (state.get("controlplane") or {}).items()},
     )
     ports = state.get("ports", {})
