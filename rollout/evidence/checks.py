@@ -368,6 +368,7 @@ def check_numa_alignment(c: Collection) -> Check:
     policy are not judged."""
     name = "numa-aligned"
     problems, checked, seen_any = [], 0, False
+    untrusted: list[str] = []
     for node, d in sorted(c.nodes.items()):
         policy = d.get("topologyManagerPolicy")
         if policy not in JUDGED_POLICIES or "pods" not in d:
@@ -382,6 +383,9 @@ def check_numa_alignment(c: Collection) -> Check:
             str(r): [str(x) for x in v] for r, v in (d.get("registeredDevices") or {}).items()
         }
         state = d.get("cpuManagerState") or {}
+        mismatch = pci_numa_mismatch(d)
+        if mismatch:
+            untrusted.append(f"{node}: {mismatch}")
         for p in _running_pods(d):
             if p.get("qos") != "Guaranteed":
                 continue
@@ -415,12 +419,16 @@ def check_numa_alignment(c: Collection) -> Check:
             Status.NOT_COLLECTED,
             "NUMA layout or pod assignments under single-numa-node or restricted not collected",
         )
-    if problems:
+    if problems or untrusted:
+        what = f"{len(problems)} pod(s) placed wider than the Topology Manager policy admits"
+        if untrusted:
+            what += f"; {len(untrusted)} node(s) whose GPUs' NUMA nodes disagree with PCI"
+        problems = untrusted + problems
         return Check(
             name,
             c.label,
             Status.FAIL,
-            f"{len(problems)} pod(s) placed wider than the Topology Manager policy admits",
+            what,
             tuple(problems),
             checked,
         )
@@ -644,6 +652,7 @@ def build_collection(
                 for g in gpus
                 if isinstance(g, Mapping) and g.get("numaNode") is not None
             }
+            d["pciNuma"] = {gpu_resource: dict(d["deviceNuma"])}  # kept apart: the cross-check
         numa = f.get("numaNodes")
         if isinstance(numa, list):
             d["numa"] = {str(n.get("id")): str(n.get("cpus", "")) for n in numa}
@@ -811,6 +820,39 @@ def _add_pod_resources(d: dict[str, Any], raw: Any, with_pods: bool) -> None:
     d["podResources"] = True
     d["deviceSource"] = "podresources"
     d["cpuSource"] = "podresources"
+
+
+def pci_numa_mismatch(d: Mapping[str, Any]) -> str | None:
+    """Where the device plugin's NUMA nodes for the GPUs (podresources' allocatable topology)
+    disagree with the PCI devices' ``numa_node`` (facts, ``/sys/bus/pci/devices/*/numa_node``),
+    as GPUs per NUMA node; None when they agree or cannot be compared. The plugin's IDs (GPU
+    UUIDs) are not PCI addresses, so the two are compared as counts, and only when the plugin
+    advertises as many units as there are PCI functions, each with one NUMA node (not MIG or
+    time-sliced replicas). Why: placement is judged on the plugin's NUMA nodes; a plugin that
+    reports the wrong one makes every alignment verdict on that node wrong."""
+    for resource, pci in (d.get("pciNuma") or {}).items():
+        ids = (d.get("allocatableDevices") or {}).get(resource)
+        pcis = d.get("pciGpus", {}).get(resource)
+        numa = d.get("deviceNuma") or {}
+        if not ids or len(ids) != pcis or len(pci) != pcis or any(x not in numa for x in ids):
+            continue
+        plugin_counts: dict[int, int] = {}
+        for x in ids:
+            plugin_counts[int(numa[x])] = plugin_counts.get(int(numa[x]), 0) + 1
+        pci_counts: dict[int, int] = {}
+        for n in pci.values():
+            pci_counts[int(n)] = pci_counts.get(int(n), 0) + 1
+        if plugin_counts != pci_counts:
+
+            def show(c: Mapping[int, int]) -> str:
+                return ", ".join(f"NUMA {n}: {k}" for n, k in sorted(c.items()))
+
+            return (
+                f"the device plugin places {resource} on {show(plugin_counts)}, the PCI "
+                f"devices' numa_node on {show(pci_counts)}: placement judged on the plugin's "
+                "NUMA nodes cannot be trusted"
+            )
+    return None
 
 
 def _numa_of(numa: dict[str, int], dev: str, entry: Mapping[str, Any]) -> None:

@@ -544,3 +544,36 @@ def test_a_corrupt_checkpoint_gives_no_healthy_count() -> None:
     got = check_allocatable(c)
     assert got.status is Status.NOT_COLLECTED
     assert got.problems == ("n1: kubelet_internal_checkpoint: checkpoint is corrupted",)
+
+
+# ------------------------------------------ the plugin's NUMA nodes against the PCI devices'
+def _topology(plugin: dict[str, int], pci: dict[str, int]) -> dict[str, Any]:
+    return node(
+        [],
+        deviceNuma={**pci, **plugin},
+        pciNuma={"nvidia.com/gpu": pci},
+        pciGpus={"nvidia.com/gpu": len(pci)},
+        allocatableDevices={"nvidia.com/gpu": sorted(plugin)},
+    )
+
+
+def test_a_plugin_that_places_gpus_on_other_numa_nodes_than_pci_fails_alignment() -> None:
+    from rollout.evidence.checks import pci_numa_mismatch
+
+    pci = {"0000:3b:00.0": 0, "0000:86:00.0": 1}
+    wrong = _topology({"GPU-a": 0, "GPU-b": 0}, pci)
+    check = check_numa_alignment(Collection("after", nodes={"n1": wrong}))
+    assert check.status is Status.FAIL
+    assert check.problems == (
+        "n1: the device plugin places nvidia.com/gpu on NUMA 0: 2, the PCI devices' numa_node on "
+        "NUMA 0: 1, NUMA 1: 1: placement judged on the plugin's NUMA nodes cannot be trusted",
+    )
+    assert "1 node(s) whose GPUs' NUMA nodes disagree with PCI" in check.summary
+    assert pci_numa_mismatch(_topology({"GPU-a": 1, "GPU-b": 0}, pci)) is None  # same counts
+    # not comparable: MIG or time-sliced units (more than the PCI functions), a device without
+    # one NUMA node, or no podresources topology at all
+    assert pci_numa_mismatch(_topology({"a": 0, "b": 0, "c": 0, "d": 0}, pci)) is None
+    no_numa = _topology({"GPU-a": 0, "GPU-b": 0}, pci)
+    no_numa["deviceNuma"] = {**pci, "GPU-a": 0}
+    assert pci_numa_mismatch(no_numa) is None
+    assert pci_numa_mismatch(node([])) is None
