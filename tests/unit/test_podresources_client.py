@@ -11,11 +11,8 @@ socket said, or why not. The real kubelet answers the same client in
 from __future__ import annotations
 
 import importlib.util
-import json
 import socket
 import struct
-import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -329,26 +326,18 @@ def test_a_grpc_error_an_undecodable_trailer_goaway_and_a_reset(short_dir: Path)
         pr.call(str(short_dir / "absent.sock"), pr.LIST, timeout=1)
 
 
-FACTS = ROLE / "library/rollout_node_facts.py"
 
 
 def _facts(root: Path) -> dict[str, Any]:
-    params = {
-        "markers": [],
-        "kubelet_paths": [],
-        "checkpoint_dirs": ["/var/lib/kubelet", "/var/snap/microk8s/common/var/lib/kubelet"],
-        "sys_root": str(root),
-    }
-    r = subprocess.run(
-        [sys.executable, str(FACTS), json.dumps({"ANSIBLE_MODULE_ARGS": params})],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    from tests.unit.test_node_facts_module import _run
+
+    got = _run(
+        root,
+        markers=[],
+        kubelet_paths=[],
+        checkpoint_dirs=["/var/lib/kubelet", "/var/snap/microk8s/common/var/lib/kubelet"],
     )
-    out = json.loads(r.stdout)
-    assert not out.get("failed"), out
-    facts: dict[str, Any] = out["node_facts"]["podResources"]
+    facts: dict[str, Any] = got["podResources"]
     return facts
 
 
