@@ -326,8 +326,6 @@ def test_a_grpc_error_an_undecodable_trailer_goaway_and_a_reset(short_dir: Path)
         pr.call(str(short_dir / "absent.sock"), pr.LIST, timeout=1)
 
 
-
-
 def _facts(root: Path) -> dict[str, Any]:
     from tests.unit.test_node_facts_module import _run
 
