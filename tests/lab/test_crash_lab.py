@@ -88,8 +88,14 @@ WRITES: dict[str, dict[str, str]] = {
         **END,
         EVIDENCE_STEP + ":done": "",
     },
-    # the two other nodes, one batch each, no gate (the plan has none)
-    "promote": {**START, **_keys_of((*FORWARD, Step.UNCORDON), FWD), **END},
+    # the two other nodes, one batch each, no gate (the plan has none), then their 'before' and
+    # 'after' evidence
+    "promote": {
+        **START,
+        **_keys_of((*FORWARD, Step.UNCORDON), FWD),
+        **END,
+        EVIDENCE_STEP + ":done": "",
+    },
     # every node restored
     "rollback": {**START, **_keys_of(RESTORE, RST), **END},
     # a promote killed at its first write: that node's apply again, verify, uncordon, then the
