@@ -51,6 +51,18 @@ def test_evidence_reads_the_real_kubelets_podresources_and_it_agrees_with_the_ch
     )
     _wait_policy(lab, node, "single-numa-node")
     lab.machines.wait_ready([node], timeout=30)
+    # after the restart the device plugin registers again: allocatable follows it (in the full
+    # suite, on a loaded machine, evidence taken before that saw allocatable behind the healthy set)
+    ck.wait_for(
+        lambda: (
+            lab.api.request("GET", f"/api/v1/nodes/{node}")[1]["status"]["allocatable"].get(
+                "nvidia.com/gpu"
+            )
+            == "8"
+        ),
+        60,
+        "all 8 GPUs allocatable",
+    )
     uids = {}
     for name in ("pr-a", "pr-b"):
         code, body = lab.api.request(
