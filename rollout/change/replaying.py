@@ -180,7 +180,7 @@ class Projection:
     def nodes(self) -> dict[str, NodeStatus]:
         """Every node's status after the entries added so far, in the order first seen."""
         for n in self._dirty:
-            self._nodes[n] = _copy_with(self._nodes[n], self._fields[n])
+            self._nodes[n] = _from_fields(self._fields[n])
         self._dirty.clear()
         return self._nodes
 
@@ -278,6 +278,13 @@ def _changes(s: Mapping[str, Any], e: Entry) -> dict[str, Any] | None:
     else:
         u["state"] = NodeState.RESTORING
     return u
+
+
+def _from_fields(fields: Mapping[str, Any]) -> NodeStatus:
+    """A ``NodeStatus`` holding a copy of every field in ``fields`` (the projection's fold)."""
+    out = object.__new__(NodeStatus)
+    out.__dict__.update(fields)
+    return out
 
 
 def _copy_with(s: NodeStatus, changes: Mapping[str, Any]) -> NodeStatus:
