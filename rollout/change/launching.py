@@ -154,7 +154,9 @@ class EvidenceGate:
     Successful, the nodes' ``after`` evidence is collected and journaled, and decides too. A
     failed check makes the verdict Failed (the nodes are restored, as for any Failed verdict);
     evidence that could not be collected makes it Inconclusive (the change holds, exit 8). The
-    ``before`` collection is journaled just before it.
+    ``before`` collection is journaled just before it. A Failed verdict of the evidence's names
+    the nodes it collected and journals a ``trigger`` record (``source: evidence``), as a soak's
+    Failed verdict does, so the journal says why the rollback started.
 
     Why in the gate: without it a canary whose evidence fails is held on the new config and only
     ``promote`` refuses; with it the change acts on the evidence as it acts on rejections.
@@ -196,7 +198,22 @@ class EvidenceGate:
             if e.step == EVIDENCE_STEP and e.data.get("label") == "after"
         )
         if any(c.get("status") == "fail" for c in after.get("checks") or ()):
-            self._verdict = replace(soaked, status=VerdictStatus.FAILED, reason=why)
+            self._verdict = replace(
+                soaked, status=VerdictStatus.FAILED, reason=why, failed_nodes=tuple(moving)
+            )
+            # what asked for the rollback, as the soak's own Failed verdict journals it
+            self.journal.append(
+                Kind.TRIGGER,
+                Phase.DONE,
+                now=datetime.now(UTC),
+                data={
+                    "change": change_id,
+                    "trigger": "gate",
+                    "nodes": moving,
+                    "source": "evidence",
+                    "reason": why,
+                },
+            )
         else:
             self._verdict = replace(
                 soaked,

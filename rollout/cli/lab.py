@@ -346,6 +346,7 @@ FAULTS = (
     "apiserver-restart",
     "device-unhealthy",
     "device-healthy",
+    "device-numa",
     "plugin-stop",
     "plugin-start",
     "plugin-restart",
@@ -356,27 +357,46 @@ FAULTS = (
 @click.argument("fault", type=click.Choice(FAULTS))
 @click.argument("node", required=False)
 @click.argument("device", required=False)
+@click.option(
+    "--numa",
+    type=click.IntRange(min=0),
+    default=None,
+    help="device-numa: the NUMA node the device plugin reports DEVICE on (required).",
+)
 @name_option
 @workdir_option
 @output_option
 def fault(
-    fault: str, node: str | None, device: str | None, name: str, workdir: Path | None, output: str
+    fault: str,
+    node: str | None,
+    device: str | None,
+    numa: int | None,
+    name: str,
+    workdir: Path | None,
+    output: str,
 ) -> None:
     """Inject a fault: stop/start a node's sshd or kubelet, restart the API server, mark a GPU
-    of a real-kubelet node unhealthy or healthy (DEVICE, default every GPU), or stop, start or
-    restart its device plugin. A device fault returns once the Node's allocatable shows it.
+    of a real-kubelet node unhealthy or healthy (DEVICE, default every GPU), make its device
+    plugin report a GPU on another NUMA node than its PCI device's (device-numa --numa N), or
+    stop, start or restart its device plugin. A health or plugin fault returns once the Node's
+    allocatable shows it; device-numa once the plugin sent the new list to the kubelet.
 
     \b
     Examples:
       rollout lab fault kubelet-stop default-node2
       rollout lab fault apiserver-restart -o json
       rollout lab fault device-unhealthy default-node1 GPU-3
+      rollout lab fault device-numa default-node1 --numa 0
       rollout lab fault plugin-stop default-node1 -o json
     """
+    if device and fault not in ("device-unhealthy", "device-healthy", "device-numa"):
+        raise LabError(f"fault {fault} takes no DEVICE argument")
+    if (numa is None) == (fault == "device-numa"):
+        raise LabError(
+            "fault device-numa needs --numa N" if numa is None else f"fault {fault} takes no --numa"
+        )
     lab_ = Lab.attach(name, workdir)
     result: dict[str, object] = {}
-    if device and fault not in ("device-unhealthy", "device-healthy"):
-        raise LabError(f"fault {fault} takes no DEVICE argument")
     if fault == "apiserver-restart":
         lab_.restart_apiserver()
     else:
@@ -384,6 +404,8 @@ def fault(
             raise LabError(f"fault {fault} needs a NODE argument")
         if fault in ("device-unhealthy", "device-healthy"):
             result = lab_.devices.device_health(node, device, fault == "device-healthy")
+        elif fault == "device-numa" and numa is not None:
+            result = lab_.devices.device_numa(node, device, numa)
         elif fault.startswith("plugin-"):
             result = lab_.devices.plugin(node, fault.removeprefix("plugin-"))
         else:
@@ -401,6 +423,10 @@ def fault(
         return
     where = "".join(" " + x for x in (node, device) if x)
     after = ""
+    if "numa" in result:
+        changed = result.get("changed")
+        names = ", ".join(str(d) for d in changed) if isinstance(changed, list) else ""
+        after = f" (the plugin reports NUMA node {numa}; changed: {names or 'none'})"
     if "allocatable" in result:
         after = (
             f" (nvidia.com/gpu capacity {result['capacity']}, allocatable {result['allocatable']})"

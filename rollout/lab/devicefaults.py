@@ -1,5 +1,6 @@
-"""Device faults on a real-kubelet lab node: a GPU marked unhealthy or healthy again, the device
-plugin stopped, started or restarted (``rollout lab fault device-unhealthy NODE [DEVICE]`` ...).
+"""Device faults on a real-kubelet lab node: a GPU marked unhealthy or healthy again, a GPU
+reported on another NUMA node, the device plugin stopped, started or restarted (``rollout lab
+fault device-unhealthy NODE [DEVICE]`` ...).
 
 Why in the lab: the evidence and preflight rules about device health are only worth what the
 real kubelet does with a plugin's health reports and disconnects; the lab's fake device plugin
@@ -10,14 +11,17 @@ root, ``/proc/<holder>/root``):
 * the devices file (:data:`rollout.lab.realnode.GPU_FILE`): ``ID=NUMA`` a healthy device,
   ``ID=NUMA:Unhealthy`` an unhealthy one; the plugin sends a change on its ListAndWatch stream
   and the kubelet moves the device out of allocatable (capacity keeps it) and out of the
-  checkpoint's ``RegisteredDevices``;
+  checkpoint's ``RegisteredDevices``; rewriting a device's NUMA node makes the plugin report it
+  there (its topology in ListAndWatch), while the node's PCI ``numa_node`` keeps the truth: a
+  plugin that misreports placement, which the evidence's ``numa-aligned`` check cross-checks;
 * the state file (:data:`rollout.lab.realnode.PLUGIN_STATE_FILE`): ``stopped`` stops serving
   (the socket goes, the kubelet marks every device of the resource unhealthy); ``running N`` a
   generation, a new one restarting the plugin (it registers again).
 
 Each fault waits until the Node's status shows the kubelet followed (allocatable of the
 resource equal to the healthy devices, 0 when stopped; a new registration for start and
-restart), so a test or a person sees the effect when the command returns.
+restart; for a NUMA change, the plugin's log line saying it sent the new list to the kubelet),
+so a test or a person sees the effect when the command returns.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ UNHEALTHY = "Unhealthy"
 PLUGIN_LOG = "var/log/rollout-lab-fakedeviceplugin.log"
 #: the plugin's log line at each registration with the kubelet
 REGISTERED = "fakedeviceplugin: registered "
+#: the plugin's log line each time it sends a changed device list on ListAndWatch
+SENT = ": sent to the kubelet"
 ACTIONS = ("stop", "start", "restart")
 
 
@@ -66,6 +72,23 @@ def set_health(text: str, device: str | None, healthy: bool) -> tuple[str, list[
     for d, (numa, ok) in list(devices.items()):
         if (device is None or d == device) and ok != healthy:
             devices[d] = (numa, healthy)
+            changed.append(d)
+    return render_devices(devices), changed
+
+
+def set_numa(text: str, device: str | None, numa: int) -> tuple[str, list[str]]:
+    """The devices file with ``device`` (every device when None) reported on NUMA node ``numa``
+    (health kept), and the ids it changed. Raises :class:`LabError` for a device the node does
+    not have or a negative NUMA node."""
+    if numa < 0:
+        raise LabError(f"NUMA node must be 0 or more, not {numa}")
+    devices = parse_devices(text)
+    if device is not None and device not in devices:
+        raise LabError(f"no device {device!r} on the node; it has {', '.join(devices) or 'none'}")
+    changed = []
+    for d, (old, ok) in list(devices.items()):
+        if (device is None or d == device) and old != numa:
+            devices[d] = (numa, ok)
             changed.append(d)
     return render_devices(devices), changed
 
@@ -172,6 +195,28 @@ class DeviceFaults:
             )
         cap, alloc = self._counts(node)
         return {"changed": changed, "capacity": cap, "allocatable": alloc}
+
+    def device_numa(
+        self, node: str, device: str | None, numa: int, timeout: float = 60.0
+    ) -> dict[str, Any]:
+        """Make ``node``'s device plugin report ``device`` (every GPU when None) on NUMA node
+        ``numa``; wait until the plugin says it sent the new list to the kubelet (the Node's
+        status does not show topology). The PCI devices' ``numa_node`` is left as it is."""
+        root = self._device_root(node)
+        path = root / realnode.GPU_FILE.lstrip("/")
+        log = root / PLUGIN_LOG
+        sent = _read(log).count(SENT)
+        text, changed = set_numa(path.read_text(), device, numa)
+        _write(path, text)
+        running = _read(root / realnode.PLUGIN_STATE_FILE.lstrip("/")).strip() != "stopped"
+        if changed and running:
+            _wait(
+                lambda: _read(log).count(SENT) > sent,
+                timeout,
+                f"node {node}: the device plugin sending the new NUMA nodes to the kubelet",
+            )
+        placed = {d: n for d, (n, _ok) in parse_devices(text).items()}
+        return {"changed": changed, "numa": placed}
 
     def plugin(self, node: str, action: str, timeout: float = 60.0) -> dict[str, Any]:
         """Stop, start or restart ``node``'s device plugin; wait until the kubelet saw it (all

@@ -76,12 +76,21 @@ def test_failed_evidence_fails_the_gate_and_restores_the_canary(tmp_path: Path) 
     assert cluster.nodes["n1"].files == {CONF: OLD}
     assert hooks.collected == [("after", ["n1"])]
     assert _labels(ctx) == ["before", "after"]
+    # the journal says what started the rollback, before the rollback's first step
+    entries = ctx.journal.entries()
+    (i, trigger), *_ = [(i, e) for i, e in enumerate(entries) if e.step == "trigger"]
+    assert trigger.data["trigger"] == "gate" and trigger.data["source"] == "evidence"
+    assert (
+        trigger.data["nodes"] == ["n1"] and "allocatable-matches-healthy" in trigger.data["reason"]
+    )
+    assert all(e.step != "restore" for e in entries[:i])
 
 
 def test_evidence_that_could_not_be_collected_holds(tmp_path: Path) -> None:
-    _, status, _, _ = _run(tmp_path, None)
+    ctx, status, _, _ = _run(tmp_path, None)
     assert status.outcome == "held" and status.nodes["n1"].state is NodeState.APPLIED
     assert "gate Inconclusive" in status.message and "Connection refused" in status.message
+    assert not [e for e in ctx.journal.entries() if e.step == "trigger"]
 
 
 def test_passing_evidence_lets_the_canary_hold_as_a_successful_gate_does(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from rollout.lab.devicefaults import (
     parse_devices,
     render_devices,
     set_health,
+    set_numa,
 )
 
 FILE = "GPU-0=0\nGPU-1=0\nGPU-2=1\nGPU-3=1\n"
@@ -107,3 +108,26 @@ def test_device_faults_on_a_simulated_node_are_refused(tmp_path: Path) -> None:
     sim.node_root = lambda _node: tmp_path / "sim"  # a node without the fake device plugin
     with pytest.raises(LabError, match="device faults need a real-kubelet node"):
         sim.plugin("n1", "stop")
+
+
+def test_set_numa_moves_one_or_every_device_and_keeps_health() -> None:
+    text, changed = set_numa("GPU-0=0\nGPU-1=0\nGPU-2=1:Unhealthy\nGPU-3=1\n", None, 0)
+    assert text == "GPU-0=0\nGPU-1=0\nGPU-2=0:Unhealthy\nGPU-3=0\n"
+    assert changed == ["GPU-2", "GPU-3"]
+    one, changed = set_numa(FILE, "GPU-0", 1)
+    assert one == "GPU-0=1\nGPU-1=0\nGPU-2=1\nGPU-3=1\n" and changed == ["GPU-0"]
+    with pytest.raises(LabError, match="no device 'GPU-9'"):
+        set_numa(FILE, "GPU-9", 0)
+    with pytest.raises(LabError, match="NUMA node must be 0 or more"):
+        set_numa(FILE, None, -1)
+
+
+def test_device_numa_waits_for_the_plugin_to_send_the_new_list(tmp_path: Path) -> None:
+    lab = FakeKubelet(tmp_path)
+    log = tmp_path / "var/log/rollout-lab-fakedeviceplugin.log"
+    log.write_text("fakedeviceplugin: 4 device(s), 4 healthy: sent to the kubelet\n")
+    with pytest.raises(LabError, match="the device plugin sending the new NUMA nodes"):
+        lab.device_numa("n1", None, 0, timeout=0.3)
+    # nothing to change: no wait, nothing sent
+    got = lab.device_numa("n1", None, 0, timeout=0.3)
+    assert got == {"changed": [], "numa": dict.fromkeys(["GPU-0", "GPU-1", "GPU-2", "GPU-3"], 0)}

@@ -168,6 +168,19 @@ def test_protobuf_list_and_allocatable_responses() -> None:
         pr.list_response(b"\x0a\x05ab")  # a field longer than the message
 
 
+def test_numa_node_0_as_proto3_sends_it_is_kept() -> None:
+    """Go's proto3 encoder leaves ``ID: 0`` off the wire: NUMA node 0 is an empty NUMANode.
+    Dropped, every device on NUMA node 0 lost its NUMA node, and the evidence's cross-check with
+    the PCI devices' ``numa_node`` never ran (the lab's device plugin showed it)."""
+    zero = _f(3, _f(1, b""))  # TopologyInfo{Nodes: [NUMANode{}]}
+    alloc = pr.allocatable_response(
+        _f(1, _f(1, "nvidia.com/gpu") + _f(2, "GPU-0") + zero)
+        + _f(1, _device("nvidia.com/gpu", ["GPU-4"], 1))
+        + _f(1, _f(1, "example.com/nic") + _f(2, "nic-0"))  # no topology at all
+    )
+    assert [d["numaNodes"] for d in alloc["devices"]] == [[0], [1], []]
+
+
 # a fake HTTP/2 server (one connection, the script below)
 def _frame(ftype: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
     return struct.pack(">I", len(payload))[1:] + struct.pack(">BBI", ftype, flags, stream) + payload

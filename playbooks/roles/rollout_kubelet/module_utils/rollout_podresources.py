@@ -533,8 +533,10 @@ def _messages(grouped, num):
 
 
 def _numa(buf):
-    """TopologyInfo: the IDs of its NUMANodes."""
-    return [_int64s(_by_number(n).get(1, ()))[-1:] for n in _messages(_by_number(buf), 1)]
+    """TopologyInfo: the IDs of its NUMANodes. A NUMANode without its ID field is NUMA node 0:
+    proto3 leaves a zero value off the wire, so the kubelet sends ``NUMANode{ID: 0}`` as an
+    empty message."""
+    return [(_int64s(_by_number(n).get(1, ())) or [0])[-1:] for n in _messages(_by_number(buf), 1)]
 
 
 def _topology(grouped, num):
