@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from rollout.errors import InputError, Location
+from rollout.errors import ExternalError, InputError, Location
 
 from .options import inventory_option, kube_options, output_option
 
@@ -129,7 +129,7 @@ def bench_cmd(
 
     \b
     Examples:
-      rollout bench -i inventory.ini --node gpu-1 --command 'python3 infer.py --model x'
+      rollout bench -i inventory.ini --node gpu-1 --command './infer-bench.sh'
       rollout bench --change 20261130T214802Z-a1b2c3 --command './bench.sh' -o json
       rollout bench -i lab.ini --standin --metrics-out /var/lib/node_exporter/bench.prom
     """
@@ -180,12 +180,12 @@ def bench_cmd(
             return
         try:
             result = benching.run(req, plan, inv, Path(tmp), journal.change_id if journal else None)
-        except BenchError as e:
+        except (BenchError, ExternalError) as e:
             if journal is not None:
-                benching.journal_bench(journal, None, f"node {node}: {e}")
+                benching.journal_bench(journal, node, None, str(e), req.describe())
             raise
     if journal is not None:
-        benching.journal_bench(journal, result, None)
+        benching.journal_bench(journal, node, result)
     from rollout.evidence.report import EVIDENCE_FILE
 
     target = Path(out) if out else (journal.dir / EVIDENCE_FILE if journal else None)

@@ -176,9 +176,20 @@ def run(
     )
 
 
-def journal_bench(journal: Journal, result: Mapping[str, Any] | None, error: str | None) -> None:
-    """Append the ``bench`` entry: the record, or why there is none (node, error)."""
-    data: dict[str, Any] = dict(result) if result is not None else {"error": error}
+def journal_bench(
+    journal: Journal,
+    node: str,
+    result: Mapping[str, Any] | None,
+    error: str | None = None,
+    command: str = "",
+) -> None:
+    """Append the ``bench`` entry: the record (done when it passed, else failed), or why there
+    is none (failed: node, command, error)."""
+    data: dict[str, Any] = (
+        dict(result)
+        if result is not None
+        else {"node": node, "command": command, "status": "error", "error": error}
+    )
     phase = Phase.DONE if result is not None and result.get("status") == "pass" else Phase.FAILED
     journal.append(Kind.BENCH, phase, now=datetime.now(UTC), data=data)
 

@@ -26,7 +26,9 @@ from tests.lab import changekit as ck
 
 pytestmark = pytest.mark.lab
 
-TWO_NUMA_ONE_CPU_EACH = NodeShape(sockets=2, cores_per_socket=1, threads_per_core=1, gpus_per_numa=1)
+TWO_NUMA_ONE_CPU_EACH = NodeShape(
+    sockets=2, cores_per_socket=1, threads_per_core=1, gpus_per_numa=1
+)
 
 
 def test_bench_standin_runs_on_the_node_bound_to_each_numa_node(
