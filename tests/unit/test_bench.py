@@ -294,11 +294,13 @@ def test_simulated_says_why_lab_node_or_command() -> None:
 
 
 def test_a_missing_run_fails_the_record() -> None:
-    with pytest.raises(BenchError, match="remote run .* no result"):
+    with pytest.raises(BenchError, match=r"remote run .* no result"):
         build_result(
             node="n1", host="h1", at="2026-12-04T21:00:00+00:00", command="x", standin=True,
             labels={}, targets=[Target("m", "g", 0, 0, 1, "0", "1")],
-            module_result={"mechanism": "cpu-affinity", "runs": [{**run_out("0"), "name": "t0-local"}]},
+            module_result={
+                "mechanism": "cpu-affinity", "runs": [{**run_out("0"), "name": "t0-local"}],
+            },
         )  # fmt: skip
 
 
