@@ -36,6 +36,7 @@ COMMAND_MODULES = {
     "runbook": "rollout.cli.docs",
     "report": "rollout.cli.docs",
     "evidence": "rollout.cli.docs",
+    "bench": "rollout.cli.bench",
     "nodes": "rollout.cli.fleet",
 }
 

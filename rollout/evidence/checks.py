@@ -866,7 +866,8 @@ def merge_collection(
     document: Mapping[str, Any] | None, collection: Mapping[str, Any], keep_nodes: bool = False
 ) -> dict[str, Any]:
     """``evidence.json`` with ``collection`` added, replacing one with the same label; with
-    ``keep_nodes`` that one's nodes the new collection does not have stay beside its own."""
+    ``keep_nodes`` that one's nodes the new collection does not have stay beside its own. The
+    document's other keys (``bench``: ``rollout bench``'s records) are kept."""
     old = [c for c in (document or {}).get("collections") or () if isinstance(c, Mapping)]
     label = collection.get("label")
     kept = [c for c in old if c.get("label") != label]
@@ -875,4 +876,5 @@ def merge_collection(
         for c in old:
             if c.get("label") == label:
                 new["nodes"] = {**(c.get("nodes") or {}), **(collection.get("nodes") or {})}
-    return {"collections": [*kept, new]}
+    rest = {k: v for k, v in (document or {}).items() if k != "collections"}
+    return {**rest, "collections": [*kept, new]}

@@ -94,6 +94,7 @@ class Report:
     checks: tuple[Check, ...]
     evidence_source: str
     window: Mapping[str, Any] = field(default_factory=dict)
+    bench: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def evidence_status(self) -> str:
@@ -118,6 +119,7 @@ class Report:
                 "status": self.evidence_status,
                 "checks": [c.as_dict() for c in self.checks],
             },
+            "bench": [dict(b) for b in self.bench],
         }
 
 
@@ -175,6 +177,7 @@ def build_report(
     entries: Sequence[Entry],
     collections: Sequence[Collection] = (),
     evidence_source: str = "not collected",
+    bench: Sequence[Mapping[str, Any]] = (),
 ) -> Report:
     """The report of a change (pure).
 
@@ -182,12 +185,18 @@ def build_report(
         entries: the change's journal entries, in order.
         collections: node data collected before / after / after the pods were recreated.
         evidence_source: where the collections came from, for the report ("not collected").
+        bench: ``rollout bench`` records from the evidence file; the journal's ``bench``
+            entries (the last per node, a failed one included) take precedence.
     """
     status = replay(entries)
     states: dict[str, NodeStatus] = {n: NodeStatus(node=n) for n in status.nodes}
     events, decisions, window = [], [], {}
     files: dict[tuple[str, str], FileChange] = {}
+    benched: dict[str, Mapping[str, Any]] = {str(b.get("node")): b for b in bench}
     for e in entries:
+        if e.node is None and e.step == Kind.BENCH:
+            benched[str(e.data.get("node", ""))] = dict(e.data)
+            continue
         if e.node is None:
             if e.step == CHANGE_STEP and "window" in e.data:
                 window = dict(e.data["window"])
@@ -229,6 +238,7 @@ def build_report(
         checks=tuple(evaluate(collections)),
         evidence_source=evidence_source,
         window=window,
+        bench=tuple(benched.values()),
     )
 
 
@@ -290,6 +300,7 @@ def load_report(journal: Journal, evidence_file: FsPath | None = None) -> Report
     """
     path = evidence_file or journal.dir / EVIDENCE_FILE
     collections: tuple[Collection, ...] = ()
+    bench: list[Mapping[str, Any]] = []
     source = "not collected"
     if evidence_file is not None or path.is_file():
         try:
@@ -303,5 +314,6 @@ def load_report(journal: Journal, evidence_file: FsPath | None = None) -> Report
         if not isinstance(raw, Mapping):
             raise InputError("must be a JSON object with 'collections'", Location(file=str(path)))
         collections = parse_collections(raw)
+        bench = [b for b in raw.get("bench") or () if isinstance(b, Mapping)]
         source = str(path)
-    return build_report(journal.entries(), collections, source)
+    return build_report(journal.entries(), collections, source, bench)

@@ -3,7 +3,8 @@
 * ``lab`` (session): control plane + API relay, started once. Skipped only when the binaries are
   missing and ``CI`` is not set; in CI a missing lab is a failure.
 * ``lab_nodes`` (function): a factory ``lab_nodes(count=2, distribution="kubeadm", ready=True,
-  kubelet=$ROLLOUT_LAB_KUBELET or "sim")``
+  kubelet=$ROLLOUT_LAB_KUBELET or "sim", shape=None)`` (``shape``: the simulated hardware,
+  ``rollout.lab.hardware.NodeShape``; default its default)
   returning :class:`Nodes` (names unique to the test, an inventory file for them); all are torn
   down (processes, namespaces, Node objects) after the test.
 * ``namespace`` (function): a fresh Kubernetes namespace, deleted after the test.
@@ -26,6 +27,7 @@ import pytest
 
 from rollout.lab.binaries import find_bin_dir, missing_binaries
 from rollout.lab.cluster import Lab
+from rollout.lab.hardware import NodeShape
 from rollout.lab.nodefiles import LabNode
 
 IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false")
@@ -84,7 +86,11 @@ def lab_nodes(
     slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:20].strip("-")
 
     def make(
-        count: int = 2, distribution: str = "kubeadm", ready: bool = True, kubelet: str = ""
+        count: int = 2,
+        distribution: str = "kubeadm",
+        ready: bool = True,
+        kubelet: str = "",
+        shape: NodeShape | None = None,
     ) -> Nodes:
         # $ROLLOUT_LAB_KUBELET=real runs every test that does not choose a kind on real kubelets
         kubelet = kubelet or os.environ.get("ROLLOUT_LAB_KUBELET", "sim")
@@ -92,7 +98,7 @@ def lab_nodes(
         names = [f"{prefix}-{i}" for i in range(1, count + 1)]
         made.extend(names)
         nodes = lab.machines.add_nodes(
-            names, distribution.split(","), wait_ready=ready, kubelet=kubelet
+            names, distribution.split(","), wait_ready=ready, kubelet=kubelet, shape=shape
         )
         inv = lab.machines.write_inventory(names, tmp_path / f"{prefix}.ini")
         return Nodes(nodes, inv)

@@ -28,6 +28,7 @@ TALKS_TO_API = {
     "status",  # reads the cluster's record of a change this machine has no journal for
     "report",  # the same
     "nodes",
+    "bench",  # reads the Node's labels (GPU product, lab)
 }  # fmt: skip
 
 
