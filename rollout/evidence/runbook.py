@@ -223,6 +223,11 @@ def operator_commands(gpu_resource: str) -> tuple[tuple[str, str], ...]:
             "Evidence after the canary's pods were recreated",
             "rollout evidence --label after-recreate --change CHANGE_ID",
         ),
+        (
+            "Performance: your benchmark bound to the GPU's NUMA node and to another, journaled "
+            "with the change (docs/bench.md)",
+            "rollout bench --change CHANGE_ID --command './bench.sh'",
+        ),
     )
 
 

@@ -87,6 +87,7 @@ def test_markdown_runbook_from_the_plan() -> None:
         "CAP:.status.capacity.nvidia\\.com/gpu,ALLOC:.status.allocatable.nvidia\\.com/gpu",
         "rollout evidence --label after --change CHANGE_ID",
         "rollout evidence --label after-recreate --change CHANGE_ID",
+        "rollout bench --change CHANGE_ID --command './bench.sh'",
     ):
         assert cmd in md
     assert (
