@@ -81,11 +81,21 @@ class JournalOwners:
 
     def __call__(self, node: str) -> Owner | None:
         # the change the Node names, fetched or brought up to date from the cluster record;
-        # when that fails the journals here still answer
-        with contextlib.suppress(RolloutError, OSError):
+        # when that fails the journals here still answer, but only for a node they know: "no
+        # change owns it" is a final answer (200), so a node they do not know raises instead
+        # (500: Alertmanager delivers the alert again)
+        try:
             self.refresh(node)
+            unread: Exception | None = None
+        except (RolloutError, OSError) as e:
+            unread = e
         statuses = change_statuses(self.root)
         touched = [c for c in statuses if node in c.nodes]
+        if unread is not None and not touched:
+            raise RolloutError(
+                f"cannot read the change Node {node} names from the cluster record ({unread}), "
+                "and no journal here names the node"
+            )
         try:
             lease_change = self.lease()
         except (RolloutError, OSError):

@@ -308,6 +308,41 @@ def test_alert_on_a_node_no_change_owns_is_200_counted_and_changes_nothing(
     assert not [e for e in Journal.open(root, B).entries() if e.step == "trigger"]
 
 
+def test_a_cluster_record_that_cannot_be_read_is_a_500_not_unowned(tmp_path: Path) -> None:
+    """When the Node's change cannot be fetched and no journal here names the node, the answer
+    is "failed" (500, so Alertmanager delivers again), never the final "unowned"; a node a local
+    journal names is still decided from it."""
+    from rollout.errors import RolloutError
+    from rollout.gate.owning import JournalOwners
+
+    root = tmp_path / "state"
+
+    def refresh(node: str) -> None:
+        raise RolloutError("read node n1: timed out")
+
+    trigger = FakeTrigger()
+    receiver = AlertReceiver(trigger, owners=JournalOwners(root, lambda: None, refresh))
+    server = make_server(("127.0.0.1", 0), TOKEN, receiver)
+    t = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    t.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        code, body = post(url + "/webhook", webhook(alert("fp", change=None, node="n1")))
+        assert code == 500, body
+        (out,) = body["alerts"]
+        assert out["action"] == "failed" and "timed out" in out["detail"], out
+        assert trigger.calls == []
+        # the next delivery, with a journal here that names the node: decided from it
+        _journal(root, B, {"n1": "applied"})
+        code, body = post(url + "/webhook", webhook(alert("fp", change=None, node="n1")))
+        assert code == 200 and body["alerts"][0]["action"] == "rolled-back", body
+        assert trigger.calls[0][:2] == (B, ("n1",))
+    finally:
+        server.shutdown()
+        server.server_close()
+        t.join(5)
+
+
 def test_a_node_being_restored_is_not_rolled_back_twice(
     by_node: tuple[str, FakeTrigger, AlertReceiver, Path],
 ) -> None:
