@@ -9,6 +9,7 @@ the facts (nodes, pods, PDBs, ResourceSlices) and hands them in.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -433,6 +434,33 @@ def _node_object(info: NodeInfo) -> dict[str, Any]:
     }
 
 
+class PlacementIndex:
+    """Which Nodes a placement (nodeSelector, affinity, tolerations) allows, each distinct
+    placement judged against every Node once.
+
+    Why: :func:`check_placement` asks for every evicted pod of every batch; in a cluster of
+    thousands of Nodes building each Node's object per batch and matching each pod against all
+    of them was a tenth of preflight's CPU (``docs/scale.md``), while most pods of a fleet share
+    a handful of placements (none, or a pool's nodeSelector).
+    """
+
+    def __init__(self, nodes: Mapping[str, NodeInfo]) -> None:
+        self._nodes = nodes
+        self._objects: dict[str, dict[str, Any]] | None = None
+        self._allowed: dict[str, tuple[str, ...]] = {}
+
+    def allowed(self, placement: Mapping[str, Any]) -> tuple[str, ...]:
+        """The Nodes (in ``nodes``' order) whose labels and taints ``placement`` allows."""
+        key = json.dumps(placement, sort_keys=True, default=str)
+        hit = self._allowed.get(key)
+        if hit is None:
+            if self._objects is None:
+                self._objects = {n: _node_object(i) for n, i in self._nodes.items()}
+            hit = tuple(n for n, o in self._objects.items() if lands_on(placement, o))
+            self._allowed[key] = hit
+        return hit
+
+
 def _amount(resource: str, n: int) -> str:
     if resource == "cpu":
         return f"{n}m"
@@ -491,6 +519,7 @@ def check_placement(
     batch: Sequence[str],
     nodes: Mapping[str, NodeInfo],
     pods_by_node: Mapping[str, Sequence[PodRef]],
+    index: PlacementIndex | None = None,
 ) -> tuple[list[str], list[str]]:
     """Where each pod evicted from ``batch`` can go: a node outside the batch, schedulable and
     Ready, that its nodeSelector, required node affinity and tolerations allow (as the
@@ -502,13 +531,16 @@ def check_placement(
         room for is a refusal, its requests and each candidate's free amounts named; a pod whose
         placement allows no node but the batch's own (pinned to its node) comes back only with
         it, and is a warning.
+
+    ``index``: one :class:`PlacementIndex` over ``nodes`` shared by every batch of a preflight.
     """
     refusals: list[str] = []
     warnings: list[str] = []
-    objects = {name: _node_object(info) for name, info in nodes.items()}
+    index = index or PlacementIndex(nodes)
+    drained = set(batch)
     for node in batch:
         for p in evictable(pods_by_node.get(node, ())):
-            allowed = [n for n in nodes if n not in batch and lands_on(p.placement, objects[n])]
+            allowed = [n for n in index.allowed(p.placement) if n not in drained]
             if not allowed:
                 others = any(n not in batch for n in nodes)
                 why = (

@@ -22,6 +22,7 @@ from rollout.change.plan import Plan
 from rollout.change.planning import (
     Batch,
     DrainOverrides,
+    PlacementIndex,
     Strategy,
     blocking_pdbs,
     check_capacity,
@@ -320,12 +321,13 @@ def prepare(
         problems += undrainable(
             n, pods.get(n, []), overrides.delete_unmanaged, overrides.delete_emptydir_data
         )
+    placements = PlacementIndex(all_nodes)
     for b in batches:
         drained = [n for n in b.nodes if n not in settled]
         if not drained:
             continue
         short = check_capacity(drained, all_nodes, pods)
-        misplaced, pinned = check_placement(drained, all_nodes, pods)
+        misplaced, pinned = check_placement(drained, all_nodes, pods, placements)
         warnings += pinned
         if overrides.capacity_warn_only:
             warnings += [f"{w} (--capacity-warn-only: not refused)" for w in short + misplaced]

@@ -30,17 +30,39 @@ def node_objects(api: Api) -> dict[str, dict[str, Any]]:
 
 
 def controller_objects(api: Api) -> list[dict[str, Any]]:
-    """Deployments, StatefulSets, DaemonSets and ReplicaSets of every namespace."""
+    """Deployments, StatefulSets, DaemonSets and ReplicaSets of every namespace.
+
+    The ReplicaSets come as metadata only: a Deployment's ReplicaSet serves to name the
+    Deployment (its ``ownerReferences``), and the Deployment carries the pod template. Only when
+    some ReplicaSet has no Deployment over it (its own template is then a workload of its own)
+    are they listed again in full.
+    """
+    replica_sets = _dicts(
+        call(
+            "list ReplicaSets (metadata)",
+            api.apps.list_replica_set_for_all_namespaces,
+            metadata_only=True,
+        ),
+        "ReplicaSet",
+    )
+    if any(not _deployment_owned(r) for r in replica_sets):
+        replica_sets = _dicts(
+            call("list ReplicaSets", api.apps.list_replica_set_for_all_namespaces), "ReplicaSet"
+        )
     return (
         _dicts(call("list Deployments", api.apps.list_deployment_for_all_namespaces), "Deployment")
         + _dicts(
             call("list StatefulSets", api.apps.list_stateful_set_for_all_namespaces), "StatefulSet"
         )
         + _dicts(call("list DaemonSets", api.apps.list_daemon_set_for_all_namespaces), "DaemonSet")
-        + _dicts(
-            call("list ReplicaSets", api.apps.list_replica_set_for_all_namespaces), "ReplicaSet"
-        )
+        + replica_sets
     )
+
+
+def _deployment_owned(obj: dict[str, Any]) -> bool:
+    """Whether a (metadata-only) ReplicaSet's controller is a Deployment."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    return any(r.get("controller", True) and r.get("kind") == "Deployment" for r in refs)
 
 
 def owner_runs(owner: str, pods: list[dict[str, Any]]) -> bool:

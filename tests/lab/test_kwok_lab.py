@@ -120,6 +120,18 @@ def test_canary_apply_and_rollback_among_500_kwok_nodes(kwok_lab: Lab, tmp_path:
     assert len(pods["items"]) == KWOK_NODES * PODS_PER_NODE
     assert on == {n["metadata"]["name"] for n in nodes}  # on kwok Nodes, every one of them
     assert all(p["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet" for p in pods["items"])
+    # the preview's controllers from the real API server: ReplicaSets as metadata only (no
+    # pod template), still naming each kwok pod's Deployment
+    from rollout.change.previewing import workload_of
+    from rollout.kube.client import connect
+    from rollout.kube.workloads import controller_objects
+
+    objects = controller_objects(connect(str(lab.kubeconfig)))
+    replica_sets = [o for o in objects if o["kind"] == "ReplicaSet"]
+    assert len(replica_sets) >= KWOK_NODES
+    assert all("spec" not in o and o["metadata"]["ownerReferences"] for o in replica_sets)
+    owners = {workload_of(p, objects) for p in pods["items"][:200]}
+    assert all(o.startswith(f"Deployment/{NAMESPACE}/") for o in owners), sorted(owners)[:5]
     inventory_text = lab.inventory.read_text()
     assert "kwok" not in inventory_text.replace(f"# lab {lab.name}", "")
     names = sorted(lab.nodes)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from rollout.change.planning import (
@@ -374,3 +376,32 @@ def test_drain_overrides_round_trip_through_their_journaled_flags() -> None:
         "--delete-emptydir-data",
         "--capacity-warn-only",
     ]
+
+
+def test_one_placement_index_judges_each_placement_once_across_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Shared by a preflight's batches, the index matches each distinct placement against every
+    Node once, and answers as check_placement did without it."""
+    import rollout.change.planning as planning
+
+    nodes = {n: _gpu_node(n, labels={"pool": "a100" if n < "e" else "h100"}) for n in "abcdefgh"}
+    pods = {
+        n: [_gpu_pod(f"p{n}{i}", 1, node=n, nodeSelector={"pool": "a100"}) for i in range(3)]
+        for n in "abcd"
+    }
+    pods.update({n: [_gpu_pod(f"q{n}", 1, node=n)] for n in "efgh"})
+    batches = [["a", "b"], ["c", "d"], ["e", "f"], ["g", "h"]]
+    alone = [check_placement(b, nodes, pods) for b in batches]
+    calls: list[str] = []
+    real = planning.lands_on
+
+    def counting(placement: Any, node: Any) -> bool:
+        calls.append(node["metadata"]["name"])
+        return real(placement, node)
+
+    monkeypatch.setattr(planning, "lands_on", counting)
+    index = planning.PlacementIndex(nodes)
+    shared = [check_placement(b, nodes, pods, index) for b in batches]
+    assert shared == alone
+    assert len(calls) == 2 * len(nodes)  # two distinct placements, each against the 8 Nodes
