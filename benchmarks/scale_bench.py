@@ -7,6 +7,7 @@ Usage::
     .venv/bin/python benchmarks/scale_bench.py preflight [--nodes 0,500,2000,5000] [--pods 20]
     .venv/bin/python benchmarks/scale_bench.py all
     .venv/bin/python benchmarks/scale_bench.py kwok [--nodes 0,500,2000] [--kwok-pods 2]
+        [--against DIR]   # a second checkout, its CLI alternating with this one's
 
 ``journal``: a synthetic change of N nodes, journaled as the real engine journals it (the entries of
 a real ``run_change`` over the unit fakes, one canary batch of 2 nodes then one of 2, templated to N
@@ -300,7 +301,11 @@ def _api_reads(lab: Any) -> dict[str, float]:
     return out
 
 
-def kwok_bench(sizes: list[int], pods: int, rounds: int) -> dict[str, Any]:
+def kwok_bench(
+    sizes: list[int], pods: int, rounds: int, against: Path | None = None
+) -> dict[str, Any]:
+    """``against``: a second checkout whose CLI runs alternately with this one's on the same
+    lab, round by round; its rows are keyed ``<N>@against``."""
     from rollout.lab.cluster import Lab
 
     out: dict[str, Any] = {}
@@ -317,29 +322,35 @@ def kwok_bench(sizes: list[int], pods: int, rounds: int) -> dict[str, Any]:
                     "ROLLOUT_STATE_DIR": str(Path(tmp) / f"state{n}"),
                     "PYTHONPATH": str(REPO),
                 }
+                sides = {"": env}
+                if against is not None:
+                    sides["@against"] = {**env, "PYTHONPATH": str(against)}
                 argv = [sys.executable, "-c", _CLI, "apply", "--plan", str(lab.plan)]
                 argv += ["-i", str(lab.inventory), "--canary", "--dry-run", "-o", "json"]
-                runs: list[dict[str, Any]] = []
+                runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
                 for _ in range(rounds):
-                    before = _api_reads(lab)
-                    r: dict[str, Any] = dict(_measure(argv, env))
-                    after = _api_reads(lab)
-                    reads = {k: v - before.get(k, 0.0) for k, v in after.items()}
-                    # the /metrics GET between the two readings is ours, not the CLI's
-                    r["requests"] = {k: v for k, v in reads.items() if v}
-                    r["requests_total"] = sum(reads.values())
-                    runs.append(r)
-                out[str(n)] = {
-                    "kwok_nodes": n,
-                    "pods_per_node": pods,
-                    "ssh_nodes": 8,
-                    "lab_up_s": up_s,
-                    "raw": runs,
-                    **{
-                        k: statistics.median(r[k] for r in runs)
-                        for k in ("cpu_s", "wall_s", "rss_mb", "requests_total")
-                    },
-                }
+                    for side, side_env in sides.items():
+                        before = _api_reads(lab)
+                        r: dict[str, Any] = dict(_measure(argv, side_env))
+                        after = _api_reads(lab)
+                        reads = {k: v - before.get(k, 0.0) for k, v in after.items()}
+                        # the /metrics GET between the two readings is ours, not the CLI's
+                        r["requests"] = {k: v for k, v in reads.items() if v}
+                        r["requests_total"] = sum(reads.values())
+                        runs[side].append(r)
+                for side, side_runs in runs.items():
+                    out[f"{n}{side}"] = {
+                        "kwok_nodes": n,
+                        "pods_per_node": pods,
+                        "ssh_nodes": 8,
+                        "lab_up_s": up_s,
+                        "checkout": str(against if side else REPO),
+                        "raw": side_runs,
+                        **{
+                            k: statistics.median(r[k] for r in side_runs)
+                            for k in ("cpu_s", "wall_s", "rss_mb", "requests_total")
+                        },
+                    }
             finally:
                 lab.down()
     return out
@@ -347,12 +358,15 @@ def kwok_bench(sizes: list[int], pods: int, rounds: int) -> dict[str, Any]:
 
 def _kwok_table(kwok: dict[str, Any]) -> str:
     lines = [
-        "| kwok Nodes | their pods | GET+LIST requests | CPU s | wall s | peak RSS MB | lab up s |",
-        "|---|---|---|---|---|---|---|",
+        "| kwok Nodes | checkout | their pods | GET+LIST requests | CPU s | wall s "
+        "| peak RSS MB | lab up s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for n, r in kwok.items():
+    for key, r in kwok.items():
+        n = r["kwok_nodes"]
+        side = "against" if key.endswith("@against") else "this"
         lines.append(
-            f"| {int(n):,} | {int(n) * r['pods_per_node']:,} | {r['requests_total']:.0f} "
+            f"| {n:,} | {side} | {n * r['pods_per_node']:,} | {r['requests_total']:.0f} "
             f"| {r['cpu_s']:.2f} | {r['wall_s']:.2f} | {r['rss_mb']:.0f} | {r['lab_up_s']:.0f} |"
         )
     return "\n".join(lines)
@@ -403,12 +417,14 @@ def main() -> None:
     ap.add_argument("--nodes", help="comma-separated sizes")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--pods", type=int, default=20)
-    ap.add_argument("--against", type=Path, help="journal: a second checkout to run side by side")
+    ap.add_argument(
+        "--against", type=Path, help="journal, kwok: a second checkout to run side by side"
+    )
     ap.add_argument("--kwok-pods", type=int, default=2, help="pods per kwok Node (kwok)")
     a = ap.parse_args()
     if a.what == "kwok":
         sizes = [int(x) for x in (a.nodes or "0,500,2000").split(",")]
-        kwok = kwok_bench(sizes, a.kwok_pods, a.rounds)
+        kwok = kwok_bench(sizes, a.kwok_pods, a.rounds, a.against)
         print(json.dumps({"kwok": kwok}, indent=2))
         print(_kwok_table(kwok))
         return
