@@ -254,3 +254,109 @@ def rerun_nodes(entries: Sequence[Entry]) -> set[str]:
         for n in forward - excluded
         if n in status.nodes and status.nodes[n].state in settled_or_cut
     }
+
+
+def node_action(s: NodeStatus) -> str:
+    """What :func:`settle_node` would do with the node, in words (pure): ``rollout resume
+    --dry-run``'s answer per node."""
+    if s.state in (NodeState.PENDING, NodeState.APPLIED, NodeState.RESTORED):
+        return "leave it"
+    if s.state is NodeState.APPLYING and s.files_touched and s.phase is not Phase.FAILED:
+        if s.step is Step.APPLY and s.phase is Phase.BEGIN:
+            return "run apply again, verify, uncordon (restore on failure)"
+        return "verify, uncordon (restore on failure)"
+    if s.state is NodeState.RESTORING:
+        return "run the restore again"
+    if s.files_touched:
+        return "restore the original files, restart the kubelet, uncordon"
+    return "restore: nothing written, undo the cordon"
+
+
+def _ends_restored(s: NodeStatus) -> bool:
+    """Whether the node ends restored after :func:`settle_node` (a verify that fails on resume
+    restores it too; that is not foreseen here)."""
+    if s.state in (NodeState.RESTORED, NodeState.FAILED, NodeState.RESTORING):
+        return True
+    if s.state is NodeState.APPLYING:
+        return not (s.files_touched and s.phase is not Phase.FAILED)
+    return False
+
+
+@dataclass(frozen=True)
+class ResumePreview:
+    """What ``rollout resume`` would do with a change (:func:`resume_preview`).
+
+    Attributes:
+        change: the change id.
+        outcome: the change's outcome now (``running`` for an interrupted one).
+        rollback: the rollback owed (None: none); ``resume`` then finishes it, never going on.
+        nodes: node -> (state now, what resume would do), for every node not left as it is.
+        rerun: nodes cut before any file was written, run again in their batch.
+        gate: the gate owed first (its nodes), or None.
+        batches: the batches that would run after (nodes still pending, or rerun), in order;
+            empty when a node had failed forward (the interrupted command would have stopped).
+        stops: why no later batch would run, when one would not.
+    """
+
+    change: str
+    outcome: str
+    rollback: PendingRollback | None
+    nodes: dict[str, tuple[str, str]]
+    rerun: tuple[str, ...]
+    gate: tuple[str, ...] | None
+    batches: tuple[tuple[str, ...], ...]
+    stops: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        rb = self.rollback
+        return {
+            "change": self.change,
+            "outcome": self.outcome,
+            "rollback": None
+            if rb is None
+            else {"nodes": list(rb.nodes) if rb.nodes else None, "force": rb.force, "by": rb.by},
+            "nodes": [{"node": n, "state": st, "action": a} for n, (st, a) in self.nodes.items()],
+            "rerun": list(self.rerun),
+            "gate": list(self.gate) if self.gate is not None else None,
+            "batches": [list(b) for b in self.batches],
+            "stops": self.stops or None,
+        }
+
+
+def resume_preview(entries: Sequence[Entry], change: str, has_gate: bool) -> ResumePreview:
+    """What ``rollout resume`` would do, decided from the journal alone as it decides (pure;
+    ``has_gate``: the recorded plan has a gate). Nothing is read from nodes: a node's files are
+    compared with the journal when resume runs, not here."""
+    status = replay(entries, change)
+    acts = {
+        n: (s.state.value, node_action(s))
+        for n, s in status.nodes.items()
+        if s.state not in (NodeState.PENDING, NodeState.APPLIED, NodeState.RESTORED)
+    }
+    running = status.outcome == ChangeOutcome.RUNNING
+    pending = unfinished_rollback(entries) if running else None
+    cut = tuple(sorted(rerun_nodes(entries))) if running and pending is None else ()
+    if pending is not None:
+        for n in rollback_targets(status, pending.nodes):
+            acts[n] = (status.nodes[n].state.value, "restore (the rollback owed)")
+        return ResumePreview(
+            change, status.outcome.value, pending, acts, (), None, (), "a rollback is owed"
+        )
+    if not running:
+        why = f"the change has ended ({status.outcome.value}): nothing more starts"
+        return ResumePreview(change, status.outcome.value, None, acts, (), None, (), why)
+    failed = [n for n, s in status.nodes.items() if n not in cut and _ends_restored(s)]
+    if failed:
+        why = f"a node failed forward ({', '.join(sorted(failed))}): the command would have stopped"
+        return ResumePreview(change, status.outcome.value, None, acts, cut, None, (), why)
+    batches = tuple(
+        b
+        for b in (
+            tuple(n for n in batch if status.nodes[n].state is NodeState.PENDING or n in cut)
+            for batch in status.info.get("batches", ())
+        )
+        if b
+    )
+    regate = unfinished_gate(entries, has_gate)
+    gate = tuple(regate.nodes) if regate is not None else None
+    return ResumePreview(change, status.outcome.value, None, acts, cut, gate, batches)

@@ -23,6 +23,7 @@ from rollout.cli.wiring import (
     progress_option,
     verify_timeout_option,
 )
+from rollout.errors import RolloutError
 from rollout.gate.assembly import gate_for
 from rollout.protocols import Gate, Lock
 
@@ -37,6 +38,12 @@ if TYPE_CHECKING:
 @change_required
 @inventory_option
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (required without a TTY).")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Say what resume would do (each node in flight, a rollback or gate owed, the batches "
+    "left), decided from the journal as resume decides; take no Lease and change nothing.",
+)
 @lock_ns_option
 @verify_timeout_option
 @forks_option
@@ -47,6 +54,7 @@ def resume_cmd(
     change: str,
     inventory: str | None,
     yes: bool,
+    dry_run: bool,
     lock_namespace: str,
     verify_timeout: float,
     forks: int,
@@ -66,7 +74,11 @@ def resume_cmd(
     Examples:
       rollout resume --change 20261130T214802Z-a1b2c3 --yes
       rollout resume --change 20261130T214802Z-a1b2c3 --yes -o json --progress plain
+      rollout resume --change 20261130T214802Z-a1b2c3 --dry-run
     """
+    if dry_run:
+        _preview(change, lock_namespace, output, kubeconfig, context)
+        return
     from rollout.change.session import resume_change
     from rollout.kube.client import connect
 
@@ -92,6 +104,49 @@ def resume_cmd(
         say=echo_err,
     )
     finish(status, output)
+
+
+def _preview(
+    change: str, lock_namespace: str, output: str, kubeconfig: str | None, context: str | None
+) -> None:
+    """``--dry-run``: the journal (fetched or brought up to date from the cluster record when a
+    kubeconfig loads) and what resume would do with it, printed."""
+    import json
+
+    from rollout.change.plan import recorded_plan
+    from rollout.change.record import existing_journal
+    from rollout.change.replaying import replay
+    from rollout.change.resuming import resume_preview
+
+    from .record import optional_api
+
+    journal = existing_journal(change, optional_api(kubeconfig, context), lock_namespace, echo_err)
+    entries = journal.entries()
+    info = replay(entries, journal.change_id).info
+    try:
+        plan = recorded_plan(info, journal.change_id)
+    except RolloutError as e:  # resume names it too, when it reaches the later batches
+        echo_err(f"warning: the change's plan does not load: {e}")
+        plan = None
+    preview = resume_preview(entries, journal.change_id, plan is not None and plan.has_gate)
+    if output == "json":
+        click.echo(json.dumps({"dryRun": True, **preview.to_dict()}, indent=2))
+        return
+    click.echo(
+        f"change {preview.change} ({preview.outcome}); resume would (dry run, nothing done):"
+    )
+    for n, (state, action) in preview.nodes.items():
+        click.echo(f"  {n} ({state}): {action}")
+    if not preview.nodes:
+        click.echo("  no node in flight")
+    if preview.rerun:
+        click.echo(f"  run again in their batch (cut before any write): {', '.join(preview.rerun)}")
+    if preview.gate is not None:
+        click.echo(f"  soak the gate owed over {', '.join(preview.gate)} first")
+    for i, b in enumerate(preview.batches, 1):
+        click.echo(f"  then batch {i}/{len(preview.batches)}: {', '.join(b)}")
+    if preview.stops:
+        click.echo(f"  no later batch: {preview.stops}")
 
 
 COMMANDS = [resume_cmd]
