@@ -85,8 +85,10 @@ def _template(tmp: Path) -> tuple[list[dict[str, Any]], Path]:
     return [json.loads(x) for x in lines], journal.dir
 
 
-def synthetic_journal(root: Path, n: int, tmp: Path) -> Path:
-    """A state directory holding change ``CHANGE`` over ``n`` nodes (see the module docstring)."""
+def synthetic_journal(root: Path, n: int, tmp: Path, cut: bool = False) -> Path:
+    """A state directory holding change ``CHANGE`` over ``n`` nodes (see the module docstring).
+    ``cut``: the process died after the first half of the batches (no end entry, the later
+    batches' nodes pending): what ``rollout resume --dry-run`` plans over."""
     entries, tdir = _template(tmp)
     names = [f"node-{i:05d}" for i in range(n)]
     canary = names[:BATCH]
@@ -104,12 +106,14 @@ def synthetic_journal(root: Path, n: int, tmp: Path) -> Path:
     put({**begin, "data": data})
     node_lines = [json.dumps(e, sort_keys=True, separators=(",", ":")) for e in per_node]
     for i, batch in enumerate(batches):
+        if cut and i >= max(1, len(batches) // 2):
+            break
         for name in batch:
             out.extend(x.replace(f'"{TEMPLATE_NODES[0]}"', f'"{name}"') for x in node_lines)
         if i == 0:
             for g in gates:
                 put({**g, "data": {**g.get("data", {}), "nodes": canary}})
-    for e in end:
+    for e in () if cut else end:
         put({**e, "data": {**e.get("data", {}), "message": f"{n} node(s) applied"}})
     cdir = root / "changes" / CHANGE
     (cdir / "backups").mkdir(parents=True)
@@ -187,18 +191,28 @@ def journal_bench(sizes: list[int], rounds: int, against: Path | None = None) ->
                 if against is None
                 else {"": env, "@against": {**env, "PYTHONPATH": str(against)}}
             )
-            for cmd in (status, ["report", "--change", CHANGE, "-o", "json"]):
+            cut_root = Path(tmp) / f"cut-{n}"
+            synthetic_journal(cut_root, n, Path(tmp) / f"c{n}", cut=True)
+            resume = ["resume", "--change", CHANGE, "--dry-run", "-o", "json"]
+            for cmd in (status, ["report", "--change", CHANGE, "-o", "json"], resume):
                 runs: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
                 for _ in range(rounds):
                     for side, side_env in sides.items():
+                        if cmd is resume:  # --dry-run is newer than a checkout compared against
+                            if side:
+                                continue
+                            side_env = {**side_env, "ROLLOUT_STATE_DIR": str(cut_root)}
                         runs[side].append(_measure([sys.executable, "-c", _CLI, *cmd], side_env))
                 for side, got in runs.items():
+                    if not got:
+                        continue
                     row[cmd[0] + side] = {
                         "raw": got,
                         **{k: statistics.median(r[k] for r in got) for k in got[0]},
                     }
             out[str(n)] = row
             shutil.rmtree(root)
+            shutil.rmtree(cut_root)
     return out
 
 
@@ -377,18 +391,20 @@ def _table(journal: dict[str, Any] | None, preflight: dict[str, Any] | None) -> 
     if journal:
         lines += [
             "| journal nodes | entries | MB | status CPU s | status RSS MB | report CPU s "
-            "| report RSS MB |",
-            "|---|---|---|---|---|---|---|",
+            "| report RSS MB | resume --dry-run CPU s | its RSS MB |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for n, r in journal.items():
             for side in ("", "@against"):
                 if "status" + side not in r:
                     continue
                 s, rp = r["status" + side], r["report" + side]
+                rs = r.get("resume" + side)
+                resumed = f"{rs['cpu_s']:.2f} | {rs['rss_mb']:.0f}" if rs else "- | -"
                 lines.append(
                     f"| {int(n):,}{side} | {r['entries']:,} | {r['journal_mb']:.1f} "
                     f"| {s['cpu_s']:.2f} | {s['rss_mb']:.0f} | {rp['cpu_s']:.2f} "
-                    f"| {rp['rss_mb']:.0f} |"
+                    f"| {rp['rss_mb']:.0f} | {resumed} |"
                 )
         lines.append("")
     if preflight:
