@@ -315,11 +315,62 @@ def _api_reads(lab: Any) -> dict[str, float]:
     return out
 
 
+GATE_SOAK_S = 20
+
+
+def _gate_plan(lab_plan: Path, out: Path) -> Path:
+    """The lab's plan with a gate of a ``GATE_SOAK_S`` soak (probe pods make the admissions;
+    no baseline)."""
+    text = lab_plan.read_text().rstrip("\n") + "\n"
+    gate = {"soak": f"{GATE_SOAK_S}s", "window": "60s", "interval": "2s", "threshold": "5%"}
+    gate_lines = [f"  {k}: {json.dumps(v)}" for k, v in gate.items()]
+    gate_lines += ["  minAdmissions: 1", '  baseline: "none"', "  probes: true"]
+    out.write_text(text + "gate:\n" + "\n".join(gate_lines) + "\n")
+    return out
+
+
+def _change_round(lab: Any, env: dict[str, str], plan: Path) -> dict[str, Any]:
+    """``apply --canary --yes`` (its gate soak included), ``status``, ``report -o json`` and
+    ``rollback --yes`` of that change, once each: CPU, wall, peak RSS and the GET/LIST requests
+    of each."""
+    out: dict[str, Any] = {}
+    state = Path(env["ROLLOUT_STATE_DIR"]) / "changes"
+    apply = ["apply", "--plan", str(plan), "-i", str(lab.inventory), "--canary", "--yes"]
+    steps: list[tuple[str, list[str]]] = [("apply_canary_gate", [*apply, "-o", "json"])]
+    for name, args in steps:
+        out[name] = _measured_with_reads(lab, [sys.executable, "-c", _CLI, *args], env)
+    change = sorted(d.name for d in state.iterdir())[-1]
+    for name, args in (
+        ("status", ["status", "--change", change]),
+        ("report", ["report", "--change", change, "-o", "json"]),
+        ("rollback", ["rollback", "--change", change, "--yes"]),
+    ):
+        out[name] = _measured_with_reads(lab, [sys.executable, "-c", _CLI, *args], env)
+    out["change"] = change
+    return out
+
+
+def _measured_with_reads(lab: Any, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+    before = _api_reads(lab)
+    r: dict[str, Any] = dict(_measure(argv, env))
+    after = _api_reads(lab)
+    reads = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    r["requests"] = {k: v for k, v in reads.items() if v}
+    r["requests_total"] = sum(reads.values())
+    return r
+
+
 def kwok_bench(
-    sizes: list[int], pods: int, rounds: int, against: Path | None = None
+    sizes: list[int],
+    pods: int,
+    rounds: int,
+    against: Path | None = None,
+    change: bool = False,
 ) -> dict[str, Any]:
     """``against``: a second checkout whose CLI runs alternately with this one's on the same
-    lab, round by round; its rows are keyed ``<N>@against``."""
+    lab, round by round; its rows are keyed ``<N>@against``. ``change``: then, with this
+    checkout only, one canary apply with its gate soak, ``status``, ``report`` and ``rollback``
+    (:func:`_change_round`), keyed ``<N>`` ``change``."""
     from rollout.lab.cluster import Lab
 
     out: dict[str, Any] = {}
@@ -352,7 +403,14 @@ def kwok_bench(
                         r["requests"] = {k: v for k, v in reads.items() if v}
                         r["requests_total"] = sum(reads.values())
                         runs[side].append(r)
+                changed = (
+                    _change_round(lab, env, _gate_plan(lab.plan, Path(tmp) / f"gate{n}.yaml"))
+                    if change
+                    else None
+                )
                 for side, side_runs in runs.items():
+                    if changed is not None and not side:
+                        out[f"{n}-change"] = {"kwok_nodes": n, **changed}
                     out[f"{n}{side}"] = {
                         "kwok_nodes": n,
                         "pods_per_node": pods,
@@ -376,13 +434,29 @@ def _kwok_table(kwok: dict[str, Any]) -> str:
         "| peak RSS MB | lab up s |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    changes = {k: r for k, r in kwok.items() if k.endswith("-change")}
     for key, r in kwok.items():
+        if key in changes:
+            continue
         n = r["kwok_nodes"]
         side = "against" if key.endswith("@against") else "this"
         lines.append(
             f"| {n:,} | {side} | {n * r['pods_per_node']:,} | {r['requests_total']:.0f} "
             f"| {r['cpu_s']:.2f} | {r['wall_s']:.2f} | {r['rss_mb']:.0f} | {r['lab_up_s']:.0f} |"
         )
+    if changes:
+        lines += [
+            "",
+            "| kwok Nodes | step | GET+LIST requests | CPU s | wall s | peak RSS MB |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in changes.values():
+            for step in ("apply_canary_gate", "status", "report", "rollback"):
+                m = r[step]
+                lines.append(
+                    f"| {r['kwok_nodes']:,} | {step} | {m['requests_total']:.0f} "
+                    f"| {m['cpu_s']:.2f} | {m['wall_s']:.2f} | {m['rss_mb']:.0f} |"
+                )
     return "\n".join(lines)
 
 
@@ -437,10 +511,15 @@ def main() -> None:
         "--against", type=Path, help="journal, kwok: a second checkout to run side by side"
     )
     ap.add_argument("--kwok-pods", type=int, default=2, help="pods per kwok Node (kwok)")
+    ap.add_argument(
+        "--change",
+        action="store_true",
+        help="kwok: also a canary apply with its gate soak, status, report and rollback",
+    )
     a = ap.parse_args()
     if a.what == "kwok":
         sizes = [int(x) for x in (a.nodes or "0,500,2000").split(",")]
-        kwok = kwok_bench(sizes, a.kwok_pods, a.rounds, a.against)
+        kwok = kwok_bench(sizes, a.kwok_pods, a.rounds, a.against, a.change)
         print(json.dumps({"kwok": kwok}, indent=2))
         print(_kwok_table(kwok))
         return
