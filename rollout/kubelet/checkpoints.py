@@ -10,14 +10,21 @@ kubelet fails, with its words.
 Formats and texts follow kubernetes
 ``pkg/kubelet/cm/cpumanager/state/{checkpoint,state_checkpoint}.go``,
 ``cpumanager/policy_static.go`` (``validateState``) and ``cm/memorymanager/state/checkpoint.go``
-/ ``memorymanager/policy_static.go`` (v1.36: the "V2" checkpoint structs; the later "V3" layout
-is behind the alpha ``PodLevelResourceManagers`` gate and is not produced).
+/ ``memorymanager/policy_static.go``, of v1.37.2 and v1.36.3.
 
-1.37 changed the CPU file to "V4 with embedded V2" (kubernetes#139102: the V2 fields inline plus
-a serialized payload with a checksum of its own). That merged code is not in the sources this
-module was checked against (only a closed alternative, #139103, and reverted designs are), so
-:func:`parse_cpu` does not read V4: it reads the inline V2 fields, as a 1.36 kubelet reads such a
-file. The memory manager's 1.37 V3 file is read and written (:mod:`rollout.kubelet.memory_state`);
+The CPU file has four layouts (:attr:`CPUCheckpoint.version`): V1 (entries by container ID),
+V2 (what kubelets up to 1.36 write), V3 (``podEntries`` too: 1.36 with the alpha
+``PodLevelResourceManagers`` gate) and, from 1.37, V4 "with embedded V2" (kubernetes#139102):
+the V2 fields inline with their V2 checksum, plus ``data`` (the record serialized: entries,
+``podEntries``, ``baselines``) and ``dataChecksum``. :func:`parse_cpu` reads as the kubelet of a
+given minor does: 1.37 trusts ``data`` and verifies only ``dataChecksum`` (the inline checksum is
+never checked), refuses a broken V4 file without falling back, else tries V3 then V2 and reads no
+V1; 1.36 reads a V4 file by its inline V2 fields and ignores ``data``, so a rollback keeps the
+policy, pool and container CPUs and loses ``podEntries`` and ``baselines``.
+:func:`render_cpu_v4` writes what the 1.37 kubelet writes; :func:`render_cpu` the V2 file.
+The tests hold both against files the kubelet's own code wrote and read
+(``tests/fixtures/kubelet/checkpoints-v1.37.2``, ``tools/gen-checkpoint-vectors.sh``). The memory
+manager's 1.37 V3 file is read and written by :mod:`rollout.kubelet.memory_state`;
 :func:`data_checksum` is the checksum rule of both payload strings.
 
 Checksums are reproduced exactly: the kubelet hashes ``spew`` ``%#v`` output of the checkpoint
@@ -701,11 +708,13 @@ def reset_needed(before_cfg: Mapping[str, Any], after_cfg: Mapping[str, Any]) ->
     return tuple(out)
 
 
-#: Feature gates that change the format of ``cpu_manager_state`` and ``memory_manager_state``:
+#: Feature gates that change what ``cpu_manager_state`` and ``memory_manager_state`` hold:
 #: ``PodLevelResourceManagers`` (alpha 1.36, beta but off by default in 1.37, #141209; a kubelet
-#: that used it cannot turn it off without draining and deleting both files, per the docs) and
-#: ``InPlacePodVerticalScalingExclusiveCPUs`` (alpha 1.37, on checkpoint v4, #139102). Both are
-#: off unless set.
+#: that used it cannot turn it off without draining and deleting both files, per the docs: a 1.36
+#: kubelet without the gate refuses the V3 file it wrote with it, see the checkpoint vectors) and
+#: ``InPlacePodVerticalScalingExclusiveCPUs`` (alpha 1.37, #139102: adds ``baselines`` to the V4
+#: ``data``; v1.37.2 reads a V4 file with or without them, and the memory manager never reads
+#: the gate, so resetting on its flip is caution, not the kubelet's need). Both off unless set.
 CHECKPOINT_GATES = ("PodLevelResourceManagers", "InPlacePodVerticalScalingExclusiveCPUs")
 
 #: the fields whose change is a resource-manager policy change (besides the checkpoint resets)
