@@ -252,7 +252,7 @@ def test_stopped_kubelet_makes_the_node_not_ready(lab: Lab, lab_nodes: Any) -> N
 
 
 # ----------------------------------------------------------- start-up as a plain process (no lab)
-def _node_root(tmp_path: Path, config: dict[str, Any]) -> Path:
+def _node_root(tmp_path: Path, config: dict[str, Any], version: str = "v1.36.3") -> Path:
     kdir = tmp_path / "var/lib/kubelet"
     kdir.mkdir(parents=True)
     cfg = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", **config}
@@ -277,7 +277,7 @@ def _node_root(tmp_path: Path, config: dict[str, Any]) -> Path:
             ],
         },
         "capacity": {"cpu": "64", "memory": "1073741824Ki", "pods": "110", "nvidia.com/gpu": "2"},
-        "kubeletVersion": "v1.36.3",
+        "kubeletVersion": version,
     }
     (tmp_path / "node.json").write_text(json.dumps(node))
     return tmp_path
@@ -326,3 +326,52 @@ def test_memory_policy_change_without_reset_exits_1(tmp_path: Path) -> None:
         "please drain this node and delete the memory manager checkpoint file "
         '"/var/lib/kubelet/memory_manager_state" before restarting Kubelet'
     ) in unquote(r.stderr)
+
+
+#: cpu_manager_state files written (and damaged) by the kubelet's own v1.37.2 checkpoint code
+CKPT = Path(__file__).resolve().parents[1] / "fixtures/kubelet/checkpoints-v1.37.2"
+
+
+@pytest.mark.parametrize(
+    ("version", "fixture", "inner"),
+    [
+        # 1.37 reads V4's data and verifies its dataChecksum, and does not fall back
+        (
+            "v1.37.2",
+            "cpu-v4-bad-datachecksum.json",
+            "could not load v4 checkpoint: checkpoint is corrupted",
+        ),
+        (
+            "v1.37.2",
+            "cpu-v4-static-entries.json",
+            'configured policy "none" differs from state checkpoint policy "static"',
+        ),
+        # rolled back to 1.36: the inline V2 fields are read (the same policy refusal) ...
+        (
+            "v1.36.3",
+            "cpu-v4-static-entries.json",
+            'configured policy "none" differs from state checkpoint policy "static"',
+        ),
+        # ... and a V4 file whose data was edited but whose inline part still says static
+        (
+            "v1.36.3",
+            "cpu-v4-bad-datachecksum.json",
+            'configured policy "none" differs from state checkpoint policy "static"',
+        ),
+    ],
+)
+def test_a_v4_cpu_checkpoint_at_start_as_each_kubelet_reads_it(
+    tmp_path: Path, version: str, fixture: str, inner: str
+) -> None:
+    root = _node_root(tmp_path, {"cpuManagerPolicy": "none"}, version)
+    kdir = root / "var/lib/kubelet"
+    text = (CKPT / "read" / fixture).read_text()
+    (kdir / ck.CPU_STATE_FILE).write_text(text)
+    r = _run(root)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert (
+        f"could not restore state from checkpoint: {inner}, please drain this node and delete the "
+        'CPU manager checkpoint file "/var/lib/kubelet/cpu_manager_state" before restarting Kubelet'
+    ) in unquote(r.stderr)
+    # the refused file is left alone
+    assert (kdir / ck.CPU_STATE_FILE).read_text() == text

@@ -1,6 +1,7 @@
 """The simulated kubelet playing 1.37 against the lab's control plane: a kubeadm node comes up
-Ready reporting v1.37.2 and keeps memory_manager_state in the V3 layout, and a MicroK8s node
-seeded with the snap's default args (``--containerd``) does not start, in the kubelet's words.
+Ready reporting v1.37.2 and keeps memory_manager_state in the V3 layout and cpu_manager_state in
+V4, and a MicroK8s node seeded with the snap's default args (``--containerd``) does not start, in
+the kubelet's words.
 
 Runtime (2-core machine, warm lab binaries): about 15 s.
 """
@@ -21,7 +22,7 @@ from tests.lab.changekit import wait_for
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(180)]
 
 
-def test_a_137_sim_node_runs_with_the_137_memory_checkpoint(lab: Lab) -> None:
+def test_a_137_sim_node_runs_with_the_137_checkpoints(lab: Lab) -> None:
     names = ["sv137-kubeadm"]
     lab.machines.add_nodes(names, ["kubeadm"], kubelet="sim", kubelet_version="1.37", timeout=60)
     try:
@@ -34,6 +35,15 @@ def test_a_137_sim_node_runs_with_the_137_memory_checkpoint(lab: Lab) -> None:
         doc: dict[str, Any] = json.loads(text)
         assert ck.data_checksum(doc["data"]) == doc["dataChecksum"]
         assert mck.parse_memory(text).version == 3
+        # and cpu_manager_state as V4 (kubernetes#139102), its inline part a V2 file for 1.36
+        text = (
+            lab.machines.node_root(names[0]) / "var/lib/kubelet" / ck.CPU_STATE_FILE
+        ).read_text()
+        doc = json.loads(text)
+        assert ck.data_checksum(doc["data"]) == doc["dataChecksum"]
+        cp = ck.parse_cpu(text)
+        assert cp.version == 4 and cp.checksum == doc["checksum"] == cp.computed_checksum()
+        assert ck.parse_cpu(text, kubelet_minor=36).policy_name == cp.policy_name
     finally:
         lab.machines.remove_nodes(names)
 

@@ -360,3 +360,181 @@ def test_memory_v3_render_is_the_kubelets_bytes_and_readable_by_older_kubelets()
         json.loads(mck.render_memory_v3(mck.memory_checkpoint("None", many)))["machineState"]
     )
     assert keys == sorted(str(n) for n in range(11))
+
+
+# --------------------------------------------- 1.37: CPU manager V4, against the kubelet's code
+#: written and read by the kubelet's own checkpoint code (tools/gen-checkpoint-vectors.sh)
+K8S = FIXTURES / "checkpoints-v1.37.2"
+GATES = {"PodLevelResourceManagers": True, "InPlacePodVerticalScalingExclusiveCPUs": True}
+
+
+def _kubelet_reads() -> list[tuple[int, str, str, dict[str, bool], dict[str, object]]]:
+    out = []
+    for tag, minor in (("k137", 37), ("k136", 36)):
+        for cfg, policy, gates in (
+            ("static", "static", {}),
+            ("none", "none", {}),
+            ("static-gated", "static", GATES),
+        ):
+            for line in (K8S / f"{tag}-cpu-{cfg}.jsonl").read_text().splitlines():
+                out.append((minor, cfg, policy, gates, json.loads(line)))
+    return out
+
+
+def _restored(
+    text: str, minor: int, policy: str, gates: dict[str, bool], name: str
+) -> dict[str, object]:
+    """What NewCheckpointState of that kubelet returns for the file, in the harness's shape."""
+    path = "STATEDIR/cpu_manager_state"
+    got: dict[str, object] = {"file": name}
+    try:
+        cp = ck.parse_cpu(text, kubelet_minor=minor, gates=gates)
+    except ck.CheckpointError as e:
+        got["error"] = ck.CPU_RESTORE_ERROR.format(err=str(e), path=path)
+        return got
+    err = ck.cpu_start_error(path, policy, cp, all_cpus=(), reserved=(), kubelet_minor=minor)
+    if err is not None and err.startswith("could not restore"):  # restoreState's own checks
+        got["error"] = err
+        return got
+    got.update(policyName=policy, defaultCpuSet=cp.default_cpu_set)
+    if cp.entries:
+        got["entries"] = cp.entries
+    if gates.get("PodLevelResourceManagers") and cp.pod_entries:
+        got["podEntries"] = cp.pod_entries
+    # 1.37's restoreState takes the entries as baselines when the file has none
+    ippvs = minor >= 37 and gates.get("InPlacePodVerticalScalingExclusiveCPUs")
+    if ippvs and (cp.baselines or cp.entries):
+        got["baselines"] = cp.baselines or cp.entries
+    return got
+
+
+@pytest.mark.parametrize(
+    ("minor", "cfg", "policy", "gates", "want"),
+    _kubelet_reads(),
+    ids=lambda v: None if isinstance(v, (dict, int)) else str(v),
+)
+def test_cpu_file_is_read_as_the_kubelets_own_code_reads_it(
+    minor: int, cfg: str, policy: str, gates: dict[str, bool], want: dict[str, object]
+) -> None:
+    # every V1..V4 file, whole or damaged, read by the 1.37.2 and the 1.36.3 checkpoint code:
+    # the same record or the same error, word for word
+    name = str(want["file"])
+    text = (K8S / "read" / name).read_text()
+    assert _restored(text, minor, policy, gates, name) == want
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (K8S / "write").glob("cpu-*.json")))
+def test_cpu_render_is_the_kubelets_bytes(name: str) -> None:
+    text = (K8S / "write" / name).read_text()
+    cp = ck.parse_cpu(text, gates={"PodLevelResourceManagers": True})
+    again = ck.cpu_checkpoint(
+        cp.policy_name,
+        ck.cpuset.parse(cp.default_cpu_set),
+        cp.entries,
+        version=cp.version,
+        pod_entries=cp.pod_entries,
+        baselines=cp.baselines,
+    )
+    if cp.version == 3:  # the V3 struct (1.36 with PodLevelResourceManagers): its checksum
+        assert again.checksum == cp.checksum == json.loads(text)["checksum"]
+    else:
+        assert (ck.render_cpu_v4 if cp.version == 4 else ck.render_cpu)(again) == text
+
+
+def test_v4_layout_fields_and_checksums() -> None:
+    text = (K8S / "write" / "cpu-v4-static-gated.json").read_text()
+    doc = json.loads(text)
+    assert list(doc) == [
+        "policyName",
+        "defaultCpuSet",
+        "entries",
+        "checksum",
+        "data",
+        "dataChecksum",
+    ]
+    cp = ck.parse_cpu(text)
+    assert (cp.version, cp.policy_name, cp.default_cpu_set) == (4, "static", "0-1,6-7")
+    assert cp.entries == {"uid-1": {"app": "2-3"}}
+    assert cp.pod_entries == {"uid-2": "4-5"}
+    assert cp.baselines == {"uid-1": {"app": "2"}}
+    # the inline part is a V2 file of the same fields (what a 1.36 kubelet checks) ...
+    v2 = ck.cpu_checkpoint("static", ck.cpuset.parse("0-1,6-7"), {"uid-1": {"app": "2-3"}})
+    assert doc["checksum"] == v2.checksum == cp.checksum
+    # ... and dataChecksum is checksum.New(data)
+    assert doc["dataChecksum"] == ck.data_checksum(doc["data"])
+    # 1.37 does not check the inline checksum, 1.36 reads nothing else
+    stale = json.dumps({**doc, "checksum": 1234})
+    assert ck.parse_cpu(stale).entries == cp.entries
+    with pytest.raises(ck.CheckpointError) as e:
+        ck.parse_cpu(stale, kubelet_minor=36)
+    assert str(e.value) == (
+        "json: cannot unmarshal object into Go struct field CPUManagerCheckpointV1.entries of "
+        "type string"
+    )
+    old = ck.parse_cpu(text, kubelet_minor=36)
+    assert (old.version, old.entries, old.pod_entries, old.baselines) == (2, cp.entries, {}, {})
+
+
+def test_a_rollback_to_1_36_reads_the_inline_fields_and_loses_pod_entries() -> None:
+    # the downgrade path: 1.36 starts on a 1.37 file with the same policy, pool and container
+    # CPUs; the pod-level CPUs (podEntries) and baselines of data are not read, with or without
+    # the PodLevelResourceManagers gate; the start checks see what 1.37 saw
+    text = (K8S / "write" / "cpu-v4-static-gated.json").read_text()
+    new = ck.parse_cpu(text, gates=GATES)
+    for gates in ({}, GATES):
+        old = ck.parse_cpu(text, kubelet_minor=36, gates=gates)
+        assert (old.policy_name, old.default_cpu_set, old.entries) == (
+            new.policy_name,
+            new.default_cpu_set,
+            new.entries,
+        )
+        assert old.pod_entries == {}
+        args = {"all_cpus": range(8), "reserved": {0, 1}}
+        assert ck.cpu_start_error(CPU_PATH, "none", old, kubelet_minor=36, **args) == (
+            ck.cpu_start_error(CPU_PATH, "none", new, **args)
+        )
+
+
+def test_the_default_cpu_set_parse_error_changed_case_in_1_37() -> None:
+    cp = ck.CPUCheckpoint("static", "0-x")
+    args = {"all_cpus": range(8), "reserved": ()}
+    assert 'could not parse default CPU set "0-x": strconv.Atoi' in str(
+        ck.cpu_start_error(CPU_PATH, "static", cp, **args)
+    )
+    assert 'could not parse default cpu set "0-x": strconv.Atoi' in str(
+        ck.cpu_start_error(CPU_PATH, "static", cp, kubelet_minor=36, **args)
+    )
+
+
+def test_cpu_layout_by_kubelet_version() -> None:
+    assert [ck.cpu_layout_for(m) for m in (34, 35, 36, 37, None)] == [2, 2, 2, 4, 4]
+
+
+@pytest.mark.parametrize("tag", ["k137", "k136"])
+def test_memory_v3_from_the_kubelets_code(tag: str) -> None:
+    # the 1.37.2 memory manager's own V3 bytes: rendered byte for byte, and read by 1.37.2 (data)
+    # and by 1.36.3 (inline V1 fields) to the same state
+    for line in (K8S / f"{tag}-memory-static.jsonl").read_text().splitlines():
+        want = json.loads(line)
+        text = (K8S / "read" / want["file"]).read_text()
+        cp = mck.parse_memory(text, reads_v3=tag == "k137")
+        assert cp.version == (3 if tag == "k137" else 2)
+        again = mck.memory_checkpoint(cp.policy_name, cp.machine_state, cp.entries)
+        assert mck.render_memory_v3(again) == (K8S / "write" / want["file"]).read_text()
+        err = mck.memory_start_error(
+            "STATEDIR/memory_manager_state", "Static", cp, cp.machine_state
+        )
+        if "error" in want:
+            assert err == want["error"]
+            continue
+        assert err is None
+        ms = want["machineState"]
+        assert {str(n): s.number_of_assignments for n, s in cp.machine_state.items()} == {
+            n: s["numberOfAssignments"] for n, s in ms.items()
+        }
+        assert {
+            p: {c: [b.size for b in bl] for c, bl in ctrs.items()} for p, ctrs in cp.entries.items()
+        } == {
+            p: {c: [b["size"] for b in bl] for c, bl in ctrs.items()}
+            for p, ctrs in want["memEntries"].items()
+        }

@@ -124,6 +124,12 @@ class ManagerState:
         self.state_dir = state_dir
         #: the 1.37 kubelet writes and reads memory_manager_state in the V3 layout (#139626)
         self.memory_v3 = (kubelet_minor or 0) >= 37
+        #: the minor whose CPU checkpoint code this kubelet plays (unset: 1.36, as for memory):
+        #: 1.37 reads V4 (data) first and writes V4 (#139102), 1.36 reads the V2 fields and
+        #: writes V2, both as the kubelet's own code (tests/fixtures/kubelet/checkpoints-v1.37.2)
+        self.cpu_minor = kubelet_minor if (kubelet_minor or 0) >= 37 else 36
+        gates = config.get("featureGates")
+        self.gates: dict[str, Any] = dict(gates) if isinstance(gates, Mapping) else {}
         self.node_root_dir = root_dir
         self.policy = adm.Policy(
             cpu=str(config.get("cpuManagerPolicy") or "none"),
@@ -165,7 +171,9 @@ class ManagerState:
         m = self.machine
         if path.exists():
             try:
-                state = ck.parse_cpu(path.read_text())
+                state = ck.parse_cpu(
+                    path.read_text(), kubelet_minor=self.cpu_minor, gates=self.gates
+                )
             except (OSError, ck.CheckpointError) as e:
                 err = ck.CPU_RESTORE_ERROR.format(err=str(e), path=node_path)
                 self._fail(
@@ -183,6 +191,7 @@ class ManagerState:
                 all_cpus=m.all_cpus,
                 reserved=m.reserved_cpus,
                 strict=self.strict,
+                kubelet_minor=self.cpu_minor,
             )
             if err2 is not None:
                 if err2.startswith("could not restore"):
@@ -316,10 +325,19 @@ class ManagerState:
         if self.policy.cpu == "static":
             held = frozenset().union(*(a.all_cpus() for a in self.allocations.values()))
             pool = m.all_cpus - held - (m.reserved_cpus if self.strict else frozenset())
-            cp = ck.cpu_checkpoint("static", pool, entries)
         else:
-            cp = ck.cpu_checkpoint(self.policy.cpu, (), {})
-        self._atomic(self.state_dir / ck.CPU_STATE_FILE, ck.render_cpu(cp))
+            pool, entries = frozenset(), {}
+        if ck.cpu_layout_for(self.cpu_minor) == 4:
+            # with InPlacePodVerticalScalingExclusiveCPUs the 1.37 kubelet keeps each container's
+            # admission-time CPUs as its baseline (no resize happens here: the same CPUs)
+            ippvs = self.gates.get("InPlacePodVerticalScalingExclusiveCPUs") is True
+            cp = ck.cpu_checkpoint(
+                self.policy.cpu, pool, entries, version=4, baselines=entries if ippvs else None
+            )
+            text = ck.render_cpu_v4(cp)
+        else:
+            text = ck.render_cpu(ck.cpu_checkpoint(self.policy.cpu, pool, entries))
+        self._atomic(self.state_dir / ck.CPU_STATE_FILE, text)
 
     def _write_memory(self) -> None:
         if self.policy.memory != "Static":
