@@ -346,3 +346,50 @@ def test_a_pod_that_fits_the_node_but_no_numa_node_runs_once_the_fragment_is_fre
     assert code == 200, body
     _wait_ready(lab, namespace, "frag", 1, 90, "frag running once hold-b is gone")
     print(f"NUMA fragment rejected, freed, running: {time.monotonic() - started:.1f}s")
+
+
+@pytest.mark.timeout(240)
+def test_a_pod_rejected_while_the_plugin_is_away_in_the_soak_fails_the_canary_and_runs_again(
+    lab: Lab, lab_nodes: Any, namespace: str, tmp_path: Path
+) -> None:
+    """The plugin away long enough for an admission (``plugin-stop``, then ``plugin-start``: the
+    restart in two steps; ``plugin-restart`` is away too briefly to hit): a pod bound then is
+    rejected, the gate counts it and rolls the canary back (fail closed: the gate cannot tell a
+    plugin's absence from the change's doing), and the ReplicaSet's next pod runs once the GPUs
+    are back: the recovery record says so."""
+    started = time.monotonic()
+    node = _node(lab_nodes)
+    inv = _inventory(lab, node, tmp_path / "inv.ini")
+    plan = _gate_plan(tmp_path / "plan.yaml", [node], soak="15s", probes=True, minAdmissions=2)
+    state = tmp_path / "state"
+    env = ck.env(lab, state)
+    before = ck.snapshot(lab, node)
+
+    def plugin_away() -> None:
+        _fault(lab, env, "plugin-stop", node)
+        _deployment(lab, namespace, "bound", node, 1, bound=True)
+        rejected = _wait_pods(
+            lab,
+            namespace,
+            "bound",
+            lambda ps: _rejected(ps, UAE),
+            60,
+            f"a bound pod rejected with {UAE}",
+        )
+        assert {p["status"].get("message") for p in rejected} == {NO_HEALTHY}, _seen(rejected)
+        _fault(lab, env, "plugin-start", node)
+
+    r = _apply_then(lab, plan, inv, state, node, plugin_away)
+    assert r.returncode == 5, (r.returncode, r.stderr[-3000:])
+    out = json.loads(r.stdout)
+    assert out["outcome"] == "rolled-back" and out["cause"] == "gate-failed", out
+    assert {n["node"]: n["state"] for n in out["nodes"]} == {node: "restored"}
+    (verdict,) = _records(state, "verdict")
+    assert verdict.data["outcome"] == "Failed" and UAE in verdict.data["reason"], verdict.data
+    (recovery,) = _records(state, "recovery")
+    (owner,) = recovery.data["running"]
+    assert owner.startswith(f"ReplicaSet/{namespace}/bound-") and not recovery.data["notRunning"]
+    assert f"Running again after the rollback: {owner}" in out["message"]
+    assert ck.snapshot(lab, node) == before  # byte for byte
+    _wait_ready(lab, namespace, "bound", 1, 30, "bound at its 1 replica")
+    print(f"plugin away in the soak, rolled back, running again: {time.monotonic() - started:.1f}s")
