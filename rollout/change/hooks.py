@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from rollout.change.journal import Journal
+from rollout.change.planning import DrainPolicy
 
 
 class EvidenceHooks(Protocol):
@@ -20,7 +21,14 @@ class EvidenceHooks(Protocol):
         """Journal what a collection showed (and say it)."""
         ...
 
-    def after_recreate(self, journal: Journal, nodes: list[str]) -> Any:
-        """Recreate a device probe on each of ``nodes`` and collect ``after-recreate`` while
-        it runs (what :meth:`record` takes); never raises."""
+    def after_recreate(
+        self,
+        journal: Journal,
+        nodes: list[str],
+        workloads: DrainPolicy | None = None,
+        probes: bool = True,
+    ) -> Any:
+        """Recreate the operator's workload pods of ``nodes`` (``workloads``: the drain's
+        policy, ``--recreate-workloads``), a device probe on each (``probes``) and collect
+        ``after-recreate`` (what :meth:`record` takes); never raises."""
         ...
