@@ -19,12 +19,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rollout.change.hooks import EvidenceHooks
+from rollout.change.hooks import EvidenceHooks, recreate_evidence
 from rollout.change.journal import EVIDENCE_STEP, Journal, Kind
 from rollout.change.options import ApplyOptions
 from rollout.change.outcomes import ended_exit
 from rollout.change.plan import Plan
-from rollout.change.planning import DrainOverrides, DrainPolicy
+from rollout.change.planning import DrainOverrides
 from rollout.change.progress import Progress
 from rollout.change.replaying import ChangeStatus
 from rollout.change.windows import Decision
@@ -359,28 +359,12 @@ def run_apply(
                 evidence.record(
                     journal, "after", applied, evidence.collect(journal, "after", applied)
                 )
-            recreate_evidence(evidence, journal, opts, applied, drain)
+            recreate_evidence(
+                evidence,
+                journal,
+                applied,
+                probes=opts.recreate_probes,
+                workloads=drain if opts.recreate_workloads else None,
+            )
             status = replay(journal.entries(), journal.change_id)  # with its evidence
     return AppliedChange(status, gate, journal)
-
-
-def recreate_evidence(
-    evidence: EvidenceHooks,
-    journal: Journal,
-    opts: ApplyOptions,
-    applied: list[str],
-    drain: DrainPolicy,
-) -> None:
-    """The ``after-recreate`` evidence of the ``applied`` nodes, when the operator asked for
-    it: ``--recreate-probes`` (the tool's own probe pods) and ``--recreate-workloads`` (the
-    operator's pods, evicted under ``drain``'s policy). Without either flag nothing is
-    recreated and nothing collected (``tests/unit/test_recreate_workloads.py``)."""
-    if not applied or not (opts.recreate_probes or opts.recreate_workloads):
-        return
-    recreated = evidence.after_recreate(
-        journal,
-        applied,
-        workloads=drain if opts.recreate_workloads else None,
-        probes=opts.recreate_probes,
-    )
-    evidence.record(journal, "after-recreate", applied, recreated)

@@ -72,6 +72,8 @@ class PromoteOptions(ChangeOptions):
         force: the reason a refusal is overridden (None: it stands).
         force_window: the reason the promotion runs outside the windows.
         overrides: what the drains may lose.
+        recreate_workloads: once the promoted nodes are applied, recreate their controllers'
+            GPU and Guaranteed pods and collect ``after-recreate`` (as ``apply``'s).
     """
 
     plan_path: str | None = None
@@ -80,3 +82,4 @@ class PromoteOptions(ChangeOptions):
     force: str | None = None
     force_window: str | None = None
     overrides: DrainOverrides = field(default_factory=DrainOverrides)
+    recreate_workloads: bool = False

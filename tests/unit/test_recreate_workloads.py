@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from rollout.change.hooks import recreate_evidence
 from rollout.change.journal import Journal, Kind
-from rollout.change.launching import recreate_evidence
-from rollout.change.options import ApplyOptions
 from rollout.change.planning import DrainPolicy
 from rollout.cli import cli
 from rollout.errors import EvictionBlockedError, ExternalError
@@ -296,22 +295,22 @@ class FakeHooks:
 
 
 @pytest.mark.parametrize(
-    ("opts", "called"),
+    ("probes", "workloads", "called"),
     [
-        (ApplyOptions(), []),
-        (ApplyOptions(recreate_probes=True), [("after_recreate", (None, True))]),
-        (
-            ApplyOptions(recreate_workloads=True),
-            [("after_recreate", (DrainPolicy(timeout_s=7), False))],
-        ),
+        (False, None, []),
+        (True, None, [("after_recreate", (None, True))]),
+        (False, DrainPolicy(timeout_s=7), [("after_recreate", (DrainPolicy(timeout_s=7), False))]),
     ],
 )
 def test_without_the_flag_no_pod_is_recreated(
-    tmp_path: Path, opts: ApplyOptions, called: list[tuple[str, Any]]
+    tmp_path: Path,
+    probes: bool,
+    workloads: DrainPolicy | None,
+    called: list[tuple[str, Any]],
 ) -> None:
     hooks = FakeHooks()
     journal = Journal.create(tmp_path, "20260101T000000Z-aaaaaa")
-    recreate_evidence(hooks, journal, opts, ["n1"], DrainPolicy(timeout_s=7))
+    recreate_evidence(hooks, journal, ["n1"], probes=probes, workloads=workloads)
     assert hooks.calls == ([*called, ("record", "after-recreate")] if called else [])
 
 
@@ -330,3 +329,20 @@ def test_recreate_workloads_with_no_evidence_is_refused_before_any_io(
     assert r.exit_code == 2, r.output
     assert "--recreate-workloads collects the after-recreate evidence" in r.output
     assert not (tmp_path / "state").exists()
+
+
+def test_promote_refuses_recreate_workloads_with_no_evidence_before_any_io(tmp_path: Path) -> None:
+    r = CliRunner().invoke(
+        cli,
+        [
+            "promote",
+            "--change",
+            "20260101T000000Z-aaaaaa",
+            "--kubeconfig",
+            str(tmp_path / "absent"),  # never read: the refusal comes first
+            "--recreate-workloads",
+            "--no-evidence",
+        ],
+    )
+    assert r.exit_code == 2, r.output
+    assert "field '--recreate-workloads'" in r.output, r.output
