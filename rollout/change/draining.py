@@ -10,7 +10,7 @@ asked. DaemonSet pods and static pods' mirrors are left alone, like ``--ignore-d
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rollout.change.planning import DrainPolicy, backoff_delay, evictable
@@ -46,7 +46,25 @@ def drain(
         EvictionBlockedError: the timeout passed; the message names each blocking pod, the API
             server's reason and the PodDisruptionBudgets selecting it.
     """
-    pods = evictable(cluster.pods_on_node(node))
+    return evict_pods(cluster, node, evictable(cluster.pods_on_node(node)), policy, clock, on_event)
+
+
+def evict_pods(
+    cluster: Cluster,
+    node: str,
+    pods: Sequence[PodRef],
+    policy: DrainPolicy,
+    clock: Clock,
+    on_event: Callable[[str], None] = lambda _m: None,
+    what: str = "drain",
+) -> DrainReport:
+    """Evict ``pods`` (of ``node``) and wait until they are gone: the drain's loop, also what
+    ``apply --recreate-workloads`` evicts one controller's pods with
+    (:mod:`rollout.evidence.workloads`). ``what`` names the operation in the timeout's message.
+
+    Raises:
+        EvictionBlockedError: as :func:`drain`.
+    """
     start = clock.monotonic()
     deadline = start + policy.timeout_s
     pending: dict[str, PodRef] = {p.key: p for p in pods}
@@ -89,7 +107,7 @@ def drain(
         now = clock.monotonic()
         if now >= deadline:
             raise EvictionBlockedError(
-                _blocked_message(cluster, node, policy, pending, waiting, refused)
+                _blocked_message(cluster, node, policy, pending, waiting, refused, what)
             )
         wake = min([next_try[k] for k in pending] + [now + poll])
         poll = min(poll * 2, _POLL_S)
@@ -104,6 +122,7 @@ def _blocked_message(
     pending: dict[str, PodRef],
     waiting: dict[str, PodRef],
     refused: dict[str, str],
+    what: str = "drain",
 ) -> str:
     parts = []
     for key, pod in sorted(pending.items()):
@@ -113,4 +132,4 @@ def _blocked_message(
         parts.append(f"pod {key} (blocked by {by}: {why})")
     for key in sorted(waiting):
         parts.append(f"pod {key} (evicted but still terminating)")
-    return f"drain of node {node} timed out after {policy.timeout_s:g}s; " + "; ".join(parts)
+    return f"{what} of node {node} timed out after {policy.timeout_s:g}s; " + "; ".join(parts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from rollout.change.journal import Journal
+from rollout.change.planning import DrainPolicy
 
 
 class EvidenceHooks(Protocol):
@@ -20,7 +21,33 @@ class EvidenceHooks(Protocol):
         """Journal what a collection showed (and say it)."""
         ...
 
-    def after_recreate(self, journal: Journal, nodes: list[str]) -> Any:
-        """Recreate a device probe on each of ``nodes`` and collect ``after-recreate`` while
-        it runs (what :meth:`record` takes); never raises."""
+    def after_recreate(
+        self,
+        journal: Journal,
+        nodes: list[str],
+        workloads: DrainPolicy | None = None,
+        probes: bool = True,
+    ) -> Any:
+        """Recreate the operator's workload pods of ``nodes`` (``workloads``: the drain's
+        policy, ``--recreate-workloads``), a device probe on each (``probes``) and collect
+        ``after-recreate`` (what :meth:`record` takes); never raises."""
         ...
+
+
+def recreate_evidence(
+    evidence: EvidenceHooks,
+    journal: Journal,
+    applied: list[str],
+    *,
+    probes: bool,
+    workloads: DrainPolicy | None,
+) -> None:
+    """The ``after-recreate`` evidence of the ``applied`` nodes, when the operator asked for
+    it: ``probes`` (``--recreate-probes``, the tool's own probe pods) and ``workloads``
+    (``--recreate-workloads``: the operator's pods, evicted under the drain's policy). Without
+    either nothing is recreated and nothing collected
+    (``tests/unit/test_recreate_workloads.py::test_without_the_flag_no_pod_is_recreated``)."""
+    if not applied or not (probes or workloads is not None):
+        return
+    recreated = evidence.after_recreate(journal, applied, workloads=workloads, probes=probes)
+    evidence.record(journal, "after-recreate", applied, recreated)

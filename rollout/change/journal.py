@@ -59,6 +59,8 @@ class Kind(StrEnum):
     RECOVERY = "recovery"  # after an automatic rollback: which rejected owners run again
     REQUEST = "request"  # a rollback handed to the change's owner (the Lease holder)
     EVIDENCE = "evidence"  # an evidence collection: label, nodes, file, each check's result
+    RECREATE = "recreate"  # apply --recreate-workloads: one controller's pods on a node, then
+    # done with their replacements (and the nodes they run on) or failed with why
     BENCH = "bench"  # rollout bench on a node: both bindings' numbers per GPU model, or the error
     DRAIN_OVERRIDES = "drain-overrides"  # drain flags given (what the drains may lose)
     PREFLIGHT_FORCED = "preflight-forced"  # device refusals overridden: reason, refusals

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rollout.change.hooks import EvidenceHooks
+from rollout.change.hooks import EvidenceHooks, recreate_evidence
 from rollout.change.journal import EVIDENCE_STEP, Journal, Kind
 from rollout.change.options import ApplyOptions
 from rollout.change.outcomes import ended_exit
@@ -359,8 +359,12 @@ def run_apply(
                 evidence.record(
                     journal, "after", applied, evidence.collect(journal, "after", applied)
                 )
-            if applied and opts.recreate_probes:
-                recreated = evidence.after_recreate(journal, applied)
-                evidence.record(journal, "after-recreate", applied, recreated)
+            recreate_evidence(
+                evidence,
+                journal,
+                applied,
+                probes=opts.recreate_probes,
+                workloads=drain if opts.recreate_workloads else None,
+            )
             status = replay(journal.entries(), journal.change_id)  # with its evidence
     return AppliedChange(status, gate, journal)

@@ -44,6 +44,9 @@ class ApplyOptions(ChangeOptions):
             ``gate.requireEvidence``; :class:`rollout.change.launching.EvidenceGate`).
         recreate_probes: once the nodes are applied, collect ``after-recreate`` around a device
             probe recreated on each (:mod:`rollout.evidence.recreating`).
+        recreate_workloads: once the nodes are applied, evict their controllers' GPU and
+            Guaranteed pods one controller at a time, wait for the replacements and collect
+            ``after-recreate`` (:mod:`rollout.evidence.workloads`; the operator's consent).
     """
 
     canary: bool = False
@@ -55,6 +58,7 @@ class ApplyOptions(ChangeOptions):
     disable_eviction: bool = False
     require_evidence: bool = False
     recreate_probes: bool = False
+    recreate_workloads: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +72,8 @@ class PromoteOptions(ChangeOptions):
         force: the reason a refusal is overridden (None: it stands).
         force_window: the reason the promotion runs outside the windows.
         overrides: what the drains may lose.
+        recreate_workloads: once the promoted nodes are applied, recreate their controllers'
+            GPU and Guaranteed pods and collect ``after-recreate`` (as ``apply``'s).
     """
 
     plan_path: str | None = None
@@ -76,3 +82,4 @@ class PromoteOptions(ChangeOptions):
     force: str | None = None
     force_window: str | None = None
     overrides: DrainOverrides = field(default_factory=DrainOverrides)
+    recreate_workloads: bool = False

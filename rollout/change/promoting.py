@@ -216,6 +216,7 @@ def run_promotion(
     Raises:
         LockHeldError: another process took the Lease.
     """
+    from rollout.change.hooks import recreate_evidence
     from rollout.change.orchestrator import ROLLBACK_INFO, continue_change
     from rollout.change.outcomes import ended_exit
     from rollout.change.previewing import predicted_rejections
@@ -293,5 +294,7 @@ def run_promotion(
                 evidence.record(
                     journal, "after", applied, evidence.collect(journal, "after", applied)
                 )
+            workloads = prepared.strategy.drain if promo.options.recreate_workloads else None
+            recreate_evidence(evidence, journal, applied, probes=False, workloads=workloads)
             status = replay(journal.entries(), journal.change_id)  # with its evidence
         return status

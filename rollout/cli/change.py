@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -44,6 +45,7 @@ from .record import optional_api
 
 if TYPE_CHECKING:
     from rollout.change.inventory import Inventory
+    from rollout.evidence.workloads import Selection
     from rollout.gate.analysis import Predicted
 
 __all__ = ["COMMANDS"]
@@ -91,7 +93,16 @@ __all__ = ["COMMANDS"]
     is_flag=True,
     help="Once the nodes are applied, run a device probe pod (one nvidia.com/gpu, the tool's "
     "own, in rollout-probes) on each, delete it, run it again and collect the after-recreate "
-    "evidence while it runs. User pods are never recreated.",
+    "evidence while it runs. User pods are recreated only with --recreate-workloads.",
+)
+@click.option(
+    "--recreate-workloads",
+    is_flag=True,
+    help="Once the nodes are applied and their after evidence taken, evict each node's GPU and "
+    "Guaranteed pods that a controller owns (not bare pods, not DaemonSet pods), one controller "
+    "at a time through the Eviction API (PodDisruptionBudgets respected, the drain timeout), "
+    "wait for the replacements to run and collect the after-recreate evidence. Journaled. "
+    "Without it no pod of yours is recreated.",
 )
 @drain_options
 @lock_ns_option
@@ -112,6 +123,7 @@ def apply_cmd(
     force: str | None,
     no_evidence: bool,
     recreate_probes: bool,
+    recreate_workloads: bool,
     delete_unmanaged: bool,
     delete_emptydir_data: bool,
     capacity_warn_only: bool,
@@ -137,9 +149,11 @@ def apply_cmd(
       rollout apply --yes --forks 20
       rollout apply --canary --yes --force "GPU-3 is being replaced, 7 of 8 is expected"
       rollout apply --canary --yes --force-delete-unmanaged --delete-emptydir-data
+      rollout apply --canary --yes --recreate-workloads
     """
     from rollout.change.launching import prepare_apply, run_apply
     from rollout.evidence.collecting import ChangeEvidence
+    from rollout.evidence.workloads import describe_selection
     from rollout.kube.client import connect
 
     if not plan_path:
@@ -154,6 +168,12 @@ def apply_cmd(
         raise InputError(
             "--recreate-probes collects evidence; --no-evidence contradicts it",
             Location(field="--recreate-probes"),
+        )
+    if recreate_workloads and no_evidence:
+        raise InputError(
+            "--recreate-workloads collects the after-recreate evidence; --no-evidence "
+            "contradicts it",
+            Location(field="--recreate-workloads"),
         )
     if require_evidence and no_evidence:
         raise InputError(
@@ -175,6 +195,7 @@ def apply_cmd(
         disable_eviction=disable_eviction,
         require_evidence=require_evidence,
         recreate_probes=recreate_probes,
+        recreate_workloads=recreate_workloads,
         lock_namespace=lock_namespace,
         verify_timeout=verify_timeout,
         forks=forks,
@@ -190,8 +211,18 @@ def apply_cmd(
     for w in prepared.warnings:
         echo_err(f"warning: {w}")
     if dry_run:
+        recreating = _recreate_preview(ready.api, ready.nodes) if recreate_workloads else {}
         if output == "json":
-            click.echo(json.dumps(prepared.to_dict(), indent=2))
+            doc = prepared.to_dict()
+            if recreate_workloads:
+                doc["recreateWorkloads"] = {
+                    n: {
+                        "owners": {o: [_pod_key(p) for p in ps] for o, ps in sel.owners.items()},
+                        "left": dict(sel.left),
+                    }
+                    for n, sel in recreating.items()
+                }
+            click.echo(json.dumps(doc, indent=2))
             return
         for i, b in enumerate(prepared.batches, 1):
             click.echo(f"batch {i}{' (canary)' if b.canary else ''}: {', '.join(b.nodes)}")
@@ -202,6 +233,13 @@ def apply_cmd(
             if c.checkpoint_reset:
                 click.echo(f"  checkpoint files removed: {', '.join(c.checkpoint_reset)}")
             click.echo(prepared.diffs.get(n, "") or "  (no file changes)", nl=False)
+            if n in recreating:
+                click.echo(
+                    "\n  --recreate-workloads, once applied: the GPU and Guaranteed pods of a "
+                    "controller on it then; on it now:"
+                )
+                for line in describe_selection(n, recreating[n]):
+                    click.echo(line)
         click.echo("\nadmission preview:")
         click.echo(render_text(prepared.previews), nl=False)
         return
@@ -229,6 +267,19 @@ def apply_cmd(
     if verdict is not None and verdict.holds:  # Inconclusive / Error: held, say what it waits for
         echo_err(f"gate {verdict.status}: holding: waiting for {verdict.waiting_for}")
         sys.exit(GATE_HOLDS_EXIT)
+
+
+def _recreate_preview(api: Any, nodes: list[str]) -> dict[str, Selection]:
+    """What ``--recreate-workloads`` would recreate on each node, from its pods now."""
+    from rollout.evidence.workloads import KubeWorkloadPods, select
+
+    pods = KubeWorkloadPods(api)
+    return {n: select(pods.on_node(n)) for n in nodes}
+
+
+def _pod_key(p: Mapping[str, Any]) -> str:
+    meta = p.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
 @click.command("status")

@@ -24,6 +24,7 @@ from rollout.cli.wiring import (
     progress_option,
     verify_timeout_option,
 )
+from rollout.errors import InputError, Location
 from rollout.gate.assembly import gate_for
 from rollout.protocols import Gate
 
@@ -59,6 +60,14 @@ if TYPE_CHECKING:
     help="Do not collect the promoted nodes' before/after evidence (evidence.json beside the "
     "journal, beside the canary's).",
 )
+@click.option(
+    "--recreate-workloads",
+    is_flag=True,
+    help="Once the promoted nodes are applied and their after evidence taken, recreate their "
+    "GPU and Guaranteed pods of a controller one controller at a time and collect the "
+    "after-recreate evidence, as apply --recreate-workloads does. Journaled. Without it no pod "
+    "of yours is recreated.",
+)
 @drain_options
 @lock_ns_option
 @verify_timeout_option
@@ -75,6 +84,7 @@ def promote_cmd(
     force: str | None,
     force_window: str | None,
     no_evidence: bool,
+    recreate_workloads: bool,
     delete_unmanaged: bool,
     delete_emptydir_data: bool,
     capacity_warn_only: bool,
@@ -106,6 +116,12 @@ def promote_cmd(
     from rollout.kube.client import connect
     from rollout.kube.leases import LeaseLock
 
+    if recreate_workloads and no_evidence:
+        raise InputError(
+            "--recreate-workloads collects the after-recreate evidence; --no-evidence "
+            "contradicts it",
+            Location(field="--recreate-workloads"),
+        )
     api = connect(kubeconfig, context)
     journal = existing_journal(change, api, lock_namespace, echo_err)
     lock = LeaseLock(api, lock_namespace)
@@ -119,6 +135,7 @@ def promote_cmd(
         lock_namespace=lock_namespace,
         verify_timeout=verify_timeout,
         forks=forks,
+        recreate_workloads=recreate_workloads,
     )
     promo = prepare_promotion(api, journal, lock, opts)
     for w in promo.prepared.warnings:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rollout.change.journal import EVIDENCE_STEP, Journal
+from rollout.change.planning import DrainPolicy
 from rollout.change.promoting import check_failures
 from rollout.errors import InputError, Location
 from rollout.fanout import DEFAULT_FORKS, workers
@@ -211,14 +212,37 @@ class ChangeEvidence:
         except Exception as e:
             return None, str(e) or type(e).__name__
 
-    def after_recreate(self, journal: Journal, nodes: list[str]) -> tuple[Any, str | None]:
-        """``after-recreate``: one device probe per node that advertises the GPU resource, run,
-        deleted and run again (:mod:`rollout.evidence.recreating`), the collection taken while
-        the second runs; None and why when a probe was rejected or the collection failed."""
+    def after_recreate(
+        self,
+        journal: Journal,
+        nodes: list[str],
+        workloads: DrainPolicy | None = None,
+        probes: bool = True,
+    ) -> tuple[Any, str | None]:
+        """``after-recreate``: with ``workloads`` (``--recreate-workloads``, the drain's
+        policy), the operator's GPU and Guaranteed pods of ``nodes`` recreated first, one
+        controller at a time (:mod:`rollout.evidence.workloads`); with ``probes``
+        (``--recreate-probes``), one device probe per node that advertises the GPU resource,
+        run, deleted and run again (:mod:`rollout.evidence.recreating`), the collection taken
+        while the second runs. None and why when an eviction stayed blocked, a replacement or a
+        probe was rejected, or the collection failed."""
+        from rollout.change.session import SystemClock
         from rollout.evidence.recreating import RecreatedProbes
+        from rollout.evidence.workloads import KubeWorkloadPods, RecreatedWorkloads
+        from rollout.kube.cluster import KubeCluster
         from rollout.kube.nodes import node_info
 
         try:
+            if workloads is not None:
+                RecreatedWorkloads(
+                    KubeCluster(self.api),
+                    KubeWorkloadPods(self.api),
+                    workloads,
+                    SystemClock(),
+                    self.say,
+                ).run(journal, nodes)
+            if not probes:
+                return self.collect(journal, "after-recreate", nodes)
             with_gpus = [n for n in nodes if _count(node_info(self.api, n).allocatable.get(GPU))]
             if not with_gpus:
                 return None, f"no node of {', '.join(nodes)} advertises {GPU}: nothing to recreate"

@@ -78,15 +78,21 @@ def owner_runs(owner: str, pods: list[dict[str, Any]]) -> bool:
 
 def owner_running(api: Api, owner: str) -> bool:
     """Whether the controller ``owner`` (``Kind/namespace/name``) has a pod Running now."""
+    return owner_runs(owner, owner_pods(api, owner))
+
+
+def owner_pods(api: Api, owner: str) -> list[dict[str, Any]]:
+    """Every pod (JSON, any phase, on any node) whose controller is ``owner``
+    (``Kind/namespace/name``); none for a malformed name."""
     namespace = owner.split("/")[1] if owner.count("/") == 2 else ""
     if not namespace:
-        return False
+        return []
     listing = call(
         f"list pods of {owner}",
         api.core.list_pod_for_all_namespaces,
         field_selector=f"metadata.namespace={namespace}",
     )
-    return owner_runs(owner, listing.get("items") or [])
+    return [p for p in listing.get("items") or [] if owner_of(p.get("metadata") or {}) == owner]
 
 
 def rejected_owners_in(pods: list[dict[str, Any]], since: float) -> list[str]:
