@@ -13,9 +13,13 @@ unhealthy until it registers again, a fault of our own making; the drain leaves 
 static pods' mirrors (owned by the Node; the kubelet runs them from a file) and the tool's own
 probes.
 
-How: the controller's pods are evicted through the Eviction API with the drain's own loop
-(:func:`rollout.change.draining.evict_pods`: PodDisruptionBudgets respected, 429 retried with
-backoff, the drain timeout, the blocking budgets named), then its replacements (pods of the
+How: first the pods the change's own drain evicted from the node are waited for (no pod
+Pending in their namespaces, at most the replacement timeout): they come back only once the node
+is uncordoned, and reading the node before they run would find nothing to recreate
+(:meth:`RecreatedWorkloads._settle`). Then the controller's pods are evicted through the
+Eviction API with the drain's own loop (:func:`rollout.change.draining.evict_pods`:
+PodDisruptionBudgets respected, 429 retried with backoff, the drain timeout, the blocking
+budgets named), then its replacements (pods of the
 same controller whose uid did not exist before) must be Running (admitted by a kubelet) within
 the timeout; a replacement the kubelet rejects (phase Failed: ``TopologyAffinityError``,
 ``UnexpectedAdmissionError``) fails it with the kubelet's reason and message. The scheduler
@@ -113,6 +117,10 @@ class WorkloadPods(Protocol):
         """Every pod of the controller ``owner`` (JSON, any phase, any node)."""
         ...
 
+    def pending(self, namespace: str) -> list[dict[str, Any]]:
+        """Every pod of ``namespace`` in phase Pending (JSON, bound to a node or not)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Recreated:
@@ -157,6 +165,7 @@ class RecreatedWorkloads:
         """
         done: list[Recreated] = []
         for node in nodes:
+            self._settle(journal, node)
             sel = select(self.pods.on_node(node))
             for key, why in sorted(sel.left.items()):
                 self.say(f"{node}: not recreating {key}: {why}")
@@ -165,6 +174,40 @@ class RecreatedWorkloads:
             for owner, pods in sel.owners.items():
                 done.append(self._one(journal, node, owner, pods, set(nodes)))
         return done
+
+    def _settle(self, journal: Journal, node: str) -> None:
+        """Wait, at most the replacement timeout, until no pod is Pending in the namespaces of
+        the pods the change's drain evicted from ``node``: those pods' replacements wait for a
+        node while it is cordoned and are placed once it is uncordoned; selecting before they run
+        would find none of them. A Pending pod left when the time is up is named, and the
+        recreation goes on with what runs."""
+        evicted: set[str] = set()
+        for e in journal.entries():
+            if e.step == "drain" and e.node == node and e.phase is Phase.DONE:
+                evicted.update(str(k) for k in e.data.get("evicted") or ())
+        namespaces = sorted({k.split("/", 1)[0] for k in evicted if "/" in k})
+        if not namespaces:
+            return
+        start = self.clock.monotonic()
+        deadline, said = start + self.timeout, start
+        while True:
+            pending = sorted(_key(p) for ns in namespaces for p in self.pods.pending(ns))
+            if not pending:
+                return
+            now = self.clock.monotonic()
+            if now > deadline:
+                self.say(
+                    f"warning: {node}: still Pending after {self.timeout:.0f}s: "
+                    f"{', '.join(pending)}; recreating what runs"
+                )
+                return
+            if now - said >= _SAY_EVERY_S:
+                said = now
+                self.say(
+                    f"{node}: waiting for the drained pods to come back before recreating: "
+                    f"{len(pending)} Pending ({deadline - now:.0f}s left)"
+                )
+            self.clock.sleep(0.5)
 
     def _one(
         self,
@@ -267,3 +310,18 @@ class KubeWorkloadPods:
         from rollout.kube.workloads import owner_pods
 
         return owner_pods(self.api, owner)
+
+    def pending(self, namespace: str) -> list[dict[str, Any]]:
+        """See :meth:`WorkloadPods.pending`."""
+        from rollout.kube.client import call
+
+        listing = call(
+            f"list Pending pods of {namespace}",
+            self.api.core.list_pod_for_all_namespaces,
+            field_selector=f"metadata.namespace={namespace},status.phase=Pending",
+        )
+        return [
+            p
+            for p in listing.get("items") or []
+            if not (p.get("metadata") or {}).get("deletionTimestamp")
+        ]

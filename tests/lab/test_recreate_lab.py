@@ -148,7 +148,7 @@ def test_recreate_workloads_recreates_a_deployments_pod_and_judges_it(
         journal = ck.latest_journal(state)
         assert journal is not None
         steps = [(e.phase.value, dict(e.data)) for e in journal.entries() if e.step == "recreate"]
-        assert [ph for ph, _ in steps] == ["begin", "done"], steps
+        assert [ph for ph, _ in steps] == ["begin", "done"], (steps, r.stderr[-3000:])
         (begin, done) = (d for _, d in steps)
         assert begin["owner"].startswith("ReplicaSet/default/rc-gpu-"), begin
         (old,) = begin["pods"]

@@ -19,7 +19,7 @@ from rollout.change.planning import DrainPolicy
 from rollout.cli import cli
 from rollout.errors import EvictionBlockedError, ExternalError
 from rollout.evidence.workloads import RecreatedWorkloads, describe_selection, select
-from rollout.models import Phase, PodRef
+from rollout.models import Phase, PodRef, Step
 from rollout.protocols import Eviction, EvictionResult
 from tests.unit.fakes_change import FakeClock
 
@@ -134,6 +134,14 @@ class FakeKube:
             if f"{ref['kind']}/{p['metadata']['namespace']}/{ref['name']}" == owner:
                 out.append(p)
         return out
+
+    def pending(self, namespace: str) -> list[dict[str, Any]]:
+        self.calls.append(f"pending {namespace}")
+        return [
+            p
+            for p in self.pods
+            if p["metadata"]["namespace"] == namespace and p["status"]["phase"] == "Pending"
+        ]
 
     def evict(self, ref: PodRef, grace_period_s: int | None) -> EvictionResult:
         self.calls.append(f"evict {ref.key}")
@@ -346,3 +354,57 @@ def test_promote_refuses_recreate_workloads_with_no_evidence_before_any_io(tmp_p
     )
     assert r.exit_code == 2, r.output
     assert "field '--recreate-workloads'" in r.output, r.output
+
+
+def test_the_drained_pods_are_waited_for_before_the_node_is_read(tmp_path: Path) -> None:
+    """The change's drain evicted web-a: its replacement waits Pending for the uncordoned node.
+    The recreation waits for it before it reads the node's pods, then recreates it; nothing is
+    waited for on a node the drain evicted nothing from."""
+    back = pod("web-b", resources=GPU, phase="Pending", node="")
+    kube = FakeKube([back])
+    journal = Journal.create(tmp_path, "20260101T000000Z-aaaaaa")
+    clock = FakeClock()
+    drained = {"evicted": ["default/web-a"]}
+    journal.append(Step.DRAIN, Phase.DONE, now=clock.now(), node="n1", data=drained)
+    reads = 0
+    real_pending = kube.pending
+
+    def pending(namespace: str) -> list[dict[str, Any]]:
+        nonlocal reads
+        reads += 1
+        if reads == 3:  # the scheduler places it and the kubelet admits it
+            back["spec"]["nodeName"], back["status"]["phase"] = "n1", "Running"
+        return real_pending(namespace)
+
+    kube.pending = pending  # type: ignore[method-assign]
+    said: list[str] = []
+    loop = RecreatedWorkloads(kube, kube, DrainPolicy(timeout_s=5), clock, said.append, timeout=5)
+    (done,) = loop.run(journal, ["n1", "n2"])
+    assert done.pods == ("default/web-b",) and reads == 3
+    assert kube.calls == [
+        "pending default",
+        "pending default",
+        "pending default",
+        "evict default/web-b",
+    ]
+
+
+def test_a_pod_still_pending_when_the_time_is_up_is_named_and_the_rest_goes_on(
+    tmp_path: Path,
+) -> None:
+    kube = FakeKube(
+        [pod("stuck", resources=GPU, phase="Pending", node=""), pod("web-a", resources=GPU)]
+    )
+    journal = Journal.create(tmp_path, "20260101T000000Z-aaaaaa")
+    clock = FakeClock()
+    journal.append(
+        Step.DRAIN, Phase.DONE, now=clock.now(), node="n1", data={"evicted": ["default/x"]}
+    )
+    said: list[str] = []
+    loop = RecreatedWorkloads(kube, kube, DrainPolicy(timeout_s=5), clock, said.append, timeout=5)
+    (done,) = loop.run(journal, ["n1"])
+    assert done.pods == ("default/web-a",)
+    assert any(
+        m.startswith("warning: n1: still Pending after 5s: default/stuck; recreating what runs")
+        for m in said
+    ), said
