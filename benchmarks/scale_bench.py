@@ -351,6 +351,8 @@ def _change_round(lab: Any, env: dict[str, str], plan: Path) -> dict[str, Any]:
 
 
 def _measured_with_reads(lab: Any, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """:func:`_measure` of ``argv``, plus the GET/LIST requests the API server counted while it
+    ran (every client's; the /metrics GET between the two readings is ours)."""
     before = _api_reads(lab)
     r: dict[str, Any] = dict(_measure(argv, env))
     after = _api_reads(lab)
@@ -395,14 +397,7 @@ def kwok_bench(
                 runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
                 for _ in range(rounds):
                     for side, side_env in sides.items():
-                        before = _api_reads(lab)
-                        r: dict[str, Any] = dict(_measure(argv, side_env))
-                        after = _api_reads(lab)
-                        reads = {k: v - before.get(k, 0.0) for k, v in after.items()}
-                        # the /metrics GET between the two readings is ours, not the CLI's
-                        r["requests"] = {k: v for k, v in reads.items() if v}
-                        r["requests_total"] = sum(reads.values())
-                        runs[side].append(r)
+                        runs[side].append(_measured_with_reads(lab, argv, side_env))
                 changed = (
                     _change_round(lab, env, _gate_plan(lab.plan, Path(tmp) / f"gate{n}.yaml"))
                     if change

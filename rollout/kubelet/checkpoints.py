@@ -265,7 +265,7 @@ def load_json(text: str) -> dict[str, Any]:
     return doc
 
 
-def _go_kind(v: Any) -> str:
+def go_kind(v: Any) -> str:
     """The JSON kind as encoding/json names it in an UnmarshalTypeError."""
     if isinstance(v, bool):
         return "bool"
@@ -323,11 +323,11 @@ def _type_error(v: Any, go_type: str) -> tuple[str, str] | None:
     if v is None:
         return None
     if go_type == _STR:
-        return None if isinstance(v, str) else (_go_kind(v), _STR)
+        return None if isinstance(v, str) else (go_kind(v), _STR)
     if go_type == _SUM:
-        return None if _is_uint(v) else (_go_kind(v), _SUM)
+        return None if _is_uint(v) else (go_kind(v), _SUM)
     if not isinstance(v, dict):
-        return (_go_kind(v), go_type)
+        return (go_kind(v), go_type)
     if go_type in _STRUCT_FIELD:
         return _type_error(ci_get(v, _STRUCT_FIELD[go_type], None), _STR)
     for x in v.values():
@@ -424,7 +424,7 @@ def _load_v4(doc: Mapping[str, Any]) -> CPUCheckpoint:
         raise CheckpointError(inner + go_json_syntax_error(text, e)) from e
     if not isinstance(payload, dict):
         raise CheckpointError(
-            inner + f"json: cannot unmarshal {_go_kind(payload)} into Go value of type "
+            inner + f"json: cannot unmarshal {go_kind(payload)} into Go value of type "
             "state.CPUManagerCheckpointData"
         )
     err = _decode(payload, "CPUManagerCheckpointData", _DATA_FIELDS)

@@ -27,6 +27,7 @@ from rollout.kubelet.checkpoints import (
     ci_get,
     data_checksum,
     fnv32a,
+    go_kind,
     load_json,
 )
 
@@ -234,17 +235,6 @@ def _records(doc: Mapping[str, Any]) -> tuple[dict[int, NUMAState], dict[str, An
     return ms, entries, pods
 
 
-def _go_kind(v: Any) -> str:
-    """The JSON kind as encoding/json names it in an UnmarshalTypeError."""
-    if isinstance(v, bool):
-        return "bool"
-    if isinstance(v, (int, float)):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    return "array" if isinstance(v, list) else "object"
-
-
 def _parse_v3(doc: Mapping[str, Any], data: Any, dcs: Any) -> MemoryCheckpoint:
     """The 1.37 kubelet's load of a V3 file: unmarshal the file, then ``data``, then verify
     ``dataChecksum`` over ``data``; the inline V1 fields are not used."""
@@ -255,12 +245,12 @@ def _parse_v3(doc: Mapping[str, Any], data: Any, dcs: Any) -> MemoryCheckpoint:
     outer = "failed to deserialize memory manager checkpoint: json: cannot unmarshal {k} into Go "
     if data is not None and not isinstance(data, str):
         raise fail(
-            outer.format(k=_go_kind(data))
+            outer.format(k=go_kind(data))
             + "struct field MemoryManagerCheckpoint.data of type string"
         )
     if dcs is not None and (isinstance(dcs, bool) or not isinstance(dcs, int) or dcs < 0):
         raise fail(
-            outer.format(k=_go_kind(dcs))
+            outer.format(k=go_kind(dcs))
             + "struct field MemoryManagerCheckpoint.dataChecksum of type checksum.Checksum"
         )
     text = data or ""
@@ -273,7 +263,7 @@ def _parse_v3(doc: Mapping[str, Any], data: Any, dcs: Any) -> MemoryCheckpoint:
         raise fail(inner + f"invalid character {text[e.pos]!r} in checkpoint data") from e
     if not isinstance(payload, dict):
         raise fail(
-            inner + f"json: cannot unmarshal {_go_kind(payload)} into Go value of type "
+            inner + f"json: cannot unmarshal {go_kind(payload)} into Go value of type "
             "state.MemoryManagerCheckpointData"
         )
     try:
