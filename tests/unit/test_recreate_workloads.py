@@ -381,6 +381,7 @@ def test_the_drained_pods_are_waited_for_before_the_node_is_read(tmp_path: Path)
     loop = RecreatedWorkloads(kube, kube, DrainPolicy(timeout_s=5), clock, said.append, timeout=5)
     (done,) = loop.run(journal, ["n1", "n2"])
     assert done.pods == ("default/web-b",) and reads == 3
+    assert done.replacements == {"default/web-b-r1": "n1"}
     assert kube.calls == [
         "pending default",
         "pending default",
