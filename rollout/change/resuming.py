@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 
 from rollout.change.applying import apply_and_verify
 from rollout.change.context import Context
@@ -75,6 +76,29 @@ def unfinished_gate(entries: Sequence[Entry], has_gate: bool) -> UnfinishedGate 
     return None
 
 
+class Settle(Enum):
+    """What ``resume`` does with one node (:func:`settle_action`); the value says it in words."""
+
+    LEAVE = "leave it"
+    APPLY_AGAIN = "run apply again, verify, uncordon (restore on failure)"
+    VERIFY = "verify, uncordon (restore on failure)"
+    RESTORE_AGAIN = "run the restore again"
+    RESTORE = "restore the original files, restart the kubelet, uncordon"
+    UNDO_CORDON = "restore: nothing written, undo the cordon"
+
+
+def settle_action(s: NodeStatus) -> Settle:
+    """The decision :func:`settle_node` carries out, and ``resume --dry-run`` shows (pure)."""
+    if s.state in (NodeState.PENDING, NodeState.APPLIED, NodeState.RESTORED):
+        return Settle.LEAVE
+    if s.state is NodeState.APPLYING and s.files_touched and s.phase is not Phase.FAILED:
+        rerun = s.step is Step.APPLY and s.phase is Phase.BEGIN
+        return Settle.APPLY_AGAIN if rerun else Settle.VERIFY
+    if s.state is NodeState.RESTORING:
+        return Settle.RESTORE_AGAIN
+    return Settle.RESTORE if s.files_touched else Settle.UNDO_CORDON
+
+
 def settle_node(ctx: Context, s: NodeStatus) -> None:
     """Finish or undo one node after a crash (the decision ``resume`` makes per node).
 
@@ -86,13 +110,15 @@ def settle_node(ctx: Context, s: NodeStatus) -> None:
       is raised, as on the forward path;
     * restore path (or a failed restore): run the restore again.
     """
-    if s.state in (NodeState.PENDING, NodeState.APPLIED, NodeState.RESTORED):
+    action = settle_action(s)
+    if action is Settle.LEAVE:
         return
-    if s.state is NodeState.APPLYING and s.files_touched and s.phase is not Phase.FAILED:
+    if action in (Settle.APPLY_AGAIN, Settle.VERIFY):
         change = change_from_record(ctx.journal, s.node, s.record)
-        rerun = s.step is Step.APPLY and s.phase is Phase.BEGIN
         try:
-            apply_and_verify(ctx, change, s.prior_allocatable, run_apply=rerun)
+            apply_and_verify(
+                ctx, change, s.prior_allocatable, run_apply=action is Settle.APPLY_AGAIN
+            )
             return
         except Exception as e:
             err = wrap(e)
@@ -125,11 +151,7 @@ def resume(ctx: Context, end: bool = True) -> ChangeStatus:
         refused a re-run apply (nothing written, cordons undone).
     """
     status = status_of(ctx.journal)
-    todo = [
-        s
-        for s in status.nodes.values()
-        if s.state not in (NodeState.PENDING, NodeState.APPLIED, NodeState.RESTORED)
-    ]
+    todo = [s for s in status.nodes.values() if settle_action(s) is not Settle.LEAVE]
     ctx.on_event(f"resuming {status.change}: {', '.join(s.node for s in todo) or 'nothing to do'}")
     _, errors = in_parallel(
         [s.node for s in todo], lambda n: settle_node(ctx, status.nodes[n]), ctx.forks
@@ -256,30 +278,14 @@ def rerun_nodes(entries: Sequence[Entry]) -> set[str]:
     }
 
 
-def node_action(s: NodeStatus) -> str:
-    """What :func:`settle_node` would do with the node, in words (pure): ``rollout resume
-    --dry-run``'s answer per node."""
-    if s.state in (NodeState.PENDING, NodeState.APPLIED, NodeState.RESTORED):
-        return "leave it"
-    if s.state is NodeState.APPLYING and s.files_touched and s.phase is not Phase.FAILED:
-        if s.step is Step.APPLY and s.phase is Phase.BEGIN:
-            return "run apply again, verify, uncordon (restore on failure)"
-        return "verify, uncordon (restore on failure)"
-    if s.state is NodeState.RESTORING:
-        return "run the restore again"
-    if s.files_touched:
-        return "restore the original files, restart the kubelet, uncordon"
-    return "restore: nothing written, undo the cordon"
-
-
 def _ends_restored(s: NodeStatus) -> bool:
     """Whether the node ends restored after :func:`settle_node` (a verify that fails on resume
     restores it too; that is not foreseen here)."""
-    if s.state in (NodeState.RESTORED, NodeState.FAILED, NodeState.RESTORING):
-        return True
-    if s.state is NodeState.APPLYING:
-        return not (s.files_touched and s.phase is not Phase.FAILED)
-    return False
+    return s.state is NodeState.RESTORED or settle_action(s) in (
+        Settle.RESTORE_AGAIN,
+        Settle.RESTORE,
+        Settle.UNDO_CORDON,
+    )
 
 
 @dataclass(frozen=True)
@@ -329,9 +335,9 @@ def resume_preview(entries: Sequence[Entry], change: str, has_gate: bool) -> Res
     compared with the journal when resume runs, not here."""
     status = replay(entries, change)
     acts = {
-        n: (s.state.value, node_action(s))
+        n: (s.state.value, act.value)
         for n, s in status.nodes.items()
-        if s.state not in (NodeState.PENDING, NodeState.APPLIED, NodeState.RESTORED)
+        if (act := settle_action(s)) is not Settle.LEAVE
     }
     running = status.outcome == ChangeOutcome.RUNNING
     pending = unfinished_rollback(entries) if running else None
