@@ -45,7 +45,10 @@ def controller_objects(api: Api) -> list[dict[str, Any]]:
         ),
         "ReplicaSet",
     )
-    if any(not _deployment_owned(r) for r in replica_sets):
+    if any(
+        not (owner_of(r.get("metadata") or {}) or "").startswith("Deployment/")
+        for r in replica_sets
+    ):
         replica_sets = _dicts(
             call("list ReplicaSets", api.apps.list_replica_set_for_all_namespaces), "ReplicaSet"
         )
@@ -57,12 +60,6 @@ def controller_objects(api: Api) -> list[dict[str, Any]]:
         + _dicts(call("list DaemonSets", api.apps.list_daemon_set_for_all_namespaces), "DaemonSet")
         + replica_sets
     )
-
-
-def _deployment_owned(obj: dict[str, Any]) -> bool:
-    """Whether a (metadata-only) ReplicaSet's controller is a Deployment."""
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
-    return any(r.get("controller", True) and r.get("kind") == "Deployment" for r in refs)
 
 
 def owner_runs(owner: str, pods: list[dict[str, Any]]) -> bool:
