@@ -189,7 +189,7 @@ def cpu_checkpoint(
     )
 
 
-def _dumps(doc: Mapping[str, Any]) -> str:
+def dumps(doc: Mapping[str, Any]) -> str:
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -205,7 +205,7 @@ def render_cpu(cp: CPUCheckpoint) -> str:
     omitted when empty)."""
     doc = _v2_fields(cp)
     doc["checksum"] = cp.checksum
-    return _dumps(doc)
+    return dumps(doc)
 
 
 def render_cpu_v4(cp: CPUCheckpoint) -> str:
@@ -223,12 +223,16 @@ def render_cpu_v4(cp: CPUCheckpoint) -> str:
             p: {c: {"baseline": cs} for c, cs in sorted(ctrs.items())}
             for p, ctrs in sorted(cp.baselines.items())
         }
-    data = _dumps(payload)
-    doc = _v2_fields(cp)
-    doc["checksum"] = cp.computed_checksum()
-    doc["data"] = data
-    doc["dataChecksum"] = data_checksum(data)
-    return _dumps(doc)
+    return render_embedded(_v2_fields(cp), cp.computed_checksum(), payload)
+
+
+def render_embedded(inline: dict[str, Any], checksum: int, payload: Mapping[str, Any]) -> str:
+    """The 1.37 layout of both manager files: the old layout's fields inline with their
+    checksum (what 1.36 reads), then ``data`` (``payload`` serialized) and ``dataChecksum``."""
+    data = dumps(payload)
+    return dumps(
+        {**inline, "checksum": checksum, "data": data, "dataChecksum": data_checksum(data)}
+    )
 
 
 def cpu_layout_for(kubelet_minor: int | None) -> int:

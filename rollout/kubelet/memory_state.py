@@ -26,9 +26,11 @@ from rollout.kubelet.checkpoints import (
     CheckpointError,
     ci_get,
     data_checksum,
+    dumps,
     fnv32a,
     go_kind,
     load_json,
+    render_embedded,
 )
 
 MEMORY_RESTORE_ERROR = (
@@ -169,15 +171,11 @@ def _fields_json(cp: MemoryCheckpoint) -> dict[str, Any]:
     return doc
 
 
-def _dumps(doc: Mapping[str, Any]) -> str:
-    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
-
-
 def render_memory(cp: MemoryCheckpoint) -> str:
     """The file as a kubelet up to 1.36 writes it (one ``checksum``)."""
     doc = _fields_json(cp)
     doc["checksum"] = cp.checksum
-    return _dumps(doc)
+    return dumps(doc)
 
 
 def render_memory_v3(cp: MemoryCheckpoint) -> str:
@@ -190,12 +188,7 @@ def render_memory_v3(cp: MemoryCheckpoint) -> str:
             pod: {"memoryBlocks": _blocks_json(blocks)}
             for pod, blocks in sorted(cp.pod_entries.items())
         }
-    data = _dumps(payload)
-    doc = _fields_json(cp)
-    doc["checksum"] = cp.v1_checksum()
-    doc["data"] = data
-    doc["dataChecksum"] = data_checksum(data)
-    return _dumps(doc)
+    return render_embedded(_fields_json(cp), cp.v1_checksum(), payload)
 
 
 def _blocks(raw: Any) -> tuple[MemoryBlock, ...]:
