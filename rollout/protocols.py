@@ -198,11 +198,13 @@ class PreflightReads(Protocol):
         ...
 
     def node_objects(self) -> dict[str, dict[str, Any]]:
-        """Every Node, as the API object."""
+        """The Nodes of the change's inventory (every Node for a reader without one), as the
+        API objects; the other Nodes only as :meth:`nodes` records."""
         ...
 
-    def controllers(self) -> list[dict[str, Any]]:
-        """Deployments, StatefulSets, DaemonSets and ReplicaSets of every namespace."""
+    def controllers(self, nodes: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Deployments, StatefulSets, DaemonSets and ReplicaSets of every namespace: whole
+        where the pod template lands on one of ``nodes`` (Node objects), else the metadata."""
         ...
 
 

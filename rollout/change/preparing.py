@@ -35,7 +35,13 @@ from rollout.change.planning import (
     parse_strategy,
     undrainable,
 )
-from rollout.change.previewing import NodePreview, decide, fleet_misfits, preview_node
+from rollout.change.previewing import (
+    NodePreview,
+    decide,
+    fleet_misfits,
+    lands_on,
+    preview_node,
+)
 from rollout.change.rendering import node_change, unified_diff
 from rollout.errors import PreflightError, RolloutError
 from rollout.kube import nodes as kn
@@ -166,16 +172,16 @@ class ClusterReader:
         read to raise."""
         try:
             versions = self.resource_versions()
-            objects = self.node_objects()
+            infos, objects = self._node_listing()
             got: dict[tuple[str, str], Any] = {
                 ("version", ""): self.version(),
                 ("resource_versions", ""): versions,
+                ("nodes", ""): infos,
                 ("node_objects", ""): objects,
-                ("nodes", ""): {n: self._kn.to_node_info(o) for n, o in objects.items()},
                 ("pdbs", ""): self.pdbs(),
                 ("dra", ",".join(versions)): self.dra(versions),
                 ("device_classes", ",".join(versions)): self.device_classes(versions),
-                ("controllers", ""): self.controllers(),
+                ("controllers", ",".join(sorted(objects))): self.controllers(objects),
                 ("pod_listing", ""): self.pod_listing(),
             }
         except Exception:  # prepare's own reads raise it, properly
@@ -190,8 +196,13 @@ class ClusterReader:
             self._read(("resource_versions", ""), lambda: self._kn.resource_api_versions(self.api))
         )
 
+    def _node_listing(self) -> tuple[dict[str, NodeInfo], dict[str, dict[str, Any]]]:
+        """One listing of the Nodes: every Node's record, and the inventory's as objects."""
+        infos, objects = self._kn.nodes_listed(self.api, self.wanted)
+        return infos, objects
+
     def nodes(self) -> dict[str, NodeInfo]:
-        return dict(self._read(("nodes", ""), lambda: self._kn.list_nodes(self.api)))
+        return dict(self._read(("nodes", ""), lambda: self._node_listing()[0]))
 
     def pod_listing(self) -> tuple[dict[str, list[PodRef]], dict[str, list[dict[str, Any]]]]:
         """Every pod not finished, by node: as records (every node) and as objects, oldest
@@ -221,10 +232,22 @@ class ClusterReader:
         )
 
     def node_objects(self) -> dict[str, dict[str, Any]]:
-        return dict(self._read(("node_objects", ""), lambda: self._wl.node_objects(self.api)))
+        """The inventory's Nodes (every Node when the reader has no inventory) as objects."""
+        return dict(self._read(("node_objects", ""), lambda: self._node_listing()[1]))
 
-    def controllers(self) -> list[dict[str, Any]]:
-        return list(self._read(("controllers", ""), lambda: self._wl.controller_objects(self.api)))
+    def controllers(self, nodes: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Every controller, whole where its pod template lands on one of ``nodes`` (Node
+        objects: the preview judges only those), else as its metadata alone."""
+
+        def wanted(spec: dict[str, Any]) -> bool:
+            return any(lands_on(spec, n) for n in nodes.values())
+
+        return list(
+            self._read(
+                ("controllers", ",".join(sorted(nodes))),
+                lambda: self._wl.controller_objects(self.api, wanted),
+            )
+        )
 
 
 def prepare(
@@ -333,8 +356,9 @@ def prepare(
             warnings += [f"{w} (--capacity-warn-only: not refused)" for w in short + misplaced]
         else:
             problems += short + misplaced
+    objects = cluster.node_objects()
     device_refusals, device_warnings = _device_checks(
-        cluster, versions, moving, facts, raw_facts, dra
+        cluster, objects, versions, moving, facts, raw_facts, dra
     )
     warnings += device_warnings
     if force:
@@ -344,7 +368,7 @@ def prepare(
         problems.append("(the device refusals above: `rollout apply --force REASON` overrides)")
     previews: list[NodePreview] = []
     try:
-        previews = _previews(cluster, moving, facts, raw_facts, facts_dir, pod_objects)
+        previews = _previews(cluster, objects, moving, facts, raw_facts, facts_dir, pod_objects)
     except ValueError as e:  # the kubelet would not start with this config (its own words)
         problems.append(f"admission preview: the kubelet would not start: {e}")
     refused, warned, accepted = decide(previews, accept_predicted_rejections)
@@ -382,6 +406,7 @@ def prepare(
 
 def _device_checks(
     cluster: PreflightReads,
+    objects: Mapping[str, Mapping[str, Any]],
     versions: list[str],
     moving: Sequence[str],
     facts: Mapping[str, NodeFacts],
@@ -389,7 +414,6 @@ def _device_checks(
     dra: Mapping[str, list[str]],
 ) -> tuple[list[str], list[str]]:
     """The device refusals and warnings of the nodes that move (``devicechecks``)."""
-    objects = cluster.node_objects()
     classes = devicechecks.device_classes(cluster.device_classes(versions))
     refusals: list[str] = []
     warnings: list[str] = []
@@ -411,6 +435,7 @@ def _device_checks(
 
 def _previews(
     cluster: PreflightReads,
+    objects: Mapping[str, Mapping[str, Any]],
     moving: Sequence[str],
     facts: Mapping[str, NodeFacts],
     raw_facts: Mapping[str, Mapping[str, Any]],
@@ -419,8 +444,7 @@ def _previews(
 ) -> list[NodePreview]:
     """The admission preview of every node that moves (``rollout.change.previewing``), over
     each node's pods (``pod_objects``: oldest first)."""
-    objects = cluster.node_objects()
-    controllers = cluster.controllers()
+    controllers = cluster.controllers(objects)
     out = []
     for n in moving:
         f = facts[n]

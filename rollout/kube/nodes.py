@@ -15,6 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 
 from rollout.errors import ExternalError, PreflightError
+from rollout.kube import briefs
 from rollout.kube.client import Api, call, describe
 from rollout.models import NodeInfo, PdbRef, PodRef
 
@@ -44,21 +45,31 @@ def _quantity(text: str, scale: int) -> int:
 
 def to_node_info(n: dict[str, Any]) -> NodeInfo:
     """A Node (the API server's JSON) as a :class:`NodeInfo`."""
-    status = n.get("status") or {}
-    conds = status.get("conditions") or []
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
-    alloc = {k: str(v) for k, v in (status.get("allocatable") or {}).items()}
+    return node_info_of(briefs.to_node(n))
+
+
+def node_info_of(n: briefs.Node) -> NodeInfo:
+    """A Node's brief (:mod:`rollout.kube.briefs`) as a :class:`NodeInfo`."""
+    meta = n.metadata or briefs.EMPTY_META
+    spec = n.spec or _NO_NODE_SPEC
+    status = n.status or _NO_NODE_STATUS
+    ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions or ())
+    alloc = {k: str(v) for k, v in (status.allocatable or {}).items()}
     return NodeInfo(
-        name=n["metadata"]["name"],
-        unschedulable=bool((n.get("spec") or {}).get("unschedulable")),
+        name=meta.name,
+        unschedulable=bool(spec.unschedulable),
         ready=ready,
         allocatable=alloc,
         cpu_millis=_qty(alloc.get("cpu", 0), 1000),
         memory_bytes=_qty(alloc.get("memory", 0)),
-        capacity={k: str(v) for k, v in (status.get("capacity") or {}).items()},
-        labels={str(k): str(v) for k, v in ((n["metadata"].get("labels")) or {}).items()},
-        taints=tuple((n.get("spec") or {}).get("taints") or ()),
+        capacity={k: str(v) for k, v in (status.capacity or {}).items()},
+        labels={str(k): str(v) for k, v in (meta.labels or {}).items()},
+        taints=tuple(spec.taints or ()),
     )
+
+
+_NO_NODE_SPEC = briefs.NodeSpec()
+_NO_NODE_STATUS = briefs.NodeStatus()
 
 
 def node_info(api: Api, name: str) -> NodeInfo:
@@ -73,12 +84,6 @@ def node_info(api: Api, name: str) -> NodeInfo:
         if e.status == 404:
             raise PreflightError(f"no Node named {name!r} in the cluster") from e
         raise ExternalError(f"read node {name}: {describe(e)}") from e
-
-
-def list_nodes(api: Api) -> dict[str, NodeInfo]:
-    """Every Node by name."""
-    items: list[dict[str, Any]] = call("list nodes", api.core.list_node).get("items") or []
-    return {n["metadata"]["name"]: to_node_info(n) for n in items}
 
 
 def set_unschedulable(api: Api, name: str, value: bool) -> None:
@@ -96,32 +101,46 @@ def set_unschedulable(api: Api, name: str, value: bool) -> None:
 
 def to_pod_ref(p: dict[str, Any]) -> PodRef:
     """A pod (the API server's JSON) as a :class:`PodRef` (requests summed over containers)."""
-    meta = p.get("metadata") or {}
-    spec = p.get("spec") or {}
-    owners = meta.get("ownerReferences") or []
+    return pod_ref_of(briefs.to_pod(p))
+
+
+def pod_ref_of(p: briefs.Pod) -> PodRef:
+    """A pod's brief (:mod:`rollout.kube.briefs`) as a :class:`PodRef`."""
+    meta = p.metadata or briefs.EMPTY_META
+    spec = p.spec or briefs.EMPTY_POD_SPEC
+    owners = meta.ownerReferences or ()
     cpu = mem = 0
     extended: dict[str, int] = {}
-    for c in spec.get("containers") or []:
-        req = (c.get("resources") or {}).get("requests") or {}
+    for c in spec.containers or ():
+        req = (c.resources.requests if c.resources else None) or {}
         cpu += _qty(req.get("cpu", 0), 1000)
         mem += _qty(req.get("memory", 0))
         for k, v in req.items():
             if extended_resource(k):
                 extended[k] = extended.get(k, 0) + _qty(v)
+    placement = {
+        k: v
+        for k, v in (
+            ("nodeSelector", spec.nodeSelector),
+            ("affinity", spec.affinity),
+            ("tolerations", spec.tolerations),
+        )
+        if v
+    }
     return PodRef(
-        namespace=meta.get("namespace") or "",
-        name=meta.get("name") or "",
-        node=spec.get("nodeName") or "",
-        uid=meta.get("uid") or "",
-        labels=dict(meta.get("labels") or {}),
-        daemonset=any(o.get("kind") == "DaemonSet" for o in owners),
-        mirror=MIRROR in (meta.get("annotations") or {}),
+        namespace=meta.namespace,
+        name=meta.name,
+        node=spec.nodeName or "",
+        uid=meta.uid,
+        labels=dict(meta.labels or {}),
+        daemonset=any(o.kind == "DaemonSet" for o in owners),
+        mirror=MIRROR in (meta.annotations or {}),
         cpu_millis=cpu,
         memory_bytes=mem,
-        unmanaged=not any(o.get("controller") is True for o in owners),
-        local_storage=any("emptyDir" in v for v in spec.get("volumes") or []),
+        unmanaged=not any(o.controller is True for o in owners),
+        local_storage=any(v.emptyDir is not None for v in spec.volumes or ()),
         extended=extended,
-        placement={k: spec[k] for k in ("nodeSelector", "affinity", "tolerations") if spec.get(k)},
+        placement=placement,
     )
 
 
@@ -155,8 +174,9 @@ def pods_by_node(
 
     Returns:
         The pods as :class:`PodRef` by node name (every node), and as the API server's objects,
-        oldest first, for the nodes in ``keep`` only (None: every node); the objects of the
-        others are dropped page by page, so a cluster of 100,000 pods is never held whole.
+        oldest first, for the nodes in ``keep`` only (None: every node). Of the others only
+        the fields a ``PodRef`` holds are decoded (:mod:`rollout.kube.briefs`), page by page,
+        so a cluster of 100,000 pods is never held whole, nor parsed whole.
 
     A continue token the API server has compacted away (410 Gone: "The provided continue
     parameter is too old") starts the listing again, at most three times.
@@ -167,21 +187,26 @@ def pods_by_node(
         token: str | None = None
         try:
             while True:
-                listing = call(
+                body: bytes = call(
                     "list pods",
                     api.core.list_pod_for_all_namespaces,
                     field_selector=LIVE,
                     limit=page,
                     _continue=token,
+                    _raw=True,
                 )
-                for p in listing.get("items") or ():
-                    node = (p.get("spec") or {}).get("nodeName")
-                    if not node or finished(p):
+                listing = briefs.pod_list.decode(body)
+                whole: set[int] = set()
+                for i, p in enumerate(listing.items or ()):
+                    node = p.spec.nodeName if p.spec else None
+                    if not node or (p.status and p.status.phase in ("Succeeded", "Failed")):
                         continue
-                    refs.setdefault(node, []).append(to_pod_ref(p))
+                    refs.setdefault(node, []).append(pod_ref_of(p))
                     if keep is None or node in keep:
-                        objects.setdefault(node, []).append(p)
-                token = (listing.get("metadata") or {}).get("continue") or None
+                        whole.add(i)
+                for _i, d in sorted(briefs.split_items(body, whole).items()):
+                    objects.setdefault(d["spec"]["nodeName"], []).append(d)
+                token = (listing.metadata.cont if listing.metadata else None) or None
                 if token is None:
                     break
         except ApiException as e:
@@ -192,6 +217,24 @@ def pods_by_node(
             pods.sort(key=lambda d: str(d["metadata"].get("creationTimestamp") or ""))
         return refs, objects
     raise ExternalError(f"list pods: the continue token expired {_RESTARTS} times in a row")
+
+
+def nodes_listed(
+    api: Api, keep: Collection[str] | None = None
+) -> tuple[dict[str, NodeInfo], dict[str, dict[str, Any]]]:
+    """Every Node as a :class:`NodeInfo` by name, and as the API server's object for the Nodes
+    in ``keep`` only (None: every Node), from one listing: only the fields a ``NodeInfo``
+    holds are decoded for the others (:mod:`rollout.kube.briefs`)."""
+    body: bytes = call("list nodes", api.core.list_node, _raw=True)
+    infos: dict[str, NodeInfo] = {}
+    whole: set[int] = set()
+    for i, n in enumerate(briefs.node_list.decode(body).items or ()):
+        info = node_info_of(n)
+        infos[info.name] = info
+        if keep is None or info.name in keep:
+            whole.add(i)
+    objects = {d["metadata"]["name"]: d for d in briefs.split_items(body, whole).values()}
+    return infos, objects
 
 
 def finished(pod: dict[str, Any]) -> bool:

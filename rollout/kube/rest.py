@@ -74,9 +74,13 @@ class Rest:
             raise ApiException.from_response(http_resp=resp, body=None, data=None)
         return resp
 
-    def json(self, method: str, path: str, **kw: Any) -> Any:
-        """:meth:`send`, the answer parsed as JSON (None for an empty body)."""
+    def json(self, method: str, path: str, raw: bool = False, **kw: Any) -> Any:
+        """:meth:`send`, the answer parsed as JSON (None for an empty body); ``raw``: the
+        answer's bytes, unparsed (the caller decodes only what it reads,
+        :mod:`rollout.kube.briefs`)."""
         data = self.send(method, path, **kw).read()
+        if raw:
+            return bytes(data)
         return json.loads(data) if data else None
 
     def watch(
@@ -124,10 +128,16 @@ class CoreV1:
         return self.rest.json("GET", f"/api/v1/nodes/{name}", timeout=_request_timeout)
 
     def list_node(
-        self, label_selector: str | None = None, _request_timeout: Any = DEFAULT_TIMEOUT_S
+        self,
+        label_selector: str | None = None,
+        _request_timeout: Any = DEFAULT_TIMEOUT_S,
+        _raw: bool = False,
     ) -> Any:
+        """``_raw``: the answer's bytes, unparsed."""
         query = {"labelSelector": label_selector} if label_selector else None
-        return self.rest.json("GET", "/api/v1/nodes", query=query, timeout=_request_timeout)
+        return self.rest.json(
+            "GET", "/api/v1/nodes", query=query, timeout=_request_timeout, raw=_raw
+        )
 
     def patch_node(
         self, name: str, body: dict[str, Any], _request_timeout: Any = DEFAULT_TIMEOUT_S
@@ -147,14 +157,16 @@ class CoreV1:
         limit: int | None = None,
         _continue: str | None = None,
         _request_timeout: Any = DEFAULT_TIMEOUT_S,
+        _raw: bool = False,
     ) -> Any:
         """One page of at most ``limit`` pods (all when None); ``_continue``: the token the
-        previous page's ``metadata.continue`` gave."""
+        previous page's ``metadata.continue`` gave; ``_raw``: the answer's bytes, unparsed."""
         return self.rest.json(
             "GET",
             "/api/v1/pods",
             query={"fieldSelector": field_selector, "limit": limit, "continue": _continue},
             timeout=_request_timeout,
+            raw=_raw,
         )
 
     def _watch_all(
@@ -371,33 +383,42 @@ class AppsV1:
     def __init__(self, rest: Rest) -> None:
         self.rest = rest
 
-    def _list(self, plural: str, timeout: Any) -> Any:
-        return self.rest.json("GET", f"/apis/apps/v1/{plural}", timeout=timeout)
+    def _list(self, plural: str, timeout: Any, raw: bool) -> Any:
+        """``raw``: the answer's bytes, unparsed."""
+        return self.rest.json("GET", f"/apis/apps/v1/{plural}", timeout=timeout, raw=raw)
 
-    def list_deployment_for_all_namespaces(self, _request_timeout: Any = DEFAULT_TIMEOUT_S) -> Any:
-        return self._list("deployments", _request_timeout)
+    def list_deployment_for_all_namespaces(
+        self, _request_timeout: Any = DEFAULT_TIMEOUT_S, _raw: bool = False
+    ) -> Any:
+        return self._list("deployments", _request_timeout, _raw)
 
     def list_stateful_set_for_all_namespaces(
-        self, _request_timeout: Any = DEFAULT_TIMEOUT_S
+        self, _request_timeout: Any = DEFAULT_TIMEOUT_S, _raw: bool = False
     ) -> Any:
-        return self._list("statefulsets", _request_timeout)
+        return self._list("statefulsets", _request_timeout, _raw)
 
-    def list_daemon_set_for_all_namespaces(self, _request_timeout: Any = DEFAULT_TIMEOUT_S) -> Any:
-        return self._list("daemonsets", _request_timeout)
+    def list_daemon_set_for_all_namespaces(
+        self, _request_timeout: Any = DEFAULT_TIMEOUT_S, _raw: bool = False
+    ) -> Any:
+        return self._list("daemonsets", _request_timeout, _raw)
 
     def list_replica_set_for_all_namespaces(
-        self, _request_timeout: Any = DEFAULT_TIMEOUT_S, metadata_only: bool = False
+        self,
+        _request_timeout: Any = DEFAULT_TIMEOUT_S,
+        metadata_only: bool = False,
+        _raw: bool = False,
     ) -> Any:
         """``metadata_only``: the API server's PartialObjectMetadataList (each item's
         ``metadata`` alone, no pod template): what owner resolution reads, a fraction of the
         bytes to send and decode in a cluster of thousands of ReplicaSets."""
         if not metadata_only:
-            return self._list("replicasets", _request_timeout)
+            return self._list("replicasets", _request_timeout, _raw)
         return self.rest.json(
             "GET",
             "/apis/apps/v1/replicasets",
             accept=PARTIAL_METADATA_LIST,
             timeout=_request_timeout,
+            raw=_raw,
         )
 
 

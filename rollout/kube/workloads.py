@@ -1,5 +1,5 @@
-"""Read-only reads for the admission preview: Nodes and controllers as plain dicts (the pods
-come from the one paginated listing, ``rollout.kube.nodes.pods_by_node``).
+"""Read-only reads for the admission preview: controllers as plain dicts (the Nodes and pods
+come from the listings in ``rollout.kube.nodes``: ``nodes_listed``, ``pods_by_node``).
 
 Why dicts: ``rollout.change.previewing`` is pure and reads objects as the API serves them
 (camelCase),
@@ -8,56 +8,83 @@ so the client's models are serialized here and nothing else sees them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from rollout.kube import briefs
 from rollout.kube.client import Api, call
 from rollout.kube.nodes import pod_objects_on
 from rollout.kube.watching import owner_of
 from rollout.samples import is_admission_reason
 
+Placement = Callable[[dict[str, Any]], bool]
+"""Whether a pod template's placement (``nodeName``, ``nodeSelector``, ``affinity``,
+``tolerations``) lets its pods onto a Node the caller cares about."""
 
-def _dicts(listing: dict[str, Any], kind: str = "") -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = listing.get("items") or []
-    if kind:
-        for d in out:
-            d["kind"] = kind
+
+def _controllers(body: bytes, kind: str, wanted: Placement | None) -> list[dict[str, Any]]:
+    """A listing's controllers: whole (``kind`` set) where ``wanted`` takes the template's
+    placement (every one when None); the others as their metadata alone (kind, name,
+    namespace, owners), decoded without the rest (:mod:`rollout.kube.briefs`)."""
+    items = briefs.controller_list.decode(body).items or []
+    whole = {i for i, c in enumerate(items) if wanted is None or wanted(briefs.placement(c))}
+    full = briefs.split_items(body, whole)
+    out = [
+        full.get(i) or {"metadata": briefs.metadata_dict(c.metadata)} for i, c in enumerate(items)
+    ]
+    for d in out:
+        d["kind"] = kind
     return out
 
 
-def node_objects(api: Api) -> dict[str, dict[str, Any]]:
-    """Every Node by name (labels and taints are what the preview reads)."""
-    return {d["metadata"]["name"]: d for d in _dicts(call("list nodes", api.core.list_node))}
-
-
-def controller_objects(api: Api) -> list[dict[str, Any]]:
+def controller_objects(api: Api, wanted: Placement | None = None) -> list[dict[str, Any]]:
     """Deployments, StatefulSets, DaemonSets and ReplicaSets of every namespace.
+
+    ``wanted``: the pod placements the caller reads whole (the admission preview: those that
+    land on a Node of the change); a controller whose template it refuses comes back as its
+    metadata alone, which still resolves owners (a pod's ReplicaSet to its Deployment). Why: a
+    cluster of thousands of Nodes has thousands of controllers, and preflight decoded every
+    template whole (``docs/scale.md``).
 
     The ReplicaSets come as metadata only: a Deployment's ReplicaSet serves to name the
     Deployment (its ``ownerReferences``), and the Deployment carries the pod template. Only when
     some ReplicaSet has no Deployment over it (its own template is then a workload of its own)
     are they listed again in full.
     """
-    replica_sets = _dicts(
+    metadata = briefs.controller_list.decode(
         call(
             "list ReplicaSets (metadata)",
             api.apps.list_replica_set_for_all_namespaces,
             metadata_only=True,
-        ),
-        "ReplicaSet",
+            _raw=True,
+        )
     )
-    if any(
-        not (owner_of(r.get("metadata") or {}) or "").startswith("Deployment/")
-        for r in replica_sets
-    ):
-        replica_sets = _dicts(
-            call("list ReplicaSets", api.apps.list_replica_set_for_all_namespaces), "ReplicaSet"
+    replica_sets: list[dict[str, Any]] = [
+        {"kind": "ReplicaSet", "metadata": briefs.metadata_dict(r.metadata)}
+        for r in metadata.items or ()
+    ]
+    if any(not (owner_of(r["metadata"]) or "").startswith("Deployment/") for r in replica_sets):
+        replica_sets = _controllers(
+            call("list ReplicaSets", api.apps.list_replica_set_for_all_namespaces, _raw=True),
+            "ReplicaSet",
+            wanted,
         )
     return (
-        _dicts(call("list Deployments", api.apps.list_deployment_for_all_namespaces), "Deployment")
-        + _dicts(
-            call("list StatefulSets", api.apps.list_stateful_set_for_all_namespaces), "StatefulSet"
+        _controllers(
+            call("list Deployments", api.apps.list_deployment_for_all_namespaces, _raw=True),
+            "Deployment",
+            wanted,
         )
-        + _dicts(call("list DaemonSets", api.apps.list_daemon_set_for_all_namespaces), "DaemonSet")
+        + _controllers(
+            call("list StatefulSets", api.apps.list_stateful_set_for_all_namespaces, _raw=True),
+            "StatefulSet",
+            wanted,
+        )
+        + _controllers(
+            call("list DaemonSets", api.apps.list_daemon_set_for_all_namespaces, _raw=True),
+            "DaemonSet",
+            wanted,
+        )
         + replica_sets
     )
 

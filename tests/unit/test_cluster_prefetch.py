@@ -25,11 +25,16 @@ class FakeKn:
         self.calls.append("resource_versions")
         return ["v1"]
 
-    def list_nodes(self, api: Any) -> dict[str, NodeInfo]:
+    def nodes_listed(
+        self, api: Any, keep: Any = None
+    ) -> tuple[dict[str, NodeInfo], dict[str, dict[str, Any]]]:
         self.calls.append("nodes")
         if self.fail:
             raise RuntimeError("API server away")
-        return {"n1": NodeInfo("n1"), "n2": NodeInfo("n2")}
+        return (
+            {"n1": NodeInfo("n1"), "n2": NodeInfo("n2")},
+            {n: {"metadata": {"name": n}} for n in ("n1", "n2") if not keep or n in keep},
+        )
 
     def pods_by_node(self, api: Any, keep: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
         self.calls.append("pods")
@@ -37,10 +42,6 @@ class FakeKn:
             {n: [f"p-{n}"] for n in ("n1", "n2")},
             {n: [{"metadata": {"name": f"p-{n}"}}] for n in ("n1", "n2") if not keep or n in keep},
         )
-
-    @staticmethod
-    def to_node_info(obj: dict[str, Any]) -> NodeInfo:
-        return NodeInfo(obj["metadata"]["name"])
 
     def list_pdbs(self, api: Any) -> list[Any]:
         self.calls.append("pdbs")
@@ -61,13 +62,7 @@ class FakeWorkloads:
     def __init__(self, kn: FakeKn) -> None:
         self.kn = kn
 
-    def node_objects(self, api: Any) -> dict[str, dict[str, Any]]:
-        self.kn.calls.append("nodes")
-        if self.kn.fail:
-            raise RuntimeError("API server away")
-        return {n: {"metadata": {"name": n}} for n in ("n1", "n2")}
-
-    def controller_objects(self, api: Any) -> list[dict[str, Any]]:
+    def controller_objects(self, api: Any, wanted: Any = None) -> list[dict[str, Any]]:
         self.kn.calls.append("controllers")
         return []
 
@@ -92,8 +87,9 @@ def test_prefetched_answers_are_used_once() -> None:
     assert refs["n1"] == ["p-n1"] and objects["n1"] == [{"metadata": {"name": "p-n1"}}]
     assert reader.pdbs() == [] and reader.dra(["v1"]) == {}
     assert reader.device_classes(["v1"]) == []
-    assert set(reader.node_objects()) == {"n1", "n2"}
-    assert reader.controllers() == []
+    objects_of_nodes = reader.node_objects()
+    assert set(objects_of_nodes) == {"n1", "n2"}
+    assert reader.controllers(objects_of_nodes) == []
     assert fake.calls == []  # all served from the prefetch
     reader.nodes()
     reader.pod_listing()

@@ -203,7 +203,7 @@ class Reader:
     def node_objects(self) -> dict[str, dict[str, Any]]:
         return self.objects
 
-    def controllers(self) -> list[dict[str, Any]]:
+    def controllers(self, nodes: Any = None) -> list[dict[str, Any]]:
         return []
 
 

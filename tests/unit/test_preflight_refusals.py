@@ -50,7 +50,7 @@ class Reader:
     def node_objects(self) -> dict[str, dict[str, Any]]:
         return {n: {"metadata": {"name": n}, "status": {}} for n in self.names}
 
-    def controllers(self) -> list[dict[str, Any]]:
+    def controllers(self, nodes: Any = None) -> list[dict[str, Any]]:
         return []
 
 
