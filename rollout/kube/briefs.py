@@ -35,7 +35,6 @@ class Meta(msgspec.Struct, frozen=True, omit_defaults=True):
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
     ownerReferences: list[Owner] | None = None
-    creationTimestamp: str | None = None
 
 
 class Resources(msgspec.Struct, frozen=True):
