@@ -184,38 +184,47 @@ def workloads(objects: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, An
     return out
 
 
+class _Owners:
+    """The ReplicaSets of ``objects`` indexed both ways, once per node's preview: up (a
+    ReplicaSet's Deployment) and down (a Deployment's ReplicaSets). Each lookup was a scan of
+    every controller of the cluster, once per pod on the node and per workload landing on it."""
+
+    def __init__(self, objects: Iterable[Mapping[str, Any]]) -> None:
+        self.up: dict[tuple[Any, Any], str] = {}
+        self.down: dict[tuple[str, str], list[str]] = {}
+        for o in objects:
+            if o.get("kind") != "ReplicaSet":
+                continue
+            meta = o.get("metadata") or {}
+            up = _owner(o)
+            if up is None or up[0] != "Deployment":
+                continue
+            self.up.setdefault((meta.get("name"), meta.get("namespace")), up[1])
+            self.down.setdefault((meta.get("namespace", ""), up[1]), []).append(
+                _key("ReplicaSet", o)
+            )
+
+    def workload_of(self, pod: Mapping[str, Any]) -> str:
+        owner = _owner(pod)
+        ns = (pod.get("metadata") or {}).get("namespace", "")
+        if owner is None:
+            return _key("Pod", pod)
+        kind, name = owner
+        if kind == "ReplicaSet" and (name, ns) in self.up:
+            return f"Deployment/{ns}/{self.up[(name, ns)]}"
+        return f"{kind}/{ns}/{name}"
+
+    def controllers_of(self, key: str) -> tuple[str, ...]:
+        """The owner keys a workload's pods carry: a Deployment's ReplicaSets, else itself."""
+        kind, ns, name = key.split("/", 2)
+        if kind != "Deployment":
+            return (key,)
+        return tuple(sorted(self.down.get((ns, name), ())))
+
+
 def workload_of(pod: Mapping[str, Any], objects: Iterable[Mapping[str, Any]]) -> str:
     """The workload a pod belongs to: its controller, a Deployment through its ReplicaSet."""
-    owner = _owner(pod)
-    ns = (pod.get("metadata") or {}).get("namespace", "")
-    if owner is None:
-        return _key("Pod", pod)
-    kind, name = owner
-    if kind == "ReplicaSet":
-        for o in objects:
-            meta = o.get("metadata") or {}
-            same = (meta.get("name"), meta.get("namespace")) == (name, ns)
-            if o.get("kind") == "ReplicaSet" and same:
-                up = _owner(o)
-                if up is not None and up[0] == "Deployment":
-                    return f"Deployment/{ns}/{up[1]}"
-    return f"{kind}/{ns}/{name}"
-
-
-def _controllers_of(key: str, objects: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
-    """The owner keys a workload's pods carry: a Deployment's ReplicaSets, else itself."""
-    kind, ns, name = key.split("/", 2)
-    if kind != "Deployment":
-        return (key,)
-    return tuple(
-        sorted(
-            _key("ReplicaSet", o)
-            for o in objects
-            if o.get("kind") == "ReplicaSet"
-            and (o.get("metadata") or {}).get("namespace", "") == ns
-            and _owner(o) == ("Deployment", name)
-        )
-    )
+    return _Owners(objects).workload_of(pod)
 
 
 def preview_node(
@@ -240,13 +249,14 @@ def preview_node(
     config = config_from_kubelet(kubelet_config)
     managers = pod_level_managers(kubelet_config)
     kubelet = Node(machine, config)
+    owners = _Owners(objects)
     out: list[Prediction] = []
     running: set[str] = set()
     for p in pods:
         pod = pod_from_api(p, managers=managers)
         v = kubelet.admit(pod)
         meta = p.get("metadata") or {}
-        workload = workload_of(p, objects)
+        workload = owners.workload_of(p)
         running.add(workload)
         owner = _owner(p)
         ns = meta.get("namespace", "")
@@ -282,7 +292,7 @@ def preview_node(
                 v.reason,
                 v.message,
                 explain(v, pod, machine, config, name),
-                _controllers_of(key, objects),
+                owners.controllers_of(key),
                 _join(_note(pod, v.admitted, managers, config), _init_note(w, pod, config)),
             )
         )
