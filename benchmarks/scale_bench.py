@@ -8,6 +8,7 @@ Usage::
     .venv/bin/python benchmarks/scale_bench.py all
     .venv/bin/python benchmarks/scale_bench.py kwok [--nodes 0,500,2000] [--kwok-pods 2]
         [--against DIR]   # a second checkout, its CLI alternating with this one's
+    .venv/bin/python benchmarks/scale_bench.py apply [--nodes 8,40,160] [--rounds 2]
 
 ``journal``: a synthetic change of N nodes, journaled as the real engine journals it (the entries of
 a real ``run_change`` over the unit fakes, one canary batch of 2 nodes then one of 2, templated to N
@@ -33,6 +34,12 @@ as a subprocess, ``--rounds`` times: its CPU seconds (``wait4``), wall and peak 
 whole process (imports included), and the API requests it caused by ``apiserver_request_total``
 (its GET and LIST counters; the Lease renewals and controllers' writes running beside it are left
 out). ``all`` does not include it.
+
+``apply``: for each N a lab of N SSH nodes (simulated kubelets), then ``rounds`` times a whole
+``rollout apply --yes`` of the lab's plan without its gate, ``maxUnavailable: 25%`` (the canary
+group, the first quarter, then three batches: 4 batches at every size), and ``rollback --yes``
+of it: CPU with the children (``wait4``: ssh, Ansible) and of the rollout process alone (its
+``RUSAGE_SELF`` at exit), each also per changed node; wall; peak RSS.
 
 Prints the raw numbers as JSON, then a Markdown table.
 """
@@ -423,6 +430,113 @@ def kwok_bench(
     return out
 
 
+_CLI_OWN = (
+    "import atexit, os, resource, sys\n"
+    "def _own():\n"
+    "    ru = resource.getrusage(resource.RUSAGE_SELF)\n"
+    "    with open(os.environ['SCALE_BENCH_OWN'], 'w') as f:\n"
+    "        f.write(repr(ru.ru_utime + ru.ru_stime))\n"
+    "atexit.register(_own)\n"
+    "from rollout.cli import cli\n"
+    "sys.exit(cli.main(prog_name='rollout'))\n"
+)
+"""The CLI, writing its own CPU seconds (``RUSAGE_SELF``: the rollout process alone, not its ssh
+and Ansible children) to ``$SCALE_BENCH_OWN`` at exit."""
+
+
+def _no_gate_plan(lab_plan: Path, out: Path) -> Path:
+    """The lab's plan without its gate, ``maxUnavailable: 25%``: with the lab's canary group (the
+    first quarter of the nodes) a change of 4 batches at every size."""
+    kept: list[str] = []
+    in_gate = False
+    for line in lab_plan.read_text().splitlines():
+        if line.startswith("gate:"):
+            in_gate = True
+            continue
+        if in_gate and (line.startswith(" ") or line.startswith("#")):
+            continue
+        in_gate = False
+        kept.append(line.replace("maxUnavailable: 1", 'maxUnavailable: "25%"'))
+    out.write_text("\n".join(kept) + "\n")
+    return out
+
+
+def apply_bench(sizes: list[int], rounds: int) -> dict[str, Any]:
+    """For each N: a lab of N SSH nodes (simulated kubelets), then ``rounds`` times a whole
+    ``apply --yes`` (4 batches, no gate) and a ``rollback --yes`` of it, as subprocesses: CPU of
+    the process with its children (``wait4``) and of the rollout process alone (its
+    ``RUSAGE_SELF``), both per changed node, wall and peak RSS."""
+    from rollout.lab.cluster import Lab
+
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="rollout-scale-apply-") as tmp:
+        for n in sizes:
+            lab = Lab(f"sba{os.getpid()}n{n}", Path(tmp) / f"lab{n}")
+            t0 = time.monotonic()
+            lab.up(n, timeout=max(180.0, 3.0 * n))
+            try:
+                up_s = time.monotonic() - t0
+                own = Path(tmp) / f"own{n}"
+                env = {
+                    **os.environ,
+                    "KUBECONFIG": str(lab.kubeconfig),
+                    "ROLLOUT_STATE_DIR": str(Path(tmp) / f"state{n}"),
+                    "PYTHONPATH": str(REPO),
+                    "SCALE_BENCH_OWN": str(own),
+                }
+                plan = _no_gate_plan(lab.plan, Path(tmp) / f"plan{n}.yaml")
+                state = Path(env["ROLLOUT_STATE_DIR"]) / "changes"
+                runs: dict[str, list[dict[str, Any]]] = {"apply": [], "rollback": []}
+                for _ in range(rounds):
+                    argv = [sys.executable, "-c", _CLI_OWN, "apply", "--plan", str(plan)]
+                    argv += ["-i", str(lab.inventory), "--yes", "-o", "json"]
+                    for step in ("apply", "rollback"):
+                        r = dict(_measure(argv, env))
+                        r["own_cpu_s"] = float(own.read_text())
+                        r["cpu_per_node_s"] = r["cpu_s"] / n
+                        r["own_cpu_per_node_s"] = r["own_cpu_s"] / n
+                        runs[step].append(r)
+                        change = sorted(d.name for d in state.iterdir())[-1]
+                        argv = [sys.executable, "-c", _CLI_OWN, "rollback", "--change", change]
+                        argv += ["--yes"]
+                for step, got in runs.items():
+                    out[f"{n}-{step}"] = {
+                        "ssh_nodes": n,
+                        "step": step,
+                        "lab_up_s": up_s,
+                        "raw": got,
+                        **{
+                            k: statistics.median(r[k] for r in got)
+                            for k in (
+                                "cpu_s",
+                                "own_cpu_s",
+                                "cpu_per_node_s",
+                                "own_cpu_per_node_s",
+                                "wall_s",
+                                "rss_mb",
+                            )
+                        },
+                    }
+            finally:
+                lab.down()
+    return out
+
+
+def _apply_table(applied: dict[str, Any]) -> str:
+    lines = [
+        "| SSH nodes | step | CPU s with children | per node | rollout process alone | per node "
+        "| wall s | peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in applied.values():
+        lines.append(
+            f"| {r['ssh_nodes']} | {r['step']} | {r['cpu_s']:.2f} | {r['cpu_per_node_s']:.3f} "
+            f"| {r['own_cpu_s']:.2f} | {r['own_cpu_per_node_s']:.3f} | {r['wall_s']:.1f} "
+            f"| {r['rss_mb']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
 def _kwok_table(kwok: dict[str, Any]) -> str:
     lines = [
         "| kwok Nodes | checkout | their pods | GET+LIST requests | CPU s | wall s "
@@ -498,7 +612,7 @@ def main() -> None:
         _prefetch_child(sys.argv[2], sys.argv[3])
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("what", choices=["journal", "preflight", "all", "kwok"])
+    ap.add_argument("what", choices=["journal", "preflight", "all", "kwok", "apply"])
     ap.add_argument("--nodes", help="comma-separated sizes")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--pods", type=int, default=20)
@@ -512,6 +626,12 @@ def main() -> None:
         help="kwok: also a canary apply with its gate soak, status, report and rollback",
     )
     a = ap.parse_args()
+    if a.what == "apply":
+        sizes = [int(x) for x in (a.nodes or "8,40,160").split(",")]
+        applied = apply_bench(sizes, a.rounds)
+        print(json.dumps({"apply": applied}, indent=2))
+        print(_apply_table(applied))
+        return
     if a.what == "kwok":
         sizes = [int(x) for x in (a.nodes or "0,500,2000").split(",")]
         kwok = kwok_bench(sizes, a.kwok_pods, a.rounds, a.against, a.change)
