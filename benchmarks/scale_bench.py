@@ -9,6 +9,7 @@ Usage::
     .venv/bin/python benchmarks/scale_bench.py kwok [--nodes 0,500,2000] [--kwok-pods 2]
         [--against DIR]   # a second checkout, its CLI alternating with this one's
     .venv/bin/python benchmarks/scale_bench.py apply [--nodes 8,40,160] [--rounds 2]
+    .venv/bin/python benchmarks/scale_bench.py decode [--pods 50000] [--rounds 5]
 
 ``journal``: a synthetic change of N nodes, journaled as the real engine journals it (the entries of
 a real ``run_change`` over the unit fakes, one canary batch of 2 nodes then one of 2, templated to N
@@ -40,6 +41,12 @@ out). ``all`` does not include it.
 group, the first quarter, then three batches: 4 batches at every size), and ``rollback --yes``
 of it: CPU with the children (``wait4``: ssh, Ansible) and of the rollout process alone (its
 ``RUSAGE_SELF`` at exit), each also per changed node; wall; peak RSS.
+
+``decode``: the pod listing's pages (500 kwok-like pods each, ``--pods`` in all) decoded in this
+process two ways, alternating: ``json.loads`` alone (the old path's first step) and the listing's
+own path now (``pods_by_node``: a node's requests summed from its pods' briefs, the inventory's
+pods decoded whole);
+CPU seconds (``process_time``), medians.
 
 Prints the raw numbers as JSON, then a Markdown table.
 """
@@ -236,8 +243,8 @@ def _prefetch_child(strategy: str, url: str) -> None:
     reader = ClusterReader(api, {node_name(i) for i in range(INVENTORY)})
     if strategy == "after":
         reader.prefetch()
-        refs, _objects = reader.pod_listing()
-        pods = sum(len(v) for v in refs.values())
+        listing = reader.pod_listing()
+        pods = sum(u.cpu_millis for u in listing.used.values()) // 100  # 100m a stand-in pod
     else:  # what prefetch did until issue 23: the same reads, the pods one Node at a time,
         # each node's records and objects kept (it served both from memory later)
         reader.pod_listing = lambda: ({}, {})  # type: ignore[method-assign]
@@ -444,6 +451,174 @@ _CLI_OWN = (
 and Ansible children) to ``$SCALE_BENCH_OWN`` at exit."""
 
 
+def _kwok_like_pod(i: int) -> dict[str, Any]:
+    """A pod as the API server lists a kwok Deployment's pod (``rollout/lab/kwok.py``): its
+    managedFields, tolerations the admission plugins add, status as kwok writes it."""
+    node = f"lab-kwok{i // 10}"
+    when = "2026-12-05T10:00:05Z"
+    ready = {"status": "True", "lastProbeTime": None, "lastTransitionTime": when}
+    return {
+        "metadata": {
+            "name": f"{node}-7d9f8b6c5-{i:05d}",
+            "generateName": f"{node}-7d9f8b6c5-",
+            "namespace": "rollout-kwok",
+            "uid": f"6f1c2a3b-1234-4e5f-8a9b-{i:012d}",
+            "resourceVersion": str(100000 + i),
+            "creationTimestamp": "2026-12-05T10:00:00Z",
+            "labels": {"app": node, "rollout.dev/kwok": "lab", "pod-template-hash": "7d9f8b6c5"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": f"{node}-7d9f8b6c5",
+                    "uid": "0a1b2c3d-aaaa-bbbb-cccc-000000000001",
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+            "managedFields": [
+                {
+                    "manager": "kube-controller-manager",
+                    "operation": "Update",
+                    "apiVersion": "v1",
+                    "time": when,
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {
+                        "f:metadata": {"f:generateName": {}, "f:labels": {".": {}, "f:app": {}}},
+                        "f:spec": {
+                            "f:containers": {
+                                'k:{"name":"app"}': {
+                                    ".": {},
+                                    "f:image": {},
+                                    "f:resources": {".": {}, "f:requests": {"f:cpu": {}}},
+                                }
+                            },
+                            "f:nodeName": {},
+                            "f:nodeSelector": {},
+                            "f:tolerations": {},
+                        },
+                    },
+                },
+                {
+                    "manager": "kwok",
+                    "operation": "Update",
+                    "apiVersion": "v1",
+                    "time": when,
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {
+                        "f:status": {
+                            "f:conditions": {'k:{"type":"Ready"}': {".": {}, "f:status": {}}},
+                            "f:phase": {},
+                            "f:podIP": {},
+                        }
+                    },
+                    "subresource": "status",
+                },
+            ],
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "registry.invalid/rollout-lab/kwok-app:1",
+                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File",
+                    "imagePullPolicy": "IfNotPresent",
+                }
+            ],
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 30,
+            "dnsPolicy": "ClusterFirst",
+            "nodeSelector": {"rollout.dev/kwok": "lab"},
+            "automountServiceAccountToken": False,
+            "nodeName": node,
+            "securityContext": {},
+            "schedulerName": "default-scheduler",
+            "tolerations": [
+                {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"},
+                {
+                    "key": "node.kubernetes.io/not-ready",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                },
+            ],
+            "priority": 0,
+            "enableServiceLinks": True,
+            "preemptionPolicy": "PreemptLowerPriority",
+        },
+        "status": {
+            "phase": "Running",
+            "conditions": [{**ready, "type": t} for t in ("Initialized", "Ready", "PodScheduled")],
+            "hostIP": "127.0.0.1",
+            "podIP": "10.64.0.5",
+            "startTime": when,
+            "containerStatuses": [
+                {
+                    "name": "app",
+                    "state": {"running": {"startedAt": when}},
+                    "ready": True,
+                    "restartCount": 0,
+                    "image": "registry.invalid/rollout-lab/kwok-app:1",
+                    "started": True,
+                }
+            ],
+            "qosClass": "Burstable",
+        },
+    }
+
+
+class _Pages:
+    """The REST layer's pod listing over pages made in memory (``continue``: the next index)."""
+
+    def __init__(self, pages: list[bytes]) -> None:
+        self.pages = pages
+
+    def list_pod_for_all_namespaces(self, _continue: str | None = None, **_kw: Any) -> bytes:
+        return self.pages[int(_continue or 0)]
+
+
+def decode_bench(pods: int, rounds: int) -> dict[str, Any]:
+    """The pod listing's pages (500 kwok-like pods each, ``--pods`` in all; the inventory's
+    pods are one in every 50 pages) read two ways in this process, alternating round by round:
+    ``json.loads`` of each page (what the listing did first before the briefs, before it built
+    a record per pod: a lower bound of the old path) against
+    :func:`rollout.kube.nodes.pods_by_node` itself over the same bytes."""
+    from types import SimpleNamespace
+
+    from rollout.kube import nodes as kn
+
+    count = max(1, pods // 500)
+    pages = [
+        json.dumps(
+            {
+                "metadata": {"continue": str(p + 1) if p + 1 < count else ""},
+                "items": [_kwok_like_pod(p * 500 + i) for i in range(500)],
+            }
+        ).encode()
+        for p in range(count)
+    ]
+    api = SimpleNamespace(core=_Pages(pages))
+    keep = {f"lab-kwok{p * 50}" for p in range(0, count, 50)}
+    runs: dict[str, list[float]] = {"json.loads": [], "briefs": []}
+    for _ in range(rounds):
+        c = time.process_time()
+        for body in pages:
+            json.loads(body)
+        runs["json.loads"].append(time.process_time() - c)
+        c = time.process_time()
+        listing = kn.pods_by_node(api, keep)  # type: ignore[arg-type]
+        runs["briefs"].append(time.process_time() - c)
+        assert len(listing.used) == count * 50 and set(listing.refs) == keep
+    return {
+        "pods": count * 500,
+        "mb": sum(map(len, pages)) / 1e6,
+        "raw": runs,
+        **{k: statistics.median(v) for k, v in runs.items()},
+    }
+
+
 def _no_gate_plan(lab_plan: Path, out: Path) -> Path:
     """The lab's plan without its gate, ``maxUnavailable: 25%``: with the lab's canary group (the
     first quarter of the nodes) a change of 4 batches at every size."""
@@ -612,7 +787,7 @@ def main() -> None:
         _prefetch_child(sys.argv[2], sys.argv[3])
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("what", choices=["journal", "preflight", "all", "kwok", "apply"])
+    ap.add_argument("what", choices=["journal", "preflight", "all", "kwok", "apply", "decode"])
     ap.add_argument("--nodes", help="comma-separated sizes")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--pods", type=int, default=20)
@@ -626,6 +801,14 @@ def main() -> None:
         help="kwok: also a canary apply with its gate soak, status, report and rollback",
     )
     a = ap.parse_args()
+    if a.what == "decode":
+        got = decode_bench(a.pods, a.rounds)
+        print(json.dumps({"decode": got}, indent=2))
+        print(
+            f"{got['pods']:,} pods, {got['mb']:.0f} MB: json.loads {got['json.loads']:.2f} s, "
+            f"briefs {got['briefs']:.2f} s ({got['json.loads'] / got['briefs']:.1f}x)"
+        )
+        return
     if a.what == "apply":
         sizes = [int(x) for x in (a.nodes or "8,40,160").split(",")]
         applied = apply_bench(sizes, a.rounds)

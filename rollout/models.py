@@ -8,7 +8,7 @@ their objects into these types at the boundary.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -194,6 +194,52 @@ class PodRef:
     def key(self) -> str:
         """``namespace/name``."""
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Requests:
+    """What the live pods bound to a Node request, summed: what the capacity and placement
+    checks subtract from its allocatable.
+
+    Why apart from :class:`PodRef`: of a Node outside the change this sum is all preflight
+    needs, and in a cluster of 50,000 pods a record per pod was most of the listing's cost.
+
+    Attributes:
+        cpu_millis: CPU requests, millicores.
+        memory_bytes: memory requests, bytes.
+        extended: requests of extended resources (``nvidia.com/gpu``), units.
+    """
+
+    cpu_millis: int = 0
+    memory_bytes: int = 0
+    extended: Mapping[str, int] = field(default_factory=dict)
+
+
+def requests_of(pods: Iterable[PodRef]) -> Requests:
+    """The summed requests of ``pods``."""
+    cpu = mem = 0
+    extended: dict[str, int] = {}
+    for p in pods:
+        cpu += p.cpu_millis
+        mem += p.memory_bytes
+        for k, v in p.extended.items():
+            extended[k] = extended.get(k, 0) + v
+    return Requests(cpu, mem, extended)
+
+
+@dataclass(frozen=True)
+class PodListing:
+    """The cluster's live pods, from one paginated listing (``rollout.kube.nodes.pods_by_node``).
+
+    Attributes:
+        refs: the pods of the kept nodes as :class:`PodRef`, by node name.
+        objects: the same pods as the API server's objects, oldest first.
+        used: every node's summed requests (:class:`Requests`), kept or not.
+    """
+
+    refs: dict[str, list[PodRef]]
+    objects: dict[str, list[dict[str, Any]]]
+    used: dict[str, Requests]
 
 
 @dataclass(frozen=True)

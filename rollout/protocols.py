@@ -14,7 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
-from rollout.models import NodeChange, NodeInfo, PodRef
+from rollout.models import NodeChange, NodeInfo, PodListing, PodRef
 from rollout.verdicts import Verdict, VerdictStatus
 
 
@@ -181,8 +181,9 @@ class PreflightReads(Protocol):
         """Every Node, as preflight's records."""
         ...
 
-    def pod_listing(self) -> tuple[dict[str, list[PodRef]], dict[str, list[dict[str, Any]]]]:
-        """Every pod not finished, by node: as records, and as objects (oldest first)."""
+    def pod_listing(self) -> PodListing:
+        """Every pod not finished: the inventory's nodes' as records and objects (oldest
+        first), and every node's summed requests."""
         ...
 
     def pdbs(self) -> list[Any]:

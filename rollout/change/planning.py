@@ -19,7 +19,7 @@ from rollout.change.previewing import lands_on
 from rollout.durations import parse_go_duration
 from rollout.errors import InputError, Location
 from rollout.kubelet.distributions import CONTROL_PLANE_UNITS
-from rollout.models import NodeFacts, NodeInfo, PdbRef, PodRef
+from rollout.models import NodeFacts, NodeInfo, PdbRef, PodRef, Requests, requests_of
 
 STRATEGY_KEYS = ("canaryGroup", "maxUnavailable", "drain", "batches")
 DRAIN_KEYS = ("timeout", "backoffCap", "disableEviction", "gracePeriod")
@@ -403,23 +403,29 @@ def blocking_pdbs(node: str, pods: Sequence[PodRef], pdbs: Sequence[PdbRef]) -> 
     return out
 
 
-def _free(
-    name: str, info: NodeInfo, pods_by_node: Mapping[str, Sequence[PodRef]]
-) -> dict[str, int]:
-    """What a node has left: allocatable minus the requests of the pods on it, per resource
-    (``cpu`` in millicores, ``memory`` in bytes, each extended resource in units)."""
-    used = pods_by_node.get(name, ())
+def _free(info: NodeInfo, used: Requests | None) -> dict[str, int]:
+    """What a node has left: allocatable minus the requests of the pods on it (``used``), per
+    resource (``cpu`` in millicores, ``memory`` in bytes, each extended resource in units)."""
+    used = used or _NOTHING
     free = {
-        "cpu": info.cpu_millis - sum(p.cpu_millis for p in used),
-        "memory": info.memory_bytes - sum(p.memory_bytes for p in used),
+        "cpu": info.cpu_millis - used.cpu_millis,
+        "memory": info.memory_bytes - used.memory_bytes,
     }
     for r, v in device_resources(info.allocatable).items():
         try:
             have = int(v)
         except ValueError:
             continue
-        free[r] = have - sum(p.extended.get(r, 0) for p in used)
+        free[r] = have - used.extended.get(r, 0)
     return {k: max(0, v) for k, v in free.items()}
+
+
+_NOTHING = Requests()
+
+
+def usage(pods_by_node: Mapping[str, Sequence[PodRef]]) -> dict[str, Requests]:
+    """Each node's summed requests, from its pods' records."""
+    return {n: requests_of(pods) for n, pods in pods_by_node.items()}
 
 
 def _needs(p: PodRef) -> dict[str, int]:
@@ -471,6 +477,7 @@ def check_capacity(
     batch: Sequence[str],
     nodes: Mapping[str, NodeInfo],
     pods_by_node: Mapping[str, Sequence[PodRef]],
+    used: Mapping[str, Requests] | None = None,
 ) -> list[str]:
     """Whether the nodes left schedulable while ``batch`` is drained can take its evicted pods.
 
@@ -478,7 +485,11 @@ def check_capacity(
     requests of the evicted pods against what the other schedulable nodes have free: the clear
     cases (a cluster with no room left) without pretending to be the scheduler. Where each pod
     may go (its nodeSelector, affinity, tolerations) is :func:`check_placement`.
+
+    ``pods_by_node``: the pods of the batch's nodes (at least); ``used``: every node's summed
+    requests (default: summed from ``pods_by_node``).
     """
+    used = usage(pods_by_node) if used is None else used
     moving = [p for n in batch for p in evictable(pods_by_node.get(n, ()))]
     need: dict[str, int] = {}
     for p in moving:
@@ -490,7 +501,7 @@ def check_capacity(
     for name, info in nodes.items():
         if name in batch or info.unschedulable or not info.ready:
             continue
-        for r, v in _free(name, info, pods_by_node).items():
+        for r, v in _free(info, used.get(name)).items():
             if r in free:
                 free[r] += v
     problems = []
@@ -520,6 +531,7 @@ def check_placement(
     nodes: Mapping[str, NodeInfo],
     pods_by_node: Mapping[str, Sequence[PodRef]],
     index: PlacementIndex | None = None,
+    used: Mapping[str, Requests] | None = None,
 ) -> tuple[list[str], list[str]]:
     """Where each pod evicted from ``batch`` can go: a node outside the batch, schedulable and
     Ready, that its nodeSelector, required node affinity and tolerations allow (as the
@@ -532,8 +544,10 @@ def check_placement(
         placement allows no node but the batch's own (pinned to its node) comes back only with
         it, and is a warning.
 
-    ``index``: one :class:`PlacementIndex` over ``nodes`` shared by every batch of a preflight.
+    ``index``: one :class:`PlacementIndex` over ``nodes`` shared by every batch of a preflight;
+    ``used``: every node's summed requests (default: summed from ``pods_by_node``).
     """
+    used = usage(pods_by_node) if used is None else used
     refusals: list[str] = []
     warnings: list[str] = []
     index = index or PlacementIndex(nodes)
@@ -558,7 +572,7 @@ def check_placement(
             short: list[str] = []
             fits = False
             for n in ready:
-                free = _free(n, nodes[n], pods_by_node)
+                free = _free(nodes[n], used.get(n))
                 lacking = [r for r, v in need.items() if free.get(r, 0) < v]
                 if not lacking:
                     fits = True

@@ -47,7 +47,7 @@ from rollout.errors import PreflightError, RolloutError
 from rollout.kube import nodes as kn
 from rollout.kube import workloads
 from rollout.kubelet.facts import node_facts_from_dict
-from rollout.models import NodeChange, NodeFacts, NodeInfo, PodRef
+from rollout.models import NodeChange, NodeFacts, NodeInfo, PodListing
 from rollout.protocols import PreflightReads
 
 if TYPE_CHECKING:
@@ -204,13 +204,13 @@ class ClusterReader:
     def nodes(self) -> dict[str, NodeInfo]:
         return dict(self._read(("nodes", ""), lambda: self._node_listing()[0]))
 
-    def pod_listing(self) -> tuple[dict[str, list[PodRef]], dict[str, list[dict[str, Any]]]]:
-        """Every pod not finished, by node: as records (every node) and as objects, oldest
-        first (the inventory's nodes); one paginated listing."""
-        refs, objects = self._read(
+    def pod_listing(self) -> PodListing:
+        """Every pod not finished: the inventory's nodes' as records and objects (oldest
+        first), every node's summed requests; one paginated listing."""
+        listing: PodListing = self._read(
             ("pod_listing", ""), lambda: self._kn.pods_by_node(self.api, self.wanted)
         )
-        return dict(refs), dict(objects)
+        return listing
 
     def pdbs(self) -> list[Any]:
         return list(self._read(("pdbs", ""), lambda: self._kn.list_pdbs(self.api)))
@@ -334,8 +334,9 @@ def prepare(
     warnings += restarts
     moving = [n for b in batches for n in b.nodes]
     dra = cluster.dra(versions)
-    listed, pod_objects = cluster.pod_listing()
-    pods = {n: listed.get(n, []) for n in all_nodes}
+    listing = cluster.pod_listing()
+    pod_objects, used = listing.objects, listing.used
+    pods = {n: listing.refs.get(n, []) for n in all_nodes}
     pdbs = cluster.pdbs()
     for n in order:
         problems += check_double_ownership(n, all_nodes[n].allocatable, dra.get(n, []))
@@ -349,8 +350,8 @@ def prepare(
         drained = [n for n in b.nodes if n not in settled]
         if not drained:
             continue
-        short = check_capacity(drained, all_nodes, pods)
-        misplaced, pinned = check_placement(drained, all_nodes, pods, placements)
+        short = check_capacity(drained, all_nodes, pods, used)
+        misplaced, pinned = check_placement(drained, all_nodes, pods, placements, used)
         warnings += pinned
         if overrides.capacity_warn_only:
             warnings += [f"{w} (--capacity-warn-only: not refused)" for w in short + misplaced]

@@ -111,12 +111,29 @@ class ControllerList(msgspec.Struct, frozen=True):
     items: list[Controller] | None = None
 
 
+class UseContainer(msgspec.Struct, frozen=True):
+    resources: Resources | None = None
+
+
+class UseSpec(msgspec.Struct, frozen=True):
+    nodeName: str | None = None
+    containers: list[UseContainer] | None = None
+
+
+class PodUse(msgspec.Struct, frozen=True):
+    """A pod as the capacity check reads one on a Node outside the change: where it is bound,
+    whether it finished, what its containers request."""
+
+    spec: UseSpec | None = None
+    status: PodStatus | None = None
+
+
 class ListMeta(msgspec.Struct, frozen=True):
     cont: str | None = msgspec.field(default=None, name="continue")
 
 
-class PodList(msgspec.Struct, frozen=True):
-    items: list[Pod] | None = None
+class PodUseList(msgspec.Struct, frozen=True):
+    items: list[PodUse] | None = None
     metadata: ListMeta | None = None
 
 
@@ -131,7 +148,7 @@ class RawList(msgspec.Struct, frozen=True):
 EMPTY_META = Meta()
 EMPTY_POD_SPEC = PodSpec()
 
-pod_list = msgspec.json.Decoder(PodList)
+pod_use_list = msgspec.json.Decoder(PodUseList)
 node_list = msgspec.json.Decoder(NodeList)
 controller_list = msgspec.json.Decoder(ControllerList)
 _raw_list = msgspec.json.Decoder(RawList)

@@ -17,7 +17,7 @@ from kubernetes.utils import parse_quantity
 from rollout.errors import ExternalError, PreflightError
 from rollout.kube import briefs
 from rollout.kube.client import Api, call, describe
-from rollout.models import NodeInfo, PdbRef, PodRef
+from rollout.models import NodeInfo, PdbRef, PodListing, PodRef, Requests
 
 MIRROR = "kubernetes.io/config.mirror"
 
@@ -165,25 +165,24 @@ LIVE = "status.phase!=Succeeded,status.phase!=Failed"
 _RESTARTS = 3
 
 
-def pods_by_node(
-    api: Api, keep: Collection[str] | None = None, page: int = POD_PAGE
-) -> tuple[dict[str, list[PodRef]], dict[str, list[dict[str, Any]]]]:
+def pods_by_node(api: Api, keep: Collection[str] | None = None, page: int = POD_PAGE) -> PodListing:
     """Every pod bound to a Node that has not finished, from one paginated listing of the
     cluster's pods (``limit`` / ``continue``): ``ceil(pods / page)`` requests however many Nodes
     the cluster has, where a listing per Node cost one request per Node.
 
-    Returns:
-        The pods as :class:`PodRef` by node name (every node), and as the API server's objects,
-        oldest first, for the nodes in ``keep`` only (None: every node). Of the others only
-        the fields a ``PodRef`` holds are decoded (:mod:`rollout.kube.briefs`), page by page,
-        so a cluster of 100,000 pods is never held whole, nor parsed whole.
+    Of the pods on the nodes in ``keep`` (None: every node) the records and whole objects are
+    kept; of every other pod only its node, phase and requests are decoded
+    (:mod:`rollout.kube.briefs`), page by page, and summed into its node's requests: a cluster
+    of 100,000 pods is never held whole, nor parsed whole, and makes no record per pod.
 
     A continue token the API server has compacted away (410 Gone: "The provided continue
     parameter is too old") starts the listing again, at most three times.
     """
     for _attempt in range(_RESTARTS):
-        refs: dict[str, list[PodRef]] = {}
         objects: dict[str, list[dict[str, Any]]] = {}
+        cpu: dict[str, int] = {}
+        mem: dict[str, int] = {}
+        extended: dict[str, dict[str, int]] = {}
         token: str | None = None
         try:
             while True:
@@ -195,15 +194,24 @@ def pods_by_node(
                     _continue=token,
                     _raw=True,
                 )
-                listing = briefs.pod_list.decode(body)
+                listing = briefs.pod_use_list.decode(body)
                 whole: set[int] = set()
                 for i, p in enumerate(listing.items or ()):
                     node = p.spec.nodeName if p.spec else None
                     if not node or (p.status and p.status.phase in ("Succeeded", "Failed")):
                         continue
-                    refs.setdefault(node, []).append(pod_ref_of(p))
                     if keep is None or node in keep:
                         whole.add(i)
+                    for c in (p.spec.containers if p.spec else None) or ():
+                        req = (c.resources.requests if c.resources else None) or {}
+                        if not req:
+                            continue
+                        cpu[node] = cpu.get(node, 0) + _qty(req.get("cpu", 0), 1000)
+                        mem[node] = mem.get(node, 0) + _qty(req.get("memory", 0))
+                        for k, v in req.items():
+                            if extended_resource(k):
+                                ext = extended.setdefault(node, {})
+                                ext[k] = ext.get(k, 0) + _qty(v)
                 for _i, d in sorted(briefs.split_items(body, whole).items()):
                     objects.setdefault(d["spec"]["nodeName"], []).append(d)
                 token = (listing.metadata.cont if listing.metadata else None) or None
@@ -213,9 +221,14 @@ def pods_by_node(
             if e.status == 410 and token is not None:
                 continue  # the snapshot the pages came from is gone: list again, whole
             raise
+        refs = {n: [to_pod_ref(d) for d in pods] for n, pods in objects.items()}  # listed order
         for pods in objects.values():
             pods.sort(key=lambda d: str(d["metadata"].get("creationTimestamp") or ""))
-        return refs, objects
+        used = {
+            n: Requests(cpu.get(n, 0), mem.get(n, 0), extended.get(n, {}))
+            for n in {*cpu, *mem, *extended}
+        }
+        return PodListing(refs=refs, objects=objects, used=used)
     raise ExternalError(f"list pods: the continue token expired {_RESTARTS} times in a row")
 
 

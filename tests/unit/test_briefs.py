@@ -10,7 +10,7 @@ from typing import Any
 
 from rollout.kube import briefs
 from rollout.kube import nodes as kn
-from rollout.models import PodRef
+from rollout.models import PodRef, Requests
 
 MANAGED = [
     {
@@ -78,7 +78,9 @@ def test_a_pod_record_from_the_listing_holds_what_the_checks_read() -> None:
         nodeSelector={"pool": "gpu"},
         tolerations=[{"key": "gpu", "operator": "Exists"}],
     )
-    refs, _ = kn.pods_by_node(FakeApi([pod]), keep=set())  # type: ignore[arg-type]
+    listing = kn.pods_by_node(FakeApi([pod]), keep={"n1"})  # type: ignore[arg-type]
+    assert listing.used == {"n1": Requests(1250, 1 << 30, {"nvidia.com/gpu": 2})}
+    refs = listing.refs
     assert refs["n1"] == [
         PodRef(
             namespace="ml",
@@ -108,10 +110,13 @@ def test_the_inventorys_pods_come_back_whole_and_the_finished_are_left_out() -> 
     done = _pod("c", "n1")
     done["status"]["phase"] = "Succeeded"
     other = _pod("d", "n2")
-    refs, objects = kn.pods_by_node(FakeApi([*kept, done, other]), keep={"n1"})  # type: ignore[arg-type]
-    assert [p.name for p in refs["n1"]] == ["bb", "a"] and [p.name for p in refs["n2"]] == ["d"]
-    assert objects == {"n1": [kept[1], kept[0]]}  # whole, as sent, oldest first
-    assert "n2" not in objects
+    listing = kn.pods_by_node(FakeApi([*kept, done, other]), keep={"n1"})  # type: ignore[arg-type]
+    assert [p.name for p in listing.refs["n1"]] == ["bb", "a"]  # as listed
+    assert listing.objects == {"n1": [kept[1], kept[0]]}  # whole, as sent, oldest first
+    assert "n2" not in listing.refs and set(listing.used) == {"n1", "n2"}
+    # two pods on n1 (the finished one not counted), one on n2
+    assert listing.used["n1"] == Requests(2500, 2 << 30, {"nvidia.com/gpu": 4})
+    assert listing.used["n2"] == Requests(1250, 1 << 30, {"nvidia.com/gpu": 2})
 
 
 def test_mirror_daemonset_and_bare_pods_are_told_apart() -> None:
@@ -126,8 +131,8 @@ def test_mirror_daemonset_and_bare_pods_are_told_apart() -> None:
     del bare["metadata"]["ownerReferences"]
     not_controller = _pod("nc", "n1")
     not_controller["metadata"]["ownerReferences"] = [{"kind": "ReplicaSet", "name": "x"}]
-    refs, _ = kn.pods_by_node(FakeApi([mirror, ds, bare, not_controller]), keep=set())  # type: ignore[arg-type]
-    by = {p.name: p for p in refs["n1"]}
+    listing = kn.pods_by_node(FakeApi([mirror, ds, bare, not_controller]), keep=None)  # type: ignore[arg-type]
+    by = {p.name: p for p in listing.refs["n1"]}
     assert by["m"].mirror and not by["m"].unmanaged
     assert by["ds"].daemonset
     assert by["bare"].unmanaged and by["nc"].unmanaged
@@ -140,11 +145,12 @@ def test_sparse_and_odd_shapes_decode_as_empty_not_as_errors() -> None:
         "spec": {"nodeName": "n1", "containers": [{"resources": {"requests": None}}]},
         "status": {},
     }
-    refs, _ = kn.pods_by_node(FakeApi([sparse, nulls]), keep=set())  # type: ignore[arg-type]
-    assert [(p.name, p.cpu_millis, p.labels, p.unmanaged) for p in refs["n1"]] == [
+    listing = kn.pods_by_node(FakeApi([sparse, nulls]), keep={"n1"})  # type: ignore[arg-type]
+    assert [(p.name, p.cpu_millis, p.labels, p.unmanaged) for p in listing.refs["n1"]] == [
         ("s", 0, {}, True),
         ("z", 0, {}, True),
     ]
+    assert listing.used.get("n1", Requests()) == Requests()
 
 
 def _node(name: str, **status: Any) -> dict[str, Any]:

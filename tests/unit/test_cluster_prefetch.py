@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from rollout.change.preparing import ClusterReader
-from rollout.models import NodeInfo
+from rollout.models import NodeInfo, PodListing, PodRef, Requests
 
 
 class FakeKn:
@@ -36,11 +36,13 @@ class FakeKn:
             {n: {"metadata": {"name": n}} for n in ("n1", "n2") if not keep or n in keep},
         )
 
-    def pods_by_node(self, api: Any, keep: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    def pods_by_node(self, api: Any, keep: Any = None) -> PodListing:
         self.calls.append("pods")
-        return (
-            {n: [f"p-{n}"] for n in ("n1", "n2")},
-            {n: [{"metadata": {"name": f"p-{n}"}}] for n in ("n1", "n2") if not keep or n in keep},
+        kept = [n for n in ("n1", "n2") if not keep or n in keep]
+        return PodListing(
+            refs={n: [PodRef("ns", f"p-{n}", n)] for n in kept},
+            objects={n: [{"metadata": {"name": f"p-{n}"}}] for n in kept},
+            used={n: Requests(cpu_millis=100) for n in ("n1", "n2")},
         )
 
     def list_pdbs(self, api: Any) -> list[Any]:
@@ -83,8 +85,9 @@ def test_prefetched_answers_are_used_once() -> None:
     assert fake.calls.count("nodes") == 1 and fake.calls.count("pods") == 1
     fake.calls.clear()
     assert reader.version() == "v1.36.3" and set(reader.nodes()) == {"n1", "n2"}
-    refs, objects = reader.pod_listing()
-    assert refs["n1"] == ["p-n1"] and objects["n1"] == [{"metadata": {"name": "p-n1"}}]
+    listing = reader.pod_listing()
+    assert listing.refs["n1"] == [PodRef("ns", "p-n1", "n1")]
+    assert listing.objects["n1"] == [{"metadata": {"name": "p-n1"}}]
     assert reader.pdbs() == [] and reader.dra(["v1"]) == {}
     assert reader.device_classes(["v1"]) == []
     objects_of_nodes = reader.node_objects()
@@ -99,9 +102,9 @@ def test_prefetched_answers_are_used_once() -> None:
 def test_only_the_inventorys_nodes_keep_their_pod_objects() -> None:
     fake = FakeKn()
     reader = _reader(fake, nodes=["n2"])
-    refs, objects = reader.pod_listing()
-    assert set(refs) == {"n1", "n2"}  # every node's records: the capacity check sums them
-    assert set(objects) == {"n2"}
+    listing = reader.pod_listing()
+    assert set(listing.used) == {"n1", "n2"}  # every node's requests: the capacity check
+    assert set(listing.refs) == set(listing.objects) == {"n2"}
 
 
 def test_a_failed_prefetch_leaves_the_reads_to_the_real_calls() -> None:

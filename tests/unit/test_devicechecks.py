@@ -24,6 +24,7 @@ from rollout.change.planning import check_double_ownership
 from rollout.change.preparing import PreviewedRefusal, prepare
 from rollout.kube.nodes import to_node_info
 from rollout.lab.inventory import LAB_INTENT
+from rollout.models import PodListing
 from tests.unit.test_shipping_cas import _facts
 
 GPU = "nvidia.com/gpu"
@@ -188,8 +189,8 @@ class Reader:
     def nodes(self) -> dict[str, Any]:
         return {n: to_node_info(o) for n, o in self.objects.items()}
 
-    def pod_listing(self) -> tuple[dict[str, list[Any]], dict[str, list[dict[str, Any]]]]:
-        return {}, {}
+    def pod_listing(self) -> PodListing:
+        return PodListing({}, {}, {})
 
     def pdbs(self) -> list[Any]:
         return []

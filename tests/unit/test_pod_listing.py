@@ -11,6 +11,7 @@ import pytest
 
 from rollout.change.preparing import ClusterReader
 from rollout.kube import nodes as kn
+from rollout.models import Requests
 from tests.unit.fake_apiserver import Fleet, api_for, node_name, serving
 
 NODES = 400
@@ -20,15 +21,22 @@ PODS = 5
 def test_one_paginated_listing_however_many_nodes() -> None:
     fleet = Fleet(NODES, PODS)
     with serving(fleet) as url:
-        refs, objects = kn.pods_by_node(api_for(url), keep={node_name(1), node_name(2)}, page=100)
+        listing = kn.pods_by_node(api_for(url), keep={node_name(1), node_name(2)}, page=100)
+    refs, objects = listing.refs, listing.objects
     live = NODES * PODS
     served = len(fleet.pods(kn.LIVE))  # the live pods and one not bound to a Node yet
     assert served == live + 1
     assert fleet.requests["pods, a page"] == math.ceil(served / 100)  # 21 requests, not 400
     assert fleet.requests["pods on a node"] == 0
-    assert sum(len(v) for v in refs.values()) == live  # the finished and the unbound left out
-    assert len(refs) == NODES and all(len(v) == PODS for v in refs.values())
-    assert set(objects) == {node_name(1), node_name(2)}  # whole objects only where asked
+    # every node's requests summed (100m and 64Mi a pod), the finished and the unbound left out
+    assert len(listing.used) == NODES
+    assert all(u == Requests(100 * PODS, PODS * 64 << 20, {}) for u in listing.used.values())
+    # records and whole objects only where asked
+    assert set(refs) == set(objects) == {node_name(1), node_name(2)}
+    assert all(len(v) == PODS for v in refs.values())
+    assert [p.name for p in refs[node_name(1)]] == [
+        p["metadata"]["name"] for p in fleet.by_node[node_name(1)]
+    ]
     stamps = [p["metadata"]["creationTimestamp"] for p in objects[node_name(1)]]
     assert stamps == sorted(stamps)  # oldest first, what the admission preview admits in order
 
@@ -42,8 +50,8 @@ def test_prefetch_sends_no_request_per_node() -> None:
         with serving(fleet) as url:
             reader = ClusterReader(api_for(url), {node_name(0)})
             reader.prefetch()
-            refs, objects = reader.pod_listing()
-        assert len(refs) == n and set(objects) == {node_name(0)}
+            listing = reader.pod_listing()
+        assert len(listing.used) == n and set(listing.objects) == {node_name(0)}
         assert fleet.requests["pods on a node"] == 0
         counts[n] = sum(fleet.requests.values()) - fleet.requests["pods, a page"]
         assert fleet.requests["pods, a page"] == math.ceil(len(fleet.pods(kn.LIVE)) / kn.POD_PAGE)
@@ -54,8 +62,8 @@ def test_an_expired_continue_token_lists_again_from_the_start() -> None:
     fleet = Fleet(30, 10)
     fleet.expire_once = {"200"}  # the third page's token: compacted away
     with serving(fleet) as url:
-        refs, _ = kn.pods_by_node(api_for(url), keep=set(), page=100)
-    assert sum(len(v) for v in refs.values()) == 300  # no page twice, none missing
+        used = kn.pods_by_node(api_for(url), keep=set(), page=100).used
+    assert sum(u.cpu_millis for u in used.values()) == 300 * 100  # no page twice, none missing
     # 301 served (one unbound) in pages of 100: two pages, the 410, then all four again
     assert fleet.requests["pods, a page"] == 2 + 1 + 4
 

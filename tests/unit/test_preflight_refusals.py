@@ -13,7 +13,7 @@ import pytest
 from rollout.change.inventory import Inventory
 from rollout.change.plan import load_plan
 from rollout.change.preparing import PreviewedRefusal, prepare
-from rollout.models import NodeInfo
+from rollout.models import NodeInfo, PodListing
 
 CONFIG = "/var/lib/kubelet/config.yaml"
 BASE = b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
@@ -35,8 +35,8 @@ class Reader:
     def nodes(self) -> dict[str, NodeInfo]:
         return {n: NodeInfo(n, cpu_millis=4000, memory_bytes=8 * 2**30) for n in self.names}
 
-    def pod_listing(self) -> tuple[dict[str, list[Any]], dict[str, list[dict[str, Any]]]]:
-        return {}, {}
+    def pod_listing(self) -> PodListing:
+        return PodListing({}, {}, {})
 
     def device_classes(self, versions: list[str]) -> list[dict[str, Any]]:
         return []
