@@ -242,7 +242,8 @@ def preview_node(
         facts: the node's hardware facts.
         kubelet_config: the effective KubeletConfiguration after the change.
         pods: the pods on the node now.
-        objects: controllers (Deployments, StatefulSets, DaemonSets, ReplicaSets).
+        objects: controllers (Deployments, StatefulSets, DaemonSets, ReplicaSets); one with
+            no ``spec`` (its metadata alone, ``ClusterReader.controllers``) only names owners.
     """
     name = str((node.get("metadata") or {}).get("name", ""))
     machine = machine_from_facts(facts)
@@ -278,6 +279,8 @@ def preview_node(
             )
         )
     for key, w in sorted(workloads(objects).items()):
+        if "spec" not in w:
+            continue  # its metadata alone: the reader found its pods land on no Node judged here
         spec = ((w.get("spec") or {}).get("template") or {}).get("spec") or {}
         if key in running or not lands_on(spec, node):
             continue

@@ -240,6 +240,19 @@ def test_running_pod_predictions(
         assert "predicted rejected on node gpu-07" in p.describe("gpu-07")
 
 
+def test_a_controller_known_by_its_metadata_alone_is_not_predicted() -> None:
+    """Preflight reads whole only the controllers whose pods land on the change's Nodes; the
+    others come as their metadata (``ClusterReader.controllers``). One of those has no template
+    to judge, and an empty one would land on any untainted Node."""
+    untainted = {"metadata": {"name": "cpu-01", "labels": {}}, "spec": {}}
+    objs = [
+        {"kind": "Deployment", "metadata": {"name": "elsewhere", "namespace": "ml"}},
+        _deployment("small", _spec(2)),
+    ]
+    pv = preview_node(untainted, FACTS, SINGLE, [], objs)
+    assert [p.workload for p in pv.predictions] == ["Deployment/ml/small"]
+
+
 def test_running_pods_admit_in_order_and_hold_what_they_got() -> None:
     # two pods of 3 GPUs: each fits a NUMA node alone; the second takes the other NUMA node;
     # a third has no NUMA node with 3 GPUs left
