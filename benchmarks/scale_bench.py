@@ -180,7 +180,35 @@ def _measure(argv: list[str], env: dict[str, str]) -> dict[str, float]:
     return {"cpu_s": ru.ru_utime + ru.ru_stime, "wall_s": wall, "rss_mb": peak}
 
 
-_CLI = "import sys; from rollout.cli import cli; sys.exit(cli.main(prog_name='rollout'))"
+_CLI = (
+    "import atexit, collections, json, os, sys\n"
+    "if os.environ.get('SCALE_BENCH_SENT'):\n"
+    "    from rollout.kube import rest\n"
+    "    sent = collections.Counter()\n"
+    "    send = rest.Rest.send\n"
+    "    def counted(self, method, path, query=None, **kw):\n"
+    "        parts = path.strip('/').split('/')\n"
+    "        if parts[0] == 'api':\n"
+    "            parts = parts[2:]\n"
+    "        elif parts[0] == 'apis' and len(parts) > 2:\n"
+    "            parts = parts[3:]\n"
+    "        if parts[:1] == ['namespaces'] and len(parts) > 2:\n"
+    "            parts = parts[2:]\n"
+    "        verb = 'WATCH' if (query or {}).get('watch') else method\n"
+    "        label = (parts or [path])[0] + ('/' + parts[2] if len(parts) > 2 else '')\n"
+    "        sent[verb + (' one ' if len(parts) > 1 else ' ') + label] += 1\n"
+    "        return send(self, method, path, query=query, **kw)\n"
+    "    rest.Rest.send = counted\n"
+    "    def _dump():\n"
+    "        with open(os.environ['SCALE_BENCH_SENT'], 'w') as f:\n"
+    "            json.dump(sent, f)\n"
+    "    atexit.register(_dump)\n"
+    "from rollout.cli import cli\n"
+    "sys.exit(cli.main(prog_name='rollout'))\n"
+)
+"""The CLI; with ``$SCALE_BENCH_SENT`` it also counts every request the rollout process itself
+sends (its REST layer's ``send``, by verb and the path's last kind) and writes them there at
+exit: what the API server's metric cannot tell apart from kwok's and the controllers' requests."""
 
 
 def journal_bench(sizes: list[int], rounds: int, against: Path | None = None) -> dict[str, Any]:
@@ -367,12 +395,17 @@ def _change_round(lab: Any, env: dict[str, str], plan: Path) -> dict[str, Any]:
 def _measured_with_reads(lab: Any, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
     """:func:`_measure` of ``argv``, plus the GET/LIST requests the API server counted while it
     ran (every client's; the /metrics GET between the two readings is ours)."""
+    sent = Path(tempfile.mkdtemp(prefix="rollout-sent-")) / "sent.json"
     before = _api_reads(lab)
-    r: dict[str, Any] = dict(_measure(argv, env))
+    r: dict[str, Any] = dict(_measure(argv, {**env, "SCALE_BENCH_SENT": str(sent)}))
     after = _api_reads(lab)
     reads = {k: v - before.get(k, 0.0) for k, v in after.items()}
     r["requests"] = {k: v for k, v in reads.items() if v}
     r["requests_total"] = sum(reads.values())
+    if sent.exists():  # the --against checkout's CLI runs through the same wrapper
+        r["sent"] = json.loads(sent.read_text())
+        r["sent_total"] = sum(r["sent"].values())
+    shutil.rmtree(sent.parent, ignore_errors=True)
     return r
 
 
