@@ -706,7 +706,7 @@ def apply_bench(sizes: list[int], rounds: int) -> dict[str, Any]:
                         runs[step].append(r)
                         change = sorted(d.name for d in state.iterdir())[-1]
                         argv = [sys.executable, "-c", _CLI_OWN, "rollback", "--change", change]
-                        argv += ["--yes"]
+                        argv += ["-i", str(lab.inventory), "--yes"]
                 for step, got in runs.items():
                     out[f"{n}-{step}"] = {
                         "ssh_nodes": n,
