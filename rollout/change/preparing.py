@@ -145,13 +145,14 @@ class ClusterReader:
     gathered); each answer it got is then served once from memory instead of read again. It lists
     the Nodes once and the cluster's pods once, paginated (:func:`rollout.kube.nodes.pods_by_node`:
     no request per Node, so the requests do not grow with the Nodes outside the inventory): the
-    checks' records (:class:`NodeInfo`, :class:`PodRef`) and the admission preview's objects
-    come from the same listings.
+    checks' records (:class:`NodeInfo`, :class:`PodRef`, each Node's :class:`Requests`) and the
+    admission preview's objects come from the same listings, of which only what the checks read
+    is decoded for the Nodes outside the inventory (:mod:`rollout.kube.briefs`).
 
     Args:
         api: the API connection.
-        nodes: the Node names of the inventory: only their pods are kept as whole objects (the
-            admission preview reads them); None keeps every node's.
+        nodes: the Node names of the inventory: only they and their pods are kept as records
+            and whole objects (the admission preview reads them); None keeps every node's.
     """
 
     def __init__(self, api: Api, nodes: Collection[str] | None = None) -> None:
