@@ -203,12 +203,21 @@ _CLI = (
     "        with open(os.environ['SCALE_BENCH_SENT'], 'w') as f:\n"
     "            json.dump(sent, f)\n"
     "    atexit.register(_dump)\n"
+    "if os.environ.get('SCALE_BENCH_OWN'):\n"
+    "    import resource\n"
+    "    def _own():\n"
+    "        ru = resource.getrusage(resource.RUSAGE_SELF)\n"
+    "        with open(os.environ['SCALE_BENCH_OWN'], 'w') as f:\n"
+    "            f.write(repr(ru.ru_utime + ru.ru_stime))\n"
+    "    atexit.register(_own)\n"
     "from rollout.cli import cli\n"
     "sys.exit(cli.main(prog_name='rollout'))\n"
 )
 """The CLI; with ``$SCALE_BENCH_SENT`` it also counts every request the rollout process itself
-sends (its REST layer's ``send``, by verb and the path's last kind) and writes them there at
-exit: what the API server's metric cannot tell apart from kwok's and the controllers' requests."""
+sends (its REST layer's ``send``, by verb and the path's kind) and writes them there at exit:
+what the API server's metric cannot tell apart from kwok's and the controllers' requests. With
+``$SCALE_BENCH_OWN`` it writes its own CPU seconds there at exit (``RUSAGE_SELF``: the rollout
+process alone, not its ssh and Ansible children)."""
 
 
 def journal_bench(sizes: list[int], rounds: int, against: Path | None = None) -> dict[str, Any]:
@@ -470,20 +479,6 @@ def kwok_bench(
     return out
 
 
-_CLI_OWN = (
-    "import atexit, os, resource, sys\n"
-    "def _own():\n"
-    "    ru = resource.getrusage(resource.RUSAGE_SELF)\n"
-    "    with open(os.environ['SCALE_BENCH_OWN'], 'w') as f:\n"
-    "        f.write(repr(ru.ru_utime + ru.ru_stime))\n"
-    "atexit.register(_own)\n"
-    "from rollout.cli import cli\n"
-    "sys.exit(cli.main(prog_name='rollout'))\n"
-)
-"""The CLI, writing its own CPU seconds (``RUSAGE_SELF``: the rollout process alone, not its ssh
-and Ansible children) to ``$SCALE_BENCH_OWN`` at exit."""
-
-
 def _kwok_like_pod(i: int) -> dict[str, Any]:
     """A pod as the API server lists a kwok Deployment's pod (``rollout/lab/kwok.py``): its
     managedFields, tolerations the admission plugins add, status as kwok writes it."""
@@ -696,7 +691,7 @@ def apply_bench(sizes: list[int], rounds: int) -> dict[str, Any]:
                 state = Path(env["ROLLOUT_STATE_DIR"]) / "changes"
                 runs: dict[str, list[dict[str, Any]]] = {"apply": [], "rollback": []}
                 for _ in range(rounds):
-                    argv = [sys.executable, "-c", _CLI_OWN, "apply", "--plan", str(plan)]
+                    argv = [sys.executable, "-c", _CLI, "apply", "--plan", str(plan)]
                     argv += ["-i", str(lab.inventory), "--yes", "-o", "json"]
                     for step in ("apply", "rollback"):
                         r = dict(_measure(argv, env))
@@ -705,7 +700,7 @@ def apply_bench(sizes: list[int], rounds: int) -> dict[str, Any]:
                         r["own_cpu_per_node_s"] = r["own_cpu_s"] / n
                         runs[step].append(r)
                         change = sorted(d.name for d in state.iterdir())[-1]
-                        argv = [sys.executable, "-c", _CLI_OWN, "rollback", "--change", change]
+                        argv = [sys.executable, "-c", _CLI, "rollback", "--change", change]
                         argv += ["-i", str(lab.inventory), "--yes"]
                 for step, got in runs.items():
                     out[f"{n}-{step}"] = {

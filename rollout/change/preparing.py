@@ -182,7 +182,7 @@ class ClusterReader:
                 ("pdbs", ""): self.pdbs(),
                 ("dra", ",".join(versions)): self.dra(versions),
                 ("device_classes", ",".join(versions)): self.device_classes(versions),
-                ("controllers", ",".join(sorted(objects))): self.controllers(objects),
+                _controllers_key(objects): self.controllers(objects),
                 ("pod_listing", ""): self.pod_listing(),
             }
         except Exception:  # prepare's own reads raise it, properly
@@ -199,8 +199,7 @@ class ClusterReader:
 
     def _node_listing(self) -> tuple[dict[str, NodeInfo], dict[str, dict[str, Any]]]:
         """One listing of the Nodes: every Node's record, and the inventory's as objects."""
-        infos, objects = self._kn.nodes_listed(self.api, self.wanted)
-        return infos, objects
+        return self._kn.nodes_listed(self.api, self.wanted)
 
     def nodes(self) -> dict[str, NodeInfo]:
         return dict(self._read(("nodes", ""), lambda: self._node_listing()[0]))
@@ -245,10 +244,15 @@ class ClusterReader:
 
         return list(
             self._read(
-                ("controllers", ",".join(sorted(nodes))),
+                _controllers_key(nodes),
                 lambda: self._wl.controller_objects(self.api, wanted),
             )
         )
+
+
+def _controllers_key(nodes: Collection[str]) -> tuple[str, str]:
+    """What a controllers read is remembered by: the Nodes whose landing templates it kept."""
+    return "controllers", ",".join(sorted(nodes))
 
 
 def prepare(
@@ -336,8 +340,7 @@ def prepare(
     moving = [n for b in batches for n in b.nodes]
     dra = cluster.dra(versions)
     listing = cluster.pod_listing()
-    pod_objects, used = listing.objects, listing.used
-    pods = {n: listing.refs.get(n, []) for n in all_nodes}
+    pods, pod_objects, used = listing.refs, listing.objects, listing.used
     pdbs = cluster.pdbs()
     for n in order:
         problems += check_double_ownership(n, all_nodes[n].allocatable, dra.get(n, []))

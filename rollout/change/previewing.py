@@ -171,11 +171,13 @@ def _owner(obj: Mapping[str, Any]) -> tuple[str, str] | None:
 
 def workloads(objects: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
     """Controllers by ``Kind/namespace/name`` (their ``kind`` field set), ReplicaSets owned by
-    a Deployment left out (the Deployment stands for them)."""
+    a Deployment left out (the Deployment stands for them), and so is a controller known by its
+    metadata alone (no ``spec``: ``ClusterReader.controllers`` found its pods land on no Node
+    the preview judges; it only names owners, and an absent template is not an empty one)."""
     out: dict[str, Mapping[str, Any]] = {}
     for o in objects:
         kind = str(o.get("kind", ""))
-        if kind not in CONTROLLERS:
+        if kind not in CONTROLLERS or "spec" not in o:
             continue
         owner = _owner(o)
         if kind == "ReplicaSet" and owner is not None and owner[0] == "Deployment":
@@ -279,8 +281,6 @@ def preview_node(
             )
         )
     for key, w in sorted(workloads(objects).items()):
-        if "spec" not in w:
-            continue  # its metadata alone: the reader found its pods land on no Node judged here
         spec = ((w.get("spec") or {}).get("template") or {}).get("spec") or {}
         if key in running or not lands_on(spec, node):
             continue

@@ -111,13 +111,9 @@ class ControllerList(msgspec.Struct, frozen=True):
     items: list[Controller] | None = None
 
 
-class UseContainer(msgspec.Struct, frozen=True):
-    resources: Resources | None = None
-
-
 class UseSpec(msgspec.Struct, frozen=True):
     nodeName: str | None = None
-    containers: list[UseContainer] | None = None
+    containers: list[Container] | None = None
 
 
 class PodUse(msgspec.Struct, frozen=True):

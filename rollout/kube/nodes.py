@@ -8,7 +8,7 @@ Why translate here: the core decides over small frozen records (``NodeInfo``, ``
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -104,20 +104,36 @@ def to_pod_ref(p: dict[str, Any]) -> PodRef:
     return pod_ref_of(briefs.to_pod(p))
 
 
+class _Tally:
+    """Container requests summed as the capacity check counts them: CPU in millicores, memory
+    in bytes, each extended resource in units (one pod's, or every pod's on a node)."""
+
+    def __init__(self) -> None:
+        self.cpu = self.mem = 0
+        self.extended: dict[str, int] = {}
+
+    def add(self, containers: Sequence[briefs.Container] | None) -> None:
+        for c in containers or ():
+            req = (c.resources.requests if c.resources else None) or {}
+            if not req:
+                continue
+            self.cpu += _qty(req.get("cpu", 0), 1000)
+            self.mem += _qty(req.get("memory", 0))
+            for k, v in req.items():
+                if extended_resource(k):
+                    self.extended[k] = self.extended.get(k, 0) + _qty(v)
+
+    def requests(self) -> Requests:
+        return Requests(self.cpu, self.mem, self.extended)
+
+
 def pod_ref_of(p: briefs.Pod) -> PodRef:
     """A pod's brief (:mod:`rollout.kube.briefs`) as a :class:`PodRef`."""
     meta = p.metadata or briefs.EMPTY_META
     spec = p.spec or briefs.EMPTY_POD_SPEC
     owners = meta.ownerReferences or ()
-    cpu = mem = 0
-    extended: dict[str, int] = {}
-    for c in spec.containers or ():
-        req = (c.resources.requests if c.resources else None) or {}
-        cpu += _qty(req.get("cpu", 0), 1000)
-        mem += _qty(req.get("memory", 0))
-        for k, v in req.items():
-            if extended_resource(k):
-                extended[k] = extended.get(k, 0) + _qty(v)
+    tally = _Tally()
+    tally.add(spec.containers)
     placement = {
         k: v
         for k, v in (
@@ -135,11 +151,11 @@ def pod_ref_of(p: briefs.Pod) -> PodRef:
         labels=dict(meta.labels or {}),
         daemonset=any(o.kind == "DaemonSet" for o in owners),
         mirror=MIRROR in (meta.annotations or {}),
-        cpu_millis=cpu,
-        memory_bytes=mem,
+        cpu_millis=tally.cpu,
+        memory_bytes=tally.mem,
         unmanaged=not any(o.controller is True for o in owners),
         local_storage=any(v.emptyDir is not None for v in spec.volumes or ()),
-        extended=extended,
+        extended=tally.extended,
         placement=placement,
     )
 
@@ -180,9 +196,7 @@ def pods_by_node(api: Api, keep: Collection[str] | None = None, page: int = POD_
     """
     for _attempt in range(_RESTARTS):
         objects: dict[str, list[dict[str, Any]]] = {}
-        cpu: dict[str, int] = {}
-        mem: dict[str, int] = {}
-        extended: dict[str, dict[str, int]] = {}
+        tallies: dict[str, _Tally] = {}
         token: str | None = None
         try:
             while True:
@@ -202,16 +216,7 @@ def pods_by_node(api: Api, keep: Collection[str] | None = None, page: int = POD_
                         continue
                     if keep is None or node in keep:
                         whole.add(i)
-                    for c in (p.spec.containers if p.spec else None) or ():
-                        req = (c.resources.requests if c.resources else None) or {}
-                        if not req:
-                            continue
-                        cpu[node] = cpu.get(node, 0) + _qty(req.get("cpu", 0), 1000)
-                        mem[node] = mem.get(node, 0) + _qty(req.get("memory", 0))
-                        for k, v in req.items():
-                            if extended_resource(k):
-                                ext = extended.setdefault(node, {})
-                                ext[k] = ext.get(k, 0) + _qty(v)
+                    tallies.setdefault(node, _Tally()).add(p.spec.containers if p.spec else None)
                 for _i, d in sorted(briefs.split_items(body, whole).items()):
                     objects.setdefault(d["spec"]["nodeName"], []).append(d)
                 token = (listing.metadata.cont if listing.metadata else None) or None
@@ -224,10 +229,7 @@ def pods_by_node(api: Api, keep: Collection[str] | None = None, page: int = POD_
         refs = {n: [to_pod_ref(d) for d in pods] for n, pods in objects.items()}  # listed order
         for pods in objects.values():
             pods.sort(key=lambda d: str(d["metadata"].get("creationTimestamp") or ""))
-        used = {
-            n: Requests(cpu.get(n, 0), mem.get(n, 0), extended.get(n, {}))
-            for n in {*cpu, *mem, *extended}
-        }
+        used = {n: t.requests() for n, t in tallies.items()}
         return PodListing(refs=refs, objects=objects, used=used)
     raise ExternalError(f"list pods: the continue token expired {_RESTARTS} times in a row")
 
