@@ -281,7 +281,7 @@ class Lab:
         t0 = time.monotonic()
         progress(f"creating {count} kwok Node(s) with {pods_per_node} pod(s) each")
         kw.create_objects(request, self.name, count, pods_per_node)
-        proc = kw.start(self.dir, bin_dir, self.name, self.kubeconfig)
+        proc = kw.start(self.dir, bin_dir, self.name, self.kubeconfig, count)
         n.CHILDREN[proc.pid] = proc
         self.kwok = kw.KwokState(proc.pid, str(bin_dir), count, pods_per_node)
         self._save()
@@ -347,7 +347,7 @@ class Lab:
         negative count, is refused before anything starts."""
         check_kubelet(kubelet, kubelet_version, K8S_VERSION)
         kw.check_counts(kwok_nodes, kwok_pods_per_node)
-        self.start_control_plane(progress, kcm_extra_args=kw.KCM_ARGS if kwok_nodes else ())
+        self.start_control_plane(progress, kcm_extra_args=kw.kcm_args(kwok_nodes))
         try:
             if monitoring:
                 self.start_monitoring(state_dir, progress)

@@ -33,20 +33,26 @@ NAMESPACE = "rollout-kwok"
 #: the label that marks a kwok Node (value: the lab's name); kwok manages only these
 KWOK_LABEL = "rollout.dev/kwok"
 TAINT_KEY = "kwok.x-k8s.io/node"
-#: the Lease kwok renews every quarter of this (8 s, 4% jitter); under the controller-manager's
-#: --node-monitor-grace-period (30 s in a lab with kwok Nodes, :data:`KCM_ARGS`)
+#: the shortest Lease kwok is given (:func:`lease_seconds`); it renews every quarter of it
+#: (8 s, 4% jitter)
 LEASE_SECONDS = 32
+#: kwok Nodes per second of Lease: more Nodes get a longer Lease, so that kwok renews at most
+#: about 160 Leases a second (5,000 Nodes with 32 s Leases, 625 renewals a second on 2 cores,
+#: kept 748 to 1,690 of them NotReady for 13 minutes, measured 2026-12-05)
+NODES_PER_LEASE_SECOND = 40
 #: pod IPs kwok hands out (bookkeeping in the pods' status only, bound to no interface)
 POD_CIDR = "10.64.0.0/16"
 #: the InternalIP kwok writes into the Nodes and pods: loopback, so nothing that dials a
 #: kwok Node (the API server's node proxy, a Prometheus scrape) leaves the host
 NODE_IP = "127.0.0.1"
 GPUS_PER_NODE = 8
-#: the controller-manager's flags in a lab with kwok Nodes: a client QPS of 200 (its default,
-#: 20, creates the kwok pods at about 16 a second: 5,000 in 314 s, measured), and a Node grace
-#: period of 30 s instead of the lab's 10 s (with 500 kwok Nodes on 2 busy cores a Lease renewed
-#: every 8 s was once late enough to turn a kwok Node NotReady)
-KCM_ARGS = ("--kube-api-qps=200", "--kube-api-burst=400", "--node-monitor-grace-period=30s")
+#: the controller-manager's client QPS in a lab with kwok Nodes: its default, 20, creates the
+#: kwok pods at about 16 a second (5,000 in 314 s, measured)
+KCM_ARGS = ("--kube-api-qps=200", "--kube-api-burst=400")
+#: the shortest Node grace period of a lab with kwok Nodes, instead of the lab's 10 s (with 500
+#: kwok Nodes on 2 busy cores a Lease renewed every 8 s was once late enough to turn a kwok Node
+#: NotReady)
+GRACE_SECONDS = 30
 
 Progress = Callable[[str], None]
 Request = Callable[[str, str, Any], tuple[int, Any]]
@@ -137,13 +143,34 @@ def deployment_manifest(lab: str, node: str, replicas: int) -> dict[str, Any]:
     }
 
 
-def kwok_args(lab: str, kubeconfig: Path, stages: Path) -> list[str]:
-    """kwok's command line: only this lab's kwok Nodes, the shipped Stages, Leases, no server."""
+def lease_seconds(count: int) -> int:
+    """The Lease duration kwok gives ``count`` Nodes: :data:`LEASE_SECONDS`, longer past
+    1,280 Nodes (one second per :data:`NODES_PER_LEASE_SECOND` Nodes: 125 s for 5,000)."""
+    return max(LEASE_SECONDS, -(-count // NODES_PER_LEASE_SECOND))
+
+
+def grace_seconds(count: int) -> int:
+    """The controller-manager's --node-monitor-grace-period in a lab with ``count`` kwok Nodes:
+    at least a whole Lease, so that three renewals (each a quarter of it, 4% jitter) fit in it
+    and one late renewal never turns a Node NotReady."""
+    return max(GRACE_SECONDS, lease_seconds(count))
+
+
+def kcm_args(count: int) -> tuple[str, ...]:
+    """The controller-manager's flags in a lab with ``count`` kwok Nodes (none without)."""
+    if count <= 0:
+        return ()
+    return (*KCM_ARGS, f"--node-monitor-grace-period={grace_seconds(count)}s")
+
+
+def kwok_args(lab: str, kubeconfig: Path, stages: Path, count: int = 0) -> list[str]:
+    """kwok's command line: only this lab's kwok Nodes, the shipped Stages, Leases as long as
+    ``count`` Nodes need (:func:`lease_seconds`), no server."""
     return [
         f"--kubeconfig={kubeconfig}",
         f"--manage-nodes-with-label-selector={KWOK_LABEL}={lab}",
         f"--config={stages}",
-        f"--node-lease-duration-seconds={LEASE_SECONDS}",
+        f"--node-lease-duration-seconds={lease_seconds(count)}",
         f"--node-ip={NODE_IP}",
         f"--cidr={POD_CIDR}",
         # at INFO it logs a line per Lease renewal (every 8 s per Node)
@@ -283,8 +310,10 @@ def wait_ready(
         time.sleep(1.0)
 
 
-def start(lab_dir: Path, bin_dir: Path, lab: str, kubeconfig: Path) -> subprocess.Popen[bytes]:
-    """Start kwok for lab ``lab`` (log and Stages under ``lab_dir/kwok``)."""
+def start(
+    lab_dir: Path, bin_dir: Path, lab: str, kubeconfig: Path, count: int
+) -> subprocess.Popen[bytes]:
+    """Start kwok for lab ``lab``'s ``count`` Nodes (log and Stages under ``lab_dir/kwok``)."""
     exe = bin_dir / "kwok"
     if not os.access(exe, os.X_OK):
         raise LabError(f"no kwok binary at {exe} (tools/build-lab-kwok.sh builds it)")
@@ -294,7 +323,7 @@ def start(lab_dir: Path, bin_dir: Path, lab: str, kubeconfig: Path) -> subproces
     stages.write_text(stages_text())
     with open(d / "kwok.log", "ab") as log:
         return subprocess.Popen(
-            [str(exe), *kwok_args(lab, kubeconfig, stages)],
+            [str(exe), *kwok_args(lab, kubeconfig, stages, count)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -5,7 +5,7 @@ leaving no kwok behind.
 
 Measured on the 2-core machine (2026-12-04): 500 Nodes Ready about 16 s after their creation;
 their 5,000 pods Running in 314 s with the controller-manager's default client QPS (20), in 124 s
-with the QPS a kwok lab gives it (200, ``rollout.lab.kwok.KCM_ARGS``).
+with the QPS a kwok lab gives it (200, ``rollout.lab.kwok.kcm_args``).
 """
 
 from __future__ import annotations

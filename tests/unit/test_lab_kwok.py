@@ -65,21 +65,39 @@ def test_args_manage_only_the_labs_nodes_on_loopback() -> None:
     assert "--node-ip=127.0.0.1" in args
     assert "--v=WARN" in args  # not a line per Lease renewal
     assert not any(a.startswith(("--manage-all-nodes", "--server-address")) for a in args)
-    # the Lease is renewed every quarter of its duration (4% jitter), well under the
-    # controller-manager's --node-monitor-grace-period in a lab with kwok Nodes
-    grace = [a for a in kw.KCM_ARGS if a.startswith("--node-monitor-grace-period=")]
-    assert grace == ["--node-monitor-grace-period=30s"]
-    assert kw.LEASE_SECONDS / 4 * 1.04 * 3 < 30
+    assert "--node-lease-duration-seconds=32" in args
+
+
+@pytest.mark.parametrize(
+    ("count", "lease", "grace"),
+    [(1, 32, 32), (500, 32, 32), (1280, 32, 32), (1281, 33, 33), (2000, 50, 50), (5000, 125, 125)],
+)
+def test_lease_and_grace_grow_with_the_kwok_nodes(count: int, lease: int, grace: int) -> None:
+    args = kw.kwok_args("lab1", Path("/k/admin.kubeconfig"), Path("/k/stages.yaml"), count)
+    assert f"--node-lease-duration-seconds={lease}" in args
+    kcm = kw.kcm_args(count)
+    assert kcm[: len(kw.KCM_ARGS)] == kw.KCM_ARGS
+    flags = [a for a in kcm if a.startswith("--node-monitor-grace-period=")]
+    assert flags == [f"--node-monitor-grace-period={grace}s"]
+    # kwok renews every quarter of the Lease (4% jitter): three renewals fit in the grace
+    # period, so one late renewal never turns a Node NotReady
+    assert lease / 4 * 1.04 * 3 < grace
+    # and it renews at most about NODES_PER_LEASE_SECOND * 4 Leases a second
+    assert count / (lease / 4) <= kw.NODES_PER_LEASE_SECOND * 4
+
+
+def test_a_lab_without_kwok_nodes_keeps_the_controller_managers_flags() -> None:
+    assert kw.kcm_args(0) == ()
 
 
 def test_controller_manager_flags_of_a_kwok_lab_come_last(tmp_path: Path) -> None:
     from rollout.lab.controlplane import ControlPlane
 
     plain = ControlPlane(tmp_path, tmp_path)
-    kwok_lab = ControlPlane(tmp_path, tmp_path, kcm_extra_args=kw.KCM_ARGS)
+    kwok_lab = ControlPlane(tmp_path, tmp_path, kcm_extra_args=kw.kcm_args(500))
     kwok_lab.kcm_port = plain.kcm_port
     args, plain = kwok_lab._kcm_args(), plain._kcm_args()
-    assert args == [*plain, *kw.KCM_ARGS]  # the later flag wins
+    assert args == [*plain, *kw.kcm_args(500)]  # the later flag wins
     assert "--node-monitor-grace-period=10s" in plain
 
 
