@@ -135,9 +135,14 @@ def _tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any
 
 
 def lands_on(spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    """Whether a pod spec can be scheduled onto a Node by its nodeSelector, required node
-    affinity and tolerations (taints with effect NoSchedule or NoExecute must be tolerated)."""
-    labels = (node.get("metadata") or {}).get("labels") or {}
+    """Whether a pod spec can be scheduled onto a Node by its ``nodeName``, nodeSelector,
+    required node affinity and tolerations (taints with effect NoSchedule or NoExecute must be
+    tolerated). A spec with a ``nodeName`` lands on that Node alone, as the kubelet's own
+    admission says ("node(s) didn't match the requested node name")."""
+    meta = node.get("metadata") or {}
+    if (pinned := spec.get("nodeName")) and pinned != meta.get("name"):
+        return False
+    labels = meta.get("labels") or {}
     for k, v in (spec.get("nodeSelector") or {}).items():
         if labels.get(k) != v:
             return False

@@ -172,6 +172,15 @@ def test_lands_on(spec: dict[str, Any], lands: bool) -> None:
     assert lands_on(spec, NODE) is lands
 
 
+def test_a_template_with_a_node_name_lands_on_that_node_alone() -> None:
+    # a kwok Deployment pins its pods by spec.nodeName; pinned elsewhere, never on this node
+    assert not lands_on({**TOLERATE_ALL, "nodeName": "gpu-08"}, NODE)
+    # pinned here, the other rules still apply (the kubelet checks them at admission too)
+    assert lands_on({**TOLERATE_ALL, "nodeName": "gpu-07"}, NODE)
+    assert not lands_on({**NO_TOLERATION, "nodeName": "gpu-07"}, NODE)
+    assert not lands_on({**TOLERATE_ALL, "nodeName": "gpu-07", "nodeSelector": {"zone": "b"}}, NODE)
+
+
 def test_prefer_no_schedule_taint_does_not_keep_pods_off() -> None:
     node = {
         "metadata": {"name": "n"},
