@@ -49,14 +49,19 @@ class Rest:
         content_type: str = JSON,
         accept: str = JSON,
         timeout: Any = DEFAULT_TIMEOUT_S,
+        gzip: bool = False,
     ) -> Any:
         """Send one request; return the unread response (``.status``, ``.read()``,
-        ``.response`` the urllib3 response for streaming).
+        ``.response`` the urllib3 response for streaming). ``gzip``: ask for a compressed
+        answer (``Accept-Encoding: gzip``, as client-go does); the API server compresses one
+        over 128 KiB and urllib3 inflates it as it is read.
 
         Raises:
             ApiException: any answer outside 2xx (404, 409 and 5xx included).
         """
         headers = {"Accept": accept}
+        if gzip:
+            headers["Accept-Encoding"] = "gzip"
         if body is not None:
             headers["Content-Type"] = content_type
         q = {k: v for k, v in (query or {}).items() if v is not None}
@@ -77,8 +82,10 @@ class Rest:
     def json(self, method: str, path: str, raw: bool = False, **kw: Any) -> Any:
         """:meth:`send`, the answer parsed as JSON (None for an empty body); ``raw``: the
         answer's bytes, unparsed (the caller decodes only what it reads,
-        :mod:`rollout.kube.briefs`)."""
-        data = self.send(method, path, **kw).read()
+        :mod:`rollout.kube.briefs`). Compressed on the wire (``gzip``): a cluster's listings
+        are tens of MB, served in chunks of about 2 KB, and reading 8.5 MB of Nodes cost 59 ms
+        of CPU plain against 38 ms compressed (``docs/scale.md``)."""
+        data = self.send(method, path, gzip=True, **kw).read()
         if raw:
             return bytes(data)
         return json.loads(data) if data else None

@@ -54,6 +54,11 @@ def _delta(
     return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
 
 
+def _items(resp: Any) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = json.loads(resp.read())["items"]
+    return items
+
+
 def _kwok_nodes(lab: Lab) -> list[dict[str, Any]]:
     code, body = lab.api.request(
         "GET", f"/api/v1/nodes?labelSelector={KWOK_LABEL}%3D{lab.name}", timeout=30
@@ -132,6 +137,17 @@ def test_canary_apply_and_rollback_among_500_kwok_nodes(kwok_lab: Lab, tmp_path:
     assert all("spec" not in o and o["metadata"]["ownerReferences"] for o in replica_sets)
     owners = {workload_of(p, objects) for p in pods["items"][:200]}
     assert all(o.startswith(f"Deployment/{NAMESPACE}/") for o in owners), sorted(owners)[:5]
+    # the listings ask for gzip (rollout.kube.rest.Rest.json): the real API server compresses
+    # the Node listing of 500 kwok Nodes, and it reads back as the plain one
+    rest = connect(str(lab.kubeconfig)).core.rest
+    packed = rest.send("GET", "/api/v1/nodes", gzip=True)
+    assert packed.headers.get("Content-Encoding") == "gzip"
+    plain = rest.send("GET", "/api/v1/nodes")
+    assert plain.headers.get("Content-Encoding") is None
+    # (names and allocatable: kwok may renew a Node's status between the two reads)
+    assert [(n["metadata"]["name"], n["status"]["allocatable"]) for n in _items(packed)] == [
+        (n["metadata"]["name"], n["status"]["allocatable"]) for n in _items(plain)
+    ]
     inventory_text = lab.inventory.read_text()
     assert "kwok" not in inventory_text.replace(f"# lab {lab.name}", "")
     names = sorted(lab.nodes)

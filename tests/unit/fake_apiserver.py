@@ -10,6 +10,7 @@ only the reads preflight makes are answered, everything else is an empty list.
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import threading
@@ -19,6 +20,9 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+#: kube-apiserver compresses an answer over this many bytes when the client accepts gzip
+GZIP_OVER = 128 * 1024
 
 
 def node_name(i: int) -> str:
@@ -84,6 +88,7 @@ class Fleet:
         del unbound["spec"]["nodeName"]
         self.unbound = [unbound]
         self.requests: Counter[str] = Counter()
+        self.compressed: Counter[str] = Counter()  # answers sent gzip-compressed, by path
         self.expire_once: set[str] = set()  # continue tokens answered 410 Gone, once each
         self.lock = threading.Lock()
         self._listed: dict[str, list[dict[str, Any]]] = {}
@@ -121,6 +126,12 @@ def _handler(fleet: Fleet) -> type[BaseHTTPRequestHandler]:
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
+            # as kube-apiserver does: an answer over 128 KiB to a client that accepts gzip
+            if len(data) > GZIP_OVER and "gzip" in self.headers.get("Accept-Encoding", ""):
+                data = gzip.compress(data, 1)
+                self.send_header("Content-Encoding", "gzip")
+                with fleet.lock:
+                    fleet.compressed[urlsplit(self.path).path] += 1
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)

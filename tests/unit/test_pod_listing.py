@@ -100,3 +100,19 @@ def test_pod_requests_are_summed_as_quantities() -> None:
     assert ref.cpu_millis == 100 + 1500
     assert ref.memory_bytes == 64 * 2**20 + 10**9
     assert kn.to_pod_ref(pod) == ref  # the same again, from the cache
+
+
+def test_the_listings_ask_for_gzip_and_read_it_back() -> None:
+    """The listings are read compressed (``Accept-Encoding: gzip``, as client-go asks): the
+    stand-in compresses what kube-apiserver compresses (over 128 KiB) and the client inflates
+    it as it reads; the lab's kwok test checks the real API server's answer."""
+    fleet = Fleet(NODES, PODS)
+    with serving(fleet) as url:
+        api = api_for(url)
+        infos, whole = kn.nodes_listed(api, keep={node_name(3)})
+        listing = kn.pods_by_node(api, keep={node_name(3)}, page=NODES * PODS)
+    assert fleet.compressed["/api/v1/nodes"] == 1
+    assert fleet.compressed["/api/v1/pods"] == 1  # one page of every pod: over 128 KiB
+    assert sorted(infos) == sorted(n["metadata"]["name"] for n in fleet.nodes)
+    assert whole == {node_name(3): fleet.nodes[3]}
+    assert len(listing.used) == NODES and len(listing.objects[node_name(3)]) == PODS
