@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import urllib3
+import yaml
 from kubernetes import config
 from kubernetes.client.api_client import ApiClient
 from kubernetes.client.configuration import Configuration
@@ -71,6 +72,7 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Api:
         InputError: no usable kubeconfig or context.
     """
     cfg = Configuration()
+    gzip = True
     try:
         if kubeconfig is None and context is None and in_cluster():
             config.incluster_config.InClusterConfigLoader(  # type: ignore[no-untyped-call]
@@ -81,15 +83,54 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Api:
             config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=kubeconfig, context=context, client_configuration=cfg
             )
+            gzip = not compression_disabled(kubeconfig, context)
     except (ConfigException, OSError, TypeError) as e:
         raise InputError(f"cannot load kubeconfig: {e}", Location(file=kubeconfig)) from e
     cfg.retries = False
-    return for_client(ApiClient(cfg))
+    return for_client(ApiClient(cfg), gzip=gzip)
 
 
-def for_client(api_client: ApiClient) -> Api:
-    """The API groups over an ``ApiClient`` (its configuration: host, TLS, credentials)."""
-    rest = Rest(api_client)
+def kubeconfig_files(kubeconfig: str | None, env: Mapping[str, str] | None = None) -> list[str]:
+    """The files a kubeconfig is read from, first first: ``kubeconfig``, else each of
+    ``$KUBECONFIG`` (``:``-separated, merged as kubectl merges them), else ``~/.kube/config``."""
+    if kubeconfig:
+        return [kubeconfig]
+    env = os.environ if env is None else env
+    listed = [f for f in (env.get("KUBECONFIG") or "").split(os.pathsep) if f]
+    return listed or [os.path.expanduser(os.path.join("~", ".kube", "config"))]
+
+
+def compression_disabled(kubeconfig: str | None, context: str | None) -> bool:
+    """Whether the cluster of ``context`` (else the current context) says
+    ``disable-compression: true``: then the tool asks for plain answers, as kubectl does. The
+    first file that names the cluster wins, as in kubectl's merge; a file that cannot be read
+    is skipped (:func:`connect` has already loaded the one it used)."""
+    files = kubeconfig_files(kubeconfig)
+    try:
+        contexts, active = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+            config_file=os.pathsep.join(files)
+        )
+    except (ConfigException, OSError):
+        return False
+    chosen = next((c for c in contexts if c.get("name") == context), None) if context else active
+    cluster = ((chosen or {}).get("context") or {}).get("cluster")
+    for path in files:
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = yaml.safe_load(f) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        clusters = doc.get("clusters") if isinstance(doc, dict) else None
+        for c in clusters or ():
+            if isinstance(c, dict) and c.get("name") == cluster:
+                return bool((c.get("cluster") or {}).get("disable-compression"))
+    return False
+
+
+def for_client(api_client: ApiClient, gzip: bool = True) -> Api:
+    """The API groups over an ``ApiClient`` (its configuration: host, TLS, credentials);
+    ``gzip``: whether the JSON reads ask for compressed answers."""
+    rest = Rest(api_client, gzip=gzip)
     return Api(
         api_client=api_client,
         core=CoreV1(rest),

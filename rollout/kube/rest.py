@@ -40,8 +40,11 @@ GZIP_WBITS = 16 + zlib.MAX_WBITS
 class Rest:
     """One HTTP request per call on an ``ApiClient``; JSON in, JSON out."""
 
-    def __init__(self, api_client: ApiClient) -> None:
+    def __init__(self, api_client: ApiClient, gzip: bool = True) -> None:
+        """``gzip``: whether :meth:`json` asks for compressed answers (off where the
+        kubeconfig's cluster says ``disable-compression: true``, as kubectl reads it)."""
         self.api_client = api_client
+        self.gzip = gzip
 
     def send(
         self,
@@ -92,7 +95,7 @@ class Rest:
         compressed (``docs/scale.md``). A compressed answer is read whole, then inflated in one
         call into one buffer: urllib3 inflates into a growing buffer and copies it once more,
         which held two copies of the largest listing at the peak."""
-        resp = self.send(method, path, gzip=True, **kw)
+        resp = self.send(method, path, gzip=self.gzip, **kw)
         stream = resp.response
         if str(stream.headers.get("Content-Encoding", "")).lower() == "gzip":
             data = zlib.decompress(stream.read(decode_content=False), GZIP_WBITS)

@@ -68,3 +68,60 @@ def test_no_kubeconfig_and_no_pod_is_a_named_input_error(
     monkeypatch.delenv("KUBECONFIG", raising=False)
     with pytest.raises(client.InputError, match="cannot load kubeconfig"):
         client.connect()
+
+
+def _kubeconfig(path: Path, server: str, **cluster: object) -> Path:
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": server, **cluster}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [
+                    {"name": "x", "context": {"cluster": "c", "user": "u"}},
+                    {"name": "other", "context": {"cluster": "elsewhere", "user": "u"}},
+                ],
+                "current-context": "x",
+            }
+        )
+    )
+    return path
+
+
+def test_the_listings_are_compressed_unless_the_kubeconfig_disables_it(tmp_path: Path) -> None:
+    """kubectl's ``disable-compression: true`` on the cluster entry: the tool asks for plain
+    answers too (counted by the loopback stand-in, which compresses as kube-apiserver does)."""
+    from rollout.kube import nodes as kn
+    from tests.unit.fake_apiserver import Fleet, serving
+
+    fleet = Fleet(400, 1)
+    with serving(fleet) as url:
+        plain = _kubeconfig(tmp_path / "plain", url, **{"disable-compression": True})
+        packed = _kubeconfig(tmp_path / "packed", url)
+        assert len(kn.nodes_listed(client.connect(str(plain)))[0]) == 400
+        assert fleet.compressed["/api/v1/nodes"] == 0
+        assert len(kn.nodes_listed(client.connect(str(packed)))[0]) == 400
+        assert fleet.compressed["/api/v1/nodes"] == 1
+    assert client.compression_disabled(str(plain), None)
+    assert not client.compression_disabled(str(plain), "other")  # another cluster's context
+    assert not client.compression_disabled(str(packed), None)
+
+
+def test_kubeconfig_files_follow_kubectl(tmp_path: Path) -> None:
+    assert client.kubeconfig_files("/k/a") == ["/k/a"]
+    assert client.kubeconfig_files(None, {"KUBECONFIG": "/k/a:/k/b"}) == ["/k/a", "/k/b"]
+    assert client.kubeconfig_files(None, {})[0].endswith("/.kube/config")
+
+
+def test_the_first_kubeconfig_file_naming_the_cluster_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = _kubeconfig(
+        tmp_path / "first", "https://127.0.0.2:7443", **{"disable-compression": True}
+    )
+    second = _kubeconfig(tmp_path / "second", "https://127.0.0.3:7443")
+    monkeypatch.setenv("KUBECONFIG", f"{first}:{second}")
+    assert client.compression_disabled(None, None)
+    monkeypatch.setenv("KUBECONFIG", f"{second}:{first}")
+    assert not client.compression_disabled(None, None)
