@@ -49,10 +49,6 @@ GPUS_PER_NODE = 8
 #: the controller-manager's client QPS in a lab with kwok Nodes: its default, 20, creates the
 #: kwok pods at about 16 a second (5,000 in 314 s, measured)
 KCM_ARGS = ("--kube-api-qps=200", "--kube-api-burst=400")
-#: the shortest Node grace period of a lab with kwok Nodes, instead of the lab's 10 s (with 500
-#: kwok Nodes on 2 busy cores a Lease renewed every 8 s was once late enough to turn a kwok Node
-#: NotReady)
-GRACE_SECONDS = 30
 
 Progress = Callable[[str], None]
 Request = Callable[[str, str, Any], tuple[int, Any]]
@@ -149,21 +145,18 @@ def lease_seconds(count: int) -> int:
     return max(LEASE_SECONDS, -(-count // NODES_PER_LEASE_SECOND))
 
 
-def grace_seconds(count: int) -> int:
-    """The controller-manager's --node-monitor-grace-period in a lab with ``count`` kwok Nodes:
-    at least a whole Lease, so that three renewals (each a quarter of it, 4% jitter) fit in it
-    and one late renewal never turns a Node NotReady."""
-    return max(GRACE_SECONDS, lease_seconds(count))
-
-
 def kcm_args(count: int) -> tuple[str, ...]:
-    """The controller-manager's flags in a lab with ``count`` kwok Nodes (none without)."""
+    """The controller-manager's flags in a lab with ``count`` kwok Nodes (none without):
+    :data:`KCM_ARGS` and a ``--node-monitor-grace-period`` of a whole kwok Lease instead of the
+    lab's 10 s, so that three renewals (each a quarter of it, 4% jitter) fit in it and one late
+    renewal never turns a Node NotReady (with 500 kwok Nodes on 2 busy cores a Lease renewed
+    every 8 s was once late enough under 10 s)."""
     if count <= 0:
         return ()
-    return (*KCM_ARGS, f"--node-monitor-grace-period={grace_seconds(count)}s")
+    return (*KCM_ARGS, f"--node-monitor-grace-period={lease_seconds(count)}s")
 
 
-def kwok_args(lab: str, kubeconfig: Path, stages: Path, count: int = 0) -> list[str]:
+def kwok_args(lab: str, kubeconfig: Path, stages: Path, count: int) -> list[str]:
     """kwok's command line: only this lab's kwok Nodes, the shipped Stages, Leases as long as
     ``count`` Nodes need (:func:`lease_seconds`), no server."""
     return [

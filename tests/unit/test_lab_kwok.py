@@ -58,7 +58,7 @@ def test_deployment_is_pinned_to_its_node_and_tolerates_only_the_kwok_taint() ->
 
 
 def test_args_manage_only_the_labs_nodes_on_loopback() -> None:
-    args = kw.kwok_args("lab1", Path("/k/admin.kubeconfig"), Path("/k/stages.yaml"))
+    args = kw.kwok_args("lab1", Path("/k/admin.kubeconfig"), Path("/k/stages.yaml"), 500)
     assert "--kubeconfig=/k/admin.kubeconfig" in args
     assert f"--manage-nodes-with-label-selector={kw.KWOK_LABEL}=lab1" in args
     assert "--config=/k/stages.yaml" in args
