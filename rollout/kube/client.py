@@ -60,8 +60,12 @@ def in_cluster(env: Mapping[str, str] | None = None, home: str | None = None) ->
     """Whether to use the pod's ServiceAccount, as client-go does: no kubeconfig named and none
     at ``~/.kube/config``, and ``KUBERNETES_SERVICE_HOST`` set."""
     env = os.environ if env is None else env
-    default = os.path.join(home or os.path.expanduser("~"), ".kube", "config")
-    return bool(env.get("KUBERNETES_SERVICE_HOST")) and not os.path.exists(default)
+    return bool(env.get("KUBERNETES_SERVICE_HOST")) and not os.path.exists(default_kubeconfig(home))
+
+
+def default_kubeconfig(home: str | None = None) -> str:
+    """``~/.kube/config`` (under ``home`` when given)."""
+    return os.path.join(home or os.path.expanduser("~"), ".kube", "config")
 
 
 def connect(kubeconfig: str | None = None, context: str | None = None) -> Api:
@@ -97,34 +101,35 @@ def kubeconfig_files(kubeconfig: str | None, env: Mapping[str, str] | None = Non
         return [kubeconfig]
     env = os.environ if env is None else env
     listed = [f for f in (env.get("KUBECONFIG") or "").split(os.pathsep) if f]
-    return listed or [os.path.expanduser(os.path.join("~", ".kube", "config"))]
+    return listed or [default_kubeconfig()]
 
 
 def compression_disabled(kubeconfig: str | None, context: str | None) -> bool:
     """Whether the cluster of ``context`` (else the current context) says
-    ``disable-compression: true``: then the tool asks for plain answers, as kubectl does. The
-    first file that names the cluster wins, as in kubectl's merge; a file that cannot be read
-    is skipped (:func:`connect` has already loaded the one it used)."""
-    files = kubeconfig_files(kubeconfig)
-    try:
-        contexts, active = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
-            config_file=os.pathsep.join(files)
-        )
-    except (ConfigException, OSError):
-        return False
-    chosen = next((c for c in contexts if c.get("name") == context), None) if context else active
-    cluster = ((chosen or {}).get("context") or {}).get("cluster")
-    for path in files:
+    ``disable-compression: true``: then the tool asks for plain answers, as kubectl does.
+
+    The files are merged as kubectl merges them, in one pass: the first file that sets
+    ``current-context``, names the context or names the cluster wins. A file that cannot be
+    read is skipped (:func:`connect` has already loaded the kubeconfig it uses)."""
+    current: str | None = None
+    contexts: dict[str, Any] = {}
+    clusters: dict[str, Any] = {}
+    for path in kubeconfig_files(kubeconfig):
         try:
             with open(path, encoding="utf-8") as f:
-                doc = yaml.safe_load(f) or {}
+                doc = yaml.safe_load(f)
         except (OSError, yaml.YAMLError):
             continue
-        clusters = doc.get("clusters") if isinstance(doc, dict) else None
-        for c in clusters or ():
-            if isinstance(c, dict) and c.get("name") == cluster:
-                return bool((c.get("cluster") or {}).get("disable-compression"))
-    return False
+        if not isinstance(doc, dict):
+            continue
+        current = current or doc.get("current-context")
+        for into, key in ((contexts, "contexts"), (clusters, "clusters")):
+            for entry in doc.get(key) or ():
+                if isinstance(entry, dict) and entry.get("name") is not None:
+                    into.setdefault(entry["name"], entry.get(key[:-1]) or {})
+    chosen = contexts.get(context or current or "") or {}
+    cluster = clusters.get(chosen.get("cluster") or "") or {}
+    return bool(cluster.get("disable-compression"))
 
 
 def for_client(api_client: ApiClient, gzip: bool = True) -> Api:

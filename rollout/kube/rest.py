@@ -60,7 +60,7 @@ class Rest:
         """Send one request; return the unread response (``.status``, ``.read()``,
         ``.response`` the urllib3 response for streaming). ``gzip``: ask for a compressed
         answer (``Accept-Encoding: gzip``, as client-go does); the API server compresses one
-        over 128 KiB and urllib3 inflates it as it is read.
+        over 128 KiB (:meth:`json` inflates it).
 
         Raises:
             ApiException: any answer outside 2xx (404, 409 and 5xx included).
