@@ -32,6 +32,13 @@ class Step(StrEnum):
     RESTORE_VERIFY = "restore-verify"
 
 
+WRITES = frozenset({Step.APPLY})
+"""The steps whose ``begin`` means the node may differ from before (a kind's write; see
+``rollout.change.context.KindSteps``): replay sets ``files_touched`` on it, a restore then runs
+the kind's restore steps (before it, only the cordon is undone), and ``resume`` runs the step
+again when it has no end."""
+
+
 class Phase(StrEnum):
     """Where a step is: journaled before it starts and again when it ends."""
 

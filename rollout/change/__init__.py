@@ -4,6 +4,8 @@ Owns everything from a plan file to nodes on the new config (or restored): ``pla
 file's schema), ``planning`` (batches), ``inventory`` (the Ansible inventory),
 ``preparing`` (preflight: facts, checks, preview), ``rendering`` (one node's change from its facts),
 ``previewing`` (the admission preview), ``orchestrator`` (the engine: batches, gate, rollback),
+``context`` (what every step takes, and ``KindSteps``, the seam every kind of change plugs
+into), ``kinds`` (which kind runs), ``kubelet_config`` (the first kind's own steps),
 ``applying`` (a node's forward path), ``resuming`` (finishing an interrupted change), ``draining``,
 ``shipping`` (node writes through the playbooks), ``verifying``, ``restoring``, ``windows``,
 ``journal`` and ``progress``.

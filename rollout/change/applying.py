@@ -1,5 +1,6 @@
-"""The forward path on the nodes of a batch: preflight, cordon, drain, backup, apply, verify,
-uncordon, each step journaled before and after it runs.
+"""The forward path on the nodes of a batch: preflight, cordon, drain, the kind's steps (for the
+kubelet-config change: backup, apply), verify, uncordon, each step journaled before and after it
+runs.
 
 Why its own module: this is what happens to a node; the batch loop, the gate and the rollback
 around it live in ``orchestrator.py``, finishing an interrupted change in ``resuming.py``. Where
@@ -12,15 +13,15 @@ outcome, stays per node; any failure on a node restores that node (``restoring.p
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rollout.change.context import Context
 from rollout.change.draining import drain
-from rollout.change.node_records import change_record
-from rollout.change.parallel import in_parallel, run_many, wrap
-from rollout.change.planning import device_resources, undrainable
+from rollout.change.kinds import kind_of
+from rollout.change.parallel import in_parallel, wrap
+from rollout.change.planning import undrainable
 from rollout.change.replaying import NodeStatus, status_of
 from rollout.change.restoring import restore_nodes
-from rollout.change.verifying import WATCHED, config_subset, verify
 from rollout.errors import (
     NodeFilesChangedError,
     NodeOperationError,
@@ -28,23 +29,18 @@ from rollout.errors import (
     RolloutError,
 )
 from rollout.interrupt import StopRequested
-from rollout.models import FileBackup, NodeChange, Phase, Step, StepPath
-from rollout.protocols import RunResult
+from rollout.models import Phase, Step, StepPath
 
 
-def _prepare(ctx: Context, change: NodeChange) -> dict[str, str]:
-    """The forward steps before any file is written: preflight, cordon, drain, backup.
-
-    Returns:
-        The node's device allocatable before the change (what verify compares with).
-    """
+def _prepare(ctx: Context, change: Any) -> None:
+    """The forward steps before the node is changed: preflight (the kind's baseline), cordon,
+    drain, then the kind's steps that change nothing (the kubelet-config change's backup)."""
     node = change.node
     rec = ctx.record
+    kind = kind_of(ctx)
     rec(node, Step.PREFLIGHT, Phase.BEGIN, StepPath.FORWARD)
     info = ctx.cluster.node(node)
-    keys = tuple(dict.fromkeys((*WATCHED, *change.expected)))
-    prior = config_subset(ctx.cluster.configz(node), keys)
-    devices = device_resources(info.allocatable)
+    baseline = kind.baseline(ctx, change, info)
     # preflight checked every node before the change; a pod may have come since: still before
     # the cordon, refuse a drain that would lose a pod for good (kubectl drain's rules)
     d = ctx.drain
@@ -53,13 +49,7 @@ def _prepare(ctx: Context, change: NodeChange) -> dict[str, str]:
     )
     if lost:
         raise PreflightError("; ".join(lost))
-    rec(
-        node,
-        Step.PREFLIGHT,
-        Phase.DONE,
-        StepPath.FORWARD,
-        {"configz": prior, "allocatable": devices},
-    )
+    rec(node, Step.PREFLIGHT, Phase.DONE, StepPath.FORWARD, baseline)
 
     ctx.interrupt.check()
     rec(node, Step.CORDON, Phase.BEGIN, StepPath.FORWARD, {"priorCordoned": info.unschedulable})
@@ -76,25 +66,7 @@ def _prepare(ctx: Context, change: NodeChange) -> dict[str, str]:
     ctx.on_event(f"{node}: drained ({len(report.evicted)} pod(s) evicted)")
 
     ctx.interrupt.check()
-    rec(node, Step.BACKUP, Phase.BEGIN, StepPath.FORWARD, {"paths": list(change.touched)})
-    backups = []
-    for path in change.touched:
-        content = change.before.get(path)
-        mode, owner, group = change.before_meta.get(path, ("0644", "root", "root"))
-        if content is None:
-            backups.append(FileBackup(path, existed=False))
-        else:
-            digest = ctx.journal.save_backup(node, content)
-            backups.append(FileBackup(path, True, digest, mode, owner, group))
-    blobs = {p: ctx.journal.save_backup(node, c) for p, c in change.files.items()}
-    rec(
-        node,
-        Step.BACKUP,
-        Phase.DONE,
-        StepPath.FORWARD,
-        {"files": [vars(b) for b in backups], "change": change_record(change, blobs)},
-    )
-    return devices
+    kind.prepare(ctx, change)
 
 
 def _fail_and_restore(
@@ -131,21 +103,22 @@ def _fail_and_restore(
 
 
 def apply_batch(
-    ctx: Context, changes: Sequence[NodeChange]
+    ctx: Context, changes: Sequence[Any]
 ) -> dict[str, NodeOperationError | NodeFilesChangedError]:
     """The forward path on the nodes of one batch; every node that fails is restored.
 
-    When the runner says a run per node costs no more than a shared one (``per_node``: the node
-    step goes over plain ssh), each node goes through its whole forward path in its own thread
-    (:func:`_pipelined`): a node drained early is written and restarted while another still
-    drains, so a batch takes its slowest node's drain + restart + verify, not the slowest drain
-    plus the slowest restart plus the slowest verify.
+    When the kind says a run per node costs no more than a shared one (``per_node``; for the
+    kubelet-config change: the node step goes over plain ssh), each node goes through its whole
+    forward path in its own thread (:func:`_pipelined`): a node drained early is written and
+    restarted while another still drains, so a batch takes its slowest node's drain + restart +
+    verify, not the slowest drain plus the slowest restart plus the slowest verify.
 
-    Otherwise, per node and in parallel: preflight, cordon, drain, backup (a node failing here is
-    restored at once: its files were never touched). Then one apply playbook run for every node
-    that got there, each node's ``apply`` journaled ``begin`` before the run and ``done`` /
-    ``failed`` from its own outcome (an unreachable node fails alone). Then per node and in
-    parallel: verify, uncordon. The nodes that failed apply or verify are restored together.
+    Otherwise, per node and in parallel: preflight, cordon, drain, the kind's steps that change
+    nothing (a node failing here is restored at once: it was never changed). Then one write of
+    the kind for every node that got there (the kubelet-config change: one apply playbook run,
+    each node's ``apply`` journaled ``begin`` before the run and ``done`` / ``failed`` from its
+    own outcome: an unreachable node fails alone). Then per node and in parallel: verify,
+    uncordon. The nodes that failed the write or verify are restored together.
 
     Returns:
         The failed nodes, each with a NodeOperationError saying which step failed and whether
@@ -153,38 +126,31 @@ def apply_batch(
     """
     by_node = {c.node: c for c in changes}
     order = list(by_node)
-    if ctx.runner.per_node([c.host for c in changes]):
+    kind = kind_of(ctx)
+    if kind.per_node(ctx, changes):
         return _pipelined(ctx, by_node)
 
-    def prepare(node: str) -> dict[str, str]:
+    def prepare(node: str) -> None:
         try:
             ctx.interrupt.check()  # no new node once forward work must stop
         except StopRequested as e:
             raise NodeOperationError(f"node {node}: not started: {e}") from e
         try:
-            return _prepare(ctx, by_node[node])
+            _prepare(ctx, by_node[node])
         except Exception as e:  # any failure, even an unexpected one, must restore the node
             raise _fail_and_restore(ctx, {node: wrap(e)})[node] from e
 
-    devices, errors = in_parallel(order, prepare, ctx.forks)
-    ready = [n for n in order if n in devices]
+    prepared, errors = in_parallel(order, prepare, ctx.forks)
+    ready = [n for n in order if n in prepared]
     late: dict[str, RolloutError] = {}
     if ready and (reason := ctx.interrupt.reason()) is not None:
         late.update({n: StopRequested(reason) for n in ready})  # files untouched: restore
         ready = []
     if ready:
-        for node in ready:
-            _apply_begin(ctx, by_node[node])
-        results = run_many(
-            ready,
-            lambda: ctx.runner.apply_many([by_node[n] for n in ready], ctx.journal.change_id),
-        )
-        for node in ready:
-            if (err := _apply_outcome(ctx, node, results[node])) is not None:
-                late[node] = err
+        late.update(kind.write(ctx, [by_node[n] for n in ready]))
         applied = [n for n in ready if n not in late]
         _, verify_errors = in_parallel(
-            applied, lambda n: _verify_and_uncordon(ctx, by_node[n], devices[n]), ctx.forks
+            applied, lambda n: _verify_and_uncordon(ctx, by_node[n]), ctx.forks
         )
         late.update(verify_errors)
     if late:
@@ -192,51 +158,27 @@ def apply_batch(
     return {n: _as_node_error(errors[n]) for n in order if n in errors}
 
 
-def apply_step(ctx: Context, c: NodeChange) -> None:
-    """The apply step of one node, on its own run: journaled ``begin``, the run, then its outcome
-    (:func:`_apply_outcome`), the same for the forward path and for ``resume``.
+def apply_step(ctx: Context, c: Any) -> None:
+    """The kind's write on one node, on its own run (the same for the forward path and for
+    ``resume``).
 
     Raises:
         NodeFilesChangedError: the compare-and-swap refused (journaled ``filesWritten`` False:
             nothing was written, a restore only undoes the cordon).
-        NodeOperationError: the run failed on the node.
+        NodeOperationError: the write failed on the node.
     """
-    _apply_begin(ctx, c)
-    result = run_many([c.node], lambda: ctx.runner.apply_many([c], ctx.journal.change_id))
-    if (err := _apply_outcome(ctx, c.node, result[c.node])) is not None:
-        raise err
-
-
-def _apply_begin(ctx: Context, c: NodeChange) -> None:
-    ctx.record(c.node, Step.APPLY, Phase.BEGIN, StepPath.FORWARD)
-    ctx.on_event(f"{c.node}: writing {len(c.files)} file(s) and restarting {c.service}")
-
-
-def _apply_outcome(ctx: Context, node: str, r: RunResult) -> RolloutError | None:
-    """Journal one node's apply outcome; the error to restore it with, or None."""
-    if r.ok:
-        done = {"changed": r.changed, **({"nodeStep": dict(r.timings)} if r.timings else {})}
-        ctx.record(node, Step.APPLY, Phase.DONE, StepPath.FORWARD, done)
-        return None
-    if r.refused:  # compare-and-swap: nothing written; the restore only uncordons
-        ctx.record(
-            node,
-            Step.APPLY,
-            Phase.FAILED,
-            StepPath.FORWARD,
-            {"message": r.message, "filesWritten": False},
-        )
-        return NodeFilesChangedError(r.message)
-    return NodeOperationError(f"apply playbook failed on {node}: {r.message}")
+    errors = kind_of(ctx).write(ctx, [c])
+    if c.node in errors:
+        raise errors[c.node]
 
 
 def _pipelined(
-    ctx: Context, by_node: Mapping[str, NodeChange]
+    ctx: Context, by_node: Mapping[str, Any]
 ) -> dict[str, NodeOperationError | NodeFilesChangedError]:
-    """Each node of the batch through preflight, cordon, drain, backup, apply (a run of its
-    own), verify and uncordon in its own thread; a node that fails is restored at once, in its
-    thread, while the others go on. Same journal entries, same rules as the shared run: no
-    node's apply begins once forward work must stop (its files untouched, it is restored)."""
+    """Each node of the batch through preflight, cordon, drain, the kind's steps (its write a run
+    of its own), verify and uncordon in its own thread; a node that fails is restored at once, in
+    its thread, while the others go on. Same journal entries, same rules as the shared run: no
+    node's write begins once forward work must stop (it is untouched, it is restored)."""
 
     def node_path(node: str) -> None:
         c = by_node[node]
@@ -245,10 +187,10 @@ def _pipelined(
         except StopRequested as e:
             raise NodeOperationError(f"node {node}: not started: {e}") from e
         try:
-            devices = _prepare(ctx, c)
+            _prepare(ctx, c)
             ctx.interrupt.check()  # files untouched: a stop now restores the node
             apply_step(ctx, c)
-            _verify_and_uncordon(ctx, c, devices)
+            _verify_and_uncordon(ctx, c)
         except Exception as e:  # any failure, even an unexpected one, must restore the node
             raise _fail_and_restore(ctx, {node: wrap(e)})[node] from e
 
@@ -263,7 +205,7 @@ def _as_node_error(e: RolloutError) -> NodeOperationError | NodeFilesChangedErro
     return NodeOperationError(str(e))
 
 
-def apply_node(ctx: Context, change: NodeChange) -> None:
+def apply_node(ctx: Context, change: Any) -> None:
     """The forward path on one node (a batch of one); on any failure, restore the node and raise.
 
     Raises:
@@ -274,13 +216,13 @@ def apply_node(ctx: Context, change: NodeChange) -> None:
         raise failures[change.node]
 
 
-def _verify_and_uncordon(ctx: Context, change: NodeChange, devices: Mapping[str, str]) -> None:
-    """Verify, and uncordon if we cordoned: the tail of the forward path."""
+def _verify_and_uncordon(ctx: Context, change: Any) -> None:
+    """Verify (the kind's check against the node's journaled baseline), and uncordon if we
+    cordoned: the tail of the forward path."""
     node = change.node
-    ctx.record(
-        node, Step.VERIFY, Phase.BEGIN, StepPath.FORWARD, {"expected": dict(change.expected)}
-    )
-    verify(ctx.cluster, node, change.expected, devices, ctx.forward_clock, ctx.verify_timeout_s)
+    kind = kind_of(ctx)
+    ctx.record(node, Step.VERIFY, Phase.BEGIN, StepPath.FORWARD, kind.expected(change))
+    kind.verify(ctx, change, status_of(ctx.journal).nodes[node])
     ctx.record(node, Step.VERIFY, Phase.DONE, StepPath.FORWARD)
     status = status_of(ctx.journal).nodes[node]
     ours = status.we_cordoned
@@ -291,10 +233,8 @@ def _verify_and_uncordon(ctx: Context, change: NodeChange, devices: Mapping[str,
     ctx.on_event(f"{node}: applied and verified" + ("" if ours else "; left cordoned as it was"))
 
 
-def apply_and_verify(
-    ctx: Context, change: NodeChange, devices: Mapping[str, str], run_apply: bool = True
-) -> None:
-    """Apply (optionally), verify, and uncordon if we cordoned: the tail resume finishes."""
+def apply_and_verify(ctx: Context, change: Any, run_apply: bool = True) -> None:
+    """Write (optionally), verify, and uncordon if we cordoned: the tail resume finishes."""
     if run_apply:
         apply_step(ctx, change)
-    _verify_and_uncordon(ctx, change, devices)
+    _verify_and_uncordon(ctx, change)

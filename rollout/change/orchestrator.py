@@ -20,6 +20,7 @@ from typing import Any
 from rollout.change.applying import apply_batch
 from rollout.change.context import Context
 from rollout.change.journal import CHANGE_STEP, Kind
+from rollout.change.kinds import kind_info, kind_of
 from rollout.change.outcomes import ChangeOutcome, StopCause
 from rollout.change.planning import Batch
 from rollout.change.replaying import ChangeStatus, status_of
@@ -132,6 +133,7 @@ def run_change(
         now=ctx.clock.now(),
         data={
             **(info or {}),
+            **kind_info(kind_of(ctx)),
             "nodes": nodes,
             "batches": [list(b.nodes) for b in batches],
             "canary": [n for b in batches if b.canary for n in b.nodes],
@@ -172,7 +174,8 @@ def continue_change(
     Returns:
         The change's status as it ended, as :func:`run_change`'s.
     """
-    ctx.journal.append(CHANGE_STEP, Phase.BEGIN, now=ctx.clock.now(), data=dict(info))
+    data = {**info, **kind_info(kind_of(ctx))}
+    ctx.journal.append(CHANGE_STEP, Phase.BEGIN, now=ctx.clock.now(), data=data)
     if gate_at is None:
         gate_at = {i: tuple(b.nodes) for i, b in enumerate(batches)} if gate is not None else {}
     try:

@@ -15,7 +15,7 @@ from typing import Any
 from rollout.change.journal import CHANGE_STEP, EVIDENCE_STEP, Entry, Journal, gc_paused
 from rollout.change.outcomes import ChangeOutcome, StopCause
 from rollout.errors import InputError
-from rollout.models import FileBackup, NodeState, Phase, Step, StepPath
+from rollout.models import WRITES, FileBackup, NodeState, Phase, Step, StepPath
 
 
 @dataclass(frozen=True)
@@ -258,10 +258,12 @@ def _changes(s: Mapping[str, Any], e: Entry) -> dict[str, Any] | None:
     elif step is Step.BACKUP and phase is Phase.DONE:
         u["backups"] = tuple(FileBackup(**b) for b in d.get("files", ()))
         u["record"] = dict(d.get("change", {}))
-    elif step is Step.APPLY and phase is Phase.BEGIN:
+    elif step in WRITES and phase is Phase.BEGIN:
         u["files_touched"] = True
-    elif step is Step.APPLY and phase is Phase.FAILED and d.get("filesWritten") is False:
+    elif step in WRITES and phase is Phase.FAILED and d.get("filesWritten") is False:
         u["files_touched"] = False  # compare-and-swap refused: nothing was written
+    elif phase is Phase.DONE and path is StepPath.FORWARD and "change" in d:
+        u["record"] = dict(d["change"])  # another kind's record (``KindSteps.prepare``)
     if phase is Phase.FAILED:
         u["message"] = str(d.get("message", ""))
     if path is StepPath.FORWARD:

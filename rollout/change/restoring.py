@@ -1,26 +1,27 @@
 """Putting a node back: the restore path shared by automatic restore, ``rollback`` and ``resume``.
 
 Why one path: whether a canary failed verify, an operator asked for a rollback, or the process was
-killed mid-step, the node must end exactly as it was: the journaled files back byte for byte, the
-checkpoint files handled as on apply, the kubelet restarted and proven healthy with the *previous*
-settings, and uncordoned only if this change cordoned it. Every step is journaled on the
-``restore`` path, so a restore interrupted in turn is itself resumable. Nodes restored together
-(a failed batch, a rollback) share one restore playbook run; every other step stays per node.
+killed mid-step, the node must end exactly as it was (for the kubelet-config change: the journaled
+files back byte for byte, the checkpoint files handled as on apply, the kubelet restarted and
+proven healthy with the *previous* settings; each kind's restore steps are its own, see
+``rollout.change.context.KindSteps``), and uncordoned only if this change cordoned it. Every
+step is journaled on the ``restore`` path, so a restore interrupted in turn is itself resumable.
+Nodes restored together (a failed batch, a rollback) share the kind's restore write (one restore
+playbook run); every other step stays per node.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from rollout.change.context import Context
 from rollout.change.draining import drain
-from rollout.change.node_records import change_from_record, restore_files
-from rollout.change.parallel import in_parallel, run_many, wrap
+from rollout.change.kinds import kind_of
+from rollout.change.parallel import in_parallel, wrap
 from rollout.change.replaying import NodeStatus
-from rollout.change.verifying import verify
-from rollout.errors import InputError, NodeOperationError, RolloutError
-from rollout.models import NodeChange, Phase, Step, StepPath
-from rollout.protocols import RestoreFile
+from rollout.errors import NodeOperationError, RolloutError
+from rollout.models import Phase, Step, StepPath
 
 
 def needs_uncordon(status: NodeStatus) -> bool:
@@ -51,23 +52,25 @@ def restore_node(ctx: Context, status: NodeStatus) -> None:
 
 
 def restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, RolloutError]:
-    """Run the restore path for several nodes; their files go back in one playbook run.
+    """Run the restore path for several nodes; the kind's restore write is shared by them.
 
-    When the apply step never began (``files_touched`` False) the files are as they were, so only
-    the cordon is undone. Otherwise, per node: cordon (recording whether we did), drain; then
-    one restore run for every node that got that far; then per node: verify against the previous
-    settings, uncordon only if this change cordoned the node. A node that fails a step stops
-    there; the others go on.
+    When the kind's write never began (``files_touched`` False) the node is as it was, so only
+    the cordon is undone. Otherwise, per node: cordon (recording whether we did), the kind's
+    steps before the drain, drain, the kind's steps before its write; then one restore write of
+    the kind for every node that got that far (the kubelet-config change: one restore playbook
+    run); then per node: verify against the state from before, uncordon only if this change
+    cordoned the node. A node that fails a step stops there; the others go on.
 
     Returns:
         The nodes whose restore failed, each with a NodeOperationError naming the step (journaled
         as ``failed``; state ``failed``).
     """
+    kind = kind_of(ctx)
     by_node = {s.node: s for s in statuses}
     failed: dict[str, RolloutError] = {}
     ours: dict[str, bool] = {s.node: needs_uncordon(s) for s in statuses}
-    changes: dict[str, NodeChange] = {}
-    files: dict[str, list[RestoreFile]] = {}
+    works: dict[str, Any] = {}
+    prepared: dict[str, Any] = {}
 
     def fail(node: str, step: Step, e: RolloutError) -> None:
         ctx.record(node, step, Phase.FAILED, StepPath.RESTORE, {"message": str(e)})
@@ -88,10 +91,8 @@ def restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, Rol
         status = by_node[node]
         if not status.files_touched:
             return
-        if not status.record:
-            step_of[node] = Step.UNCORDON
-            raise InputError(f"journal has no change record for node {node}")
-        changes[node] = change_from_record(ctx.journal, node, status.record, for_restore=True)
+        step_of[node] = Step.UNCORDON
+        works[node] = kind.rebuild(ctx, status, for_restore=True)
         step_of[node] = Step.CORDON
         info = ctx.cluster.node(node)
         ctx.record(
@@ -101,6 +102,7 @@ def restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, Rol
             ctx.cluster.cordon(node)
             ours[node] = True
         ctx.record(node, Step.CORDON, Phase.DONE, StepPath.RESTORE, {"cordonedByUs": ours[node]})
+        kind.restore_before_drain(ctx, status, works[node])
         step_of[node] = Step.DRAIN
         ctx.record(node, Step.DRAIN, Phase.BEGIN, StepPath.RESTORE)
         report = drain(ctx.cluster, node, ctx.drain, ctx.clock, ctx.on_event)
@@ -108,56 +110,30 @@ def restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, Rol
             node, Step.DRAIN, Phase.DONE, StepPath.RESTORE, {"evicted": list(report.evicted)}
         )
         step_of[node] = Step.RESTORE
-        files[node] = restore_files(ctx.journal, node, status.backups)
-        ctx.record(
-            node,
-            Step.RESTORE,
-            Phase.BEGIN,
-            StepPath.RESTORE,
-            {"files": [{"path": f.path, "remove": f.content is None} for f in files[node]]},
-        )
-        ctx.on_event(f"{node}: restoring {len(files[node])} file(s)")
+        prepared[node] = kind.restore_prepare(ctx, status, works[node])
 
     in_parallel(list(by_node), guarded(Step.CORDON, prepare), ctx.forks)
 
-    todo = [n for n in by_node if n in files and n not in failed]
+    todo = [n for n in by_node if n in prepared and n not in failed]
     if todo:
-        results = run_many(
-            todo,
-            lambda: ctx.runner.restore_many(
-                [(changes[n], files[n]) for n in todo],
-                ctx.journal.change_id,
-                force=ctx.force_restore,
-            ),
-        )
+        errors = kind.restore_write(ctx, [(by_node[n], prepared[n]) for n in todo])
         for n in todo:
-            if not results[n].ok:
-                fail(
-                    n,
-                    Step.RESTORE,
-                    NodeOperationError(f"restore playbook failed on {n}: {results[n].message}"),
-                )
+            if n in errors:
+                fail(n, step_of.get(n, Step.RESTORE), errors[n])
 
     def finish(node: str) -> None:
         status = by_node[node]
         if status.files_touched:
-            ctx.record(node, Step.RESTORE, Phase.DONE, StepPath.RESTORE)
+            kind.restore_done(ctx, status)
             step_of[node] = Step.RESTORE_VERIFY
             ctx.record(
                 node,
                 Step.RESTORE_VERIFY,
                 Phase.BEGIN,
                 StepPath.RESTORE,
-                {"expected": dict(status.prior_config)},
+                kind.restore_expected(status),
             )
-            verify(
-                ctx.cluster,
-                node,
-                status.prior_config,
-                status.prior_allocatable,
-                ctx.clock,
-                ctx.verify_timeout_s,
-            )
+            kind.restore_verify(ctx, status)
             ctx.record(node, Step.RESTORE_VERIFY, Phase.DONE, StepPath.RESTORE)
         step_of[node] = Step.UNCORDON
         mine = ours[node]

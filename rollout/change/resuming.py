@@ -15,7 +15,7 @@ from enum import Enum
 from rollout.change.applying import apply_and_verify
 from rollout.change.context import Context
 from rollout.change.journal import CHANGE_STEP, Entry, Kind
-from rollout.change.node_records import change_from_record
+from rollout.change.kinds import kind_of
 from rollout.change.orchestrator import (
     GATE_STEP,
     REQUEST_STEP,
@@ -29,7 +29,7 @@ from rollout.change.parallel import in_parallel, wrap
 from rollout.change.replaying import ChangeStatus, NodeStatus, replay, status_of
 from rollout.change.restoring import restore_node, restore_nodes
 from rollout.errors import NodeFilesChangedError
-from rollout.models import NodeState, Phase, Step, StepPath
+from rollout.models import WRITES, NodeState, Phase, Step, StepPath
 from rollout.verdicts import Verdict, VerdictStatus
 
 
@@ -92,7 +92,7 @@ def settle_action(s: NodeStatus) -> Settle:
     if s.state in (NodeState.PENDING, NodeState.APPLIED, NodeState.RESTORED):
         return Settle.LEAVE
     if s.state is NodeState.APPLYING and s.files_touched and s.phase is not Phase.FAILED:
-        rerun = s.step is Step.APPLY and s.phase is Phase.BEGIN
+        rerun = s.step in WRITES and s.phase is Phase.BEGIN
         return Settle.APPLY_AGAIN if rerun else Settle.VERIFY
     if s.state is NodeState.RESTORING:
         return Settle.RESTORE_AGAIN
@@ -114,11 +114,9 @@ def settle_node(ctx: Context, s: NodeStatus) -> None:
     if action is Settle.LEAVE:
         return
     if action in (Settle.APPLY_AGAIN, Settle.VERIFY):
-        change = change_from_record(ctx.journal, s.node, s.record)
+        change = kind_of(ctx).rebuild(ctx, s, for_restore=False)
         try:
-            apply_and_verify(
-                ctx, change, s.prior_allocatable, run_apply=action is Settle.APPLY_AGAIN
-            )
+            apply_and_verify(ctx, change, run_apply=action is Settle.APPLY_AGAIN)
             return
         except Exception as e:
             err = wrap(e)
@@ -248,6 +246,9 @@ def resume_rollback(ctx: Context, pending: PendingRollback) -> ChangeStatus:
     return end_change(ctx, ChangeOutcome.ROLLED_BACK, what, cause=pending_cause)
 
 
+_WRITES = frozenset(s.value for s in WRITES)
+
+
 def rerun_nodes(entries: Sequence[Entry]) -> set[str]:
     """The nodes an interrupted apply / promote had cut before writing any file, by a crash
     (pure): their forward path began, their ``apply`` never began, no step of theirs failed, and
@@ -264,9 +265,7 @@ def rerun_nodes(entries: Sequence[Entry]) -> set[str]:
     for e in entries:
         if e.node is None:
             continue
-        if e.phase is Phase.FAILED or (
-            e.step == Step.APPLY.value and e.path is not StepPath.RESTORE
-        ):
+        if e.phase is Phase.FAILED or (e.step in _WRITES and e.path is not StepPath.RESTORE):
             excluded.add(e.node)
         if e.path is not StepPath.RESTORE:
             forward.add(e.node)

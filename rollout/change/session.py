@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from rollout.change.context import Context
 from rollout.change.journal import Journal, Kind
+from rollout.change.kinds import recorded_kind
 from rollout.change.options import ChangeOptions
 from rollout.change.outcomes import ENDED_BY_ROLLBACK, ChangeOutcome
 from rollout.change.plan import Plan, recorded_plan
@@ -81,7 +82,9 @@ def open_context(
 ) -> Context:
     """The orchestrator's context; with ``progress``, every journal entry and event feeds it
     (without, events go to ``say``); ``hostvars``: the inventory's variables when the caller has
-    read them already; ``forks``: at most this many nodes at once (``--forks``)."""
+    read them already; ``forks``: at most this many nodes at once (``--forks``). The kind of
+    change is the one the journal's ``begin`` names (a new change: the kubelet-config change;
+    the caller sets another)."""
     from rollout.change.progress import ObservedJournal
     from rollout.change.shipping import PlaybookNodeRunner
     from rollout.kube.cluster import KubeCluster
@@ -98,6 +101,7 @@ def open_context(
         verify_timeout_s=verify_timeout,
         on_event=on_event,
         forks=forks,
+        kind=recorded_kind(status_of(journal).info),
     )
 
 

@@ -1,0 +1,50 @@
+"""Which kind of change the engine runs: the context's, else the kubelet-config change; and the
+kind a journal names (``resume``, ``rollback``).
+
+Why its own module: the engine modules ask :func:`kind_of` for the steps of the kind in hand;
+``rollout.change.context`` cannot name the first kind itself (the kind takes the context), so the
+default lives here, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rollout.change.context import KIND_INFO, Context, KindSteps
+from rollout.change.kubelet_config import KUBELET_CONFIG
+from rollout.errors import InputError
+
+
+def kind_of(ctx: Context) -> KindSteps:
+    """The steps of the change in hand: the context's kind, else the kubelet-config change."""
+    return ctx.kind if ctx.kind is not None else KUBELET_CONFIG
+
+
+def kind_info(kind: KindSteps) -> dict[str, Any]:
+    """What the change-level ``begin`` adds for ``kind`` (nothing for the kubelet-config change,
+    whose journals never named it)."""
+    return {} if kind.name == KUBELET_CONFIG.name else {KIND_INFO: kind.name}
+
+
+KNOWN: dict[str, KindSteps] = {KUBELET_CONFIG.name: KUBELET_CONFIG}
+"""Every kind this version of rollout runs, by name (a new kind adds itself here)."""
+
+
+def recorded_kind(
+    info: Mapping[str, Any], known: Mapping[str, KindSteps] | None = None
+) -> KindSteps:
+    """The kind a change's ``begin`` info names, from ``known`` (name -> kind; default
+    :data:`KNOWN`); a journal that names none is the kubelet-config change's.
+
+    Raises:
+        InputError: the journal names a kind this version of rollout does not know.
+    """
+    name = str(info.get(KIND_INFO) or KUBELET_CONFIG.name)
+    kinds = {KUBELET_CONFIG.name: KUBELET_CONFIG, **(KNOWN if known is None else known)}
+    if name not in kinds:
+        raise InputError(
+            f"the change's journal names kind {name!r}, which this version of rollout does not "
+            f"know ({', '.join(sorted(kinds))}); use the version that wrote it"
+        )
+    return kinds[name]
