@@ -30,13 +30,24 @@ class Step(StrEnum):
     UNCORDON = "uncordon"
     RESTORE = "restore"
     RESTORE_VERIFY = "restore-verify"
+    # the allocation-path change's own steps (rollout.change.allocation_path)
+    RELEASE = "release"
+    CLAIMS = "claims"
+    SWITCH = "switch"
+    STOP_DRIVER = "stop-driver"
+    START_DRIVER = "start-driver"
+    SLICES_GONE = "slices-gone"
 
 
-WRITES = frozenset({Step.APPLY})
+WRITES = frozenset({Step.APPLY, Step.SWITCH, Step.STOP_DRIVER, Step.START_DRIVER})
 """The steps whose ``begin`` means the node may differ from before (a kind's write; see
 ``rollout.change.context.KindSteps``): replay sets ``files_touched`` on it, a restore then runs
 the kind's restore steps (before it, only the cordon is undone), and ``resume`` runs the step
 again when it has no end."""
+
+WRITE_PHASE = frozenset({Step.SWITCH, Step.STOP_DRIVER, Step.START_DRIVER, Step.SLICES_GONE})
+"""The steps of a write made of several (the allocation-path change's): after any of them, ended
+or not, ``resume`` runs the kind's write again (each of its steps is idempotent) before verify."""
 
 
 class Phase(StrEnum):

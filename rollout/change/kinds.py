@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rollout.change.allocation_path import ALLOCATION_PATH
 from rollout.change.context import KIND_INFO, Context, KindSteps
 from rollout.change.kubelet_config import KUBELET_CONFIG
 from rollout.errors import InputError
@@ -27,7 +28,10 @@ def kind_info(kind: KindSteps) -> dict[str, Any]:
     return {} if kind.name == KUBELET_CONFIG.name else {KIND_INFO: kind.name}
 
 
-KNOWN: dict[str, KindSteps] = {KUBELET_CONFIG.name: KUBELET_CONFIG}
+KNOWN: dict[str, KindSteps] = {
+    KUBELET_CONFIG.name: KUBELET_CONFIG,
+    ALLOCATION_PATH.name: ALLOCATION_PATH,
+}
 """Every kind this version of rollout runs, by name (a new kind adds itself here)."""
 
 

@@ -19,7 +19,7 @@ from rollout.change.context import Context
 from rollout.change.draining import drain
 from rollout.change.kinds import kind_of
 from rollout.change.parallel import in_parallel, wrap
-from rollout.change.replaying import NodeStatus
+from rollout.change.replaying import NodeStatus, status_of
 from rollout.errors import NodeOperationError, RolloutError
 from rollout.models import Phase, Step, StepPath
 
@@ -72,11 +72,15 @@ def restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, Rol
     works: dict[str, Any] = {}
     prepared: dict[str, Any] = {}
 
-    def fail(node: str, step: Step, e: RolloutError) -> None:
+    def fail(node: str, step: Step | None, e: RolloutError) -> None:
+        if step is None:  # inside the kind's steps: the one it journaled begun and not ended
+            last = status_of(ctx.journal).nodes[node]
+            open_step = last.path is StepPath.RESTORE and last.phase is Phase.BEGIN
+            step = last.step if open_step and last.step is not None else Step.RESTORE
         ctx.record(node, step, Phase.FAILED, StepPath.RESTORE, {"message": str(e)})
         failed[node] = NodeOperationError(f"restore of node {node} failed at {step.value}: {e}")
 
-    step_of: dict[str, Step] = {}
+    step_of: dict[str, Step | None] = {}
 
     def guarded(step: Step, work: Callable[[str], None]) -> Callable[[str], None]:
         def run(node: str) -> None:
@@ -102,6 +106,7 @@ def restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, Rol
             ctx.cluster.cordon(node)
             ours[node] = True
         ctx.record(node, Step.CORDON, Phase.DONE, StepPath.RESTORE, {"cordonedByUs": ours[node]})
+        step_of[node] = None
         kind.restore_before_drain(ctx, status, works[node])
         step_of[node] = Step.DRAIN
         ctx.record(node, Step.DRAIN, Phase.BEGIN, StepPath.RESTORE)
@@ -109,7 +114,7 @@ def restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, Rol
         ctx.record(
             node, Step.DRAIN, Phase.DONE, StepPath.RESTORE, {"evicted": list(report.evicted)}
         )
-        step_of[node] = Step.RESTORE
+        step_of[node] = None  # its own restore steps (the kubelet-config change: restore)
         prepared[node] = kind.restore_prepare(ctx, status, works[node])
 
     in_parallel(list(by_node), guarded(Step.CORDON, prepare), ctx.forks)
@@ -119,7 +124,7 @@ def restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, Rol
         errors = kind.restore_write(ctx, [(by_node[n], prepared[n]) for n in todo])
         for n in todo:
             if n in errors:
-                fail(n, step_of.get(n, Step.RESTORE), errors[n])
+                fail(n, step_of.get(n), errors[n])
 
     def finish(node: str) -> None:
         status = by_node[node]

@@ -29,7 +29,7 @@ from rollout.change.parallel import in_parallel, wrap
 from rollout.change.replaying import ChangeStatus, NodeStatus, replay, status_of
 from rollout.change.restoring import restore_node, restore_nodes
 from rollout.errors import NodeFilesChangedError
-from rollout.models import WRITES, NodeState, Phase, Step, StepPath
+from rollout.models import WRITE_PHASE, WRITES, NodeState, Phase, Step, StepPath
 from rollout.verdicts import Verdict, VerdictStatus
 
 
@@ -92,7 +92,7 @@ def settle_action(s: NodeStatus) -> Settle:
     if s.state in (NodeState.PENDING, NodeState.APPLIED, NodeState.RESTORED):
         return Settle.LEAVE
     if s.state is NodeState.APPLYING and s.files_touched and s.phase is not Phase.FAILED:
-        rerun = s.step in WRITES and s.phase is Phase.BEGIN
+        rerun = (s.step in WRITES and s.phase is Phase.BEGIN) or s.step in WRITE_PHASE
         return Settle.APPLY_AGAIN if rerun else Settle.VERIFY
     if s.state is NodeState.RESTORING:
         return Settle.RESTORE_AGAIN

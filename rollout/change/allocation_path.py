@@ -1,0 +1,529 @@
+"""The allocation-path change: a GPU node moved between the device plugin and a DRA driver, as a
+kind of change (``rollout.change.context.KindSteps``).
+
+A node's path follows its labels, as the DaemonSets of a cluster select on them: the device
+plugin's (NVIDIA's operator: ``nvidia.com/gpu.deploy.device-plugin``) and the DRA kubelet
+plugin's (``nvidia.com/dra-kubelet-plugin``); both keys are plan settings. The engine cordons and
+drains; this kind then moves the node in the one order that never lets it serve the extended
+resource through both paths (KEP-5004: the device plugin serves the name while the node's
+allocatable for it is > 0, DRA once it is 0 and a DeviceClass maps the name):
+
+* to DRA: ``release`` (no device of the plugin still assigned), ``switch`` (the device-plugin
+  label off, allocatable down to 0, only then the DRA label on), verify (the driver's
+  ResourceSlices for the node list its healthy GPUs, allocatable still 0);
+* to the device plugin, the design document's rollback order: ``claims`` (before the drain: wait
+  for the pods holding claims on the node to end, or with the operator's consent let the drain
+  terminate them), ``release`` (no ResourceClaim allocated from the node's pool, the kubelet's
+  own account empty), ``stop-driver`` (the DRA label off), ``slices-gone`` (the driver's slices
+  for the node wiped), ``switch`` (the device-plugin label on), verify (allocatable equals the
+  healthy count). Stopping the driver before the claims are released strands pods in
+  Terminating (kubernetes#129402); starting the plugin before the slices are gone serves the
+  name twice.
+
+A restore runs the way back to where the node was. Each step checks what must hold before it,
+and refuses by name when it does not (``OutOfOrderError``). Every label write is a
+compare-and-swap against the values the record holds (``DeviceWorld.patch_labels``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
+
+from rollout.change.context import Context
+from rollout.change.replaying import NodeStatus
+from rollout.durations import parse_go_duration
+from rollout.errors import InputError, Location, NodeOperationError, PreflightError, RolloutError
+from rollout.models import NodeInfo, Phase, PodRef, Step, StepPath
+from rollout.protocols import Clock
+
+DEVICE_PLUGIN_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+"""The default label the device plugin's DaemonSet selects on (NVIDIA's GPU Operator)."""
+DRA_LABEL = "nvidia.com/dra-kubelet-plugin"
+"""The default label the DRA kubelet plugin's DaemonSet selects on (NVIDIA's docs)."""
+RESOURCE = "nvidia.com/gpu"
+"""The default extended resource name."""
+ON, OFF = "true", "false"
+
+
+class AllocationPath(StrEnum):
+    """Which path serves a node's GPUs."""
+
+    DEVICE_PLUGIN = "device-plugin"
+    DRA = "dra"
+
+
+@dataclass(frozen=True)
+class PathSettings:
+    """How a node's path is selected in this cluster (the plan's ``allocationPath``).
+
+    Attributes:
+        device_plugin_label: the Node label the device plugin's DaemonSet selects (``true``).
+        dra_label: the Node label the DRA kubelet plugin's DaemonSet selects (``true``).
+        driver: the DRA driver's name (``ResourceSlice.spec.driver``).
+        device_class: the DeviceClass whose ``extendedResourceName`` serves ``resource``.
+        resource: the extended resource name pods request.
+        timeout_s: how long a wait (allocatable, slices, claims) may take before the step fails.
+        terminate_claims: the operator's consent to terminate pods holding claims on the way
+            back (else the way back waits for them to end, up to ``timeout_s``).
+    """
+
+    driver: str
+    device_class: str
+    device_plugin_label: str = DEVICE_PLUGIN_LABEL
+    dra_label: str = DRA_LABEL
+    resource: str = RESOURCE
+    timeout_s: float = 300.0
+    terminate_claims: bool = False
+
+    def labels_for(self, path: AllocationPath) -> dict[str, str]:
+        """The two labels as a node on ``path`` carries them."""
+        dp = ON if path is AllocationPath.DEVICE_PLUGIN else OFF
+        return {self.device_plugin_label: dp, self.dra_label: OFF if dp == ON else ON}
+
+    def path_of(self, labels: Mapping[str, str]) -> AllocationPath | None:
+        """The path a node's labels select (None: both, or neither)."""
+        dp = labels.get(self.device_plugin_label) == ON
+        dra = labels.get(self.dra_label) == ON
+        if dp == dra:
+            return None
+        return AllocationPath.DEVICE_PLUGIN if dp else AllocationPath.DRA
+
+
+@dataclass(frozen=True)
+class PathPlan:
+    """The plan's ``allocationPath`` section: the settings, and the path each inventory group
+    ends on."""
+
+    settings: PathSettings
+    groups: Mapping[str, AllocationPath]
+
+
+_KEYS = (
+    "groups",
+    "driver",
+    "deviceClass",
+    "devicePluginLabel",
+    "draLabel",
+    "extendedResourceName",
+    "timeout",
+)
+
+
+def parse_path_plan(section: Mapping[str, Any], loc: Callable[[str], Location]) -> PathPlan:
+    """The ``allocationPath`` section (``loc``: the plan's location of a dotted field).
+
+    Raises:
+        InputError: an unknown field, a missing driver or DeviceClass, a path that is neither
+            ``device-plugin`` nor ``dra``, a bad duration; naming the field and its line.
+    """
+    base = "allocationPath"
+    for key in section:
+        if key not in _KEYS:
+            raise InputError(f"unknown field; valid: {', '.join(_KEYS)}", loc(f"{base}.{key}"))
+
+    def text(key: str, default: str | None = None) -> str:
+        v = section.get(key, default)
+        if not isinstance(v, str) or not v:
+            raise InputError("must be a non-empty string", loc(f"{base}.{key}"))
+        return v
+
+    groups_raw = section.get("groups")
+    if not isinstance(groups_raw, Mapping) or not groups_raw:
+        raise InputError(
+            "must map each inventory group to the path it ends on (device-plugin or dra)",
+            loc(f"{base}.groups"),
+        )
+    groups: dict[str, AllocationPath] = {}
+    for g, p in groups_raw.items():
+        try:
+            groups[str(g)] = AllocationPath(str(p))
+        except ValueError:
+            raise InputError(
+                f"path {p!r} is neither {AllocationPath.DEVICE_PLUGIN} nor {AllocationPath.DRA}",
+                loc(f"{base}.groups.{g}"),
+            ) from None
+    timeout = 300.0
+    if "timeout" in section:
+        try:
+            timeout = parse_go_duration(str(section["timeout"]))
+        except ValueError as e:
+            raise InputError(str(e), loc(f"{base}.timeout")) from None
+    dp, dra = text("devicePluginLabel", DEVICE_PLUGIN_LABEL), text("draLabel", DRA_LABEL)
+    if dp == dra:
+        raise InputError("must differ from devicePluginLabel", loc(f"{base}.draLabel"))
+    settings = PathSettings(
+        driver=text("driver"),
+        device_class=text("deviceClass"),
+        device_plugin_label=dp,
+        dra_label=dra,
+        resource=text("extendedResourceName", RESOURCE),
+        timeout_s=timeout,
+    )
+    return PathPlan(settings, groups)
+
+
+@dataclass(frozen=True)
+class PathChange:
+    """One node's move (the kind's ``work``).
+
+    Attributes:
+        node: Node name. host: inventory host.
+        target: the path the node ends on.
+        settings: how paths are selected (recorded with the node, so resume and rollback need no
+            plan).
+    """
+
+    node: str
+    host: str
+    target: AllocationPath
+    settings: PathSettings
+
+
+@runtime_checkable
+class DeviceWorld(Protocol):
+    """What the allocation-path kind reads and writes beyond the engine's ``Cluster`` (the
+    context's cluster must have these too)."""
+
+    def node(self, name: str) -> NodeInfo:
+        """The Node (its labels and allocatable)."""
+        ...
+
+    def patch_labels(
+        self, node: str, expect: Mapping[str, str | None], labels: Mapping[str, str | None]
+    ) -> None:
+        """Set ``labels`` (None: remove) on the Node, only while its labels still have the
+        values ``expect`` names (compare-and-swap: the write carries the resourceVersion it
+        read).
+
+        Raises:
+            NodeFilesChangedError: a label no longer has the expected value; nothing written.
+        """
+        ...
+
+    def slice_devices(self, driver: str, node: str) -> list[str]:
+        """The devices the driver's ResourceSlices list for the node (healthy ones only, where
+        the driver says)."""
+        ...
+
+    def claims_on(self, driver: str, node: str) -> list[str]:
+        """The ResourceClaims (``namespace/name``) with a device of ``driver`` allocated from
+        the node's pool (``status.allocation.devices.results[].pool == node``)."""
+        ...
+
+    def prepared(self, driver: str, node: str) -> list[str]:
+        """The kubelet's own account of the driver's claims prepared on the node."""
+        ...
+
+    def assigned(self, resource: str, node: str) -> list[str]:
+        """The devices of ``resource`` the kubelet still has assigned to a pod on the node."""
+        ...
+
+    def claim_holders(self, driver: str, node: str) -> list[PodRef]:
+        """The pods on the node that hold a claim of the driver (their own or an extended
+        resource claim)."""
+        ...
+
+
+class OutOfOrderError(NodeOperationError):
+    """A step whose precondition does not hold: refused by name, nothing done."""
+
+
+def _world(ctx: Context) -> DeviceWorld:
+    if not isinstance(ctx.cluster, DeviceWorld):
+        raise InputError("the allocation-path change needs a cluster that reads DRA objects")
+    return ctx.cluster
+
+
+def _wait(
+    clock: Clock, timeout_s: float, what: str, problem: Callable[[], str | None], poll_s: float = 1
+) -> None:
+    """Wait until ``problem`` says None, or raise with its last word."""
+    deadline = clock.monotonic() + timeout_s
+    while (p := problem()) is not None:
+        if clock.monotonic() >= deadline:
+            raise NodeOperationError(f"{what}: still {p} after {timeout_s:g}s")
+        clock.sleep(poll_s)
+
+
+def _count(info: NodeInfo, resource: str) -> int:
+    try:
+        return int(info.allocatable.get(resource, "0"))
+    except ValueError:
+        return 0
+
+
+def _labels(info: NodeInfo, s: PathSettings) -> dict[str, str | None]:
+    return {k: info.labels.get(k) for k in (s.device_plugin_label, s.dra_label)}
+
+
+def _switch(
+    ctx: Context,
+    node: str,
+    s: PathSettings,
+    labels: Mapping[str, str | None],
+    step: Step,
+    path: StepPath,
+) -> None:
+    """Set labels on the node, a compare-and-swap against their values now (idempotent: labels
+    already so are left; ``resume`` runs a write step again)."""
+    world = _world(ctx)
+    now = _labels(world.node(node), s)
+    want = {k: v for k, v in labels.items() if now.get(k) != v}
+    ctx.record(node, step, Phase.BEGIN, path, {"labels": dict(labels)})
+    if want:
+        world.patch_labels(node, {k: now[k] for k in want}, want)
+    ctx.record(node, step, Phase.DONE, path, {"written": sorted(want)})
+
+
+def plugin_released(ctx: Context, node: str, s: PathSettings) -> str | None:
+    """Why the device plugin has not released the node's devices (None: it has)."""
+    left = _world(ctx).assigned(s.resource, node)
+    return f"{len(left)} device(s) of {s.resource} assigned ({', '.join(left)})" if left else None
+
+
+def driver_released(ctx: Context, node: str, s: PathSettings) -> str | None:
+    """Why the driver has not released the node's devices (None: it has)."""
+    world = _world(ctx)
+    claims = world.claims_on(s.driver, node)
+    if claims:
+        return f"ResourceClaim(s) {', '.join(claims)} allocated from pool {node}"
+    held = world.prepared(s.driver, node)
+    if held:
+        return f"the kubelet still has claim(s) {', '.join(held)} prepared"
+    return None
+
+
+Labels = Mapping[str, str | None]
+
+
+def _to_dra(
+    ctx: Context, node: str, s: PathSettings, final: Labels, path: StepPath, clock: Clock
+) -> None:
+    """The write steps to DRA: the device-plugin label off, allocatable 0, only then the DRA
+    label on (``final``: the two labels as the node ends)."""
+    world = _world(ctx)
+    if (why := plugin_released(ctx, node, s)) is not None:
+        raise OutOfOrderError(f"refusing switch on node {node}: the device plugin has {why}")
+    _switch(ctx, node, s, {s.device_plugin_label: final[s.device_plugin_label]}, Step.SWITCH, path)
+    _wait(
+        clock,
+        s.timeout_s,
+        f"node {node}: the device plugin's allocatable {s.resource}",
+        lambda: f"{c}" if (c := _count(world.node(node), s.resource)) else None,
+    )
+    _switch(ctx, node, s, {s.dra_label: final[s.dra_label]}, Step.START_DRIVER, path)
+
+
+def _to_device_plugin(
+    ctx: Context, node: str, s: PathSettings, final: Labels, path: StepPath, clock: Clock
+) -> None:
+    """The write steps back to the device plugin, in the design document's order (``final``:
+    the two labels as the node ends)."""
+    world = _world(ctx)
+    if (why := driver_released(ctx, node, s)) is not None:
+        raise OutOfOrderError(f"refusing stop-driver on node {node}: {why}")
+    _switch(ctx, node, s, {s.dra_label: final[s.dra_label]}, Step.STOP_DRIVER, path)
+    ctx.record(node, Step.SLICES_GONE, Phase.BEGIN, path, {"driver": s.driver})
+    _wait(
+        clock,
+        s.timeout_s,
+        f"node {node}: driver {s.driver}'s ResourceSlices",
+        lambda: (
+            f"{len(d)} device(s) listed" if (d := world.slice_devices(s.driver, node)) else None
+        ),
+    )
+    ctx.record(node, Step.SLICES_GONE, Phase.DONE, path)
+    if world.slice_devices(s.driver, node):  # never both: refused by name, whatever the caller
+        raise OutOfOrderError(
+            f"refusing switch on node {node}: driver {s.driver} still publishes ResourceSlices"
+        )
+    _switch(ctx, node, s, {s.device_plugin_label: final[s.device_plugin_label]}, Step.SWITCH, path)
+
+
+def _on_path(
+    ctx: Context, node: str, s: PathSettings, target: AllocationPath, healthy: int, clock: Clock
+) -> None:
+    """Wait until the node serves ``resource`` on ``target`` alone with its ``healthy`` GPUs."""
+    world = _world(ctx)
+
+    def problem() -> str | None:
+        info = world.node(node)
+        if not info.ready:
+            return f"Node {node} not Ready"
+        count = _count(info, s.resource)
+        devices = world.slice_devices(s.driver, node)
+        if target is AllocationPath.DRA:
+            if count:
+                return f"allocatable {s.resource}={count} (the device plugin still serves it)"
+            if len(devices) < healthy:
+                return f"{len(devices)} device(s) in {s.driver}'s ResourceSlices, want {healthy}"
+            return None
+        if devices:
+            return f"{len(devices)} device(s) still in {s.driver}'s ResourceSlices"
+        if count != healthy:
+            return f"allocatable {s.resource}={count}, want {healthy}"
+        return None
+
+    _wait(clock, s.timeout_s, f"verify of node {node} on {target}", problem)
+
+
+def _record(change: PathChange, prior: AllocationPath, healthy: int, labels: Any) -> dict[str, Any]:
+    return {
+        "target": change.target.value,
+        "prior": prior.value,
+        "healthy": healthy,
+        "labels": dict(labels),
+        "settings": asdict(change.settings),
+        "host": change.host,
+    }
+
+
+def _from_record(node: str, rec: Mapping[str, Any]) -> PathChange:
+    settings = PathSettings(**rec["settings"])
+    return PathChange(node, str(rec.get("host", node)), AllocationPath(rec["target"]), settings)
+
+
+class AllocationPathKind:
+    """The allocation-path kind (``work`` is a :class:`PathChange`)."""
+
+    @property
+    def name(self) -> str:
+        return "allocation-path"
+
+    def per_node(self, ctx: Context, works: Sequence[Any]) -> bool:
+        return True  # each node waits on its own driver and plugin
+
+    def baseline(self, ctx: Context, work: Any, info: NodeInfo) -> dict[str, Any]:
+        c: PathChange = work
+        s = c.settings
+        prior = s.path_of(info.labels)
+        if prior is None:
+            now = _labels(info, s)
+            raise PreflightError(
+                f"node {c.node}: labels {s.device_plugin_label}={now[s.device_plugin_label]!r} "
+                f"and {s.dra_label}={now[s.dra_label]!r} select no single path"
+            )
+        if prior is c.target:
+            raise PreflightError(f"node {c.node} is already on the {c.target} path")
+        slices = _world(ctx).slice_devices(s.driver, c.node)
+        healthy = _count(info, s.resource) if prior is AllocationPath.DEVICE_PLUGIN else len(slices)
+        return {
+            "allocatable": {s.resource: info.allocatable.get(s.resource, "0")},
+            "path": prior.value,
+            "healthy": healthy,
+            "labels": _labels(info, s),
+        }
+
+    def prepare(self, ctx: Context, work: Any) -> None:
+        c: PathChange = work
+        s = c.settings
+        before = next(
+            e.data
+            for e in reversed(ctx.journal.entries())
+            if e.node == c.node and e.step == Step.PREFLIGHT.value and e.phase is Phase.DONE
+        )
+        prior = AllocationPath(before["path"])
+        ctx.record(c.node, Step.RELEASE, Phase.BEGIN, StepPath.FORWARD, {"from": prior.value})
+        released = plugin_released if prior is AllocationPath.DEVICE_PLUGIN else driver_released
+        _wait(
+            ctx.forward_clock,
+            s.timeout_s,
+            f"node {c.node}: release from the {prior} path",
+            lambda: released(ctx, c.node, s),
+        )
+        record = _record(c, prior, int(before["healthy"]), before["labels"])
+        ctx.record(c.node, Step.RELEASE, Phase.DONE, StepPath.FORWARD, {"change": record})
+
+    def write(self, ctx: Context, works: Sequence[Any]) -> dict[str, RolloutError]:
+        errors: dict[str, RolloutError] = {}
+        for c in works:
+            move = _to_dra if c.target is AllocationPath.DRA else _to_device_plugin
+            ctx.on_event(f"{c.node}: moving to the {c.target} path")
+            final = c.settings.labels_for(c.target)
+            try:
+                move(ctx, c.node, c.settings, final, StepPath.FORWARD, ctx.forward_clock)
+            except RolloutError as e:
+                errors[c.node] = e
+        return errors
+
+    def expected(self, work: Any) -> dict[str, Any]:
+        return {"path": work.target.value}
+
+    def verify(self, ctx: Context, work: Any, before: NodeStatus) -> None:
+        c: PathChange = work
+        healthy = int(before.record.get("healthy", 0))
+        _on_path(ctx, c.node, c.settings, c.target, healthy, ctx.forward_clock)
+
+    def rebuild(self, ctx: Context, status: NodeStatus, for_restore: bool) -> Any:
+        if not status.record:
+            raise InputError(f"journal has no change record for node {status.node}")
+        return _from_record(status.node, status.record)
+
+    def restore_before_drain(self, ctx: Context, status: NodeStatus, work: Any) -> None:
+        c: PathChange = work
+        s = c.settings
+        if c.target is not AllocationPath.DRA:
+            return  # the way back to DRA: the drain ends the device plugin's pods
+        world = _world(ctx)
+        holders = world.claim_holders(s.driver, c.node)
+        ctx.record(
+            c.node,
+            Step.CLAIMS,
+            Phase.BEGIN,
+            StepPath.RESTORE,
+            {"pods": [p.key for p in holders], "terminate": s.terminate_claims},
+        )
+        if not s.terminate_claims:  # wait for them to end; the drain terminates the rest
+            _wait(
+                ctx.clock,
+                s.timeout_s,
+                f"node {c.node}: pods holding claims of {s.driver} (no consent to terminate "
+                "them: --terminate-claims)",
+                lambda: (
+                    ", ".join(p.key for p in left)
+                    if (left := world.claim_holders(s.driver, c.node))
+                    else None
+                ),
+            )
+        ctx.record(c.node, Step.CLAIMS, Phase.DONE, StepPath.RESTORE)
+
+    def restore_prepare(self, ctx: Context, status: NodeStatus, work: Any) -> Any:
+        c: PathChange = work
+        s = c.settings
+        released = driver_released if c.target is AllocationPath.DRA else plugin_released
+        ctx.record(c.node, Step.RELEASE, Phase.BEGIN, StepPath.RESTORE, {"from": c.target.value})
+        _wait(ctx.clock, s.timeout_s, f"node {c.node}: release", lambda: released(ctx, c.node, s))
+        ctx.record(c.node, Step.RELEASE, Phase.DONE, StepPath.RESTORE)
+        return c
+
+    def restore_write(
+        self, ctx: Context, items: Sequence[tuple[NodeStatus, Any]]
+    ) -> dict[str, RolloutError]:
+        errors: dict[str, RolloutError] = {}
+        for status, c in items:
+            back = _to_device_plugin if c.target is AllocationPath.DRA else _to_dra
+            final = dict(status.record.get("labels") or {})  # the labels as they were
+            try:
+                back(ctx, c.node, c.settings, final, StepPath.RESTORE, ctx.clock)
+            except RolloutError as e:
+                errors[c.node] = e
+        return errors
+
+    def restore_done(self, ctx: Context, status: NodeStatus) -> None:
+        return None  # every restore step journaled its own end
+
+    def restore_expected(self, status: NodeStatus) -> dict[str, Any]:
+        return {"path": status.record.get("prior")}
+
+    def restore_verify(self, ctx: Context, status: NodeStatus) -> None:
+        c = _from_record(status.node, status.record)
+        prior = AllocationPath(str(status.record["prior"]))
+        healthy = int(status.record.get("healthy", 0))
+        _on_path(ctx, c.node, c.settings, prior, healthy, ctx.clock)
+
+
+ALLOCATION_PATH = AllocationPathKind()
+"""The allocation-path kind (stateless: its world is the context's cluster)."""
