@@ -5,15 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rollout.kube import evicting, nodes, proxy
+from rollout.kube import devices, evicting, nodes, proxy
 from rollout.kube.client import Api
 from rollout.models import NodeInfo, PodRef
 from rollout.protocols import EvictionResult
 
 
 class KubeCluster:
-    """Node operations through the API server; every write is a cordon, an eviction or a
-    deletion asked for with ``--disable-eviction``."""
+    """Node operations through the API server; every write is a cordon, an eviction, a
+    deletion asked for with ``--disable-eviction``, or (the allocation-path change) a path
+    label written compare-and-swap. Also the allocation-path change's ``DeviceWorld``."""
 
     def __init__(self, api: Api) -> None:
         self.api = api
@@ -61,3 +62,31 @@ class KubeCluster:
     def configz(self, node: str) -> Mapping[str, Any]:
         """See ``Cluster.configz``."""
         return proxy.configz(self.api, node)
+
+    def patch_labels(
+        self, node: str, expect: Mapping[str, str | None], labels: Mapping[str, str | None]
+    ) -> None:
+        """See ``DeviceWorld.patch_labels``."""
+        devices.patch_labels(self.api, node, expect, labels)
+
+    def slice_devices(self, driver: str, node: str) -> list[str]:
+        """See ``DeviceWorld.slice_devices``."""
+        return devices.slice_devices(self.api, driver, node)
+
+    def claims_on(self, driver: str, node: str) -> list[str]:
+        """See ``DeviceWorld.claims_on``."""
+        return devices.claims_on(self.api, driver, node)
+
+    def prepared(self, driver: str, node: str) -> list[str]:
+        """See ``DeviceWorld.prepared``: the claims the API server has reserved on the node
+        (the kubelet's ``dra_manager_state`` is not read from here)."""
+        return devices.reserved_on(self.api, driver, node)
+
+    def assigned(self, resource: str, node: str) -> list[str]:
+        """See ``DeviceWorld.assigned``: the pods bound to the node that request ``resource``
+        from the device plugin (the device checkpoint is not read from here)."""
+        return devices.assigned(self.api, resource, node)
+
+    def claim_holders(self, driver: str, node: str) -> list[PodRef]:
+        """See ``DeviceWorld.claim_holders``."""
+        return devices.claim_holders(self.api, node)

@@ -338,6 +338,12 @@ def _resource_objects(api: Api, versions: list[str], plural: str, what: str) -> 
     return list(listing.get("items", []))
 
 
+def resource_objects(api: Api, versions: list[str], plural: str, what: str) -> list[Any]:
+    """Every object of a cluster-scoped (or all namespaces') ``resource.k8s.io`` kind, listed
+    at the first of ``versions`` (empty when the group is not served)."""
+    return _resource_objects(api, versions, plural, what)
+
+
 def device_class_objects(api: Api, versions: list[str]) -> list[dict[str, Any]]:
     """Every DeviceClass (empty when ``resource.k8s.io`` is not served)."""
     return _resource_objects(api, versions, "deviceclasses", "DeviceClasses")
