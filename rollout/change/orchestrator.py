@@ -34,7 +34,7 @@ from rollout.errors import (
 )
 from rollout.fanout import waves
 from rollout.interrupt import StopReason, StopRequested
-from rollout.models import NodeChange, NodeState, Phase, StepPath
+from rollout.models import NodeState, Phase, StepPath
 from rollout.protocols import Gate, OneSoak
 from rollout.verdicts import Verdict, VerdictStatus
 
@@ -100,7 +100,7 @@ def failure_text(status: ChangeStatus) -> str:
 
 def run_change(
     ctx: Context,
-    changes: Mapping[str, NodeChange],
+    changes: Mapping[str, Any],
     batches: Sequence[Batch],
     gate: Gate,
     canary_only: bool,
@@ -152,7 +152,7 @@ def run_change(
 
 def continue_change(
     ctx: Context,
-    changes: Mapping[str, NodeChange],
+    changes: Mapping[str, Any],
     batches: Sequence[Batch],
     gate: Gate | None,
     info: Mapping[str, Any],
@@ -188,7 +188,7 @@ def continue_change(
 
 def _batches(
     ctx: Context,
-    changes: Mapping[str, NodeChange],
+    changes: Mapping[str, Any],
     batches: Sequence[Batch],
     gate: Gate,
     canary_only: bool,
@@ -242,7 +242,7 @@ def _batches(
 
 
 def _apply_in_waves(
-    ctx: Context, changes: Mapping[str, NodeChange], nodes: Sequence[str], name: str
+    ctx: Context, changes: Mapping[str, Any], nodes: Sequence[str], name: str
 ) -> Mapping[str, RolloutError]:
     """Apply one batch; a batch wider than ``ctx.forks`` runs in consecutive waves of at most
     that many nodes (``rollout.fanout.waves``), each wave's nodes through their whole forward

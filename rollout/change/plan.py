@@ -30,6 +30,7 @@ TOP_LEVEL = (
     "strategy",
     "gate",
     "windows",
+    "allocationPath",
 )
 NODE_KEYS = ("kubelet", "distribution", "method")
 
@@ -55,6 +56,8 @@ class Plan:
         nodes: per-host overrides, by inventory hostname.
         strategy, gate, windows: raw sections, parsed by their owners.
         lines: 1-based line of each dotted field.
+        allocation_path: the raw ``allocationPath`` section, parsed by the allocation-path
+            change (``rollout.change.allocation_path.parse_path_plan``); empty: none.
     """
 
     path: str
@@ -67,6 +70,7 @@ class Plan:
     gate: Mapping[str, Any]
     windows: tuple[Any, ...]
     lines: Mapping[str, int]
+    allocation_path: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def has_gate(self) -> bool:
@@ -181,6 +185,7 @@ def parse_plan(text: str, path: str) -> Plan:
         gate=_mapping(data.get("gate"), "gate", path, lines),
         windows=tuple(windows),
         lines=lines,
+        allocation_path=_mapping(data.get("allocationPath"), "allocationPath", path, lines),
     )
 
 

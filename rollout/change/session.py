@@ -558,6 +558,27 @@ def _resume_later_batches(
     # a change started with --force over device refusals carries that consent to its resume
     forced = any(e.step == Kind.PREFLIGHT_FORCED for e in ctx.journal.entries())
     moved = {n for n, s in settled.nodes.items() if s.state is not NodeState.PENDING}
+    if ctx.kind is not None and ctx.kind.name != "kubelet-config":  # another kind's own works
+        from rollout.change.migrating import works_of
+
+        works = works_of(plan, inv)
+        gate = make_gate(plan, inv, None)
+        canary = set(info.get("canary", ()))
+        batches = [Batch(tuple(b), bool(canary & set(b))) for b in todo]
+        last = max((i for i, b in enumerate(batches) if b.canary), default=None)
+        gate_at = {last: tuple(canary)} if last is not None else {}
+        if info.get("promotion"):
+            gate_at = {i: b.nodes for i, b in enumerate(batches)} if has_gate else {}
+        return continue_change(
+            ctx,
+            {n: works[n] for b in todo for n in b},
+            batches,
+            gate,
+            {**info, "resumed": True},
+            gate_at=gate_at,
+            canary_only=bool(info.get("canaryOnly")),
+            regate=regate,
+        )
     prepared = (
         run_preflight(
             plan,

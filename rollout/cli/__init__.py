@@ -26,6 +26,7 @@ COMMAND_MODULES = {
     "lint": "rollout.cli.lint",
     "lab": "rollout.cli.lab",
     "apply": "rollout.cli.change",
+    "migrate": "rollout.cli.migrate",
     "status": "rollout.cli.change",
     "promote": "rollout.cli.promote",
     "resume": "rollout.cli.resume",

@@ -32,7 +32,10 @@ from .options import drain_options, inventory_option, kube_options, output_optio
 
 if TYPE_CHECKING:
     from rollout.change.inventory import Inventory
+    from rollout.change.journal import Journal
     from rollout.gate.analysis import Predicted
+    from rollout.kube.client import Api
+    from rollout.kube.leases import LeaseLock
 
 
 @click.command("promote")
@@ -125,6 +128,12 @@ def promote_cmd(
     api = connect(kubeconfig, context)
     journal = existing_journal(change, api, lock_namespace, echo_err)
     lock = LeaseLock(api, lock_namespace)
+    if _is_migration(journal):
+        _promote_migration(
+            api, journal, lock, yes, dry_run, force, force_window, inventory, lock_namespace,
+            verify_timeout, forks, progress_mode, output,
+        )  # fmt: skip
+        return
     opts = PromoteOptions(
         plan_path=plan_path,
         inventory=inventory,
@@ -167,6 +176,63 @@ def promote_cmd(
         progress=progress_for(progress_mode),
         failed=json_status(output),
         evidence=None if no_evidence else hooks,
+    )
+    finish(final, output)
+
+
+def _is_migration(journal: Journal) -> bool:
+    from rollout.change.allocation_path import ALLOCATION_PATH
+    from rollout.change.context import KIND_INFO
+    from rollout.change.replaying import status_of
+
+    return status_of(journal).info.get(KIND_INFO) == ALLOCATION_PATH.name
+
+
+def _promote_migration(
+    api: Api,
+    journal: Journal,
+    lock: LeaseLock,
+    yes: bool,
+    dry_run: bool,
+    force: str | None,
+    force_window: str | None,
+    inventory: str | None,
+    lock_namespace: str,
+    verify_timeout: float,
+    forks: int,
+    progress_mode: str,
+    output: str,
+) -> None:
+    """``promote`` of a held migration (``rollout migrate --canary``): the batches left, the
+    DRA pool's gate after each."""
+    from rollout.change.migrating import prepare_migration_promotion, run_migration_promotion
+    from rollout.cli.migrate import pool_gate
+
+    promo = prepare_migration_promotion(journal, force, dry_run, force_window, inventory)
+    nodes = [n for b in promo.remaining for n in b.nodes]
+    if dry_run or not nodes:
+        if output == "json":
+            doc = {"change": journal.change_id, "batches": [list(b.nodes) for b in promo.remaining]}
+            click.echo(json.dumps({**doc, "refusal": promo.refusal, "dryRun": dry_run}, indent=2))
+        else:
+            for i, b in enumerate(promo.remaining, 1):
+                click.echo(f"batch {i}: {', '.join(b.nodes)}")
+            if not nodes:
+                click.echo(f"change {journal.change_id}: nothing left to promote")
+        return
+    confirm(yes, f"promote change {journal.change_id} to {len(nodes)} more node(s)")
+    final = run_migration_promotion(
+        api,
+        lock,
+        promo,
+        journal,
+        lambda j: pool_gate(api, j, promo.plan, promo.inventory, output),
+        force=force,
+        lock_namespace=lock_namespace,
+        verify_timeout=verify_timeout,
+        forks=forks,
+        progress=progress_for(progress_mode),
+        say=echo_err,
     )
     finish(final, output)
 

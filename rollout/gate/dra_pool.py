@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from rollout.kube.client import Api
 from rollout.protocols import Gate
 from rollout.verdicts import Verdict, VerdictStatus
 
@@ -181,3 +182,11 @@ class DraPoolGate:
 
     def after_rollback(self, change_id: str, nodes: Sequence[str]) -> str:
         return self.inner.after_rollback(change_id, nodes)
+
+
+def read_pool(api: Api) -> PoolObjects:
+    """The pool's objects from the API server."""
+    from rollout.kube.devices import claims_and_pods
+
+    claims, pods = claims_and_pods(api)
+    return PoolObjects(claims=claims, pods=pods)

@@ -139,3 +139,10 @@ def assigned(api: Api, resource: str, node: str) -> list[str]:
         if p.extended.get(resource):
             out.append(f"{p.key}: {p.extended[resource]}")
     return out
+
+
+def claims_and_pods(api: Api) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every ResourceClaim and every pod, as the API server serves them (the DRA pool's gate)."""
+    claims = resource_objects(api, _versions(api), "resourceclaims", "ResourceClaims")
+    pods: Any = call("list pods", api.core.list_pod_for_all_namespaces)
+    return claims, list(pods.get("items") or [])

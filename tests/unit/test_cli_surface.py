@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Commands that call the Kubernetes API (directly, or through the rollback they run).
 TALKS_TO_API = {
     "apply", "preview", "promote", "rollback", "resume", "watch", "serve", "runbook", "evidence",
+    "migrate",
     "status",  # reads the cluster's record of a change this machine has no journal for
     "report",  # the same
     "nodes",
@@ -143,7 +144,7 @@ def test_serve_json_startup_line(tmp_path: Path) -> None:
 
 
 #: Commands that change nodes: each asks for confirmation, which ``--yes`` skips.
-CHANGES_NODES = {"apply", "rollback", "promote", "resume"}
+CHANGES_NODES = {"apply", "migrate", "rollback", "promote", "resume"}
 
 
 @pytest.mark.parametrize("name", sorted(CHANGES_NODES))

@@ -1,0 +1,414 @@
+"""``migrate``: an allocation-path change from a plan, below the CLI (``rollout migrate``).
+
+Two steps, as ``apply``: :func:`prepare_migration` reads the plan's ``allocationPath`` section,
+the inventory and the cluster, cuts the batches and runs the preflight (nothing is written);
+:func:`run_migration` takes the Lease, creates the change's journal (mirrored into the
+cluster) and runs the batches and the gate through the engine with the allocation-path kind.
+``resume``, ``rollback`` and ``status`` need nothing of this module: the journal names the kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rollout.change.allocation_path import (
+    ALLOCATION_PATH,
+    AllocationPath,
+    PathChange,
+    PathPlan,
+    parse_path_plan,
+)
+from rollout.change.allocation_preflight import PathWorld, path_refusals
+from rollout.change.journal import Journal
+from rollout.change.plan import Plan, load_plan
+from rollout.change.planning import Batch, DrainPolicy, make_batches, parse_strategy
+from rollout.change.replaying import ChangeStatus
+from rollout.change.windows import Decision, guard, parse_windows
+from rollout.errors import InputError, PreflightError
+from rollout.models import PodRef
+from rollout.protocols import Gate
+
+if TYPE_CHECKING:
+    from rollout.change.inventory import Inventory
+    from rollout.change.progress import Progress
+    from rollout.kube.client import Api
+    from rollout.kube.leases import LeaseLock
+
+
+@dataclass(frozen=True)
+class PreparedMigration:
+    """A migration checked and prepared, not started: what ``--dry-run`` prints.
+
+    Attributes:
+        plan: the plan. path_plan: its ``allocationPath`` section. inventory: the inventory.
+        works: node -> its move. batches: the batches, canary first.
+        pods: node -> the pods its drain evicts (every pod but DaemonSets' and mirrors').
+        drain: the drain policy (the plan's strategy).
+        window_check: the plan's change windows, asked before each batch.
+    """
+
+    plan: Plan
+    path_plan: PathPlan
+    inventory: Inventory
+    works: Mapping[str, PathChange]
+    batches: Sequence[Batch]
+    pods: Mapping[str, Sequence[PodRef]]
+    drain: DrainPolicy
+    window_check: Callable[[datetime], Decision]
+
+    def steps(self, node: str) -> list[str]:
+        """The steps the node goes through, in order (what ``--dry-run`` lists)."""
+        w = self.works[node]
+        s = w.settings
+        if w.target is AllocationPath.DRA:
+            mine = [
+                f"release (no {s.resource} of the device plugin still assigned)",
+                f"switch ({s.device_plugin_label}=false; wait until allocatable {s.resource} is 0)",
+                f"start-driver ({s.dra_label}=true)",
+                f"verify ({s.driver}'s ResourceSlices list the node's healthy GPUs)",
+            ]
+        else:
+            mine = [
+                f"release (no ResourceClaim allocated from pool {node}; the kubelet's account "
+                "empty)",
+                f"stop-driver ({s.dra_label}=false)",
+                f"slices-gone (wait until {s.driver}'s ResourceSlices for the node are wiped)",
+                f"switch ({s.device_plugin_label}=true)",
+                f"verify (allocatable {s.resource} equals the healthy count)",
+            ]
+        return ["preflight", "cordon", "drain", *mine, "uncordon"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": ALLOCATION_PATH.name,
+            "plan": self.plan.path,
+            "batches": [{"canary": b.canary, "nodes": list(b.nodes)} for b in self.batches],
+            "nodes": [
+                {
+                    "node": n,
+                    "target": w.target.value,
+                    "steps": self.steps(n),
+                    "evicts": [
+                        p.key for p in self.pods.get(n, ()) if not (p.daemonset or p.mirror)
+                    ],
+                }
+                for n, w in self.works.items()
+            ],
+        }
+
+
+def path_plan_of(plan: Plan) -> PathPlan:
+    """The plan's ``allocationPath`` section.
+
+    Raises:
+        InputError: the plan has none, or it is bad (file, field and line named).
+    """
+    if not plan.allocation_path:
+        raise InputError(
+            "the plan has no allocationPath section: rollout migrate moves GPU nodes between "
+            "the device plugin and DRA (rollout apply changes kubelet configuration)",
+            plan.location("allocationPath"),
+        )
+    return parse_path_plan(plan.allocation_path, plan.location)
+
+
+def targets_of(inv: Inventory, pp: PathPlan, plan: Plan) -> dict[str, AllocationPath]:
+    """Node -> the path it ends on, from the inventory groups the plan names (inventory order).
+
+    Raises:
+        InputError: a group the inventory lacks, or a node two groups send to different paths.
+    """
+    out: dict[str, AllocationPath] = {}
+    for group, path in pp.groups.items():
+        if group not in inv.groups:
+            raise InputError(
+                f"inventory {inv.path} has no group {group!r} (its groups: "
+                f"{', '.join(sorted(inv.groups))})",
+                plan.location(f"allocationPath.groups.{group}"),
+            )
+        for host in inv.groups[group]:
+            node = inv.node_of(host)
+            if out.get(node, path) is not path:
+                raise InputError(
+                    f"node {node} is in two groups that end on different paths",
+                    plan.location(f"allocationPath.groups.{group}"),
+                )
+            out[node] = path
+    order = [inv.node_of(h) for h in inv.hosts]
+    return {n: out[n] for n in order if n in out}
+
+
+def works_of(plan: Plan, inv: Inventory, terminate_claims: bool = False) -> dict[str, PathChange]:
+    """Node -> its move, from the plan's ``allocationPath`` and the inventory (``prepare``, and
+    ``resume`` of the batches an interrupted migration had not started)."""
+    pp = path_plan_of(plan)
+    settings = replace(pp.settings, terminate_claims=terminate_claims)
+    hosts = {inv.node_of(h): h for h in inv.hosts}
+    return {
+        n: PathChange(n, hosts.get(n, n), t, settings) for n, t in targets_of(inv, pp, plan).items()
+    }
+
+
+def read_world(api: Api, driver: str) -> PathWorld:
+    """What the preflight reads, all from the API server."""
+    from rollout.kube import devices, nodes
+
+    infos, _ = nodes.nodes_listed(api, keep=())
+    listing = nodes.pods_by_node(api)
+    versions = sorted(nodes.resource_api_versions(api), key=lambda v: v != "v1")
+    daemonsets: Any = api.apps.list_daemon_set_for_all_namespaces()
+    return PathWorld(
+        nodes=infos,
+        pods=listing.refs,
+        slices=devices.driver_nodes(api, driver),
+        device_classes=nodes.device_class_objects(api, versions),
+        daemonsets=list(daemonsets.get("items") or []),
+    )
+
+
+def prepare_migration(
+    api: Api,
+    plan_path: str,
+    inventory: Path,
+    canary_only: bool,
+    terminate_claims: bool,
+    force_window: str | None = None,
+    dry_run: bool = False,
+) -> PreparedMigration:
+    """Read and check everything, change nothing.
+
+    Raises:
+        InputError: a bad plan or inventory (file, field and line named).
+        PreflightError: the cluster cannot carry the change (every reason named).
+    """
+    from rollout.change.inventory import read_inventory
+
+    plan = load_plan(plan_path)
+    pp = path_plan_of(plan)
+    window_check = guard(
+        parse_windows(plan.windows, file=plan.path, line_of=plan.line_of), force_window
+    )
+    if not dry_run and not (window := window_check(datetime.now(UTC))).allowed:
+        raise PreflightError(window.reason)
+    if terminate_claims:
+        pp = replace(pp, settings=replace(pp.settings, terminate_claims=True))
+    inv = read_inventory(inventory)
+    targets = targets_of(inv, pp, plan)
+    strategy = parse_strategy(plan.strategy, plan.location)
+    canary = [inv.node_of(h) for h in inv.groups.get(strategy.canary_group, ())]
+    batches = make_batches(list(targets), canary, strategy, canary_only)
+    world = read_world(api, pp.settings.driver)
+    refusals = path_refusals(world, pp.settings, targets, [b.nodes for b in batches])
+    if refusals:
+        raise PreflightError(
+            "migration refused before any change:\n" + "\n".join(f"  - {r}" for r in refusals)
+        )
+    works = works_of(plan, inv, terminate_claims)
+    return PreparedMigration(
+        plan=plan,
+        path_plan=pp,
+        inventory=inv,
+        works=works,
+        batches=batches,
+        pods={n: list(world.pods.get(n, ())) for n in targets},
+        drain=strategy.drain,
+        window_check=window_check,
+    )
+
+
+def run_migration(
+    api: Api,
+    lock: LeaseLock,
+    ready: PreparedMigration,
+    make_gate: Callable[[Journal], Gate],
+    *,
+    canary_only: bool,
+    lock_namespace: str,
+    verify_timeout: float,
+    forks: int,
+    progress: Progress | None,
+    say: Callable[[str], None],
+) -> ChangeStatus:
+    """Start the change under the Lease and run it through the engine."""
+    from rollout.change.journal import new_change_id, state_dir
+    from rollout.change.orchestrator import run_change
+    from rollout.change.record import mirrored
+    from rollout.change.session import holding, open_context, reported
+    from rollout.kube.lease_objects import holder_identity
+
+    change_id = new_change_id(datetime.now(UTC))
+    with holding(lock, change_id):
+        journal = mirrored(Journal.create(state_dir(), change_id), api, lock_namespace, say)
+        say(f"change {change_id}: journal {journal.file}")
+        if progress is not None:
+            progress.nodes(tuple(n for b in ready.batches for n in b.nodes))
+        ctx = open_context(
+            api,
+            journal,
+            ready.inventory.path,
+            ready.drain,
+            verify_timeout,
+            progress,
+            ready.inventory.hostvars,
+            forks,
+            say,
+        )
+        ctx.kind = ALLOCATION_PATH
+        ctx.interrupt = lock.interrupt
+        info = {
+            "plan": str(Path(ready.plan.path).resolve()),
+            "planText": Path(ready.plan.path).read_text(encoding="utf-8"),
+            "inventory": str(ready.inventory.path.resolve()),
+            "by": holder_identity(),
+        }
+        return reported(
+            journal,
+            lock,
+            lambda: run_change(
+                ctx,
+                ready.works,
+                ready.batches,
+                make_gate(journal),
+                canary_only,
+                info=info,
+                forward=ready.window_check,
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class MigrationPromotion:
+    """A held migration's promotion, checked, not started (what ``promote --dry-run`` prints).
+
+    Attributes:
+        status: the change now. plan: its recorded plan. inventory: its inventory.
+        works: every node's move. remaining: the batches left. refusal: why it may not be
+        promoted without ``--force`` (None: it may).
+    """
+
+    status: ChangeStatus
+    plan: Plan
+    inventory: Inventory
+    works: Mapping[str, PathChange]
+    remaining: Sequence[Batch]
+    refusal: str | None
+    window_check: Callable[[datetime], Decision]
+
+
+def prepare_migration_promotion(
+    journal: Journal,
+    force: str | None,
+    dry_run: bool,
+    force_window: str | None = None,
+    inventory: str | None = None,
+) -> MigrationPromotion:
+    """Check that the held migration may go on and cut the batches left (canary refusals as
+    ``promote``'s: every canary node applied, the last gate verdict Successful).
+
+    Raises:
+        PreflightError: the change is running, or refused without ``force``, or the change
+            window is closed.
+    """
+    from rollout.change.inventory import read_inventory
+    from rollout.change.plan import recorded_plan
+    from rollout.change.promoting import last_gate, promote_refusal
+    from rollout.change.replaying import replay
+    from rollout.change.session import info_path
+    from rollout.models import NodeState
+
+    status = replay(journal.entries(), journal.change_id)
+    refusal = promote_refusal(status, last_gate(journal))
+    if refusal and (status.outcome == "running" or not force):
+        raise PreflightError(
+            f"not promoting change {journal.change_id}: {refusal}"
+            + ("" if status.outcome == "running" else "; --force REASON to override")
+        )
+    plan = recorded_plan(status.info, journal.change_id)
+    if plan is None:
+        raise PreflightError(f"change {journal.change_id} recorded no plan")
+    window_check = guard(
+        parse_windows(plan.windows, file=plan.path, line_of=plan.line_of), force_window
+    )
+    if not dry_run and not (window := window_check(datetime.now(UTC))).allowed:
+        raise PreflightError(window.reason)
+    inv = read_inventory(info_path(journal, "inventory", inventory))
+    works = works_of(plan, inv)
+    strategy = parse_strategy(plan.strategy, plan.location)
+    done = {n for n, s in status.nodes.items() if s.state is not NodeState.PENDING}
+    rest = [n for n in works if n not in done]
+    remaining = make_batches(rest, [], strategy, False)
+    return MigrationPromotion(status, plan, inv, works, remaining, refusal, window_check)
+
+
+def run_migration_promotion(
+    api: Api,
+    lock: LeaseLock,
+    promo: MigrationPromotion,
+    journal: Journal,
+    make_gate: Callable[[Journal], Gate],
+    *,
+    force: str | None,
+    lock_namespace: str,
+    verify_timeout: float,
+    forks: int,
+    progress: Progress | None,
+    say: Callable[[str], None],
+) -> ChangeStatus:
+    """Run the batches left in the same change under its Lease, the gate (``make_gate``: the DRA
+    pool's signals over the plan's gate) after each batch, the change windows asked before
+    each."""
+    from rollout.change.orchestrator import ROLLBACK_INFO, continue_change
+    from rollout.change.record import mirrored
+    from rollout.change.session import holding, open_context, reported
+    from rollout.kube.lease_objects import holder_identity
+
+    status = promo.status
+    batches = [list(b.nodes) for b in promo.remaining]
+    nodes = [n for b in batches for n in b]
+    info = {
+        **{k: v for k, v in status.info.items() if k != ROLLBACK_INFO},
+        "nodes": list(dict.fromkeys([*status.nodes, *nodes])),
+        "batches": [*status.info.get("batches", ()), *batches],
+        "canaryOnly": False,
+        "promotion": {
+            "by": holder_identity(),
+            "at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "batches": batches,
+            "forced": force if promo.refusal else None,
+            "refusal": promo.refusal,
+        },
+    }
+    with holding(lock, journal.change_id):
+        mirrored(journal, api, lock_namespace, say)
+        if progress is not None:
+            progress.nodes(tuple(info["nodes"]))
+        strategy = parse_strategy(promo.plan.strategy, promo.plan.location)
+        ctx = open_context(
+            api,
+            journal,
+            promo.inventory.path,
+            strategy.drain,
+            verify_timeout,
+            progress,
+            promo.inventory.hostvars,
+            forks,
+            say,
+        )
+        ctx.interrupt = lock.interrupt
+        gate = make_gate(journal)  # the DRA pool's signals need no gate section
+        return reported(
+            journal,
+            lock,
+            lambda: continue_change(
+                ctx,
+                {n: promo.works[n] for n in nodes},
+                promo.remaining,
+                gate,
+                info,
+                forward=promo.window_check,
+            ),
+        )
