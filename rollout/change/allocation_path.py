@@ -28,11 +28,13 @@ compare-and-swap against the values the record holds (``DeviceWorld.patch_labels
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from rollout.change.context import Context
+from rollout.change.inventory import Inventory
+from rollout.change.plan import Plan
 from rollout.change.replaying import NodeStatus
 from rollout.durations import parse_go_duration
 from rollout.errors import InputError, Location, NodeOperationError, PreflightError, RolloutError
@@ -523,6 +525,58 @@ class AllocationPathKind:
         prior = AllocationPath(str(status.record["prior"]))
         healthy = int(status.record.get("healthy", 0))
         _on_path(ctx, c.node, c.settings, prior, healthy, ctx.clock)
+
+
+def path_plan_of(plan: Plan) -> PathPlan:
+    """The plan's ``allocationPath`` section.
+
+    Raises:
+        InputError: the plan has none, or it is bad (file, field and line named).
+    """
+    if not plan.allocation_path:
+        raise InputError(
+            "the plan has no allocationPath section: rollout migrate moves GPU nodes between "
+            "the device plugin and DRA (rollout apply changes kubelet configuration)",
+            plan.location("allocationPath"),
+        )
+    return parse_path_plan(plan.allocation_path, plan.location)
+
+
+def targets_of(inv: Inventory, pp: PathPlan, plan: Plan) -> dict[str, AllocationPath]:
+    """Node -> the path it ends on, from the inventory groups the plan names (inventory order).
+
+    Raises:
+        InputError: a group the inventory lacks, or a node two groups send to different paths.
+    """
+    out: dict[str, AllocationPath] = {}
+    for group, path in pp.groups.items():
+        if group not in inv.groups:
+            raise InputError(
+                f"inventory {inv.path} has no group {group!r} (its groups: "
+                f"{', '.join(sorted(inv.groups))})",
+                plan.location(f"allocationPath.groups.{group}"),
+            )
+        for host in inv.groups[group]:
+            node = inv.node_of(host)
+            if out.get(node, path) is not path:
+                raise InputError(
+                    f"node {node} is in two groups that end on different paths",
+                    plan.location(f"allocationPath.groups.{group}"),
+                )
+            out[node] = path
+    order = [inv.node_of(h) for h in inv.hosts]
+    return {n: out[n] for n in order if n in out}
+
+
+def works_of(plan: Plan, inv: Inventory, terminate_claims: bool = False) -> dict[str, PathChange]:
+    """Node -> its move, from the plan's ``allocationPath`` and the inventory (``prepare``, and
+    ``resume`` of the batches an interrupted migration had not started)."""
+    pp = path_plan_of(plan)
+    settings = replace(pp.settings, terminate_claims=terminate_claims)
+    hosts = {inv.node_of(h): h for h in inv.hosts}
+    return {
+        n: PathChange(n, hosts.get(n, n), t, settings) for n, t in targets_of(inv, pp, plan).items()
+    }
 
 
 ALLOCATION_PATH = AllocationPathKind()

@@ -39,7 +39,9 @@ class KubeletConfig:
         change: NodeChange = work
         keys = tuple(dict.fromkeys((*WATCHED, *change.expected)))
         prior = config_subset(ctx.cluster.configz(change.node), keys)
-        return {"configz": prior, "allocatable": device_resources(info.allocatable)}
+        devices = device_resources(info.allocatable)
+        slices = {d: dict(s) for d, s in ctx.cluster.dra_slices(change.node).items()}
+        return {"configz": prior, "allocatable": devices, "slices": slices}
 
     def prepare(self, ctx: Context, work: Any) -> None:
         change: NodeChange = work
@@ -91,6 +93,7 @@ class KubeletConfig:
             before.prior_allocatable,
             ctx.forward_clock,
             ctx.verify_timeout_s,
+            slices_before=before.prior_slices,
         )
 
     def rebuild(self, ctx: Context, status: NodeStatus, for_restore: bool) -> Any:
@@ -144,6 +147,7 @@ class KubeletConfig:
             status.prior_allocatable,
             ctx.clock,
             ctx.verify_timeout_s,
+            slices_before=status.prior_slices,
         )
 
 

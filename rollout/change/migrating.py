@@ -20,7 +20,9 @@ from rollout.change.allocation_path import (
     AllocationPath,
     PathChange,
     PathPlan,
-    parse_path_plan,
+    path_plan_of,
+    targets_of,
+    works_of,
 )
 from rollout.change.allocation_preflight import PathWorld, path_refusals
 from rollout.change.journal import Journal
@@ -28,7 +30,7 @@ from rollout.change.plan import Plan, load_plan
 from rollout.change.planning import Batch, DrainPolicy, make_batches, parse_strategy
 from rollout.change.replaying import ChangeStatus
 from rollout.change.windows import Decision, guard, parse_windows
-from rollout.errors import InputError, PreflightError
+from rollout.errors import PreflightError
 from rollout.models import PodRef
 from rollout.protocols import Gate
 
@@ -99,58 +101,6 @@ class PreparedMigration:
                 for n, w in self.works.items()
             ],
         }
-
-
-def path_plan_of(plan: Plan) -> PathPlan:
-    """The plan's ``allocationPath`` section.
-
-    Raises:
-        InputError: the plan has none, or it is bad (file, field and line named).
-    """
-    if not plan.allocation_path:
-        raise InputError(
-            "the plan has no allocationPath section: rollout migrate moves GPU nodes between "
-            "the device plugin and DRA (rollout apply changes kubelet configuration)",
-            plan.location("allocationPath"),
-        )
-    return parse_path_plan(plan.allocation_path, plan.location)
-
-
-def targets_of(inv: Inventory, pp: PathPlan, plan: Plan) -> dict[str, AllocationPath]:
-    """Node -> the path it ends on, from the inventory groups the plan names (inventory order).
-
-    Raises:
-        InputError: a group the inventory lacks, or a node two groups send to different paths.
-    """
-    out: dict[str, AllocationPath] = {}
-    for group, path in pp.groups.items():
-        if group not in inv.groups:
-            raise InputError(
-                f"inventory {inv.path} has no group {group!r} (its groups: "
-                f"{', '.join(sorted(inv.groups))})",
-                plan.location(f"allocationPath.groups.{group}"),
-            )
-        for host in inv.groups[group]:
-            node = inv.node_of(host)
-            if out.get(node, path) is not path:
-                raise InputError(
-                    f"node {node} is in two groups that end on different paths",
-                    plan.location(f"allocationPath.groups.{group}"),
-                )
-            out[node] = path
-    order = [inv.node_of(h) for h in inv.hosts]
-    return {n: out[n] for n in order if n in out}
-
-
-def works_of(plan: Plan, inv: Inventory, terminate_claims: bool = False) -> dict[str, PathChange]:
-    """Node -> its move, from the plan's ``allocationPath`` and the inventory (``prepare``, and
-    ``resume`` of the batches an interrupted migration had not started)."""
-    pp = path_plan_of(plan)
-    settings = replace(pp.settings, terminate_claims=terminate_claims)
-    hosts = {inv.node_of(h): h for h in inv.hosts}
-    return {
-        n: PathChange(n, hosts.get(n, n), t, settings) for n, t in targets_of(inv, pp, plan).items()
-    }
 
 
 def read_world(api: Api, driver: str) -> PathWorld:

@@ -559,7 +559,7 @@ def _resume_later_batches(
     forced = any(e.step == Kind.PREFLIGHT_FORCED for e in ctx.journal.entries())
     moved = {n for n, s in settled.nodes.items() if s.state is not NodeState.PENDING}
     if ctx.kind is not None and ctx.kind.name != "kubelet-config":  # another kind's own works
-        from rollout.change.migrating import works_of
+        from rollout.change.allocation_path import works_of
 
         works = works_of(plan, inv)
         gate = make_gate(plan, inv, None)

@@ -42,7 +42,7 @@ def pool_gate(api: Api, journal: Journal, plan: Plan, inv: Inventory, output: st
     """The plan's gate (``gate:``; none without it) with the DRA pool's failure signals over
     it (``rollout.gate.dra_pool``): claims unallocated, pods Pending on the class, devices
     Unhealthy, past the plan's ``allocationPath.timeout``."""
-    from rollout.change.migrating import path_plan_of
+    from rollout.change.allocation_path import path_plan_of
     from rollout.gate.assembly import gate_for
     from rollout.gate.dra_pool import DraPoolGate, PoolSignals, read_pool
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from rollout.change.allocation_path import AllocationPath
+from rollout.change.allocation_path import AllocationPath, path_plan_of, targets_of, works_of
 from rollout.change.inventory import Inventory
-from rollout.change.migrating import PreparedMigration, path_plan_of, targets_of, works_of
+from rollout.change.migrating import PreparedMigration
 from rollout.change.plan import parse_plan
 from rollout.change.planning import DrainPolicy, Strategy, make_batches
 from rollout.change.windows import guard
