@@ -96,11 +96,13 @@ class PathSettings:
 
 @dataclass(frozen=True)
 class PathPlan:
-    """The plan's ``allocationPath`` section: the settings, and the path each inventory group
-    ends on."""
+    """The plan's ``allocationPath`` section: the settings, the path each inventory group ends
+    on, and how long a claim of the class or a pod asking for it may wait unallocated before
+    the gate fails (``claimLimit``)."""
 
     settings: PathSettings
     groups: Mapping[str, AllocationPath]
+    claim_limit_s: float = 300.0
 
 
 _KEYS = (
@@ -111,6 +113,7 @@ _KEYS = (
     "draLabel",
     "extendedResourceName",
     "timeout",
+    "claimLimit",
 )
 
 
@@ -147,12 +150,16 @@ def parse_path_plan(section: Mapping[str, Any], loc: Callable[[str], Location]) 
                 f"path {p!r} is neither {AllocationPath.DEVICE_PLUGIN} nor {AllocationPath.DRA}",
                 loc(f"{base}.groups.{g}"),
             ) from None
-    timeout = 300.0
-    if "timeout" in section:
+
+    def duration(key: str) -> float:
+        if key not in section:
+            return 300.0
         try:
-            timeout = parse_go_duration(str(section["timeout"]))
+            return parse_go_duration(str(section[key]))
         except ValueError as e:
-            raise InputError(str(e), loc(f"{base}.timeout")) from None
+            raise InputError(str(e), loc(f"{base}.{key}")) from None
+
+    timeout, claim_limit = duration("timeout"), duration("claimLimit")
     dp, dra = text("devicePluginLabel", DEVICE_PLUGIN_LABEL), text("draLabel", DRA_LABEL)
     if dp == dra:
         raise InputError("must differ from devicePluginLabel", loc(f"{base}.draLabel"))
@@ -164,7 +171,7 @@ def parse_path_plan(section: Mapping[str, Any], loc: Callable[[str], Location]) 
         resource=text("extendedResourceName", RESOURCE),
         timeout_s=timeout,
     )
-    return PathPlan(settings, groups)
+    return PathPlan(settings, groups, claim_limit)
 
 
 @dataclass(frozen=True)

@@ -41,14 +41,15 @@ __all__ = ["COMMANDS"]
 def pool_gate(api: Api, journal: Journal, plan: Plan, inv: Inventory, output: str) -> Gate:
     """The plan's gate (``gate:``; none without it) with the DRA pool's failure signals over
     it (``rollout.gate.dra_pool``): claims unallocated, pods Pending on the class, devices
-    Unhealthy, past the plan's ``allocationPath.timeout``."""
+    Unhealthy, past the plan's ``allocationPath.claimLimit``."""
     from rollout.change.allocation_path import path_plan_of
     from rollout.gate.assembly import gate_for
     from rollout.gate.dra_pool import DraPoolGate, PoolSignals, read_pool
 
-    s = path_plan_of(plan).settings
+    pp = path_plan_of(plan)
+    s = pp.settings
     inner = gate_for(plan, api, journal, output, inv, echo_err)
-    signals = PoolSignals(s.device_class, s.resource, s.timeout_s)
+    signals = PoolSignals(s.device_class, s.resource, pp.claim_limit_s)
     return DraPoolGate(inner, lambda: read_pool(api), signals, lambda: datetime.now(UTC))
 
 
