@@ -293,7 +293,7 @@ def test_a_rollback_with_a_pod_holding_a_claim_waits_and_fails_naming_it_then_re
     lab: Lab, pool: list[str], namespace: str, tmp_path: Path
 ) -> None:
     inv = ck.inventory(lab, ["mig-a"], ["mig-a"], tmp_path / "inv.ini")
-    plan = _plan(tmp_path / "plan.yaml", timeout="20s")
+    plan = _plan(tmp_path / "plan.yaml", timeout="35s")  # the kubelet wipes slices after 30 s
     state = tmp_path / "state"
     r = _run(lab, state, "migrate", "--plan", str(plan), "-i", str(inv), "--yes", "-o", "json")
     assert r.returncode == 0, r.stderr[-3000:]
