@@ -417,7 +417,6 @@ def test_an_unallocated_claim_fails_the_canarys_gate_and_rolls_it_back(
     ("failpoint", "back"),
     [
         ("switch:done:mig-a", False),
-        ("start-driver:begin:mig-a", False),
         ("stop-driver:done:mig-a", True),
     ],
 )
