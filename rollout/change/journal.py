@@ -64,6 +64,7 @@ class Kind(StrEnum):
     BENCH = "bench"  # rollout bench on a node: both bindings' numbers per GPU model, or the error
     DRAIN_OVERRIDES = "drain-overrides"  # drain flags given (what the drains may lose)
     PREFLIGHT_FORCED = "preflight-forced"  # device refusals overridden: reason, refusals
+    SERVING_FORCED = "serving-canary-forced"  # serving canaries overridden: reason, inProgress
     REJECTIONS_ACCEPTED = "predicted-rejections-accepted"  # the operator's accepted predictions
 
 

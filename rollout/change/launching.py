@@ -41,15 +41,14 @@ if TYPE_CHECKING:
 
 def _import_kube() -> None:
     import rollout.change.preparing
-    import rollout.kube.canaries
     import rollout.kube.leases  # noqa: F401
 
 
 @dataclass(frozen=True)
 class PreparedApply:
     """An apply checked and prepared, not started: what ``--dry-run`` prints and
-    :func:`run_apply` runs. ``prepared``: preflight's result (``rollout.change.preparing``);
-    ``warnings``: canaries of other changes in progress."""
+    :func:`run_apply` runs. ``prepared``: preflight's result (``rollout.change.preparing``;
+    model-serving canaries in progress are among its refusals, or its warnings when forced)."""
 
     plan: Plan
     inventory: Inventory
@@ -58,7 +57,6 @@ class PreparedApply:
     prepared: Prepared
     window_check: Callable[[datetime], Decision]
     options: ApplyOptions
-    warnings: Sequence[str] = ()
 
     @property
     def overrides(self) -> DrainOverrides:
@@ -103,13 +101,11 @@ def prepare_apply(
     inv = start_inventory(inventory())()
     facts = FactsGathering(inv, opts.forks)
     try:
-        from rollout.kube.canaries import canaries_in_progress
         from rollout.kube.leases import LeaseLock
 
         api = connect()
         lock = LeaseLock(api, opts.lock_namespace)
         lock.check()
-        in_progress = canaries_in_progress(api)
     except BaseException:
         facts.close()
         raise
@@ -123,22 +119,35 @@ def prepare_apply(
         opts.forks,
         opts.force is not None,
         opts.overrides,
+        force_serving=opts.force_serving is not None,
     )
-    return PreparedApply(plan, inv, api, lock, prepared, window_check, opts, tuple(in_progress))
+    return PreparedApply(plan, inv, api, lock, prepared, window_check, opts)
 
 
 def journal_consents(
-    journal: Journal, prepared: Prepared, force: str | None, now: datetime
+    journal: Journal,
+    prepared: Prepared,
+    force: str | None,
+    now: datetime,
+    force_serving: str | None = None,
 ) -> None:
     """Journal what the operator consented to before the first node step: device refusals
-    overridden with ``--force REASON`` (``preflight-forced``, with the reason) and predicted
-    rejections accepted (``predicted-rejections-accepted``)."""
+    overridden with ``--force REASON`` (``preflight-forced``, with the reason), model-serving
+    canaries in progress overridden with ``--force-serving REASON`` (``serving-canary-forced``,
+    with the reason) and predicted rejections accepted (``predicted-rejections-accepted``)."""
     if prepared.forced:
         journal.append(
             Kind.PREFLIGHT_FORCED,
             Phase.DONE,
             now=now,
             data={"reason": force, "refusals": list(prepared.forced)},
+        )
+    if prepared.serving_forced:
+        journal.append(
+            Kind.SERVING_FORCED,
+            Phase.DONE,
+            now=now,
+            data={"reason": force_serving, "inProgress": list(prepared.serving_forced)},
         )
     if prepared.accepted:
         journal.append(
@@ -305,7 +314,7 @@ def run_apply(
                 now=datetime.now(UTC),
                 data={"flags": used, "pods": list(prepared.losses)},
             )
-        journal_consents(journal, prepared, opts.force, datetime.now(UTC))
+        journal_consents(journal, prepared, opts.force, datetime.now(UTC), opts.force_serving)
         moving = ready.nodes
         before = (
             None

@@ -26,7 +26,6 @@ from rollout.change.planning import (
     Strategy,
     blocking_pdbs,
     check_capacity,
-    check_double_ownership,
     check_homogeneous,
     check_placement,
     evictable,
@@ -44,10 +43,10 @@ from rollout.change.previewing import (
 )
 from rollout.change.rendering import node_change, unified_diff
 from rollout.errors import PreflightError, RolloutError
+from rollout.kube import canaries, workloads
 from rollout.kube import nodes as kn
-from rollout.kube import workloads
 from rollout.kubelet.facts import node_facts_from_dict
-from rollout.models import NodeChange, NodeFacts, NodeInfo, PodListing
+from rollout.models import NodeChange, NodeFacts, NodeInfo, PodListing, ServingReads
 from rollout.protocols import PreflightReads
 
 if TYPE_CHECKING:
@@ -84,6 +83,8 @@ class Prepared:
             from them).
         losses: pods to evict that no controller recreates or that have ``emptyDir`` data,
             allowed by ``--force-delete-unmanaged`` / ``--delete-emptydir-data`` (journaled).
+        serving_forced: model-serving canaries in progress (:mod:`rollout.kube.canaries`)
+            overridden with ``--force-serving REASON`` (journaled with the reason).
     """
 
     strategy: Strategy
@@ -99,6 +100,7 @@ class Prepared:
     forced: tuple[str, ...] = ()
     raw_facts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
     losses: tuple[str, ...] = ()
+    serving_forced: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready plan (``--dry-run -o json``)."""
@@ -123,6 +125,7 @@ class Prepared:
             },
             "acceptedPredictedRejections": list(self.accepted),
             "forcedRefusals": list(self.forced),
+            "forcedServingCanaries": list(self.serving_forced),
             "allowedLosses": list(self.losses),
         }
 
@@ -184,6 +187,7 @@ class ClusterReader:
                 ("device_classes", ",".join(versions)): self.device_classes(versions),
                 _controllers_key(objects): self.controllers(objects),
                 ("pod_listing", ""): self.pod_listing(),
+                ("serving", ""): self.serving(),
             }
         except Exception:  # prepare's own reads raise it, properly
             return
@@ -231,6 +235,11 @@ class ClusterReader:
             )
         )
 
+    def serving(self) -> ServingReads:
+        """Model-serving canaries in progress, Deployments rolling out (every namespace)."""
+        reads: ServingReads = self._read(("serving", ""), lambda: canaries.serving_reads(self.api))
+        return reads
+
     def node_objects(self) -> dict[str, dict[str, Any]]:
         """The inventory's Nodes (every Node when the reader has no inventory) as objects."""
         return dict(self._read(("node_objects", ""), lambda: self._node_listing()[1]))
@@ -266,19 +275,24 @@ def prepare(
     force: bool = False,
     overrides: DrainOverrides | None = None,
     settled: Collection[str] = (),
+    force_serving: bool = False,
 ) -> Prepared:
     """Run every preflight check; refuse with every problem named, or return the change.
 
     A pod running on a node that moves and predicted rejected there under the new config is a
     refusal unless ``accept_predicted_rejections``; other predicted rejections are warnings. The
     device refusals of a node that moves (:mod:`rollout.change.devicechecks`: GPUs not all
-    advertised, one resource served by a device plugin and DRA) are warnings with ``force``
+    advertised, one resource served by a device plugin and DRA, by name or by vendor domain; the
+    vendor-domain one only on the nodes not ``settled``) are warnings with ``force``
     (``Prepared.forced``); every other refusal stands.
     A node that moves and holds pods no controller recreates, or pods with ``emptyDir`` data, is
     a refusal unless ``overrides`` allows it (kubectl drain's rules); the allowances are put in
     the returned strategy's drain policy, which the node step checks again before each cordon.
     ``settled``: nodes the change already moved (``promote``, ``resume``): not drained again, so
     left out of the drain and capacity checks.
+    A model-serving canary in progress (:mod:`rollout.kube.canaries`: an Argo Rollout, a Flagger
+    Canary, a KServe InferenceService rolling out, a Deployment rolling out with a pod on a node
+    this command changes) is a refusal unless ``force_serving`` (``Prepared.serving_forced``).
 
     Raises:
         PreflightError: one or more checks failed (all of them listed).
@@ -342,8 +356,21 @@ def prepare(
     listing = cluster.pod_listing()
     pods, pod_objects, used = listing.refs, listing.objects, listing.used
     pdbs = cluster.pdbs()
-    for n in order:
-        problems += check_double_ownership(n, all_nodes[n].allocatable, dra.get(n, []))
+    changed = [n for n in moving if n not in settled]
+    serving = cluster.serving()
+    warnings += serving.unread
+    in_progress = [
+        *serving.canaries,
+        *canaries.rolling_on(serving.deployments, changed, pod_objects),
+    ]
+    if force_serving:
+        warnings += [f"forced (--force-serving): {s}" for s in in_progress]
+    elif in_progress:
+        problems += in_progress
+        problems.append(
+            "(the model-serving canaries above: `--force-serving REASON` overrides; the reason "
+            "is journaled)"
+        )
     for n in (n for n in moving if n not in settled):
         warnings += [b.describe() for b in blocking_pdbs(n, pods.get(n, []), pdbs)]
         problems += undrainable(
@@ -363,7 +390,7 @@ def prepare(
             problems += short + misplaced
     objects = cluster.node_objects()
     device_refusals, device_warnings = _device_checks(
-        cluster, objects, versions, moving, facts, raw_facts, dra
+        cluster, objects, versions, moving, changed, facts, raw_facts, dra
     )
     warnings += device_warnings
     if force:
@@ -395,6 +422,7 @@ def prepare(
         previews=tuple(previews),
         accepted=tuple(accepted),
         forced=tuple(device_refusals) if force else (),
+        serving_forced=tuple(in_progress) if force_serving else (),
         raw_facts=raw_facts,
         losses=tuple(
             sorted(
@@ -414,11 +442,14 @@ def _device_checks(
     objects: Mapping[str, Mapping[str, Any]],
     versions: list[str],
     moving: Sequence[str],
+    changed: Collection[str],
     facts: Mapping[str, NodeFacts],
     raw_facts: Mapping[str, Mapping[str, Any]],
     dra: Mapping[str, list[str]],
 ) -> tuple[list[str], list[str]]:
-    """The device refusals and warnings of the nodes that move (``devicechecks``)."""
+    """The device refusals and warnings of the nodes that move (``devicechecks``); the
+    vendor-domain check only on ``changed`` (the nodes this command changes: the canary for
+    ``apply --canary``, the nodes left for ``promote``)."""
     classes = devicechecks.device_classes(cluster.device_classes(versions))
     refusals: list[str] = []
     warnings: list[str] = []
@@ -433,6 +464,8 @@ def _device_checks(
             n, capacity, allocatable, pci, dra_drivers=drivers
         )
         refusals += devicechecks.check_dra_extended(n, capacity, drivers, classes)
+        if n in changed:
+            refusals += devicechecks.check_vendor_domain(n, allocatable, drivers)
         policy = str((f.kubelet_after if f else {}).get("topologyManagerPolicy") or "none")
         warnings += devicechecks.dra_topology_warnings(n, drivers, policy)
     return refusals, warnings

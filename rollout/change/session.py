@@ -186,12 +186,14 @@ def run_preflight(
     force: bool = False,
     overrides: DrainOverrides | None = None,
     settled: Collection[str] = (),
+    force_serving: bool = False,
 ) -> Prepared:
     """Gather the nodes' facts (or use ``facts``, already under way) and run every preflight
     check (``rollout.change.preparing.prepare``); ``accept``: predicted rejections of running
     pods are not refusals; ``force``: nor are the device refusals (``--force REASON``);
     ``overrides``: what the drains may lose (``rollout.change.planning.DrainOverrides``);
-    ``settled``: nodes the change already moved."""
+    ``settled``: nodes the change already moved; ``force_serving``: a model-serving canary in
+    progress is not a refusal (``--force-serving REASON``)."""
     from rollout.change.preparing import ClusterReader, prepare
 
     reader = ClusterReader(api, {inv.node_of(h) for h in inv.hosts})
@@ -213,6 +215,7 @@ def run_preflight(
             force,
             overrides or DrainOverrides(),
             settled,
+            force_serving,
         )
     finally:
         reads.join()

@@ -40,7 +40,14 @@ from rollout.errors import InputError, Location
 from rollout.gate.assembly import gate_config, gate_for
 from rollout.protocols import Gate
 
-from .options import drain_options, inventory_option, kube_options, output_option, plan_option
+from .options import (
+    drain_options,
+    force_serving_option,
+    inventory_option,
+    kube_options,
+    output_option,
+    plan_option,
+)
 from .record import optional_api
 
 if TYPE_CHECKING:
@@ -82,6 +89,7 @@ __all__ = ["COMMANDS"]
     "down or devices unhealthy; one resource served by a device plugin and DRA); the reason and "
     "the refusals are journaled.",
 )
+@force_serving_option
 @click.option(
     "--no-evidence",
     is_flag=True,
@@ -121,6 +129,7 @@ def apply_cmd(
     force_window: str | None,
     accept_rejections: bool,
     force: str | None,
+    force_serving: str | None,
     no_evidence: bool,
     recreate_probes: bool,
     recreate_workloads: bool,
@@ -148,6 +157,7 @@ def apply_cmd(
       rollout apply --canary --yes --accept-predicted-rejections
       rollout apply --yes --forks 20
       rollout apply --canary --yes --force "GPU-3 is being replaced, 7 of 8 is expected"
+      rollout apply --canary --yes --force-serving "llama-70b canary is on other nodes"
       rollout apply --canary --yes --force-delete-unmanaged --delete-emptydir-data
       rollout apply --canary --yes --recreate-workloads
     """
@@ -160,6 +170,10 @@ def apply_cmd(
         raise InputError("no plan: pass --plan or set ROLLOUT_PLAN", Location(field="--plan"))
     if force is not None and not force.strip():
         raise InputError("--force needs a REASON (it is journaled)", Location(field="--force"))
+    if force_serving is not None and not force_serving.strip():
+        raise InputError(
+            "--force-serving needs a REASON (it is journaled)", Location(field="--force-serving")
+        )
     plan = load_plan(plan_path)
     parse_strategy(plan.strategy, plan.location)  # bad input fails before any I/O
     cfg = gate_config(plan)  # the gate: section too
@@ -191,6 +205,7 @@ def apply_cmd(
         accept_rejections=accept_rejections,
         force=force,
         force_window=force_window,
+        force_serving=force_serving,
         overrides=DrainOverrides(delete_unmanaged, delete_emptydir_data, capacity_warn_only),
         disable_eviction=disable_eviction,
         require_evidence=require_evidence,
@@ -204,8 +219,6 @@ def apply_cmd(
         plan, lambda: inventory_path(inventory), lambda: connect(kubeconfig, context), opts
     )
     prepared = ready.prepared
-    for w in ready.warnings:
-        echo_err(f"warning: {w}")
     for line in prepared.report:
         echo_err(line)
     for w in prepared.warnings:

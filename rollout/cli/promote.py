@@ -28,7 +28,13 @@ from rollout.errors import InputError, Location
 from rollout.gate.assembly import gate_for
 from rollout.protocols import Gate
 
-from .options import drain_options, inventory_option, kube_options, output_option
+from .options import (
+    drain_options,
+    force_serving_option,
+    inventory_option,
+    kube_options,
+    output_option,
+)
 
 if TYPE_CHECKING:
     from rollout.change.inventory import Inventory
@@ -54,6 +60,7 @@ if TYPE_CHECKING:
     metavar="REASON",
     help="Run outside the plan's change windows; the reason is journaled.",
 )
+@force_serving_option
 @click.option(
     "--no-evidence",
     is_flag=True,
@@ -83,6 +90,7 @@ def promote_cmd(
     dry_run: bool,
     force: str | None,
     force_window: str | None,
+    force_serving: str | None,
     no_evidence: bool,
     recreate_workloads: bool,
     delete_unmanaged: bool,
@@ -122,6 +130,10 @@ def promote_cmd(
             "contradicts it",
             Location(field="--recreate-workloads"),
         )
+    if force_serving is not None and not force_serving.strip():
+        raise InputError(
+            "--force-serving needs a REASON (it is journaled)", Location(field="--force-serving")
+        )
     api = connect(kubeconfig, context)
     journal = existing_journal(change, api, lock_namespace, echo_err)
     lock = LeaseLock(api, lock_namespace)
@@ -131,6 +143,7 @@ def promote_cmd(
         dry_run=dry_run,
         force=force,
         force_window=force_window,
+        force_serving=force_serving,
         overrides=DrainOverrides(delete_unmanaged, delete_emptydir_data, capacity_warn_only),
         lock_namespace=lock_namespace,
         verify_timeout=verify_timeout,

@@ -33,7 +33,10 @@ IGNORED_GROUPS = ("all", "ungrouped")
 
 RULES = (
     "Change the device-allocation layer (this kubelet change) and a model-serving version in "
-    "separate windows: if both move at once, neither verdict means anything.",
+    "separate windows: if both move at once, neither verdict means anything. apply and promote "
+    "refuse while an Argo Rollout, Flagger Canary or KServe InferenceService is in progress, or "
+    "a Deployment rolls out on the nodes they change (--force-serving REASON overrides, "
+    "journaled).",
     'Never "fix" the queue by removing resource requests or loosening tenant nodeSelectors: '
     "pods rejected with TopologyAffinityError are the signal; roll the nodes back instead.",
     "Never edit workloads, PodDisruptionBudgets or tolerations to make the drain pass: a drain "

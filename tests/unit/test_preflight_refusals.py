@@ -13,7 +13,7 @@ import pytest
 from rollout.change.inventory import Inventory
 from rollout.change.plan import load_plan
 from rollout.change.preparing import PreviewedRefusal, prepare
-from rollout.models import NodeInfo, PodListing
+from rollout.models import NodeInfo, PodListing, ServingReads
 
 CONFIG = "/var/lib/kubelet/config.yaml"
 BASE = b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
@@ -52,6 +52,9 @@ class Reader:
 
     def controllers(self, nodes: Any = None) -> list[dict[str, Any]]:
         return []
+
+    def serving(self) -> ServingReads:
+        return ServingReads()
 
 
 def facts(
