@@ -161,6 +161,7 @@ class ClusterReader:
     def __init__(self, api: Api, nodes: Collection[str] | None = None) -> None:
         self._kn = kn
         self._wl = workloads
+        self._sv = canaries
         self.api = api
         self.wanted = None if nodes is None else frozenset(nodes)
         self._got: dict[tuple[str, str], Any] = {}
@@ -237,7 +238,7 @@ class ClusterReader:
 
     def serving(self) -> ServingReads:
         """Model-serving canaries in progress, Deployments rolling out (every namespace)."""
-        reads: ServingReads = self._read(("serving", ""), lambda: canaries.serving_reads(self.api))
+        reads: ServingReads = self._read(("serving", ""), lambda: self._sv.serving_reads(self.api))
         return reads
 
     def node_objects(self) -> dict[str, dict[str, Any]]:
