@@ -556,6 +556,10 @@ def _resume_later_batches(
     inv = read_inventory(info_path(ctx.journal, "inventory", inventory))
     # a change started with --force over device refusals carries that consent to its resume
     forced = any(e.step == Kind.PREFLIGHT_FORCED for e in ctx.journal.entries())
+    # and one started with --force-serving, that consent (apply's entry, promote's record)
+    serving_forced = any(e.step == Kind.SERVING_FORCED for e in ctx.journal.entries()) or bool(
+        (info.get("promotion") or {}).get("forcedServing")
+    )
     moved = {n for n, s in settled.nodes.items() if s.state is not NodeState.PENDING}
     prepared = (
         run_preflight(
@@ -567,6 +571,7 @@ def _resume_later_batches(
             force=forced,
             overrides=journaled_overrides(ctx.journal),
             settled=moved - set(cut),
+            force_serving=serving_forced,
         )
         if todo
         else None
