@@ -15,7 +15,8 @@ test fails when its check is taken out of preflight (tried: see CHANGELOG, issue
   Deployment rolling out with an old pod on the canary are each named in the refusal; a finished
   Rollout and a Deployment rolling out on a node outside the canary are not;
   ``--force-serving REASON`` overrides it and the journal holds the reason and what was in
-  progress.
+  progress; ``promote --dry-run`` then names the Deployment rolling out on the node it changes
+  (and not the one on the canary, moved already) until ``--force-serving``.
 
 Sim kubelets throughout (nothing here needs the real one); dry runs prove the refusals, one real
 canary apply each proves that the override runs the change and is journaled.
@@ -374,7 +375,7 @@ def test_a_serving_canary_in_progress_is_refused_and_force_serving_overrides(
 
     why = "lab: the model canaries run on nodes outside this change"
     r = ck.cli(
-        _apply(inv, plan, "--yes", "--no-evidence", "--capacity-warn-only", "--force-serving", why),
+        _apply(inv, plan, "--yes", "--capacity-warn-only", "--force-serving", why),
         env,
     )
     assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
@@ -391,6 +392,20 @@ def test_a_serving_canary_in_progress_is_refused_and_force_serving_overrides(
         f"Flagger Canary {ns}/ranker",
         f"KServe InferenceService {ns}/sklearn-iris",
     ]
+
+    # promote changes the other node: the Deployment rolling out there is named now, the one on
+    # the canary (moved already) is not; --force-serving goes on
+    promote = ["promote", "--change", journal.change_id, "--dry-run", "--capacity-warn-only"]
+    r = ck.cli(promote, env)
+    assert r.returncode == 3, (r.returncode, r.stderr[-3000:])
+    refused = _refusals(r.stderr)
+    assert f"Deployment {ns}/embedder is rolling out ({ns}/embedder-" in refused, refused
+    assert f" on {other}): Waiting for deployment" in refused
+    assert "llm-server" not in refused
+    assert f"KServe InferenceService {ns}/sklearn-iris" in refused
+    r = ck.cli([*promote, "--force-serving", why], env)
+    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+    assert f"warning: forced (--force-serving): Deployment {ns}/embedder" in r.stderr
     for path, name in (
         (ROLLOUT, "llm"),
         (ROLLOUT, "done"),
