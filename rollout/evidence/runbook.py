@@ -67,7 +67,8 @@ class Preflight:
 def live_preflight(plan: Plan, inv: Inventory, api: Api) -> tuple[Preflight, list[str]]:
     """Preflight as ``rollout apply`` runs it (every node's facts, then the cluster's checks
     and the admission preview), for the runbook: its result, refusals included, and the
-    canaries of other changes in progress. Nothing is written anywhere."""
+    model-serving canaries in progress (those preflight already names are not repeated as
+    warnings). Nothing is written anywhere."""
     import tempfile
     from pathlib import Path
 
@@ -86,7 +87,11 @@ def live_preflight(plan: Plan, inv: Inventory, api: Api) -> tuple[Preflight, lis
         except PreflightError as e:
             problems = [ln.strip() for ln in str(e).splitlines()[1:]] or [str(e)]
             previews = e.previews if isinstance(e, PreviewedRefusal) else None
-            return Preflight(True, False, tuple(problems), previews), warnings
+            repeated = set(problems)
+            return Preflight(True, False, tuple(problems), previews), [
+                w for w in warnings if w not in repeated
+            ]
+    warnings = [w for w in warnings if w not in prepared.warnings]
     lines = [*prepared.report, *(f"warning: {w}" for w in prepared.warnings)]
     lines += [
         f"{n}: evicts {', '.join(pods) or 'no pods'}" for n, pods in prepared.evictions.items()
