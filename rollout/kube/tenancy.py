@@ -84,12 +84,15 @@ class TenancyApi:
         self.api = api
         self.rest = Rest(api.api_client)
 
+    def _json(self, method: str, path: str, _request_timeout: Any = 30.0, **kw: Any) -> Any:
+        return self.rest.json(method, path, timeout=_request_timeout, **kw)
+
     # --- as the operator ----------------------------------------------------------------
 
     def get(self, path: str) -> Any:
         """GET ``path``; None when it answers 404."""
         try:
-            return call(f"GET {path}", self.rest.json, "GET", path)
+            return call(f"GET {path}", self._json, "GET", path)
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -97,7 +100,7 @@ class TenancyApi:
 
     def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
         query = {"labelSelector": label_selector} if label_selector else None
-        out = call(f"GET {path}", self.rest.json, "GET", path, query=query)
+        out = call(f"GET {path}", self._json, "GET", path, query=query)
         return list((out or {}).get("items") or [])
 
     def served(self, group_version: str) -> bool:
@@ -128,7 +131,7 @@ class TenancyApi:
         }
         out = call(
             "SubjectAccessReview",
-            self.rest.json,
+            self._json,
             "POST",
             "/apis/authorization.k8s.io/v1/subjectaccessreviews",
             body=body,
@@ -147,7 +150,7 @@ class TenancyApi:
         try:
             call(
                 f"apply {obj['kind']} {obj['metadata']['name']}",
-                self.rest.json,
+                self._json,
                 "PATCH",
                 path,
                 query=query,
