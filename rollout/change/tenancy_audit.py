@@ -197,7 +197,11 @@ class _Probe:
     needs: str = ""  # a served group-version the probe needs
 
 
-def _probes(t: Tenancy, tenant: Tenant, ns: str, facts: LiveFacts, node: Any) -> list[_Probe]:
+def _probes(
+    t: Tenancy, tenant: Tenant, ns: str, facts: LiveFacts, node: Any, labelled: bool = False
+) -> list[_Probe]:
+    """``labelled``: ``ns`` already carries the admin-access label (then the probe tries to
+    remove it: setting it again would change nothing, and prove nothing)."""
     cls = tenant.device_classes[0]
     sel = list(tenant.selectors[:1])
     n = tenant.max_count
@@ -367,12 +371,14 @@ def _probes(t: Tenancy, tenant: Tenant, ns: str, facts: LiveFacts, node: Any) ->
             _pod(ns, rc, {IMPLICIT_PREFIX + off_cls: 1}),
         ),
         _Probe(
-            f"label namespace {ns} admin-access",
+            f"remove namespace {ns}'s admin-access label"
+            if labelled
+            else f"label namespace {ns} admin-access",
             "namespaces",
             "refused",
             "PATCH",
             f"/api/v1/namespaces/{ns}",
-            {"metadata": {"labels": {ADMIN_ACCESS_LABEL: "true"}}},
+            {"metadata": {"labels": {ADMIN_ACCESS_LABEL: None if labelled else "true"}}},
             patch=True,
         ),
     ]
@@ -514,12 +520,13 @@ def run_audit(
             )
         )
     node = _pool_node(t, kapi)
+    labelled = {
+        n["metadata"]["name"] for n in kapi.list("/api/v1/namespaces", f"{ADMIN_ACCESS_LABEL}=true")
+    }
     for tenant in t.tenants:
         namespaces = facts.namespaces.get(tenant.name) or ()
-        for ns_obj in kapi.list("/api/v1/namespaces", f"{ADMIN_ACCESS_LABEL}=true"):
-            name = ns_obj["metadata"]["name"]
-            value = (ns_obj["metadata"].get("labels") or {}).get(ADMIN_ACCESS_LABEL)
-            if name in namespaces and value == "true":
+        for name in sorted(labelled):
+            if name in namespaces:
                 rows.append(
                     Row(
                         "namespace",
@@ -546,7 +553,9 @@ def run_audit(
         ns = namespaces[0]
         for ident in who:
             say(f"tenant {tenant.name}: trying as {ident.name} in namespace {ns}")
-            rows += _as_identity(t, tenant, ident, ns, kapi, facts, node, server, states)
+            rows += _as_identity(
+                t, tenant, ident, ns, kapi, facts, node, server, states, ns in labelled
+            )
         if node is None:
             rows.append(Row("probe", tenant.name, "", "pool node", "some", "untested", "", True,
                             "no node matches pool.nodeSelector: the node label and taint "
@@ -578,6 +587,7 @@ def _as_identity(
     node: Any,
     server: Mapping[str, bool],
     states: Mapping[str, tuple[str, str]],
+    labelled: bool,
 ) -> list[Row]:
     rows: list[Row] = []
 
@@ -597,7 +607,7 @@ def _as_identity(
             f"the API server saw {seen.get('username')!r}, not {ident.user!r}")  # fmt: skip
         return rows
     groups = tuple(seen.get("groups") or ident.groups)
-    for p in _probes(t, tenant, ns, facts, node):
+    for p in _probes(t, tenant, ns, facts, node, labelled):
         if p.needs and not server.get(p.needs):
             row("probe", p.case, p.expect, "untested", "", True,
                 f"the API server does not serve {p.needs}")  # fmt: skip

@@ -20,6 +20,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from urllib3 import HTTPHeaderDict
 
+from rollout.errors import ExternalError
 from rollout.kube.client import Api, call, describe
 from rollout.kube.rest import JSON, MERGE_PATCH, Rest
 
@@ -96,11 +97,14 @@ class TenancyApi:
         except ApiException as e:
             if e.status == 404:
                 return None
-            raise
+            raise ExternalError(f"GET {path}: {describe(e)}") from e
 
     def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
         query = {"labelSelector": label_selector} if label_selector else None
-        out = call(f"GET {path}", self._json, "GET", path, query=query)
+        try:
+            out = call(f"GET {path}", self._json, "GET", path, query=query)
+        except ApiException as e:
+            raise ExternalError(f"GET {path}: {describe(e)}") from e
         return list((out or {}).get("items") or [])
 
     def served(self, group_version: str) -> bool:
@@ -129,13 +133,16 @@ class TenancyApi:
             "kind": "SubjectAccessReview",
             "spec": {"user": user, "groups": list(groups), "resourceAttributes": attrs},
         }
-        out = call(
-            "SubjectAccessReview",
-            self._json,
-            "POST",
-            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-            body=body,
-        )
+        try:
+            out = call(
+                "SubjectAccessReview",
+                self._json,
+                "POST",
+                "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                body=body,
+            )
+        except ApiException as e:
+            raise ExternalError(f"SubjectAccessReview: {describe(e)}") from e
         status = (out or {}).get("status") or {}
         return bool(status.get("allowed")), str(status.get("reason") or "")
 

@@ -40,6 +40,7 @@ POOL_LABEL = "node-restriction.kubernetes.io/gpu-pool"
 POOL_TAINT = "platform.example.com/gpu"
 SELECTOR = "device.attributes['gpu.example.com'].model == 'LATEST-GPU-MODEL'"
 PREFIX = "rollout-tenancy-lab"
+ADMIN = "resource.kubernetes.io/admin-access"
 
 
 def rollout(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
@@ -72,8 +73,6 @@ class World:
         r = rollout("tenancy", "audit", "-f", str(self.file), *self.kc, "-o", "json", ok=False)
         assert r.returncode in (0, 1), r.stderr
         doc = json.loads(r.stdout)
-        Path("/tmp/tn/audit.json").write_text(r.stdout)  # DEBUG
-        Path("/tmp/tn/render.yaml").write_text(rollout("tenancy", "render", "-f", str(self.file), *self.kc).stdout)  # DEBUG
         assert (r.returncode == 0) == (doc["result"] == "pass"), doc["result"]
         return dict(doc)
 
@@ -234,6 +233,7 @@ def world(lab: Lab, kube: Any, tmp_path_factory: pytest.TempPathFactory) -> Iter
     # the warning render gives for team-a's extended resource backed by a class off its list
     assert "'example.com/gpu' is backed by DeviceClass 'er.example.com'" in r.stderr
     _wait_for_policy(w)
+    _wait_type_checked(w)
     yield w
 
 
@@ -261,6 +261,25 @@ def _wait_for_policy(w: World) -> None:
         return False
 
     _wait("the policy takes effect", refused, 60)
+
+
+def _wait_type_checked(w: World) -> None:
+    """The API server type-checks each policy's CEL against its OpenAPI schema and writes the
+    result in status.typeChecking: no warning for any rendered policy."""
+    from kubernetes import client
+
+    api = client.CustomObjectsApi(w.kube)
+
+    def checked() -> list[Any]:
+        items = api.list_cluster_custom_object(
+            "admissionregistration.k8s.io", "v1", "validatingadmissionpolicies"
+        )["items"]
+        mine = [p for p in items if p["metadata"]["name"].startswith("rollout-tenancy-lab-")]
+        done = [p for p in mine if "typeChecking" in (p.get("status") or {})]
+        return done if len(done) == len(mine) == 7 else []
+
+    for p in _wait("every policy type-checked", checked, 60):
+        assert not p["status"]["typeChecking"].get("expressionWarnings"), p["status"]
 
 
 def _rows(doc: dict[str, Any], kind: str = "probe") -> dict[tuple[str, str], dict[str, Any]]:
@@ -373,8 +392,12 @@ def test_claims_the_controller_and_the_scheduler_create_are_judged(world: World)
 
     def template(name: str, ns: str, cls: str, **extra: Any) -> None:
         req = {"name": "gpu", "exactly": {"deviceClassName": cls, "count": 1, **extra}}
-        body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-                "metadata": {"name": name}, "spec": {"spec": {"devices": {"requests": [req]}}}}
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name},
+            "spec": {"spec": {"devices": {"requests": [req]}}},
+        }
         # created as the admin (system:masters, exempt): a template made before the policy
         # was tightened, say
         cobj.create_namespaced_custom_object("resource.k8s.io", "v1", ns,
@@ -395,8 +418,8 @@ def test_claims_the_controller_and_the_scheduler_create_are_judged(world: World)
         items = cobj.list_namespaced_custom_object(
             "resource.k8s.io", "v1", world.ns, "resourceclaims"
         )["items"]
-        return [c for c in items
-                if any(o.get("name") == pod for o in c["metadata"].get("ownerReferences", []))]  # fmt: skip
+        owned = [(c, c["metadata"].get("ownerReferences") or []) for c in items]
+        return [c for c, refs in owned if any(o.get("name") == pod for o in refs)]
 
     made = _wait("the controller's claim for the allowed template", lambda: claims_of("from-ok"))
     assert made[0]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] == (
@@ -432,6 +455,168 @@ def test_claims_the_controller_and_the_scheduler_create_are_judged(world: World)
     )  # fmt: skip
     assert "claims-team-a" in refused[0] and "deviceClassName must be one of" in refused[0]
     assert core.read_namespaced_pod("er-a", world.ns).spec.node_name is None
-    for ns, pod in ((world.ns, "from-ok"), (world.ns, "from-stale"), (world.ns, "er-a"),
-                    (world.ns_b, "er-b")):
+    for ns, pod in (
+        (world.ns, "from-ok"),
+        (world.ns, "from-stale"),
+        (world.ns, "er-a"),
+        (world.ns_b, "er-b"),
+    ):
         core.delete_namespaced_pod(pod, ns, grace_period_seconds=0)  # fmt: skip
+
+
+def _catches(w: World, broken: str) -> list[dict[str, Any]]:
+    doc = w.audit()
+    assert doc["result"] == "fail", broken
+    return [r for r in doc["rows"] if not r["ok"]]
+
+
+@pytest.mark.timeout(300)
+def test_the_audit_catches_each_breach(world: World) -> None:
+    from kubernetes import client
+
+    vap = client.AdmissionregistrationV1Api(world.kube)
+    rbac = client.RbacAuthorizationV1Api(world.kube)
+    core = client.CoreV1Api(world.kube)
+    name = "rollout-tenancy-lab-claims-team-a"
+
+    # 1. the claims binding removed: the forbidden claims go through, each named
+    binding = vap.read_validating_admission_policy_binding(name)
+    vap.delete_validating_admission_policy_binding(name)
+    try:
+        failed = _wait(
+            "the audit sees the binding gone",
+            lambda: [r for r in _catches(world, "binding removed")
+                     if r["case"] == "claim selector off the list"],
+        )  # fmt: skip
+    finally:
+        binding.metadata = client.V1ObjectMeta(name=name, labels=binding.metadata.labels)
+        vap.create_validating_admission_policy_binding(binding)
+    row = next(r for r in failed if r["identity"] == "user alice")
+    assert row["got"] == "allowed"
+    assert f'RoleBinding "{PREFIX}-tenant/{world.ns}"' in row["by"], row
+    assert f"no ValidatingAdmissionPolicyBinding {name}" in row["detail"], row
+    _wait("the restored binding holds again", lambda: world.audit()["result"] == "pass", 30)
+
+    # 2. a binding that lets tenants patch Nodes: the RBAC row names it; the pool's protected
+    # label is still held by the policy
+    crole = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": f"{PREFIX}-node-patcher"},
+             "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+                       {"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"],
+                        "verbs": ["get", "update", "patch"]}]}  # fmt: skip
+    _create(world.kube, crole)
+
+    def bind(kind: str) -> dict[str, Any]:
+        return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": f"{PREFIX}-{kind}"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": f"{PREFIX}-node-patcher"},
+                "subjects": [{"kind": "Group", "name": "team-a",
+                              "apiGroup": "rbac.authorization.k8s.io"}]}  # fmt: skip
+
+    _create(world.kube, bind("nodes"))
+    try:
+        failed = _wait(
+            "the audit sees the node binding",
+            lambda: [r for r in _catches(world, "node binding") if r["kind"] == "rbac"],
+        )
+        nodes = next(r for r in failed if "nodes" in r["case"] and r["identity"] == "user alice")
+        assert "patch" in nodes["case"], nodes
+        assert f'ClusterRoleBinding "{PREFIX}-nodes"' in nodes["by"], nodes
+        # 4. ... and the same binding lets tenants edit a DeviceClass: named too, while the
+        # policy still refuses the edit itself
+        dc = next(
+            r for r in failed if "deviceclasses" in r["case"] and r["identity"] == "user alice"
+        )
+        assert f'ClusterRoleBinding "{PREFIX}-nodes"' in dc["by"], dc
+        probes = _rows(world.audit())
+        held = probes[("user alice", f"change node {world.node}'s label {POOL_LABEL}")]
+        assert held["got"] == "refused" and "pool-nodes" in held["by"], held
+        held = probes[("user alice", "edit DeviceClass gpu.example.com")]
+        assert held["got"] == "refused" and "dra-objects" in held["by"], held
+        # the service account is not in group team-a: not caught for it
+        assert not [r for r in failed if r["identity"].startswith("serviceaccount")]
+    finally:
+        rbac.delete_cluster_role_binding(f"{PREFIX}-nodes")
+
+    # 3. a tenant namespace already labelled admin-access (by an admin)
+    core.patch_namespace(world.ns, {"metadata": {"labels": {ADMIN: "true"}}})
+    try:
+        failed = _catches(world, "labelled namespace")
+        assert [r["case"] for r in failed] == [f"namespace {world.ns} labelled admin-access"]
+        # the adminAccess claim is now refused by the policy, not the API server's own check
+        row = _rows(world.audit())[("user alice", "claim adminAccess")]
+        assert row["got"] == "refused" and "claims-team-a" in row["by"], row
+    finally:
+        core.patch_namespace(world.ns, {"metadata": {"labels": {ADMIN: None}}})
+    assert world.audit()["result"] == "pass"
+
+
+@pytest.mark.timeout(300)
+def test_bad_input_names_file_field_and_line_and_renders_nothing(world: World) -> None:
+    base = world.file.read_text()
+    team_c = "platform.example.com/tenant: team-c"
+    cases = [
+        # (old, new, field, message, the line: found by a string on it, lines above it)
+        ("- gpu.example.com", "- gpu.exmaple.com", "tenants[0].deviceClasses[0]",
+         "DeviceClass 'gpu.exmaple.com' does not exist (did you mean", "gpu.exmaple.com", 0),
+        (SELECTOR, "device.attributes['gpu.example.com'].model ==", "tenants[0].selectors[0]",
+         "does not compile as DRA CEL; the API server says:", "model ==\n", 0),
+        ("platform.example.com/tenant: team-b", team_c, "tenants[1].namespaceSelector",
+         "matches no namespace", team_c, 2),
+    ]  # fmt: skip
+    for old, new, field, message, marker, above in cases:
+        text = base.replace(old, new, 1)
+        assert text != base, old
+        bad = world.file.with_name("bad.yaml")
+        bad.write_text(text)
+        line = (text + "\n").splitlines(keepends=True)
+        at = next(i for i, ln in enumerate(line) if marker.rstrip("\n") in ln) + 1 - above
+        r = rollout("tenancy", "render", "-f", str(bad), *world.kc, ok=False)
+        assert r.returncode == 2, r.stderr
+        assert r.stdout == "", "nothing rendered"
+        assert f"{bad}:{at}, field '{field}': " in r.stderr and message in r.stderr, r.stderr
+
+
+@pytest.mark.timeout(300)
+def test_the_audit_runs_with_only_its_own_rbac_manifest(world: World, tmp_path: Path) -> None:
+    from kubernetes import client
+
+    manifest = ROOT / "deploy" / "tenancy-audit-rbac.yaml"
+    _create(world.kube, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "rollout"}})
+    for doc in yaml.safe_load_all(manifest.read_text()):
+        if doc:
+            _create(world.kube, doc)
+    token = (
+        client.CoreV1Api(world.kube)
+        .create_namespaced_service_account_token(
+            "rollout-tenancy-audit", "rollout", {"spec": {"expirationSeconds": 3600}}
+        )
+        .status.token
+    )
+    admin = json.loads(Path(world.lab.kubeconfig).read_text())
+    cfg = {
+        "apiVersion": "v1", "kind": "Config", "clusters": admin["clusters"],
+        "users": [{"name": "auditor", "user": {"token": token}}],
+        "contexts": [{"name": "a", "context": {"cluster": admin["clusters"][0]["name"],
+                                                "user": "auditor"}}],
+        "current-context": "a",
+    }  # fmt: skip
+    kc = tmp_path / "auditor.kubeconfig"
+    kc.write_text(json.dumps(cfg))
+    r = rollout("tenancy", "audit", "-f", str(world.file), "--kubeconfig", str(kc), "-o", "json",
+                ok=False)  # fmt: skip
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["result"] == "pass", [x for x in doc["rows"] if not x["ok"]]
+    # the same audit without impersonation rights: nothing is reported as a pass
+    rbac = client.RbacAuthorizationV1Api(world.kube)
+    rbac.delete_cluster_role_binding("rollout-tenancy-audit")
+    try:
+        r = rollout("tenancy", "audit", "-f", str(world.file), "--kubeconfig", str(kc), "-o",
+                    "json", ok=False)  # fmt: skip
+        doc = json.loads(r.stdout) if r.stdout else {}
+        assert r.returncode != 0 and doc.get("result") != "pass", r.stderr
+    finally:
+        for d in yaml.safe_load_all(manifest.read_text()):
+            if d and d["kind"] == "ClusterRoleBinding":
+                _create(world.kube, d)
