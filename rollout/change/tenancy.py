@@ -471,7 +471,12 @@ def claims_policy(t: Tenancy, tenant: Tenant) -> dict[str, Any]:
 
     Bound by namespace, not by user: claims the scheduler (KEP-5004's extended resource claims)
     and the resource-claim controller (from templates) create in a tenant namespace are judged
-    the same way (``docs/tenancy.md``)."""
+    the same way (``docs/tenancy.md``).
+
+    CREATE only: the API server refuses any change to a claim's or a template's spec, so an
+    update has nothing to judge, and judging it would refuse the controllers' own updates (the
+    finalizer removed when a claim is released) of a claim created before the list tightened,
+    or by an administrator: such a claim would never go away."""
     who = f"tenant {tenant.name}: "
     each = (
         "variables.requests.all(r, has(r.exactly) ? {x}"
@@ -488,7 +493,7 @@ def claims_policy(t: Tenancy, tenant: Tenant) -> dict[str, Any]:
             {
                 "apiGroups": ["resource.k8s.io"],
                 "apiVersions": ["v1"],
-                "operations": ["CREATE", "UPDATE"],
+                "operations": ["CREATE"],
                 "resources": ["resourceclaims", "resourceclaimtemplates"],
             }
         ],

@@ -425,6 +425,13 @@ def test_claims_the_controller_and_the_scheduler_create_are_judged(world: World)
     assert made[0]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] == (
         "gpu.example.com"
     )
+    # why the policy judges CREATE only: the spec cannot change afterwards
+    with pytest.raises(client.ApiException) as e:
+        cobj.patch_namespaced_custom_object(
+            "resource.k8s.io", "v1", world.ns, "resourceclaims", made[0]["metadata"]["name"],
+            {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"count": 2}}]}}},
+        )  # fmt: skip
+    assert e.value.status == 422 and "immutable" in str(e.value.body), e.value.body
     refused = _wait(
         "the controller's refusal for the stale template",
         lambda: [e for e in _events(world.kube, world.ns, "from-stale")
