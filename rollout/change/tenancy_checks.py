@@ -39,22 +39,32 @@ class LiveFacts:
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
 
-def read_facts(t: Tenancy, kapi: TenancyApi) -> LiveFacts:
-    """Check the file against the cluster and read what rendering needs.
+def read_facts(t: Tenancy, kapi: TenancyApi, require_dra: bool = True) -> LiveFacts:
+    """Check the file against the cluster and read what rendering needs. ``require_dra``
+    False (the audit): an API server without ``resource.k8s.io/v1`` is a warning, and the
+    class and selector checks are left out (the audit then says what it could not try).
 
     Raises:
         InputError: a class or RuntimeClass that does not exist, a selector that does not
             compile, a namespace selector that matches no namespace (file, field, line named).
         PreflightError: the API server does not serve ``resource.k8s.io/v1``.
     """
-    if not kapi.served(RESOURCE_V1):
-        raise PreflightError(
+    dra = kapi.served(RESOURCE_V1)
+    warnings: list[str] = []
+    if not dra:
+        msg = (
             f"the API server does not serve {RESOURCE_V1} (DRA): the classes and selectors "
             "in the file cannot be checked, and a policy over them would match nothing"
         )
-    classes = {c["metadata"]["name"]: c for c in kapi.list(f"/apis/{RESOURCE_V1}/deviceclasses")}
+        if require_dra:
+            raise PreflightError(msg)
+        warnings.append(msg)
+    classes = (
+        {c["metadata"]["name"]: c for c in kapi.list(f"/apis/{RESOURCE_V1}/deviceclasses")}
+        if dra
+        else {}
+    )
     namespaces: dict[str, tuple[str, ...]] = {}
-    warnings: list[str] = []
     for tenant in t.tenants:
         sel = label_selector_string(tenant.namespace_selector)
         found = sorted(n["metadata"]["name"] for n in kapi.list("/api/v1/namespaces", sel))
@@ -64,7 +74,7 @@ def read_facts(t: Tenancy, kapi: TenancyApi) -> LiveFacts:
                 t.location(tenant.field("namespaceSelector")),
             )
         namespaces[tenant.name] = tuple(found)
-        for j, cls in enumerate(tenant.device_classes):
+        for j, cls in enumerate(tenant.device_classes if dra else ()):
             if cls not in classes:
                 raise InputError(
                     f"DeviceClass {cls!r} does not exist{suggest(cls, classes)}",
@@ -76,7 +86,7 @@ def read_facts(t: Tenancy, kapi: TenancyApi) -> LiveFacts:
                     f"RuntimeClass {rc!r} does not exist",
                     t.location(tenant.field(f"runtimeClasses[{j}]")),
                 )
-        for j, expr in enumerate(tenant.selectors):
+        for j, expr in enumerate(tenant.selectors if dra else ()):
             body = {
                 "apiVersion": RESOURCE_V1,
                 "kind": "ResourceClaim",

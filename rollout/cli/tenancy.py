@@ -255,7 +255,9 @@ def audit_cmd(
             )
         identities[tn.name] = tuple(who)
     kapi = TenancyApi(connect(kubeconfig, context))
-    facts = read_facts(t, kapi)
+    facts = read_facts(t, kapi, require_dra=False)
+    for w in facts.warnings:
+        click.echo(f"warning: {w}", err=True)
     audit = run_audit(t, kapi, facts, identities, lambda m: click.echo(m, err=True))
     if output == "json":
         click.echo(json.dumps(audit.to_json(), indent=2))

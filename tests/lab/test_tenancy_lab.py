@@ -182,10 +182,8 @@ def _wait_namespace_ready(kube: Any, ns: str) -> None:
             time.sleep(0.3)
 
 
-@pytest.fixture(scope="module")
-def world(lab: Lab, kube: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    ns, ns_b = f"{PREFIX}-a", f"{PREFIX}-b"
-    node = f"{PREFIX}-gpu-0"
+def _objects(ns: str, ns_b: str, node: str, dra: bool = True) -> list[dict[str, Any]]:
+    """The world the tenancy file describes (``dra``: with the DRA objects)."""
     docs: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "Namespace",
          "metadata": {"name": ns, "labels": {TENANT_LABEL: "team-a"}}},
@@ -220,6 +218,16 @@ def world(lab: Lab, kube: Any, tmp_path_factory: pytest.TempPathFactory) -> Iter
         *_tenant_role(ns, "team-a", "ci"),
         *_tenant_role(ns_b, "team-b", None),
     ]  # fmt: skip
+    if not dra:
+        docs = [d for d in docs if d["apiVersion"] != "resource.k8s.io/v1"]
+    return docs
+
+
+@pytest.fixture(scope="module")
+def world(lab: Lab, kube: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    ns, ns_b = f"{PREFIX}-a", f"{PREFIX}-b"
+    node = f"{PREFIX}-gpu-0"
+    docs = _objects(ns, ns_b, node)
     for d in docs:
         _create(kube, d)
     _wait_namespace_ready(kube, ns)

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 
 from rollout.change import tenancy as tn
 from rollout.change.tenancy_audit import Audit, Row, refused_by, run_audit
-from rollout.change.tenancy_checks import LiveFacts
+from rollout.change.tenancy_checks import read_facts
 from rollout.cli import cli
-from rollout.errors import InputError
+from rollout.errors import InputError, PreflightError
 from rollout.kube.tenancy import APPLY_NEEDS, NEEDS, Answer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,9 +177,11 @@ class _NoDRA:
         return False
 
     def get(self, path: str) -> Any:
-        return None
+        return {} if "runtimeclasses" in path else None
 
     def list(self, path: str, label_selector: str | None = None) -> list[Any]:
+        if path == "/api/v1/namespaces" and label_selector == "platform.example.com/tenant=team-a":
+            return [{"metadata": {"name": "ns-a"}}]
         return []
 
     def who_am_i(self, user: str, groups: tuple[str, ...]) -> dict[str, Any]:
@@ -193,8 +195,15 @@ class _NoDRA:
 
 
 def test_what_could_not_be_tried_is_said_and_never_passes() -> None:
+    """An API server without resource.k8s.io/v1 or admission policies: unit-tested with a
+    stand-in, because kube-apiserver v1.36 with resource.k8s.io/v1 switched off never becomes
+    ready (its own ResourceSlice informer cannot list)."""
     t = tn.load(EXAMPLE)
-    facts = LiveFacts(namespaces={"team-a": ("ns-a",)}, dra_names={}, classes=())
+    with pytest.raises(PreflightError, match=r"does not serve resource\.k8s\.io/v1"):
+        read_facts(t, _NoDRA(), require_dra=True)  # type: ignore[arg-type]
+    facts = read_facts(t, _NoDRA(), require_dra=False)  # type: ignore[arg-type]
+    assert facts.namespaces == {"team-a": ("ns-a",)}
+    assert "does not serve resource.k8s.io/v1" in facts.warnings[0]
     audit = run_audit(t, _NoDRA(), facts)  # type: ignore[arg-type]
     assert audit.result != "pass"
     untested = [r for r in audit.rows if r.got == "untested"]
