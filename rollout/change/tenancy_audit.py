@@ -104,6 +104,12 @@ class Audit:
         }
 
 
+def _why(message: str) -> str:
+    """The API server's reason, verbatim: for a policy, from its "denied request:" on."""
+    cut = message.find("denied request: ")
+    return truncate(message[cut + len("denied request: ") :] if cut >= 0 else message)
+
+
 def refused_by(ans: Answer) -> str:
     """Who refused a request, from the API server's own wording."""
     m = _VAP.search(ans.message)
@@ -623,7 +629,7 @@ def _as_identity(
         got = "allowed" if ans.allowed else "refused"
         if got == "refused":
             row("probe", p.case, p.expect, got, refused_by(ans), p.expect == "refused",
-                truncate(ans.message))  # fmt: skip
+                _why(ans.message))  # fmt: skip
             continue
         if p.expect == "allowed":
             row("probe", p.case, p.expect, got, "", True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING, Any
 
 import click
 import yaml
@@ -16,6 +17,10 @@ import yaml
 from rollout.errors import InputError, Location
 
 from .options import kube_options
+
+if TYPE_CHECKING:
+    from rollout.change.tenancy_audit import Audit
+    from rollout.kube.tenancy import TenancyApi
 
 file_option = click.option(
     "-f",
@@ -136,15 +141,12 @@ def render_cmd(
         click.echo(yaml.safe_dump_all(objs, sort_keys=False, width=100), nl=False)
 
 
-def _apply(kapi: object, objs: list[dict[str, object]], dry_run: bool, output: str) -> None:
+def _apply(kapi: TenancyApi, objs: list[dict[str, Any]], dry_run: bool, output: str) -> None:
     from rollout.errors import ExternalError
-    from rollout.kube.tenancy import TenancyApi
 
-    assert isinstance(kapi, TenancyApi)
     results = []
     for obj in objs:
         meta = obj["metadata"]
-        assert isinstance(meta, dict)
         ans = kapi.apply(obj, dry_run)
         results.append(
             {
@@ -267,10 +269,7 @@ def audit_cmd(
         sys.exit(1)
 
 
-def _print(audit: object) -> None:
-    from rollout.change.tenancy_audit import Audit
-
-    assert isinstance(audit, Audit)
+def _print(audit: Audit) -> None:
     for r in audit.rows:
         mark = "ok  " if r.ok and r.got != "untested" else ("SKIP" if r.ok else "FAIL")
         who = " ".join(x for x in (r.tenant, r.identity) if x)
