@@ -696,3 +696,42 @@ def _attrs(path: str) -> tuple[str, str]:
         return "namespaces", ""
     base = 2 if parts[0] == "api" else 3
     return parts[base], ns
+
+
+#: Topology Manager policies that align devices with CPUs: a change leaving one on a shared pool
+#: tightens what tenants' pods may be admitted with.
+ALIGNING = ("restricted", "single-numa-node")
+
+
+def change_refusals(audit: Audit, limit: int = 10) -> list[str]:
+    """A failed or incomplete audit as preflight refusal lines: the verdict, then the rows that
+    are not as expected (or could not be tried), at most ``limit`` of them."""
+    bad = [r for r in audit.rows if not r.ok or r.got == "untested"]
+    out = [
+        f"tenancy audit of {audit.policy}: {audit.result} ({len(audit.rows)} checks, "
+        f"{sum(1 for r in audit.rows if not r.ok)} failed, "
+        f"{sum(1 for r in audit.rows if r.got == 'untested')} not tried; "
+        "`rollout tenancy audit` shows them all)"
+    ]
+    for r in bad[:limit]:
+        who = " ".join(x for x in (r.tenant, r.identity) if x)
+        out.append(
+            f"tenancy audit: {who + ': ' if who else ''}{r.case}: expected {r.expect}, "
+            f"got {r.got}{f' ({r.by})' if r.by else ''}"
+        )
+    return out
+
+
+def audit_plan_tenancy(path: str, api: Any) -> Audit:
+    """The audit of a plan's tenancy file (``tenancy:``), as ``rollout tenancy audit`` runs it
+    with the file's identities.
+
+    Raises:
+        InputError: the file is malformed or names what the cluster lacks.
+    """
+    from rollout.change.tenancy import load
+    from rollout.change.tenancy_checks import read_facts
+
+    t = load(path)
+    kapi = TenancyApi(api)
+    return run_audit(t, kapi, read_facts(t, kapi, require_dra=False))

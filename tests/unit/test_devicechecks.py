@@ -208,7 +208,7 @@ class Reader:
         return []
 
 
-def _prepare(tmp: Path, reader: Reader, force: bool = False) -> Any:
+def _prepare(tmp: Path, reader: Reader, force: bool = False, tenancy: Any = None) -> Any:
     """``prepare`` of the lab's intent (static CPU manager, single-numa-node) with n1 the canary,
     both nodes with 8 NVIDIA GPUs on the PCI bus."""
     plan = tmp / "plan.yaml"
@@ -218,7 +218,7 @@ def _prepare(tmp: Path, reader: Reader, force: bool = False) -> Any:
     facts = _facts()
     facts["gpus"] = [{"id": f"0000:{i:02x}:00.0", "numaNode": i // 4} for i in range(8)]
     raw = {"n1": facts, "n2": facts}
-    return prepare(load_plan(plan), inv, reader, raw, tmp, True, force=force)
+    return prepare(load_plan(plan), inv, reader, raw, tmp, True, force=force, tenancy=tenancy)
 
 
 def test_preflight_refuses_a_canary_whose_plugin_is_down_and_force_overrides(

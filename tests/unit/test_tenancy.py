@@ -4,6 +4,7 @@ tests/lab/test_tenancy_lab.py."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -237,3 +238,37 @@ def test_the_audit_rbac_is_its_own_manifest_and_covers_every_call() -> None:
     tool = _granted(ROOT / "deploy" / "rbac.yaml")
     assert not {x for x in tool if x[2] == "impersonate"}
     assert not {x for x in tool if x[0] == "admissionregistration.k8s.io"}
+
+
+def test_preflight_refuses_a_tightening_when_the_tenancy_audit_fails(tmp_path: Path) -> None:
+    """The plan's ``tenancy:`` audit in preflight: a failed one refuses a change that leaves a
+    node under single-numa-node (the lab intent), ``--force`` overrides it with the refusals
+    kept for the journal; a pass is one report line."""
+    from rollout.change.preparing import PreviewedRefusal
+    from tests.unit.test_devicechecks import GPU, Reader, _node, _prepare
+
+    objects = {"n1": _node("n1", {GPU: "8"}, {GPU: "8"}), "n2": _node("n2", {GPU: "8"}, {})}
+    bad = Row("probe", "team-a", "user alice", "claim adminAccess", "refused", "allowed",
+              'RBAC: allowed by RoleBinding "x/ns"', False)  # fmt: skip
+    failed = Audit("gpu", (bad,), {})
+    with pytest.raises(PreviewedRefusal) as e:
+        _prepare(tmp_path, Reader(objects), tenancy=failed)
+    text = str(e.value)
+    assert "tenancy audit of gpu: fail (1 checks, 1 failed, 0 not tried" in text
+    assert "team-a user alice: claim adminAccess: expected refused, got allowed (RBAC" in text
+    assert "(the tenancy refusals above: `rollout apply --force REASON` overrides)" in text
+    prepared = _prepare(tmp_path, Reader(objects), force=True, tenancy=failed)
+    assert prepared.forced[0].startswith("tenancy audit of gpu: fail")
+    ok = Audit("gpu", (replace(bad, got="refused", by="RBAC", ok=True),), {})
+    prepared = _prepare(tmp_path, Reader(objects), tenancy=ok)
+    assert "tenancy audit of gpu: pass (1 checks)" in prepared.report
+    assert prepared.forced == ()
+
+
+def test_the_plan_names_its_tenancy_file_relative_to_itself(tmp_path: Path) -> None:
+    from rollout.change.plan import parse_plan
+
+    plan = parse_plan("kind: RolloutPlan\ntenancy: t/tenancy.yaml\n", str(tmp_path / "p.yaml"))
+    assert plan.tenancy == str(tmp_path / "t" / "tenancy.yaml")
+    with pytest.raises(InputError, match="tenancy file"):
+        parse_plan("kind: RolloutPlan\ntenancy: 3\n", "p.yaml")
