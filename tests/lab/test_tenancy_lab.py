@@ -635,3 +635,44 @@ def test_the_audit_runs_with_only_its_own_rbac_manifest(world: World, tmp_path: 
         for d in yaml.safe_load_all(manifest.read_text()):
             if d and d["kind"] == "ClusterRoleBinding":
                 _create(world.kube, d)
+
+
+@pytest.mark.timeout(420)
+def test_apply_refuses_a_tightening_while_the_audit_fails(
+    world: World, lab_nodes: Any, tmp_path: Path
+) -> None:
+    """The plan names the tenancy file: `apply` (dry run) audits in preflight; with the claims
+    binding removed it refuses the canary (single-numa-node, the lab intent), exit 3, until
+    --force REASON; restored, preflight passes."""
+    from kubernetes import client
+
+    from tests.lab import changekit as ck
+
+    (node,) = lab_nodes(1).names
+    inv = ck.inventory(world.lab, [node], [node], tmp_path / "inv.ini")
+    plan = ck.plan(tmp_path / "plan.yaml", {node: "kubeadm"})
+    plan.write_text(plan.read_text() + f"tenancy: {world.file}\n")
+    env = ck.env(world.lab, tmp_path / "state")
+    common = ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--dry-run"]
+    vap = client.AdmissionregistrationV1Api(world.kube)
+    name = "rollout-tenancy-lab-claims-team-a"
+    binding = vap.read_validating_admission_policy_binding(name)
+    vap.delete_validating_admission_policy_binding(name)
+    try:
+        _wait("the audit sees the binding gone", lambda: world.audit()["result"] == "fail", 30)
+        r = ck.cli(common, env)
+        assert r.returncode == 3, (r.returncode, r.stderr[-3000:])
+        assert "tenancy audit of lab: fail" in r.stderr, r.stderr[-3000:]
+        assert f"no ValidatingAdmissionPolicyBinding {name}" not in r.stderr  # rows, not details
+        assert "claim selector off the list: expected refused, got allowed" in r.stderr
+        assert "(the tenancy refusals above: `rollout apply --force REASON` overrides)" in r.stderr
+        r = ck.cli([*common, "--force", "lab: the binding is removed on purpose"], env)
+        assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+        assert "forced (--force): tenancy audit of lab: fail" in r.stdout + r.stderr
+    finally:
+        binding.metadata = client.V1ObjectMeta(name=name, labels=binding.metadata.labels)
+        vap.create_validating_admission_policy_binding(binding)
+    _wait("the restored binding holds again", lambda: world.audit()["result"] == "pass", 30)
+    r = ck.cli(common, env)
+    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+    assert "tenancy audit" not in r.stderr or "tenancy audit of lab: pass" in r.stdout + r.stderr
