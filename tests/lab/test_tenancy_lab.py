@@ -579,6 +579,8 @@ def test_bad_input_names_file_field_and_line_and_renders_nothing(world: World) -
          "does not compile as DRA CEL; the API server says:", "model ==\n", 0),
         ("platform.example.com/tenant: team-b", team_c, "tenants[1].namespaceSelector",
          "matches no namespace", team_c, 2),
+        ("- nvidia", "- nvidai", "tenants[0].runtimeClasses[0]",
+         "RuntimeClass 'nvidai' does not exist", "- nvidai", 0),
     ]  # fmt: skip
     for old, new, field, message, marker, above in cases:
         text = base.replace(old, new, 1)
