@@ -30,6 +30,7 @@ TOP_LEVEL = (
     "strategy",
     "gate",
     "windows",
+    "tenancy",
 )
 NODE_KEYS = ("kubelet", "distribution", "method")
 
@@ -55,6 +56,8 @@ class Plan:
         nodes: per-host overrides, by inventory hostname.
         strategy, gate, windows: raw sections, parsed by their owners.
         lines: 1-based line of each dotted field.
+        tenancy: the pool's tenancy file (``rollout tenancy``), relative paths resolved
+            against the plan's directory; None when the plan names none.
     """
 
     path: str
@@ -67,6 +70,7 @@ class Plan:
     gate: Mapping[str, Any]
     windows: tuple[Any, ...]
     lines: Mapping[str, int]
+    tenancy: str | None = None
 
     @property
     def has_gate(self) -> bool:
@@ -170,6 +174,9 @@ def parse_plan(text: str, path: str) -> Plan:
     windows = data.get("windows") or []
     if not isinstance(windows, list):
         raise InputError("must be a list", loc("windows"))
+    tenancy = data.get("tenancy")
+    if tenancy is not None and (not isinstance(tenancy, str) or not tenancy):
+        raise InputError("must be the path of a tenancy file", loc("tenancy"))
     return Plan(
         path=path,
         name=name,
@@ -181,6 +188,7 @@ def parse_plan(text: str, path: str) -> Plan:
         gate=_mapping(data.get("gate"), "gate", path, lines),
         windows=tuple(windows),
         lines=lines,
+        tenancy=str(Path(path).parent / tenancy) if tenancy else None,
     )
 
 

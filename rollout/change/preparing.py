@@ -42,6 +42,7 @@ from rollout.change.previewing import (
     preview_node,
 )
 from rollout.change.rendering import node_change, unified_diff
+from rollout.change.tenancy_audit import ALIGNING, Audit, change_refusals
 from rollout.errors import PreflightError, RolloutError
 from rollout.kube import canaries, workloads
 from rollout.kube import nodes as kn
@@ -277,6 +278,7 @@ def prepare(
     overrides: DrainOverrides | None = None,
     settled: Collection[str] = (),
     force_serving: bool = False,
+    tenancy: Audit | None = None,
 ) -> Prepared:
     """Run every preflight check; refuse with every problem named, or return the change.
 
@@ -294,6 +296,10 @@ def prepare(
     A model-serving canary in progress (:mod:`rollout.kube.canaries`: an Argo Rollout, a Flagger
     Canary, a KServe InferenceService rolling out, a Deployment rolling out with a pod on a node
     this command changes) is a refusal unless ``force_serving`` (``Prepared.serving_forced``).
+    ``tenancy``: the audit of the plan's tenancy file (``rollout tenancy audit``); one that does
+    not pass refuses a change that moves a node with DRA devices or leaves it under an aligning
+    Topology Manager policy (a pool shared by tenants), forceable like the device refusals;
+    otherwise it is a warning.
 
     Raises:
         PreflightError: one or more checks failed (all of them listed).
@@ -394,11 +400,15 @@ def prepare(
         cluster, objects, versions, moving, changed, facts, raw_facts, dra
     )
     warnings += device_warnings
+    tenancy_refusals = _tenancy_checks(tenancy, report, warnings, moving, facts, dra)
     if force:
-        warnings += [f"forced (--force): {p}" for p in device_refusals]
+        warnings += [f"forced (--force): {p}" for p in device_refusals + tenancy_refusals]
     elif device_refusals:
         problems += device_refusals
         problems.append("(the device refusals above: `rollout apply --force REASON` overrides)")
+    if tenancy_refusals and not force:
+        problems += tenancy_refusals
+        problems.append("(the tenancy refusals above: `rollout apply --force REASON` overrides)")
     previews: list[NodePreview] = []
     try:
         previews = _previews(cluster, objects, moving, facts, raw_facts, facts_dir, pod_objects)
@@ -422,7 +432,7 @@ def prepare(
         warnings=tuple(warnings),
         previews=tuple(previews),
         accepted=tuple(accepted),
-        forced=tuple(device_refusals) if force else (),
+        forced=tuple(device_refusals + tenancy_refusals) if force else (),
         serving_forced=tuple(in_progress) if force_serving else (),
         raw_facts=raw_facts,
         losses=tuple(
@@ -436,6 +446,35 @@ def prepare(
             )
         ),
     )
+
+
+def _tenancy_checks(
+    audit: Audit | None,
+    report: list[str],
+    warnings: list[str],
+    moving: Sequence[str],
+    facts: Mapping[str, NodeFacts],
+    dra: Mapping[str, list[str]],
+) -> list[str]:
+    """The tenancy audit's line in the report, and its refusals (or warnings, where no node
+    that moves has DRA devices or is left under an aligning Topology Manager policy)."""
+    if audit is None:
+        return []
+    report.append(f"tenancy audit of {audit.policy}: {audit.result} ({len(audit.rows)} checks)")
+    if audit.result == "pass":
+        return []
+    guarded = [
+        n
+        for n in moving
+        if dra.get(n)
+        or str((facts[n].kubelet_after if n in facts else {}).get("topologyManagerPolicy"))
+        in ALIGNING
+    ]
+    lines = change_refusals(audit)
+    if guarded:
+        return lines
+    warnings += lines
+    return []
 
 
 def _device_checks(

@@ -202,6 +202,11 @@ def run_preflight(
     reads.start()
     facts = facts or FactsGathering(inv, forks)
     try:
+        tenancy = None
+        if plan.tenancy:
+            from rollout.change.tenancy_audit import audit_plan_tenancy
+
+            tenancy = audit_plan_tenancy(plan.tenancy, api)  # while the nodes answer
         raw = facts.result()
         reads.join()
         return prepare(
@@ -216,6 +221,7 @@ def run_preflight(
             overrides or DrainOverrides(),
             settled,
             force_serving,
+            tenancy,
         )
     finally:
         reads.join()

@@ -38,6 +38,7 @@ COMMAND_MODULES = {
     "evidence": "rollout.cli.docs",
     "bench": "rollout.cli.bench",
     "nodes": "rollout.cli.fleet",
+    "tenancy": "rollout.cli.tenancy",
 }
 
 

@@ -86,8 +86,8 @@ __all__ = ["COMMANDS"]
     "force",
     metavar="REASON",
     help="Change nodes the device preflight refuses (GPUs not all advertised: device plugin "
-    "down or devices unhealthy; one resource served by a device plugin and DRA); the reason and "
-    "the refusals are journaled.",
+    "down or devices unhealthy; one resource served by a device plugin and DRA), or despite a "
+    "failed tenancy audit (the plan's tenancy:); the reason and the refusals are journaled.",
 )
 @force_serving_option
 @click.option(

@@ -221,6 +221,7 @@ def _prepare(
     canary_only: bool = True,
     settled: tuple[str, ...] = (),
     force_serving: bool = False,
+    tenancy: Any = None,
 ) -> Any:
     """``prepare`` of the lab's intent (static CPU manager, single-numa-node) with n1 the canary,
     both nodes with 8 NVIDIA GPUs on the PCI bus."""
@@ -241,6 +242,7 @@ def _prepare(
         force=force,
         settled=settled,
         force_serving=force_serving,
+        tenancy=tenancy,
     )
 
 
