@@ -45,3 +45,6 @@ _.do_PUT  # tests/unit/test_rest.py: the loopback API server's PUT
 # -- click subcommands: the group's decorator registers them (rollout/cli/tenancy.py)
 render_cmd  # `rollout tenancy render`
 audit_cmd  # `rollout tenancy audit`
+
+# -- socketserver calls handle_error when a request's handler raises
+_.handle_error  # rollout/gate/serve.py: a failed TLS handshake or a peer gone mid-request
