@@ -56,6 +56,11 @@ def print_status(status: ChangeStatus, output: str) -> None:
         why = f": {ev['error']}" if ev.get("error") else f" ({', '.join(failed)})" if failed else ""
         nodes = ", ".join(ev.get("nodes") or ())
         click.echo(f"  evidence {label} ({nodes}): {ev.get('overall')}{why}")
+    for t in status.triggers:
+        what = f"alert {t['alert']} (trigger {t.get('id')})" if t.get("alert") else t["trigger"]
+        on = ", ".join(t.get("nodes") or ()) or "every node"
+        ended = f": {t['outcome']}" if t.get("outcome") else ""
+        click.echo(f"  rollback asked by {what} at {t['at']} for {on}{ended}")
     click.echo(summary(status))
 
 

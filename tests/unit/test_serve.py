@@ -458,3 +458,28 @@ def test_repeats_after_the_rollback_finished_are_duplicates(
     assert body["alerts"][0]["action"] == "duplicate"
     assert body2["alerts"][0]["action"] == "unowned"  # nothing of A's is on n1 any more
     assert len(trigger.calls) == 1
+
+
+def test_the_triggers_and_their_outcomes_are_in_the_changes_status(
+    by_node: tuple[str, FakeTrigger, AlertReceiver, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rollout.change.journal import Journal
+    from rollout.change.replaying import replay
+    from rollout.cli.wiring import print_status
+
+    url, _, receiver, root = by_node
+    _journal(root, A, {"n1": "applied"})
+    _, body = post(url + "/webhook", webhook(alert("fp1", change=None, node="n1")))
+    (run,) = settled(receiver)
+    status = replay(Journal.open(root, A).entries(), A)
+    (t,) = status.triggers
+    assert t["id"] == run.id == body["alerts"][0]["trigger"]
+    assert t["trigger"] == "alert" and t["alert"] == "KubeletTopologyAffinityRejections"
+    assert t["nodes"] == ["n1"] and t["outcome"] == "rolled-back" and t["ended"] >= t["at"]
+    assert status.to_dict()["triggers"] == [t]
+    print_status(status, "text")
+    line = next(x for x in capsys.readouterr().out.splitlines() if "rollback asked by" in x)
+    assert line.startswith(
+        f"  rollback asked by alert KubeletTopologyAffinityRejections (trigger {run.id}) at "
+    )
+    assert line.endswith("for n1: rolled-back"), line
