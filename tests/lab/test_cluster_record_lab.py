@@ -260,7 +260,9 @@ def test_two_serve_replicas_given_the_same_alert_roll_back_once(
                 proc.kill()
                 proc.communicate(timeout=30)
     actions = [answers[p][1]["alerts"][0]["action"] for p in ports]
-    print(f"two replicas answered {[answers[p][0] for p in ports]} {actions}")
+    ended = [line.split("rollout serve: ", 1)[1] for e in errs for line in e.splitlines()
+             if "rollout serve: trigger " in line]  # fmt: skip
+    print(f"two replicas answered {[answers[p][0] for p in ports]} {actions}; {ended}")
     assert "triggered" in actions, (answers, [e[-3000:] for e in errs])
     for (code, doc), err in zip((answers[p] for p in ports), errs, strict=True):
         out = doc["alerts"][0]
