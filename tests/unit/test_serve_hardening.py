@@ -264,16 +264,18 @@ def test_a_node_no_change_owns_is_422_naming_it(srv: Served) -> None:
 
 
 def test_parse_alerts_accepts_both_of_alertmanagers_payloads() -> None:
-    # the webhook message as Alertmanager 0.28 sends it (notify/webhook), and a postable alert
+    # the webhook message as Alertmanager 0.35 sends it (notify/webhook), and a postable alert
     message = {
         "version": "4",
         "groupKey": '{}/{rollout="rollback"}:{alertname="KubeletTopologyAffinityRejections"}',
         "truncatedAlerts": 0,
         "status": "firing",
         "receiver": "rollout",
+        "notification_reason": "first notification",
         "groupLabels": {"alertname": "KubeletTopologyAffinityRejections"},
         "commonLabels": {"alertname": "KubeletTopologyAffinityRejections", "node": "gpu-1"},
         "commonAnnotations": {"summary": "s"},
+        "routeLabels": {"rollout": "rollback"},
         "externalURL": "http://alertmanager:9093",
         "alerts": [
             {
