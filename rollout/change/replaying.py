@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.change.journal import CHANGE_STEP, EVIDENCE_STEP, Entry, Journal, gc_paused
+from rollout.change.journal import CHANGE_STEP, EVIDENCE_STEP, Entry, Journal, Kind, gc_paused
 from rollout.change.outcomes import ChangeOutcome, StopCause
 from rollout.errors import InputError
 from rollout.models import FileBackup, NodeState, Phase, Step, StepPath
@@ -85,6 +85,8 @@ class ChangeStatus:
         evidence: label -> the last evidence collection of that label (``overall``, ``nodes``,
             ``file``, each check's ``name``/``status``/``summary``, or the ``error``).
         cause: why it ended as it did, when the end recorded it (the exit code of ``stopped``).
+        bench: the last ``bench-verdict`` (``gate.bench``): each verdict's outcome and reason,
+            and whether it allows the next stage to tighten; empty without one.
     """
 
     change: str
@@ -94,6 +96,7 @@ class ChangeStatus:
     info: Mapping[str, Any] = field(default_factory=dict)
     evidence: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     cause: StopCause | None = None
+    bench: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary."""
@@ -105,6 +108,8 @@ class ChangeStatus:
             "promotion": self.info.get("promotion"),
             "nodes": [s.to_dict() for s in self.nodes.values()],
             "evidence": {k: dict(v) for k, v in self.evidence.items()},
+            "stage": self.info.get("stage"),
+            "bench": dict(self.bench) or None,
         }
 
 
@@ -145,6 +150,7 @@ class Projection:
         self.cause: StopCause | None = None
         self.info: dict[str, Any] = {}
         self.evidence: dict[str, dict[str, Any]] = {}
+        self.bench: dict[str, Any] = {}
 
     def add(self, e: Entry) -> None:
         self.count += 1
@@ -152,6 +158,8 @@ class Projection:
         if e.node is None:
             if e.step == EVIDENCE_STEP:
                 self.evidence[str(e.data.get("label", ""))] = _evidence_summary(e.data)
+            elif e.step == Kind.BENCH_VERDICT:
+                self.bench = _bench_summary(e.data)
             elif e.step == CHANGE_STEP and e.phase is Phase.BEGIN:
                 self.info = dict(e.data)
                 self.outcome, self.cause = ChangeOutcome.RUNNING, None
@@ -193,6 +201,7 @@ class Projection:
             info=dict(self.info),
             evidence=dict(self.evidence),
             cause=self.cause,
+            bench=dict(self.bench),
         )
 
 
@@ -214,6 +223,15 @@ def status_of(journal: Journal) -> ChangeStatus:
         for e in new:
             p.add(e)
         return p.status(journal.change_id)
+
+
+def _bench_summary(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``bench-verdict`` entry as status shows it: each verdict's outcome and reason."""
+    out: dict[str, Any] = {"allowsTightening": bool(data.get("allowsTightening"))}
+    for key in ("regression", "tightening"):
+        v = data.get(key) or {}
+        out[key] = {"outcome": v.get("outcome"), "reason": v.get("reason")}
+    return out
 
 
 def _evidence_summary(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -138,7 +138,7 @@ def parse_bench_policy(
     if seconds < 1:
         raise bad("timeout", f"must be at least 1s, not {timeout!r}")
 
-    def fraction(key: str, default: float) -> float:
+    def fraction(key: str, default: float, below_one: bool = True) -> float:
         v = raw.get(key, default)
         try:
             if isinstance(v, bool):
@@ -149,8 +149,9 @@ def parse_bench_policy(
                 f = float(v)
         except ValueError:
             raise bad(key, f"must be a fraction (0.1) or a percentage ('10%'), not {v!r}") from None
-        if not 0 <= f < 1:
-            raise bad(key, f"must be at least 0 and below 1 (100%), not {v!r}")
+        if f < 0 or (below_one and f >= 1):
+            upper = " and below 1 (100%)" if below_one else ""
+            raise bad(key, f"must be at least 0{upper}, not {v!r}")
         return f
 
     accept = raw.get("acceptSimulated", False)
@@ -162,7 +163,7 @@ def parse_bench_policy(
         env={str(k): str(v) for k, v in env.items()},
         mechanism=str(mechanism),
         timeout_s=seconds,
-        max_p99_regression=fraction("maxP99Regression", 0.10),
+        max_p99_regression=fraction("maxP99Regression", 0.10, below_one=False),  # 200%: tripled
         max_bandwidth_regression=fraction("maxBandwidthRegression", 0.10),
         aligned_margin=fraction("alignedMargin", 0.05),
         accept_simulated=accept,

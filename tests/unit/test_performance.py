@@ -120,8 +120,8 @@ def test_the_decision_record_says_whether_the_next_stage_may_tighten() -> None:
 
 
 def test_gate_bench_parses_with_defaults_and_names_bad_fields() -> None:
-    cfg = parse_gate_config({"bench": {"standin": True, "maxP99Regression": "25%"}})
-    assert cfg.bench == BenchPolicy(standin=True, max_p99_regression=0.25)
+    cfg = parse_gate_config({"bench": {"standin": True, "maxP99Regression": "250%"}})
+    assert cfg.bench == BenchPolicy(standin=True, max_p99_regression=2.5)
     assert cfg.bench.aligned_margin == 0.05 and cfg.bench.timeout_s == 600.0
     assert parse_gate_config({}).bench is None
     p = parse_bench_policy({"command": " ./b.sh ", "env": {"N": 3}, "timeout": "90s"})
@@ -129,7 +129,8 @@ def test_gate_bench_parses_with_defaults_and_names_bad_fields() -> None:
     for raw, field in [
         ({}, "gate.bench.command"),
         ({"command": "x", "standin": True}, "gate.bench.command"),
-        ({"command": "x", "maxP99Regression": "150%"}, "gate.bench.maxP99Regression"),
+        ({"command": "x", "maxP99Regression": "-5%"}, "gate.bench.maxP99Regression"),
+        ({"command": "x", "maxBandwidthRegression": "100%"}, "gate.bench.maxBandwidthRegression"),
         ({"command": "x", "alignedMargin": "lots"}, "gate.bench.alignedMargin"),
         ({"command": "x", "mechanism": "taskset"}, "gate.bench.mechanism"),
         ({"command": "x", "timeout": "soon"}, "gate.bench.timeout"),
