@@ -97,3 +97,16 @@ def test_no_regression_holds_the_canary_as_a_successful_gate_does(tmp_path: Path
 def test_a_soak_that_did_not_pass_runs_no_bench(tmp_path: Path) -> None:
     _, status, _, bench = _run(tmp_path, {"n1": rec((99.0, 1.0))}, VerdictStatus.INCONCLUSIVE)
     assert status.outcome == "held" and bench.runs == []
+
+
+def test_rollout_serve_exports_each_changes_bench_verdicts(tmp_path: Path) -> None:
+    from rollout.gate.owning import export_node_states
+    from rollout.gate.serve import GateMetrics
+
+    _run(tmp_path, {"n1": rec((10.0, 25.0))})  # no regression, no aligned advantage
+    metrics = GateMetrics()
+    export_node_states(tmp_path)(metrics)
+    text = metrics.exposition().decode()
+    for check, outcome in (("regression", "Successful"), ("aligned-advantage", "Failed")):
+        line = f'rollout_bench_verdict{{change="c1",check="{check}",outcome="{outcome}",stage=""}}'
+        assert f"{line} 1.0" in text, text
