@@ -246,6 +246,13 @@ def apply_cmd(
         recreating = _recreate_preview(ready.api, ready.nodes) if recreate_workloads else {}
         if output == "json":
             doc = prepared.to_dict()
+            if ready.stage is not None and ready.stage.index is not None:
+                doc["stage"] = {
+                    "index": ready.stage.index,
+                    "name": plan.stages[ready.stage.index].name,
+                    "why": ready.stage.reason,
+                    "history": list(ready.stage.history),
+                }
             if recreate_workloads:
                 doc["recreateWorkloads"] = {
                     n: {

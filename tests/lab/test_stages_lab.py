@@ -84,10 +84,12 @@ gate:
 
 
 def _setup(
-    lab: Lab, lab_nodes: Any, ns: str, tmp_path: Path, scenario: dict[str, Any]
+    lab: Lab, lab_nodes: Any, ns: str, tmp_path: Path, scenario: dict[str, Any], count: int = 1
 ) -> tuple[str, list[str], dict[str, str], Path]:
-    (node,) = lab_nodes(1, shape=TWO_NUMA_ONE_CPU_EACH).names
-    inv = ck.inventory(lab, [node], [node], tmp_path / "inv.ini")
+    """Lab nodes (the first the canary), the scenario file, and the apply command line."""
+    names = lab_nodes(count, shape=TWO_NUMA_ONE_CPU_EACH).names
+    node = names[0]
+    inv = ck.inventory(lab, names, [node], tmp_path / "inv.ini")
     sc = tmp_path / "scenario.json"
     sc.write_text(json.dumps(scenario))
     plan = _plan(tmp_path / "plan.yaml", sc)
@@ -100,17 +102,14 @@ def _verdict(state: Path, change: str) -> dict[str, Any]:
     return v
 
 
-def _stage_through_promote(
-    apply: list[str], ns: str, env: dict[str, str]
-) -> tuple[str, dict[str, Any]]:
-    """``apply --canary`` (the canary benched before and after) then ``promote``."""
-    r = ck.cli([*apply, "--canary"], env)
+def _apply(apply: list[str], env: dict[str, str]) -> str:
+    """``apply`` without ``--canary``: the canary batch, its soak and bench, then the rest; a
+    Successful gate promotes the change itself (``completed``)."""
+    r = ck.cli(apply, env)
     assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
     out = json.loads(r.stdout)
-    assert out["outcome"] == "held", out
-    r = ck.cli(["promote", "--change", out["change"], "--lock-namespace", ns, "--yes"], env)
-    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
-    return out["change"], out
+    assert out["outcome"] == "completed", out
+    return str(out["change"])
 
 
 @pytest.mark.timeout(300)
@@ -118,10 +117,17 @@ def test_restricted_is_promoted_and_single_numa_node_held_without_an_aligned_adv
     lab: Lab, lab_nodes: Any, namespace: str, tmp_path: Path
 ) -> None:
     started = time.monotonic()
-    node, apply, env, _ = _setup(lab, lab_nodes, namespace, tmp_path, NO_ADVANTAGE)
+    node, apply, env, _ = _setup(lab, lab_nodes, namespace, tmp_path, NO_ADVANTAGE, count=2)
     state = tmp_path / "state"
-    change, _ = _stage_through_promote(apply, namespace, env)
+    # stage 1: apply --canary (the canary benched before and after the change), then promote
+    r = ck.cli([*apply, "--canary"], env)
+    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+    change = json.loads(r.stdout)["change"]
+    assert json.loads(r.stdout)["outcome"] == "held"
+    assert "running stage 1/2 (restricted): first stage" in r.stderr
     assert ck.configz(lab, node).get("topologyManagerPolicy") == "restricted"
+    r = ck.cli(["promote", "--change", change, "--lock-namespace", namespace, "--yes"], env)
+    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
     entries = Journal.open(state, change).entries()
     benches = [(e.data.get("label"), e.data["node"]) for e in entries if e.step == "bench"]
     assert benches == [("before", node), ("after", node)]
@@ -153,13 +159,13 @@ def test_single_numa_node_proceeds_on_an_aligned_advantage_and_a_regression_roll
     started = time.monotonic()
     node, apply, env, sc = _setup(lab, lab_nodes, namespace, tmp_path, ADVANTAGE)
     state = tmp_path / "state"
-    first, _ = _stage_through_promote(apply, namespace, env)
+    first = _apply(apply, env)
     assert _verdict(state, first)["allowsTightening"] is True
     restricted = ck.snapshot(lab, node)
 
     # stage 2 starts; under single-numa-node the stand-in does 8x the work: a regression
     sc.write_text(json.dumps({"single-numa-node": {"local": 8, "remote": 8}, **ADVANTAGE}))
-    r = ck.cli([*apply, "--canary"], env)
+    r = ck.cli(apply, env)
     assert r.returncode == 5, (r.returncode, r.stderr[-3000:])
     out = json.loads(r.stdout)
     assert out["outcome"] == "rolled-back", out
@@ -174,9 +180,9 @@ def test_single_numa_node_proceeds_on_an_aligned_advantage_and_a_regression_roll
 
     # without the regression, the same plan's stage 2 runs and is promoted
     sc.write_text(json.dumps(ADVANTAGE))
-    second, _ = _stage_through_promote(apply, namespace, env)
+    second = _apply(apply, env)
     assert _verdict(state, second)["regression"]["outcome"] == "Successful"
     assert ck.configz(lab, node).get("topologyManagerPolicy") == "single-numa-node"
-    r = ck.cli([*apply, "--canary"], env)
+    r = ck.cli(apply, env)
     assert r.returncode == 3 and "every stage of plan lab-tighten is promoted" in r.stderr
     print(f"two stages, proceeded: {time.monotonic() - started:.1f}s")
