@@ -36,7 +36,7 @@ TWO_NUMA_ONE_CPU_EACH = NodeShape(
 )
 STANDIN = Path(__file__).resolve().parents[1] / "fixtures" / "bench" / "scenario_bench.py"
 NO_ADVANTAGE = {"*": {"local": 1, "remote": 1}}
-ADVANTAGE = {"*": {"local": 1, "remote": 3}}
+ADVANTAGE = {"*": {"local": 1, "remote": 4}}
 
 
 def _plan(path: Path, scenario: Path) -> Path:
@@ -47,6 +47,8 @@ kind: RolloutPlan
 metadata:
   name: lab-tighten
 kubelet:
+  cpuManagerPolicy: static
+  reservedSystemCPUs: "0"
   topologyManagerScope: pod
 stages:
   - name: restricted
@@ -72,11 +74,10 @@ gate:
     command: {sys.executable} {STANDIN}
     env:
       BENCH_SCENARIO: {scenario}
-      BENCH_STEPS: "30"
     timeout: 60s
     acceptSimulated: true
     maxP99Regression: 200%
-    maxBandwidthRegression: 60%
+    maxBandwidthRegression: 90%  # copies on a shared 2-core machine vary 3x run to run
     alignedMargin: 30%
 """
     )
@@ -139,6 +140,15 @@ def test_restricted_is_promoted_and_single_numa_node_held_without_an_aligned_adv
     st = ck.cli(["status", "--change", change, "--lock-namespace", namespace], env)
     assert st.returncode == 0, st.stderr
     assert "stage 1/2 (restricted)" in st.stdout and "aligned advantage: Failed" in st.stdout
+
+    rep = ck.cli(
+        ["report", "--change", change, "--lock-namespace", namespace, "-o", "markdown"], env
+    )
+    assert rep.returncode == 0, rep.stderr
+    assert "Stage 1/2 (`restricted`) of plan `lab-tighten`" in rep.stdout
+    assert "- aligned advantage: **Failed**: aligned-advantage:" in rep.stdout
+    assert f"**{node}** (before the change): pass" in rep.stdout
+    assert f"**{node}** (after the change): pass" in rep.stdout
 
     before = ck.snapshot(lab, node)
     r = ck.cli([*apply, "--canary"], env)
