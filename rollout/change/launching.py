@@ -27,6 +27,7 @@ from rollout.change.plan import Plan
 from rollout.change.planning import DrainOverrides
 from rollout.change.progress import Progress
 from rollout.change.replaying import ChangeStatus
+from rollout.change.staging import StageChoice
 from rollout.change.windows import Decision
 from rollout.models import NodeState, Phase
 from rollout.protocols import Gate
@@ -57,6 +58,7 @@ class PreparedApply:
     prepared: Prepared
     window_check: Callable[[datetime], Decision]
     options: ApplyOptions
+    stage: StageChoice | None = None
 
     @property
     def overrides(self) -> DrainOverrides:
@@ -74,21 +76,25 @@ def prepare_apply(
     inventory: Callable[[], Path],
     connect: Callable[[], Any],
     opts: ApplyOptions,
+    say: Callable[[str], None] = lambda _m: None,
 ) -> PreparedApply:
     """Check the change window, read the inventory, gather every node's facts and run
     preflight; nothing is written anywhere. ``inventory`` names the inventory file, asked after
-    the window check (a closed window refuses before any input is read).
+    the window check (a closed window refuses before any input is read). A staged plan
+    (``stages:``) runs the stage :func:`rollout.change.staging.choose_stage` picks from the
+    cluster's record of its earlier changes (``stage`` says which and why).
 
     The API client's import runs in a thread while the inventory is read and the facts calls
     start; the connection, the Lease check and the reads follow (``benchmarks/README.md``).
 
     Raises:
-        PreflightError: the change window is closed (not under ``dry_run``), or preflight
-            refuses.
+        PreflightError: the change window is closed (not under ``dry_run``), preflight
+            refuses, or a staged plan has no stage that may start (the reason names why).
         LockHeldError: a live process holds the cluster lock.
     """
     from rollout.change.inventory import start_inventory
     from rollout.change.session import FactsGathering, run_preflight
+    from rollout.change.staging import choose_stage, stage_history
     from rollout.change.windows import guard, parse_windows
     from rollout.errors import PreflightError
 
@@ -106,6 +112,12 @@ def prepare_apply(
         api = connect()
         lock = LeaseLock(api, opts.lock_namespace)
         lock.check()
+        stage = None
+        if plan.stages and plan.stage is None:
+            stage = choose_stage(plan, stage_history(api, opts.lock_namespace, plan, say))
+            if stage.index is None:
+                raise PreflightError(stage.reason)
+            plan = plan.at_stage(stage.index)
     except BaseException:
         facts.close()
         raise
@@ -121,7 +133,7 @@ def prepare_apply(
         opts.overrides,
         force_serving=opts.force_serving is not None,
     )
-    return PreparedApply(plan, inv, api, lock, prepared, window_check, opts)
+    return PreparedApply(plan, inv, api, lock, prepared, window_check, opts, stage)
 
 
 def journal_consents(
@@ -289,6 +301,7 @@ def run_apply(
         open_context,
         reported,
     )
+    from rollout.change.staging import stage_info
     from rollout.kube.lease_objects import holder_identity
 
     plan, inv, api, lock, prepared = (
@@ -337,7 +350,7 @@ def run_apply(
         gated = None
         if opts.require_evidence and evidence is not None:
             gate = gated = EvidenceGate(gate, journal, evidence, before)
-        info = {
+        info: dict[str, Any] = {
             "plan": str(Path(plan.path).resolve()),
             # the plan itself, so a machine without the file resumes and rolls back with it
             # (rollout.change.plan.recorded_plan)
@@ -346,6 +359,8 @@ def run_apply(
             "intentSha256": intent_digest(plan),
             "by": holder_identity(),  # who ran it, in the cluster record too
         }
+        if (stage := stage_info(plan)) is not None:  # a staged plan's stage (change.staging)
+            info["stage"] = stage
         status = reported(
             journal,
             lock,

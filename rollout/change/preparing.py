@@ -525,7 +525,9 @@ def _previews(
     controllers = cluster.controllers(objects)
     out = []
     for n in moving:
-        f = facts[n]
+        f = facts.get(n)
+        if f is None:  # no facts or no render: preflight names why; nothing to preview
+            continue
         hw = node_facts_from_dict(raw_facts[f.host], file=str(facts_dir / f"{f.host}.json"))
         out.append(
             preview_node(objects[n], hw, f.kubelet_after, list(pod_objects.get(n, ())), controllers)

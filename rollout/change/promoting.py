@@ -156,7 +156,8 @@ def prepare_promotion(
         )
     from rollout.change.plan import load_plan
 
-    plan = load_plan(str(info_path(journal, "plan", opts.plan_path)))
+    # a staged plan's change promotes the stage it canaried (rollout.change.staging)
+    plan = load_plan(str(info_path(journal, "plan", opts.plan_path))).for_change(status.info)
     recorded = status.info.get("intentSha256")
     if recorded and recorded != intent_digest(plan):
         raise PreflightError(

@@ -90,6 +90,8 @@ class ChangeStatus:
         triggers: what asked for a rollback, in journal order (the gate's verdict, an alert
             ``rollout serve`` received): ``trigger``, ``at``, ``nodes``, ``reason``, and for an
             alert its ``id``, ``alert`` and, once the rollback it started ended, ``outcome``.
+        bench: the last ``bench-verdict`` (``gate.bench``): each verdict's outcome and reason,
+            and whether it allows the next stage to tighten; empty without one.
     """
 
     change: str
@@ -100,6 +102,7 @@ class ChangeStatus:
     evidence: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     cause: StopCause | None = None
     triggers: tuple[Mapping[str, Any], ...] = ()
+    bench: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary."""
@@ -112,6 +115,8 @@ class ChangeStatus:
             "nodes": [s.to_dict() for s in self.nodes.values()],
             "evidence": {k: dict(v) for k, v in self.evidence.items()},
             "triggers": [dict(t) for t in self.triggers],
+            "stage": self.info.get("stage"),
+            "bench": dict(self.bench) or None,
         }
 
 
@@ -154,6 +159,7 @@ class Projection:
         self.evidence: dict[str, dict[str, Any]] = {}
         # trigger id (or the record's position, for a gate's) -> what it asked and how it ended
         self.triggers: dict[str, dict[str, Any]] = {}
+        self.bench: dict[str, Any] = {}
 
     def add(self, e: Entry) -> None:
         self.count += 1
@@ -163,6 +169,8 @@ class Projection:
                 self.evidence[str(e.data.get("label", ""))] = _evidence_summary(e.data)
             elif e.step == TRIGGER_STEP:
                 self._trigger(e)
+            elif e.step == Kind.BENCH_VERDICT:
+                self.bench = _bench_summary(e.data)
             elif e.step == CHANGE_STEP and e.phase is Phase.BEGIN:
                 self.info = dict(e.data)
                 self.outcome, self.cause = ChangeOutcome.RUNNING, None
@@ -218,6 +226,7 @@ class Projection:
             evidence=dict(self.evidence),
             cause=self.cause,
             triggers=tuple(dict(t) for t in self.triggers.values()),
+            bench=dict(self.bench),
         )
 
 
@@ -239,6 +248,15 @@ def status_of(journal: Journal) -> ChangeStatus:
         for e in new:
             p.add(e)
         return p.status(journal.change_id)
+
+
+def _bench_summary(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``bench-verdict`` entry as status shows it: each verdict's outcome and reason."""
+    out: dict[str, Any] = {"allowsTightening": bool(data.get("allowsTightening"))}
+    for key in ("regression", "tightening"):
+        v = data.get(key) or {}
+        out[key] = {"outcome": v.get("outcome"), "reason": v.get("reason")}
+    return out
 
 
 def _evidence_summary(data: Mapping[str, Any]) -> dict[str, Any]:

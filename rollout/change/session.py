@@ -553,7 +553,8 @@ def _resume_later_batches(
     if not todo and regate is None:
         return end_resumed(ctx)
     if plan is None:
-        plan = load_plan(str(info_path(ctx.journal, "plan", None)))  # names what is missing
+        # names what is missing
+        plan = load_plan(str(info_path(ctx.journal, "plan", None))).for_change(info)
     if info.get("intentSha256") and info["intentSha256"] != intent_digest(plan):
         raise PreflightError(
             f"the plan {plan.path} renders another intent than change {before.change} "

@@ -95,6 +95,7 @@ class Report:
     evidence_source: str
     window: Mapping[str, Any] = field(default_factory=dict)
     bench: tuple[Mapping[str, Any], ...] = ()
+    bench_verdict: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def evidence_status(self) -> str:
@@ -120,6 +121,8 @@ class Report:
                 "checks": [c.as_dict() for c in self.checks],
             },
             "bench": [dict(b) for b in self.bench],
+            "stage": self.info.get("stage"),
+            "benchVerdict": dict(self.bench_verdict) or None,
         }
 
 
@@ -192,10 +195,13 @@ def build_report(
     states: dict[str, NodeStatus] = {n: NodeStatus(node=n) for n in status.nodes}
     events, decisions, window = [], [], {}
     files: dict[tuple[str, str], FileChange] = {}
-    benched: dict[str, Mapping[str, Any]] = {str(b.get("node")): b for b in bench}
+    # per node and label (gate.bench journals a "before" and an "after" run of each canary)
+    benched: dict[tuple[str, str], Mapping[str, Any]] = {
+        (str(b.get("node")), str(b.get("label") or "")): b for b in bench
+    }
     for e in entries:
         if e.node is None and e.step == Kind.BENCH:
-            benched[str(e.data.get("node", ""))] = dict(e.data)
+            benched[(str(e.data.get("node", "")), str(e.data.get("label") or ""))] = dict(e.data)
             continue
         if e.node is None:
             if e.step == CHANGE_STEP and "window" in e.data:
@@ -239,6 +245,7 @@ def build_report(
         evidence_source=evidence_source,
         window=window,
         bench=tuple(benched.values()),
+        bench_verdict=dict(status.bench),
     )
 
 

@@ -190,6 +190,7 @@ class Runbook:
     warnings: tuple[str, ...]
     gpu_resource: str
     commands: tuple[tuple[str, str], ...] = field(default=())
+    stages: tuple[Mapping[str, Any], ...] = ()
     rules: tuple[str, ...] = RULES
 
 
@@ -304,6 +305,7 @@ def build_runbook(
         warnings=tuple(warnings),
         gpu_resource=gpu_resource,
         commands=operator_commands(gpu_resource),
+        stages=tuple({"name": s.name, "kubelet": dict(s.kubelet)} for s in plan.stages),
     )
 
 

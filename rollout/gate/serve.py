@@ -70,6 +70,7 @@ from rollout.gate.payloads import BadBody, parse_alerts
 
 #: Names of the metrics rollout exports (the monitoring assets are checked against this list).
 ROLLOUT_METRICS = (
+    "rollout_bench_verdict",
     "rollout_gate_rejections_seen_total",
     "rollout_gate_verdicts_total",
     "rollout_node_state",
@@ -109,6 +110,13 @@ class GateMetrics:
             "rollout_gate_verdicts",
             "Gate verdicts, by outcome.",
             ["outcome"],
+            registry=self.registry,
+        )
+        self.bench_verdict = Gauge(
+            "rollout_bench_verdict",
+            "1 for the outcome of each change's gate.bench verdict: regression (after against "
+            "before) and aligned-advantage (whether a tighter next stage may start).",
+            ["change", "stage", "check", "outcome"],
             registry=self.registry,
         )
         self.node_state = Gauge(
@@ -171,6 +179,12 @@ class GateMetrics:
                 if new > 0:
                     self.rejections.labels(node=node, reason=reason).inc(new)
                 self._seen[key] = max(n, self._seen.get(key, 0))
+
+    def set_bench_verdict(self, change: str, stage: str, check: str, outcome: str) -> None:
+        """Mark the change's ``gate.bench`` verdict ``check`` (``regression``,
+        ``aligned-advantage``) as ``outcome`` (and as none of the other three)."""
+        for o in ("Successful", "Failed", "Inconclusive", "Error"):
+            self.bench_verdict.labels(change, stage, check, o).set(1 if o == outcome else 0)
 
     def set_node_state(self, node: str, state: str, states: Sequence[str]) -> None:
         """Mark ``node`` as being in ``state`` (and in none of the other ``states``)."""

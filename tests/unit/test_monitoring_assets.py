@@ -69,6 +69,7 @@ def exported_rollout_metrics() -> set[str]:
         )
     )
     m.set_node_state("a", "applied", ["applied"])
+    m.set_bench_verdict("c1", "restricted", "aligned-advantage", "Failed")
     m.rollbacks.labels(trigger="gate").inc()
     m.requests.labels(code="200").inc()
     m.alerts.labels(action="unowned").inc()
