@@ -266,7 +266,7 @@ def apply_cmd(
             plan, ready.api, journal, output, inv, progress.event, ready.lock.interrupt, predicted
         )
 
-    hooks = ChangeEvidence(ready.api, ready.inventory, forks, echo_err)
+    hooks = ChangeEvidence(ready.api, ready.inventory, forks, echo_err, tenancy=plan.tenancy)
     done = run_apply(
         ready,
         make_gate,

@@ -95,6 +95,7 @@ class Report:
     evidence_source: str
     window: Mapping[str, Any] = field(default_factory=dict)
     bench: tuple[Mapping[str, Any], ...] = ()
+    tenancy: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def evidence_status(self) -> str:
@@ -120,6 +121,7 @@ class Report:
                 "checks": [c.as_dict() for c in self.checks],
             },
             "bench": [dict(b) for b in self.bench],
+            "tenancy": [dict(t) for t in self.tenancy],
         }
 
 
@@ -239,6 +241,15 @@ def build_report(
         evidence_source=evidence_source,
         window=window,
         bench=tuple(benched.values()),
+        tenancy=tenancy_audits(collections),
+    )
+
+
+def tenancy_audits(collections: Sequence[Collection]) -> tuple[Mapping[str, Any], ...]:
+    """The tenancy audit of each collection that took one (before, after, ...): the audit as
+    ``rollout tenancy audit -o json`` prints it, with the collection's ``label`` and ``at``."""
+    return tuple(
+        {**c.tenancy, "label": c.label, "at": c.at} for c in collections if c.tenancy is not None
     )
 
 
