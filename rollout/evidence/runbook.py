@@ -345,6 +345,8 @@ def as_json(runbook: Runbook) -> str:
     doc = _plain(runbook)
     doc["commands"] = [{"what": w, "command": c} for w, c in runbook.commands]
     doc["preflight"].pop("previews", None)  # shown once, as ``preview``
+    if doc["preflight"].get("tenancy") is None:  # the plan names no tenancy file
+        doc["preflight"].pop("tenancy", None)
     doc["preview"] = runbook.preview.to_dict()
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
