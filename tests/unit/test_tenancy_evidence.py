@@ -184,3 +184,21 @@ def test_the_runbooks_preflight_shows_the_audits_table() -> None:
     assert doc["preflight"]["tenancy"]["rows"][3]["got"] == "allowed"
     offline = render_runbook(build_runbook(plan, INV, FRIDAY, Preflight(ran=False)), "markdown")
     assert "| tenant |" not in offline
+
+
+def test_rollout_evidence_audits_the_tenancy_file_of_the_changes_recorded_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rollout.cli.docs import _tenancy_of
+
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN + "tenancy: tenancy.yaml\n")
+    assert _tenancy_of({"plan": str(plan)}) == str(tmp_path / "tenancy.yaml")
+    plan.write_text(PLAN)
+    assert _tenancy_of({"plan": str(plan)}) is None
+    assert _tenancy_of({"plan": str(tmp_path / "gone.yaml")}) is None
+    assert _tenancy_of({}) is None
+    plan.write_text(PLAN + "tenancy: 3\n")
+    assert _tenancy_of({"plan": str(plan)}) is None
+    err = capsys.readouterr().err
+    assert "warning: no tenancy audit:" in err and "tenancy" in err and str(plan) in err
