@@ -301,7 +301,7 @@ def apply_cmd(
         group = cfg is None or str(cfg.on_failure) == "rollback-group"
         return BenchGate(gate, journal, runner, before, group, progress.event)
 
-    hooks = ChangeEvidence(ready.api, ready.inventory, forks, echo_err)
+    hooks = ChangeEvidence(ready.api, ready.inventory, forks, echo_err, tenancy=plan.tenancy)
     done = run_apply(
         ready,
         make_gate,

@@ -171,7 +171,9 @@ def promote_cmd(
     ) -> Gate:
         return gate_for(plan, api, journal, output, inv, progress.event, lock.interrupt, predicted)
 
-    hooks = ChangeEvidence(api, promo.inventory, forks, echo_err, keep_nodes=True)
+    hooks = ChangeEvidence(
+        api, promo.inventory, forks, echo_err, keep_nodes=True, tenancy=promo.plan.tenancy
+    )
     final = run_promotion(
         api,
         promo,

@@ -96,6 +96,7 @@ class Report:
     window: Mapping[str, Any] = field(default_factory=dict)
     bench: tuple[Mapping[str, Any], ...] = ()
     bench_verdict: Mapping[str, Any] = field(default_factory=dict)
+    tenancy: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def evidence_status(self) -> str:
@@ -123,6 +124,7 @@ class Report:
             "bench": [dict(b) for b in self.bench],
             "stage": self.info.get("stage"),
             "benchVerdict": dict(self.bench_verdict) or None,
+            "tenancy": [dict(t) for t in self.tenancy],
         }
 
 
@@ -246,6 +248,15 @@ def build_report(
         window=window,
         bench=tuple(benched.values()),
         bench_verdict=dict(status.bench),
+        tenancy=tenancy_audits(collections),
+    )
+
+
+def tenancy_audits(collections: Sequence[Collection]) -> tuple[Mapping[str, Any], ...]:
+    """The tenancy audit of each collection that took one (before, after, ...): the audit as
+    ``rollout tenancy audit -o json`` prints it, with the collection's ``label`` and ``at``."""
+    return tuple(
+        {**c.tenancy, "label": c.label, "at": c.at} for c in collections if c.tenancy is not None
     )
 
 

@@ -639,13 +639,15 @@ def test_the_audit_runs_with_only_its_own_rbac_manifest(world: World, tmp_path: 
                 _create(world.kube, d)
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(600)
 def test_apply_refuses_a_tightening_while_the_audit_fails(
     world: World, lab_nodes: Any, tmp_path: Path
 ) -> None:
     """The plan names the tenancy file: `apply` (dry run) audits in preflight; with the claims
     binding removed it refuses the canary (single-numa-node, the lab intent), exit 3, until
-    --force REASON; restored, preflight passes."""
+    --force REASON; restored, preflight passes. Then the canary is applied: the audit is in its
+    evidence before and after (evidence.json, the journal), and `rollout report` and `rollout
+    runbook` show its table, row by row."""
     from kubernetes import client
 
     from tests.lab import changekit as ck
@@ -678,3 +680,38 @@ def test_apply_refuses_a_tightening_while_the_audit_fails(
     r = ck.cli(common, env)
     assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
     assert "tenancy audit of lab: pass" in r.stdout + r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
+
+    r = ck.cli([*common[:-1], "--yes", "-o", "json"], env)
+    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+    change = json.loads(r.stdout)["change"]
+    journal = ck.latest_journal(tmp_path / "state")
+    assert journal is not None and journal.change_id == change
+    evidence = json.loads((journal.dir / "evidence.json").read_text())
+    audits = {c["label"]: c.get("tenancy") or {} for c in evidence["collections"]}
+    assert {k: (a.get("policy"), a.get("result")) for k, a in audits.items()} == {
+        "before": ("lab", "pass"),
+        "after": ("lab", "pass"),
+    }, audits
+    assert len(audits["after"]["rows"]) == len(world.audit()["rows"]) >= 20
+    entries = [e.data for e in journal.entries() if e.step == "evidence"]
+    assert [(d["label"], d["tenancy"]["result"]) for d in entries] == [
+        ("before", "pass"),
+        ("after", "pass"),
+    ], entries
+    (row,) = [
+        x
+        for x in audits["after"]["rows"]
+        if (x["identity"], x["case"]) == ("user alice", "claim selector off the list")
+    ]
+    assert row["got"] == "refused" and "claims-team-a" in row["by"], row
+    refused = (
+        "| team-a | user alice | probe | claim selector off the list | refused | refused | "
+        f"{row['by']} | yes |  |"
+    )
+    r = ck.cli(["report", "--change", change], env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "## Tenancy audit" in r.stdout and r.stdout.count(refused) == 2, r.stdout[-4000:]
+    r = ck.cli(["runbook", "--plan", str(plan), "-i", str(inv)], env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    preflight = r.stdout.split("## Preflight")[1].split("## Admission preview")[0]
+    assert "Tenancy audit of lab" in preflight and refused in preflight, preflight[-4000:]

@@ -295,7 +295,7 @@ def test_cli_runbook_shows_the_preview_preflight_computed(
 
     p = parse_plan(PLAN, "plan.yaml")
 
-    def prepare(*_: Any) -> Prepared:
+    def prepare(*_: Any, **__: Any) -> Prepared:
         if refused:
             raise PreviewedRefusal(f"preflight refused the change:\n  {RUNNING_REJECTED}", previews)
         return Prepared(
@@ -345,7 +345,7 @@ def test_a_serving_canary_preflight_refuses_is_not_repeated_as_a_warning(
         def gather_facts(self, *_: Any) -> dict[str, Any]:
             return {}
 
-    def prepare(*_: Any) -> Any:
+    def prepare(*_: Any, **__: Any) -> Any:
         raise PreviewedRefusal(f"preflight refused the change:\n  {argo}", ())
 
     monkeypatch.setattr(rollout.kube.canaries, "canaries_in_progress", lambda _: [argo, unread])
