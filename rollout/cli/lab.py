@@ -353,6 +353,9 @@ FAULTS = (
     "plugin-stop",
     "plugin-start",
     "plugin-restart",
+    "driver-stop",
+    "driver-start",
+    "driver-restart",
 )
 
 
@@ -381,8 +384,11 @@ def fault(
     """Inject a fault: stop/start a node's sshd or kubelet, restart the API server, mark a GPU
     of a real-kubelet node unhealthy or healthy (DEVICE, default every GPU), make its device
     plugin report a GPU on another NUMA node than its PCI device's (device-numa --numa N), or
-    stop, start or restart its device plugin. A health or plugin fault returns once the Node's
-    allocatable shows it; device-numa once the plugin sent the new list to the kubelet.
+    stop, start or restart its device plugin or its DRA driver (gpu.example.com). A health or
+    plugin fault returns once the Node's allocatable shows it; device-numa once the plugin sent
+    the new list to the kubelet; driver-stop once the driver exited (the kubelet wipes its
+    ResourceSlices 30 s later), driver-start and driver-restart once its ResourceSlices list
+    every GPU of the node.
 
     \b
     Examples:
@@ -391,6 +397,7 @@ def fault(
       rollout lab fault device-unhealthy default-node1 GPU-3
       rollout lab fault device-numa default-node1 --numa 0
       rollout lab fault plugin-stop default-node1 -o json
+      rollout lab fault driver-restart default-node1
     """
     if device and fault not in ("device-unhealthy", "device-healthy", "device-numa"):
         raise LabError(f"fault {fault} takes no DEVICE argument")
@@ -411,6 +418,8 @@ def fault(
             result = lab_.devices.device_numa(node, device, numa)
         elif fault.startswith("plugin-"):
             result = lab_.devices.plugin(node, fault.removeprefix("plugin-"))
+        elif fault.startswith("driver-"):
+            result = lab_.devices.driver(node, fault.removeprefix("driver-"), timeout=120.0)
         else:
             {
                 "sshd-stop": lab_.machines.stop_sshd,
@@ -434,6 +443,10 @@ def fault(
         after = (
             f" (nvidia.com/gpu capacity {result['capacity']}, allocatable {result['allocatable']})"
         )
+    if "slices" in result:
+        listed = result["slices"]
+        count = len(listed) if isinstance(listed, list) else 0
+        after = f" (driver {result['state']}; its ResourceSlices list {count} device(s))"
     click.echo(f"{fault}{where}: done{after}")
 
 
