@@ -8,9 +8,9 @@ Why: a migration between the paths switches those labels and waits for what the 
 controller and the kubelet then do; the lab must do the same thing to the same signals, with the
 real kubelet seeing a plugin come and go. A small agent runs inside each real-kubelet node next to
 the fake runtime (started by :mod:`rollout.lab.realnode` at the unit's first start, it survives
-kubelet restarts as a DaemonSet's pods do). Every :data:`POLL_S` it reads its own Node with the
-node's credentials and, for each component whose selection changed since it last looked (every
-component at its first look), writes that component's lifecycle file:
+kubelet restarts as a DaemonSet's pods do). It watches its own Node with the node's credentials
+(as the DaemonSet controller's informer does) and, for each component whose selection changed
+since it last looked (every component at its first look), writes that component's lifecycle file:
 
 * the device plugin's (:data:`rollout.lab.realnode.PLUGIN_STATE_FILE`), which the fake plugin
   itself follows (``stopped``; ``running N``);
@@ -35,6 +35,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -60,9 +61,10 @@ DRIVER_PID_FILE = str(realnode.STATE_DIR / "dradriver.pid")
 DRIVER_LOG = "/var/log/rollout-lab-dradriver.log"
 AGENT_LOG = "/var/log/rollout-lab-daemonsets.log"
 CDI_ROOT = str(realnode.STATE_DIR / "cdi")
-#: how often the agent reads its Node (a DaemonSet controller reacts to the Node's update event,
-#: then the kubelet starts the pod: about a second on an idle cluster)
+#: the wait before the agent reads its Node again after a failed read or watch
 POLL_S = 0.5
+#: how often the agent compares the driver's process with its lifecycle file
+CONVERGE_S = 0.25
 #: how long a stopping driver gets between SIGTERM and SIGKILL (the pod's grace period is 30 s;
 #: the driver exits at once on SIGTERM)
 STOP_GRACE_S = 10.0
@@ -302,8 +304,48 @@ def _client(cfg: Mapping[str, Any]) -> Any:
     )
 
 
+class Follower:
+    """Applies the Node's labels to the lifecycle files, on each change of a selection."""
+
+    def __init__(self, keys: Mapping[str, str], files: Mapping[str, Path]) -> None:
+        self.keys, self.files = keys, files
+        self.last: dict[str, bool] | None = None
+        self.lock = threading.Lock()
+
+    def labels(self, labels: Mapping[str, str]) -> None:
+        with self.lock:
+            for comp, action in label_actions(self.last, labels, self.keys).items():
+                new = apply_action(self.files[comp], action)
+                key = self.keys[comp]
+                _log(f"{comp}: {action} ({key}={labels.get(key, '')!r}): {new}")
+            self.last = {c: selected(labels, self.keys[c]) for c in COMPONENTS}
+
+
+def follow(api: Any, name: str, follower: Follower) -> None:
+    """Follow Node ``name``'s labels: a read, then a watch from its resourceVersion (as the
+    DaemonSet controller's informer does), again after any error or the watch's end."""
+    while True:
+        try:
+            node = api.get(f"/api/v1/nodes/{name}")
+            follower.labels((node.get("metadata") or {}).get("labels") or {})
+            params = {
+                "fieldSelector": f"metadata.name={name}",
+                "resourceVersion": str(node["metadata"]["resourceVersion"]),
+            }
+            for ev in api.watch("/api/v1/nodes", params, 300):
+                if ev.get("type") in ("ADDED", "MODIFIED"):
+                    meta = (ev.get("object") or {}).get("metadata") or {}
+                    follower.labels(meta.get("labels") or {})
+                elif ev.get("type") == "ERROR":
+                    break
+        except Exception:  # not registered yet, API server restarting: keep what runs
+            pass
+        time.sleep(POLL_S)
+
+
 def run(cfg: Mapping[str, Any], dra_bin: Path) -> None:
-    """The agent's loop (never returns)."""
+    """The agent (never returns): a thread follows the Node's labels; this one keeps the
+    driver's process as its lifecycle file says."""
     keys = label_keys(cfg)
     gpus = len(_read(Path(realnode.GPU_FILE)).split())
     driver = Driver(driver_argv(dra_bin, cfg, gpus))
@@ -311,22 +353,14 @@ def run(cfg: Mapping[str, Any], dra_bin: Path) -> None:
         DEVICE_PLUGIN: Path(realnode.PLUGIN_STATE_FILE),
         DRA_DRIVER: Path(DRIVER_STATE_FILE),
     }
-    api = _client(cfg)
     name = str(cfg["nodeName"])
-    last: dict[str, bool] | None = None
-    _log(f"watching Node {name} labels {keys[DEVICE_PLUGIN]}, {keys[DRA_DRIVER]}")
+    _log(f"following Node {name}'s labels {keys[DEVICE_PLUGIN]}, {keys[DRA_DRIVER]}")
+    threading.Thread(
+        target=follow, args=(_client(cfg), name, Follower(keys, files)), daemon=True
+    ).start()
     while True:
-        try:
-            labels = (api.get(f"/api/v1/nodes/{name}").get("metadata") or {}).get("labels") or {}
-        except Exception:  # not registered yet, API server restarting: keep what runs
-            labels = None
-        if labels is not None:
-            for comp, action in label_actions(last, labels, keys).items():
-                new = apply_action(files[comp], action)
-                _log(f"{comp}: {action} ({keys[comp]}={labels.get(keys[comp], '')!r}): {new}")
-            last = {c: selected(labels, keys[c]) for c in COMPONENTS}
         driver.converge()
-        time.sleep(POLL_S)
+        time.sleep(CONVERGE_S)
 
 
 def main(argv: list[str] | None = None) -> int:

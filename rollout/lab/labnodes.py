@@ -169,6 +169,7 @@ class LabNodes:
                 self._initialize_external_cloud_nodes(created)
                 self.wait_untainted([x.name for x in created], timeout=timeout)
                 if kubelet == "real":
+                    self.wait_agents([x.name for x in created], timeout=timeout)
                     self.device_class(keep=True)
                     if path == "dra":
                         self.wait_dra_gpus([x.name for x in created], timeout=timeout)
@@ -312,6 +313,17 @@ class LabNodes:
             if time.monotonic() > deadline:
                 raise LabError(f"nodes not advertising their GPUs after {timeout:.0f}s: {short}")
             time.sleep(0.25)
+
+    def wait_agents(self, names: Sequence[str], timeout: float = 60.0) -> None:
+        """Wait until each named real node's agent (:mod:`rollout.lab.daemonsets`) has read its
+        Node's labels once: a fault injected before that would be undone by its first look."""
+        deadline = time.monotonic() + timeout
+        for x in names:
+            log = self.node_root(x) / daemonsets.AGENT_LOG.lstrip("/")
+            while f"{daemonsets.DRA_DRIVER}: " not in (log.read_text() if log.exists() else ""):
+                if time.monotonic() > deadline:
+                    raise LabError(f"node {x}: the lab's DaemonSet agent never read its Node")
+                time.sleep(0.1)
 
     def wait_dra_gpus(self, names: Sequence[str], timeout: float = 60.0) -> None:
         """Wait until the lab DRA driver's ResourceSlices list every GPU of each named node."""
