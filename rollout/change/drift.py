@@ -113,6 +113,8 @@ class NodeReport:
         error: why the live config or files could not be read ("" when they were).
         paths: how the node serves each extended resource it advertises or DRA backs there
             (:func:`rollout.change.devicechecks.allocation_paths`).
+        dra_drivers: the DRA drivers publishing ResourceSlices for the node (its devices are
+            DRA-managed, whether or not a DeviceClass maps an extended resource to them).
     """
 
     node: str
@@ -125,6 +127,7 @@ class NodeReport:
     drift: tuple[str, ...] = ()
     error: str = ""
     paths: tuple[AllocationPath, ...] = ()
+    dra_drivers: tuple[str, ...] = ()
 
     @property
     def two_paths(self) -> list[str]:
@@ -145,6 +148,7 @@ class NodeReport:
             "error": self.error or None,
             "allocation": {p.resource: p.to_dict() for p in self.paths},
             "twoPaths": self.two_paths,
+            "draDrivers": list(self.dra_drivers),
         }
 
 
@@ -166,6 +170,7 @@ def report_node(
     configz: Mapping[str, Any] | None,
     error: str = "",
     paths: tuple[AllocationPath, ...] = (),
+    dra_drivers: tuple[str, ...] = (),
 ) -> NodeReport:
     """One node's row: its live config, the change that last wrote it, and the drift from what
     that change left (none when no change left it settled: untouched, in flight or failed)."""
@@ -184,4 +189,5 @@ def report_node(
         drift=found,
         error=error,
         paths=paths,
+        dra_drivers=dra_drivers,
     )

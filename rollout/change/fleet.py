@@ -76,16 +76,18 @@ def survey(
                 files.get(n) if n in in_inv else None,
                 configz,
                 error,
-                paths.get(n, ()),
+                *paths.get(n, ((), ())),
             )
         )
     return reports
 
 
-def allocation_paths_of(api: Api, names: list[str]) -> dict[str, tuple[AllocationPath, ...]]:
+def allocation_paths_of(
+    api: Api, names: list[str]
+) -> dict[str, tuple[tuple[AllocationPath, ...], tuple[str, ...]]]:
     """How each named Node serves its extended resources (:func:`devicechecks.allocation_paths`)
-    from the Nodes' capacity and allocatable, the DeviceClasses and the ResourceSlices: three
-    listings, whatever the number of nodes."""
+    and the DRA drivers with ResourceSlices on it, from the Nodes' capacity and allocatable, the
+    DeviceClasses and the ResourceSlices: three listings, whatever the number of nodes."""
     from rollout.change import devicechecks
     from rollout.kube import nodes as kn
 
@@ -96,14 +98,13 @@ def allocation_paths_of(api: Api, names: list[str]) -> dict[str, tuple[Allocatio
     out = {}
     for n in names:
         status = (objects.get(n) or {}).get("status") or {}
-        out[n] = tuple(
-            devicechecks.allocation_paths(
-                status.get("capacity") or {},
-                status.get("allocatable") or {},
-                drivers.get(n, []),
-                classes,
-            )
+        paths = devicechecks.allocation_paths(
+            status.get("capacity") or {},
+            status.get("allocatable") or {},
+            drivers.get(n, []),
+            classes,
         )
+        out[n] = (tuple(paths), tuple(sorted(set(drivers.get(n, [])))))
     return out
 
 

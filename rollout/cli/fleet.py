@@ -85,9 +85,10 @@ def nodes_cmd(
             paths = " ".join(
                 f"{p.resource}={'BOTH' if p.resource in r.two_paths else p.path}" for p in r.paths
             )
+            dra = f"  DRA drivers {','.join(r.dra_drivers)}" if r.dra_drivers else ""
             click.echo(
                 f"{r.node}: {verdict}  {change}  configz {digest}  {policy}  "
-                f"paths {paths or 'none'}"
+                f"paths {paths or 'none'}{dra}"
             )
             for d in r.drift:
                 click.echo(f"  drift: {d}")

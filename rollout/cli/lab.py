@@ -16,6 +16,7 @@ import click
 from rollout.cli.options import output_option
 from rollout.errors import LabError
 from rollout.lab.cluster import Lab
+from rollout.lab.daemonsets import DEFAULT_LABELS
 from rollout.lab.realnode import KUBELET_VERSIONS
 from rollout.lab.seeds import DISTRIBUTIONS
 
@@ -92,6 +93,29 @@ def lab() -> None:
     "plays that version's start-up checks and checkpoint files, 1.37 included.",
 )
 @click.option(
+    "--gpu-path",
+    type=click.Choice(["device-plugin", "dra"]),
+    default="device-plugin",
+    show_default=True,
+    help="Real-kubelet nodes: the GPU allocation path they start on, by their labels (the "
+    "device plugin, or the real DRA driver gpu.example.com); relabel a node to move it "
+    "(docs/lab-real-kubelet.md).",
+)
+@click.option(
+    "--device-plugin-label",
+    metavar="KEY",
+    default=DEFAULT_LABELS["device-plugin"],
+    show_default=True,
+    help="Real-kubelet nodes run the device plugin while labelled KEY=true.",
+)
+@click.option(
+    "--dra-label",
+    metavar="KEY",
+    default=DEFAULT_LABELS["dra-driver"],
+    show_default=True,
+    help="Real-kubelet nodes run the DRA driver while labelled KEY=true.",
+)
+@click.option(
     "--kwok-nodes",
     type=click.IntRange(min=0),
     default=0,
@@ -116,6 +140,9 @@ def up(
     monitoring: bool,
     kubelet: str | None,
     kubelet_version: str | None,
+    gpu_path: str,
+    device_plugin_label: str,
+    dra_label: str,
     kwok_nodes: int,
     kwok_pods_per_node: int,
     name: str,
@@ -135,6 +162,7 @@ def up(
       rollout lab up --nodes 2 --name ci -o json | jq -r .kubeconfig
       rollout lab up --nodes 4 --monitoring && eval "$(rollout lab env)"
       rollout lab up --nodes 2 --kubelet real
+      rollout lab up --nodes 2 --kubelet real --gpu-path dra --name dra
       rollout lab up --nodes 1 --kubelet-version 1.35 --name skew
       rollout lab up --nodes 1 --kubelet sim --kubelet-version 1.37 --name sim137
       rollout lab up --nodes 3 --kwok-nodes 500 --name big
@@ -152,6 +180,8 @@ def up(
         kubelet_version=kubelet_version,
         kwok_nodes=kwok_nodes,
         kwok_pods_per_node=kwok_pods_per_node,
+        path=gpu_path,
+        path_labels={"device-plugin": device_plugin_label, "dra-driver": dra_label},
     )
     seconds = time.monotonic() - t0
     _progress(f"lab {name} up in {seconds:.1f}s; {lab_.dir}")

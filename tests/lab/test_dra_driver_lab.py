@@ -24,9 +24,10 @@ One real-kubelet kubeadm node for the module (8 GPUs from the fake device plugin
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -292,7 +293,23 @@ def test_a_kubelet_config_change_on_a_dra_node_uncordons_after_its_slices_are_ba
         plan = ck.plan(tmp_path / "plan.yaml", {name: "kubeadm"})
         state = tmp_path / "state"
         args = ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"]
-        r = ck.cli([*args, "--verify-timeout", "180"], ck.env(lab, state), timeout=400)
+        seen: list[tuple[datetime, int]] = []  # (when, devices listed) while the change runs
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                count = sum(len(s["spec"]["devices"]) for s in _slices(lab, name))
+                if not seen or seen[-1][1] != count:
+                    seen.append((datetime.now(UTC), count))
+                time.sleep(0.5)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            r = ck.cli([*args, "--verify-timeout", "180"], ck.env(lab, state), timeout=400)
+        finally:
+            done.set()
+            sampler.join(timeout=10)
         assert r.returncode == 0, r.stderr[-3000:]
         doc = json.loads(r.stdout)
         assert {n["node"]: n["state"] for n in doc["nodes"]}[name] == "applied", doc
@@ -313,6 +330,16 @@ def test_a_kubelet_config_change_on_a_dra_node_uncordons_after_its_slices_are_ba
         assert at[("uncordon", "begin")] >= back, (at, back)
         waited = (at[("verify", "done")] - at[("verify", "begin")]).total_seconds()
         assert waited > 10, f"verify took {waited:.1f}s: it did not wait for the republish"
-        print(f"verify on the DRA node waited {waited:.1f}s for its ResourceSlices")
+        wiped = next(t for t, c in seen if c == 0)
+        again = next(t for t, c in seen if t > wiped and c == 8)
+        # the sampler looks every 0.5 s: it may see them a moment after verify did
+        assert at[("uncordon", "begin")] >= again - timedelta(seconds=2), (seen, at)
+        apply_began = at[("apply", "begin")]
+        print(
+            f"verify on the DRA node waited {waited:.1f}s for its ResourceSlices; after the "
+            f"apply began: wiped +{(wiped - apply_began).total_seconds():.1f}s, back "
+            f"+{(again - apply_began).total_seconds():.1f}s, verify began "
+            f"+{(at[('verify', 'begin')] - apply_began).total_seconds():.1f}s"
+        )
     finally:
         lab.machines.remove_nodes([name])

@@ -110,4 +110,7 @@ def test_the_row_carries_each_resources_allocation_path_and_names_two() -> None:
         "drivers": [],
         "note": None,
     }
-    assert report_node("n1", True, None, None, None, LIVE).to_dict()["twoPaths"] == []
+    plain = report_node("n1", True, None, None, None, LIVE).to_dict()
+    assert plain["twoPaths"] == [] and plain["draDrivers"] == []
+    claims_only = report_node("n1", True, None, None, None, LIVE, dra_drivers=("gpu.example.com",))
+    assert claims_only.to_dict()["draDrivers"] == ["gpu.example.com"]

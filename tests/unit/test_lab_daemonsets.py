@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from rollout.errors import LabError
 from rollout.lab import daemonsets as ds
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,3 +127,19 @@ def test_the_driver_version_is_pinned_exactly_in_its_own_module(
     assert ds.find_driver_bin_dir() == tmp_path / "dra-example-driver-v0.4.0" / "bin"
     monkeypatch.setenv("ROLLOUT_LAB_DRA_BIN", "/prebuilt")
     assert ds.find_driver_bin_dir() == Path("/prebuilt")
+
+
+def test_a_node_may_start_on_the_dra_path_and_an_unknown_path_is_refused() -> None:
+    assert ds.initial_labels(KEYS, "dra") == {DP: "false", DRA: "true"}
+    assert ds.label_actions(None, ds.initial_labels(KEYS, "dra"), KEYS) == {
+        ds.DEVICE_PLUGIN: "stop",
+        ds.DRA_DRIVER: "start",
+    }
+    # the plugin never registers (no capacity left behind); the driver starts with the node
+    assert ds.initial_files("dra") == {
+        "/var/lib/rollout-lab/fakedeviceplugin.state": "stopped\n",
+        "/var/lib/rollout-lab/dradriver.state": "running 1\n",
+    }
+    assert ds.initial_files() == {}
+    with pytest.raises(LabError, match="unknown allocation path 'both'"):
+        ds.initial_labels(KEYS, "both")
