@@ -68,6 +68,9 @@ CONVERGE_S = 0.25
 #: how long a stopping driver gets between SIGTERM and SIGKILL (the pod's grace period is 30 s;
 #: the driver exits at once on SIGTERM)
 STOP_GRACE_S = 10.0
+#: a driver that exits within this long of its start is started again after a back-off doubling
+#: from 1 s to 60 s (the kubelet's CrashLoopBackOff: 10 s to 5 min)
+CRASH_S = 10.0
 
 
 def selected(labels: Mapping[str, str], key: str) -> bool:
@@ -229,6 +232,8 @@ class Driver:
     def __init__(self, argv: list[str]) -> None:
         self.argv = argv
         self.pid, self.gen = 0, -1
+        self.started, self.backoff, self.not_before = 0.0, 0.0, 0.0
+        self.proc: subprocess.Popen[bytes] | None = None  # ours; None for one adopted
         with contextlib.suppress(OSError, ValueError):
             pid, gen = _read(Path(DRIVER_PID_FILE)).split()
             if self._is_driver(int(pid)):
@@ -243,8 +248,8 @@ class Driver:
     def alive(self) -> bool:
         if not self.pid:
             return False
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(self.pid, os.WNOHANG)
+        if self.proc is not None and self.proc.pid == self.pid:
+            return self.proc.poll() is None  # reaps it once it exited
         return self._is_driver(self.pid)
 
     def start(self, gen: int) -> None:
@@ -252,13 +257,15 @@ class Driver:
             p = subprocess.Popen(
                 self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
             )
-        self.pid, self.gen = p.pid, gen
+        self.proc, self.pid, self.gen, self.started = p, p.pid, gen, time.monotonic()
         _write(Path(DRIVER_PID_FILE), f"{p.pid} {gen}\n")
         _log(f"{DRIVER_BINARY} started (pid {p.pid}, generation {gen})")
 
     def stop(self) -> None:
         if not self.alive():
             self.pid = 0
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(DRIVER_PID_FILE)  # it exited on its own: a fault waits for this
             return
         pid = self.pid
         with contextlib.suppress(ProcessLookupError):
@@ -281,9 +288,18 @@ class Driver:
         if not running:
             self.stop()
         elif not self.alive():
-            if self.pid:
-                _log(f"{DRIVER_BINARY} (pid {self.pid}) exited; starting it again")
-            self.start(gen)
+            now = time.monotonic()
+            if self.pid:  # it exited on its own: again after a back-off, as a kubelet would
+                ran = now - self.started
+                self.backoff = 0.0 if ran > CRASH_S else min(max(1.0, 2 * self.backoff), 60.0)
+                self.not_before = now + self.backoff
+                _log(
+                    f"{DRIVER_BINARY} (pid {self.pid}) exited after {ran:.1f}s; again in "
+                    f"{self.backoff:.0f}s"
+                )
+                self.pid = 0
+            if now >= self.not_before or gen != self.gen:
+                self.start(gen)
         elif gen != self.gen:
             self.stop()
             self.start(gen)

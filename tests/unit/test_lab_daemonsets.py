@@ -5,6 +5,9 @@ version pin, without starting anything."""
 from __future__ import annotations
 
 import re
+import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -143,3 +146,58 @@ def test_a_node_may_start_on_the_dra_path_and_an_unknown_path_is_refused() -> No
     assert ds.initial_files() == {}
     with pytest.raises(LabError, match="unknown allocation path 'both'"):
         ds.initial_labels(KEYS, "both")
+
+
+@pytest.fixture
+def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name in ("DRIVER_PID_FILE", "DRIVER_LOG", "DRIVER_STATE_FILE"):
+        monkeypatch.setattr(ds, name, str(tmp_path / name.lower()))
+    return tmp_path
+
+
+def _wait(pred: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not pred():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_the_driver_process_follows_its_lifecycle_file(files: Path) -> None:
+    state = Path(ds.DRIVER_STATE_FILE)
+    driver = ds.Driver([shutil.which("sleep") or "/bin/sleep", "60"])
+    try:
+        driver.converge()  # no file: not running
+        assert not driver.alive()
+        state.write_text("running 1\n")
+        driver.converge()
+        first = driver.pid
+        assert driver.alive() and Path(ds.DRIVER_PID_FILE).read_text() == f"{first} 1\n"
+        driver.converge()
+        assert driver.pid == first  # same generation: left alone
+        # an agent started again adopts the running driver from its pid file
+        assert ds.Driver(driver.argv).pid == first
+        state.write_text("running 2\n")  # driver-restart
+        driver.converge()
+        assert driver.pid != first and driver.gen == 2
+        state.write_text("stopped\n")
+        driver.converge()
+        assert not driver.alive() and not Path(ds.DRIVER_PID_FILE).exists()
+    finally:
+        state.write_text("stopped\n")
+        driver.converge()
+
+
+def test_a_driver_that_exits_is_started_again_after_a_back_off(files: Path) -> None:
+    Path(ds.DRIVER_STATE_FILE).write_text("running 1\n")
+    driver = ds.Driver([shutil.which("true") or "/bin/true"])
+    driver.converge()
+    _wait(lambda: not driver.alive())
+    driver.converge()  # exited at once: not again before 1 s
+    assert driver.pid == 0 and driver.backoff == 1.0
+    _wait(lambda: (driver.converge(), driver.pid != 0)[1])
+    _wait(lambda: not driver.alive())
+    driver.converge()
+    assert driver.backoff == 2.0
+    Path(ds.DRIVER_STATE_FILE).write_text("stopped\n")
+    driver.converge()
+    assert not Path(ds.DRIVER_PID_FILE).exists()
