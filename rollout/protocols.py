@@ -77,6 +77,11 @@ class Cluster(Protocol):
         """The running kubelet's configuration (``/configz`` through the node proxy)."""
         ...
 
+    def dra_slices(self, node: str) -> Mapping[str, Mapping[str, int]]:
+        """The node's ResourceSlices: driver -> slice uid -> its device count (empty when
+        ``resource.k8s.io`` is not served or no driver publishes for the node)."""
+        ...
+
 
 class Lock(Protocol):
     """The cluster-wide lock (a Lease), renewed while held (``rollout.kube.leases.LeaseLock``)."""

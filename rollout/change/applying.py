@@ -20,7 +20,7 @@ from rollout.change.parallel import in_parallel, run_many, wrap
 from rollout.change.planning import device_resources, undrainable
 from rollout.change.replaying import NodeStatus, status_of
 from rollout.change.restoring import restore_nodes
-from rollout.change.verifying import WATCHED, config_subset, verify
+from rollout.change.verifying import WATCHED, Before, config_subset, verify
 from rollout.errors import (
     NodeFilesChangedError,
     NodeOperationError,
@@ -32,11 +32,12 @@ from rollout.models import FileBackup, NodeChange, Phase, Step, StepPath
 from rollout.protocols import RunResult
 
 
-def _prepare(ctx: Context, change: NodeChange) -> dict[str, str]:
+def _prepare(ctx: Context, change: NodeChange) -> Before:
     """The forward steps before any file is written: preflight, cordon, drain, backup.
 
     Returns:
-        The node's device allocatable before the change (what verify compares with).
+        The node's device allocatable and DRA ResourceSlices before the change (what verify
+        compares with).
     """
     node = change.node
     rec = ctx.record
@@ -45,6 +46,7 @@ def _prepare(ctx: Context, change: NodeChange) -> dict[str, str]:
     keys = tuple(dict.fromkeys((*WATCHED, *change.expected)))
     prior = config_subset(ctx.cluster.configz(node), keys)
     devices = device_resources(info.allocatable)
+    slices = {d: dict(s) for d, s in ctx.cluster.dra_slices(node).items()}
     # preflight checked every node before the change; a pod may have come since: still before
     # the cordon, refuse a drain that would lose a pod for good (kubectl drain's rules)
     d = ctx.drain
@@ -58,7 +60,7 @@ def _prepare(ctx: Context, change: NodeChange) -> dict[str, str]:
         Step.PREFLIGHT,
         Phase.DONE,
         StepPath.FORWARD,
-        {"configz": prior, "allocatable": devices},
+        {"configz": prior, "allocatable": devices, "slices": slices},
     )
 
     ctx.interrupt.check()
@@ -94,7 +96,7 @@ def _prepare(ctx: Context, change: NodeChange) -> dict[str, str]:
         StepPath.FORWARD,
         {"files": [vars(b) for b in backups], "change": change_record(change, blobs)},
     )
-    return devices
+    return Before(devices, slices)
 
 
 def _fail_and_restore(
@@ -156,7 +158,7 @@ def apply_batch(
     if ctx.runner.per_node([c.host for c in changes]):
         return _pipelined(ctx, by_node)
 
-    def prepare(node: str) -> dict[str, str]:
+    def prepare(node: str) -> Before:
         try:
             ctx.interrupt.check()  # no new node once forward work must stop
         except StopRequested as e:
@@ -274,13 +276,21 @@ def apply_node(ctx: Context, change: NodeChange) -> None:
         raise failures[change.node]
 
 
-def _verify_and_uncordon(ctx: Context, change: NodeChange, devices: Mapping[str, str]) -> None:
+def _verify_and_uncordon(ctx: Context, change: NodeChange, before: Before) -> None:
     """Verify, and uncordon if we cordoned: the tail of the forward path."""
     node = change.node
     ctx.record(
         node, Step.VERIFY, Phase.BEGIN, StepPath.FORWARD, {"expected": dict(change.expected)}
     )
-    verify(ctx.cluster, node, change.expected, devices, ctx.forward_clock, ctx.verify_timeout_s)
+    verify(
+        ctx.cluster,
+        node,
+        change.expected,
+        before.devices,
+        ctx.forward_clock,
+        ctx.verify_timeout_s,
+        slices_before=before.slices,
+    )
     ctx.record(node, Step.VERIFY, Phase.DONE, StepPath.FORWARD)
     status = status_of(ctx.journal).nodes[node]
     ours = status.we_cordoned
@@ -292,9 +302,9 @@ def _verify_and_uncordon(ctx: Context, change: NodeChange, devices: Mapping[str,
 
 
 def apply_and_verify(
-    ctx: Context, change: NodeChange, devices: Mapping[str, str], run_apply: bool = True
+    ctx: Context, change: NodeChange, before: Before, run_apply: bool = True
 ) -> None:
     """Apply (optionally), verify, and uncordon if we cordoned: the tail resume finishes."""
     if run_apply:
         apply_step(ctx, change)
-    _verify_and_uncordon(ctx, change, devices)
+    _verify_and_uncordon(ctx, change, before)

@@ -180,6 +180,100 @@ def check_dra_extended(
     return problems
 
 
+DEVICE_PLUGIN_PATH = "device-plugin"
+DRA_PATH = "dra"
+NO_PATH = "none"
+BOTH_PATHS = "both"
+
+
+@dataclass(frozen=True)
+class AllocationPath:
+    """How a node serves one extended resource now (``rollout nodes``).
+
+    Attributes:
+        resource: the extended resource (``nvidia.com/gpu``).
+        path: :data:`DEVICE_PLUGIN_PATH` (its allocatable > 0), :data:`DRA_PATH` (a DeviceClass
+            maps the name to a driver with ResourceSlices on the node, allocatable 0 or absent:
+            the scheduler's rule), :data:`BOTH_PATHS` (both at once: KEP-5004's forbidden
+            state), or :data:`NO_PATH`.
+        capacity, allocatable: the Node's, for the name.
+        classes, drivers: the DeviceClasses mapping the name, and their drivers publishing
+            ResourceSlices on the node (empty when DRA does not back it there).
+        note: what else the numbers say ("" when nothing).
+    """
+
+    resource: str
+    path: str
+    capacity: int
+    allocatable: int
+    classes: tuple[str, ...] = ()
+    drivers: tuple[str, ...] = ()
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "capacity": self.capacity,
+            "allocatable": self.allocatable,
+            "deviceClasses": list(self.classes),
+            "drivers": list(self.drivers),
+            "note": self.note or None,
+        }
+
+
+def allocation_paths(
+    capacity: Mapping[str, Any],
+    allocatable: Mapping[str, Any],
+    dra_drivers: Sequence[str],
+    classes: Sequence[DeviceClass],
+) -> list[AllocationPath]:
+    """Each extended resource the node serves or advertises, and by which path (sorted by name):
+    the names its device plugins advertise (capacity > 0) and those a DeviceClass maps to a
+    driver with ResourceSlices on the node.
+
+    The device plugin serves a name while its allocatable is > 0; DRA serves it where a class
+    maps it and allocatable is 0 (``filterExtendedResources`` in the scheduler, v1.36). A name
+    with both is :data:`BOTH_PATHS`. A plugin that left keeps its capacity for 5 min with
+    allocatable 0: DRA serves the name meanwhile, and the note says the plugin would take it back
+    if it registered again (:func:`check_dra_extended`, judging by capacity, refuses that node)."""
+    cap, alloc = _devices(capacity), _devices(allocatable)
+    names = {dc.extended_resource for dc in classes} | {r for r, c in cap.items() if c > 0}
+    out = []
+    for name in sorted(names):
+        backing = [dc for dc in classes if dc.extended_resource == name]
+        drivers = sorted(
+            {d for dc in backing for d in dra_drivers if not dc.drivers or d in dc.drivers}
+        )
+        used = tuple(
+            dc.name for dc in backing if any(not dc.drivers or d in dc.drivers for d in drivers)
+        )
+        c, a = cap.get(name, 0), alloc.get(name, 0)
+        note = ""
+        if a > 0 and drivers:
+            path = BOTH_PATHS
+            note = f'KEP-5004: "{KEP_5004}"'
+        elif a > 0:
+            path = DEVICE_PLUGIN_PATH
+        elif drivers:
+            path = DRA_PATH
+            if c > 0:
+                note = (
+                    f"the device plugin's capacity {c} is still reported with allocatable 0 (the "
+                    "kubelet drops it 5 min after the plugin left); were the plugin to register "
+                    "again, the node would serve the name through both paths"
+                )
+        elif c > 0:
+            path = NO_PATH
+            note = (
+                f"capacity {c}, allocatable 0: the device plugin is down or every device is "
+                "unhealthy, and no DeviceClass maps the name to a driver on the node"
+            )
+        else:
+            continue
+        out.append(AllocationPath(name, path, c, a, used if drivers else (), tuple(drivers), note))
+    return out
+
+
 def dra_topology_warnings(node: str, dra_drivers: Sequence[str], policy: str) -> list[str]:
     """A warning for a node with DRA devices whose new Topology Manager policy aligns anything:
     the kubelet's DRA manager gives the Topology Manager no hints."""

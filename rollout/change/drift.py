@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollout.change.devicechecks import BOTH_PATHS, AllocationPath
 from rollout.change.replaying import NodeStatus
 from rollout.change.verifying import WATCHED, config_mismatches
 from rollout.models import NodeState
@@ -110,6 +111,10 @@ class NodeReport:
         policy: the :data:`POLICY_FIELDS` of the live config.
         drift: what differs from what the change left (:func:`drift`).
         error: why the live config or files could not be read ("" when they were).
+        paths: how the node serves each extended resource it advertises or DRA backs there
+            (:func:`rollout.change.devicechecks.allocation_paths`).
+        dra_drivers: the DRA drivers publishing ResourceSlices for the node (its devices are
+            DRA-managed, whether or not a DeviceClass maps an extended resource to them).
     """
 
     node: str
@@ -121,6 +126,13 @@ class NodeReport:
     policy: Mapping[str, Any] = field(default_factory=dict)
     drift: tuple[str, ...] = ()
     error: str = ""
+    paths: tuple[AllocationPath, ...] = ()
+    dra_drivers: tuple[str, ...] = ()
+
+    @property
+    def two_paths(self) -> list[str]:
+        """The extended resources the node serves through the device plugin and DRA at once."""
+        return [p.resource for p in self.paths if p.path == BOTH_PATHS]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -134,6 +146,9 @@ class NodeReport:
             "drifted": bool(self.drift),
             "drift": list(self.drift),
             "error": self.error or None,
+            "allocation": {p.resource: p.to_dict() for p in self.paths},
+            "twoPaths": self.two_paths,
+            "draDrivers": list(self.dra_drivers),
         }
 
 
@@ -154,6 +169,8 @@ def report_node(
     files: Mapping[str, bytes | None] | None,
     configz: Mapping[str, Any] | None,
     error: str = "",
+    paths: tuple[AllocationPath, ...] = (),
+    dra_drivers: tuple[str, ...] = (),
 ) -> NodeReport:
     """One node's row: its live config, the change that last wrote it, and the drift from what
     that change left (none when no change left it settled: untouched, in flight or failed)."""
@@ -171,4 +188,6 @@ def report_node(
         policy={k: cfg[k] for k in POLICY_FIELDS if isinstance(cfg, Mapping) and k in cfg},
         drift=found,
         error=error,
+        paths=paths,
+        dra_drivers=dra_drivers,
     )

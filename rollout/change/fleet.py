@@ -1,9 +1,11 @@
 """The fleet as it is: every node of the inventory and every Node a change marked, with what its
-last change left and what runs now (``rollout nodes``, and ``rollout serve``'s drift metric).
+last change left, what runs now and how it serves its extended resources (device plugin, DRA, or
+both: ``rollout nodes``, and ``rollout serve``'s drift metric).
 
-Reads only: the Nodes' marks, the changes' journals (from the cluster record), each inventory
-node's files (the read-only facts playbook) and ``/configz``; ``rollout.change.drift`` says what
-differs (pure).
+Reads only: the Nodes' marks, status and ResourceSlices, the DeviceClasses, the changes' journals
+(from the cluster record), each inventory node's files (the read-only facts playbook) and
+``/configz``; ``rollout.change.drift`` says what differs and ``rollout.change.devicechecks`` which
+path serves a resource (both pure).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rollout.change.devicechecks import AllocationPath
 from rollout.change.drift import NodeReport, report_node
 from rollout.change.inventory import Inventory
 from rollout.change.record import existing_journal, to_stderr
@@ -48,6 +51,7 @@ def survey(
         except RolloutError as e:
             say(f"warning: change {change}: {e}")
     files = node_files(inv) if inv else {}
+    paths = allocation_paths_of(api, names)
 
     def live(n: str) -> tuple[dict[str, Any] | None, str]:
         try:
@@ -72,9 +76,36 @@ def survey(
                 files.get(n) if n in in_inv else None,
                 configz,
                 error,
+                *paths.get(n, ((), ())),
             )
         )
     return reports
+
+
+def allocation_paths_of(
+    api: Api, names: list[str]
+) -> dict[str, tuple[tuple[AllocationPath, ...], tuple[str, ...]]]:
+    """How each named Node serves its extended resources (:func:`devicechecks.allocation_paths`)
+    and the DRA drivers with ResourceSlices on it, from the Nodes' capacity and allocatable, the
+    DeviceClasses and the ResourceSlices: three listings, whatever the number of nodes."""
+    from rollout.change import devicechecks
+    from rollout.kube import nodes as kn
+
+    _, objects = kn.nodes_listed(api, set(names))
+    versions = kn.resource_api_versions(api)
+    classes = devicechecks.device_classes(kn.device_class_objects(api, versions))
+    drivers = kn.dra_drivers_by_node(api, versions)
+    out = {}
+    for n in names:
+        status = (objects.get(n) or {}).get("status") or {}
+        paths = devicechecks.allocation_paths(
+            status.get("capacity") or {},
+            status.get("allocatable") or {},
+            drivers.get(n, []),
+            classes,
+        )
+        out[n] = (tuple(paths), tuple(sorted(set(drivers.get(n, [])))))
+    return out
 
 
 def node_files(inv: Inventory) -> dict[str, dict[str, bytes | None]]:

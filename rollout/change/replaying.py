@@ -35,6 +35,8 @@ class NodeStatus:
         backups: the original files, with hashes (empty until the backup step is done).
         prior_config: the kubelet settings ``/configz`` showed before the change.
         prior_allocatable: device allocatable before the change (``nvidia.com/gpu`` etc.).
+        prior_slices: the node's DRA ResourceSlices before the change (driver -> slice uid ->
+            device count; verify waits for them after a kubelet restart).
         files_touched: the apply step began, so node files may differ from the backups.
         record: what the change writes on the node (paths, blob hashes, service, checkpoints),
             so resume and rollback can rebuild it without the plan.
@@ -51,6 +53,7 @@ class NodeStatus:
     backups: tuple[FileBackup, ...] = ()
     prior_config: Mapping[str, Any] = field(default_factory=dict)
     prior_allocatable: Mapping[str, str] = field(default_factory=dict)
+    prior_slices: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     files_touched: bool = False
     message: str = ""
     record: Mapping[str, Any] = field(default_factory=dict)
@@ -291,6 +294,7 @@ def _changes(s: Mapping[str, Any], e: Entry) -> dict[str, Any] | None:
     if step is Step.PREFLIGHT and phase is Phase.DONE:
         u["prior_config"] = dict(d.get("configz", {}))
         u["prior_allocatable"] = dict(d.get("allocatable", {}))
+        u["prior_slices"] = {str(k): dict(v) for k, v in (d.get("slices") or {}).items()}
     elif step is Step.CORDON:
         if phase is Phase.BEGIN and s["prior_cordoned"] is None:
             u["prior_cordoned"] = bool(d.get("priorCordoned", False))

@@ -157,6 +157,7 @@ def restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, Rol
                 status.prior_allocatable,
                 ctx.clock,
                 ctx.verify_timeout_s,
+                slices_before=status.prior_slices,
             )
             ctx.record(node, Step.RESTORE_VERIFY, Phase.DONE, StepPath.RESTORE)
         step_of[node] = Step.UNCORDON

@@ -28,6 +28,7 @@ from rollout.change.outcomes import ChangeOutcome, StopCause
 from rollout.change.parallel import in_parallel, wrap
 from rollout.change.replaying import ChangeStatus, NodeStatus, replay, status_of
 from rollout.change.restoring import restore_node, restore_nodes
+from rollout.change.verifying import Before
 from rollout.errors import NodeFilesChangedError
 from rollout.models import NodeState, Phase, Step, StepPath
 from rollout.verdicts import Verdict, VerdictStatus
@@ -117,7 +118,10 @@ def settle_node(ctx: Context, s: NodeStatus) -> None:
         change = change_from_record(ctx.journal, s.node, s.record)
         try:
             apply_and_verify(
-                ctx, change, s.prior_allocatable, run_apply=action is Settle.APPLY_AGAIN
+                ctx,
+                change,
+                Before(s.prior_allocatable, s.prior_slices),
+                run_apply=action is Settle.APPLY_AGAIN,
             )
             return
         except Exception as e:

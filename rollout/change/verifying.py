@@ -4,14 +4,19 @@ Why: a kubelet that started is not a kubelet that took our settings (a drop-in m
 flag may win), and a kubelet that took them may not have re-registered its devices yet
 (``UnexpectedAdmissionError`` storms, kubernetes #133382). So a node passes only when ``/healthz``
 says ok, the Node is Ready, ``/configz`` through the node proxy shows the expected policy, scope
-and reservation, and every device resource is back to its value from before the change. The same
-check, with the previous settings, proves a restore.
+and reservation, every device resource is back to its value from before the change, and every DRA
+driver's ResourceSlices for the node are back: the kubelet deletes all of a node's slices at its
+start (``DRAPluginManager``: "better to not advertise any local resources") and the driver
+publishes them again about 30 s later (the resourceslice controller's ``DefaultSyncDelay``), so a
+node uncordoned before that shows no DRA devices. The same check, with the previous settings,
+proves a restore.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from rollout.change.planning import device_resources
@@ -32,6 +37,15 @@ WATCHED = (
 """The settings we compare in ``/configz``: those this tool changes."""
 
 _CPUSET_KEYS = ("reservedSystemCPUs",)
+
+
+@dataclass(frozen=True)
+class Before:
+    """What verify compares a node with: its device allocatable and its DRA ResourceSlices
+    (driver -> slice uid -> device count) before the change."""
+
+    devices: Mapping[str, str] = field(default_factory=dict)
+    slices: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
 
 def config_subset(configz: Mapping[str, Any], keys: tuple[str, ...] = WATCHED) -> dict[str, Any]:
@@ -73,6 +87,46 @@ def device_mismatches(before: Mapping[str, str], now: Mapping[str, str]) -> list
     ]
 
 
+WIPE_GRACE_S = 20.0
+"""How long verify waits for the kubelet to wipe the node's ResourceSlices before it takes the
+slices from before the restart as current (a kubelet that does not wipe them; v1.36's wipes them
+in a background goroutine seconds after it starts, which may be after ``/healthz`` is ok)."""
+
+
+def slice_mismatches(
+    before: Mapping[str, Mapping[str, int]],
+    now: Mapping[str, Mapping[str, int]],
+    waited_s: float,
+) -> list[str]:
+    """DRA drivers whose ResourceSlices for the node are not back (pure): fewer devices listed
+    than before the change, or still the very slices from before the kubelet restart (the
+    kubelet wipes them at its start) while verify has waited less than :data:`WIPE_GRACE_S`.
+
+    Args:
+        before, now: driver -> slice uid -> device count, before the change and now.
+        waited_s: how long verify has been waiting.
+    """
+    out = []
+    for driver, slices in sorted(before.items()):
+        want = sum(slices.values())
+        if want <= 0:
+            continue
+        have = now.get(driver) or {}
+        got = sum(have.values())
+        if got < want:
+            out.append(
+                f"ResourceSlices of DRA driver {driver} list {got} device(s) for the node, "
+                f"{want} before the change (the kubelet wipes them at its start; the driver "
+                "publishes them again about 30 s later)"
+            )
+        elif set(have) & set(slices) and waited_s < WIPE_GRACE_S:
+            out.append(
+                f"ResourceSlices of DRA driver {driver} are still those from before the kubelet "
+                "restart (the kubelet wipes them at its start)"
+            )
+    return out
+
+
 def verify(
     cluster: Cluster,
     node: str,
@@ -81,18 +135,28 @@ def verify(
     clock: Clock,
     timeout_s: float,
     poll_s: float = 0.25,
+    slices_before: Mapping[str, Mapping[str, int]] | None = None,
 ) -> None:
     """Wait until the node is healthy with the expected config, or raise naming what is off.
 
     ``poll_s``: the wait between two looks (three API reads each); a batch waits for its slowest
     node's verify, so a look that misses the node by a moment should not cost half a second.
+    ``slices_before``: the node's ResourceSlices before the change (driver -> uid -> devices;
+    :func:`slice_mismatches`); None or empty: no DRA driver to wait for.
 
     Raises:
         NodeOperationError: still not right at the timeout; the last problems are named.
     """
-    deadline = clock.monotonic() + timeout_s
+    start = clock.monotonic()
+    deadline = start + timeout_s
     while True:
         problems = _problems(cluster, node, expected, devices_before)
+        if not problems and slices_before:
+            try:
+                now = cluster.dra_slices(node)
+                problems = slice_mismatches(slices_before, now, clock.monotonic() - start)
+            except RolloutError as e:
+                problems = [str(e)]
         if not problems:
             return
         if clock.monotonic() >= deadline:

@@ -16,6 +16,9 @@ from .options import inventory_option, kube_options, output_option
 
 DRIFT_EXIT = 9
 """``rollout nodes``: at least one node drifted from what its last change left."""
+TWO_PATHS_EXIT = 10
+"""``rollout nodes``: at least one node serves an extended resource through the device plugin and
+DRA at once (KEP-5004's one path per node); wins over :data:`DRIFT_EXIT`."""
 
 
 @click.command("nodes")
@@ -42,8 +45,13 @@ def nodes_cmd(
 
     A node the change left applied must have the files it wrote and the settings its verify
     step expected; a node it left restored, the backed-up files and the settings it had before.
-    Nodes outside the inventory are checked on /configz only. Exit 9 when any node drifted
-    (for cron or CI), 0 otherwise.
+    Nodes outside the inventory are checked on /configz only.
+
+    Each node's allocation path per extended resource (nvidia.com/gpu...): device-plugin (its
+    allocatable > 0), dra (a DeviceClass's extendedResourceName maps it to a driver with
+    ResourceSlices on the node, allocatable 0: the scheduler's rule), none, or BOTH (KEP-5004:
+    "One node in a cluster cannot have both"). Exit 10 when any node serves a resource through
+    both paths, else 9 when any node drifted (for cron or CI), 0 otherwise.
 
     \b
     Examples:
@@ -59,8 +67,13 @@ def nodes_cmd(
     inv = read_inventory(Path(inventory)) if inventory else None
     reports = survey(api, lock_namespace, inv, lambda m: click.echo(m, err=True))
     drifted = [r for r in reports if r.drift]
+    both = [r for r in reports if r.two_paths]
     if output == "json":
-        doc = {"nodes": [r.to_dict() for r in reports], "drifted": [r.node for r in drifted]}
+        doc = {
+            "nodes": [r.to_dict() for r in reports],
+            "drifted": [r.node for r in drifted],
+            "twoPaths": [r.node for r in both],
+        }
         click.echo(json.dumps(doc, indent=2))
     else:
         for r in reports:
@@ -68,15 +81,35 @@ def nodes_cmd(
             change = f"{r.change} ({r.state})" if r.change else "no change"
             digest = r.configz_sha256[:12] or "configz unread"
             verdict = "DRIFT" if r.drift else "ok"
-            click.echo(f"{r.node}: {verdict}  {change}  configz {digest}  {policy}")
+            # BOTH in capitals: the state KEP-5004 forbids
+            paths = " ".join(
+                f"{p.resource}={'BOTH' if p.resource in r.two_paths else p.path}" for p in r.paths
+            )
+            dra = f"  DRA drivers {','.join(r.dra_drivers)}" if r.dra_drivers else ""
+            click.echo(
+                f"{r.node}: {verdict}  {change}  configz {digest}  {policy}  "
+                f"paths {paths or 'none'}{dra}"
+            )
             for d in r.drift:
                 click.echo(f"  drift: {d}")
+            for p in r.paths:
+                if p.note:
+                    click.echo(f"  {p.resource}: {p.path}: {p.note}")
             if r.error:
                 click.echo(f"  {r.error}")
     if drifted:
         click.echo(
             f"{len(drifted)} node(s) drifted: {', '.join(r.node for r in drifted)}", err=True
         )
+    if both:
+        for r in both:
+            click.echo(
+                f"node {r.node}: {', '.join(r.two_paths)} served by the device plugin and by "
+                "DRA at once",
+                err=True,
+            )
+        sys.exit(TWO_PATHS_EXIT)
+    if drifted:
         sys.exit(DRIFT_EXIT)
 
 

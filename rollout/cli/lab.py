@@ -16,6 +16,7 @@ import click
 from rollout.cli.options import output_option
 from rollout.errors import LabError
 from rollout.lab.cluster import Lab
+from rollout.lab.daemonsets import DEFAULT_LABELS
 from rollout.lab.realnode import KUBELET_VERSIONS
 from rollout.lab.seeds import DISTRIBUTIONS
 
@@ -92,6 +93,29 @@ def lab() -> None:
     "plays that version's start-up checks and checkpoint files, 1.37 included.",
 )
 @click.option(
+    "--gpu-path",
+    type=click.Choice(["device-plugin", "dra"]),
+    default="device-plugin",
+    show_default=True,
+    help="Real-kubelet nodes: the GPU allocation path they start on, by their labels (the "
+    "device plugin, or the real DRA driver gpu.example.com); relabel a node to move it "
+    "(docs/lab-real-kubelet.md).",
+)
+@click.option(
+    "--device-plugin-label",
+    metavar="KEY",
+    default=DEFAULT_LABELS["device-plugin"],
+    show_default=True,
+    help="Real-kubelet nodes run the device plugin while labelled KEY=true.",
+)
+@click.option(
+    "--dra-label",
+    metavar="KEY",
+    default=DEFAULT_LABELS["dra-driver"],
+    show_default=True,
+    help="Real-kubelet nodes run the DRA driver while labelled KEY=true.",
+)
+@click.option(
     "--kwok-nodes",
     type=click.IntRange(min=0),
     default=0,
@@ -116,6 +140,9 @@ def up(
     monitoring: bool,
     kubelet: str | None,
     kubelet_version: str | None,
+    gpu_path: str,
+    device_plugin_label: str,
+    dra_label: str,
     kwok_nodes: int,
     kwok_pods_per_node: int,
     name: str,
@@ -135,6 +162,7 @@ def up(
       rollout lab up --nodes 2 --name ci -o json | jq -r .kubeconfig
       rollout lab up --nodes 4 --monitoring && eval "$(rollout lab env)"
       rollout lab up --nodes 2 --kubelet real
+      rollout lab up --nodes 2 --kubelet real --gpu-path dra --name dra
       rollout lab up --nodes 1 --kubelet-version 1.35 --name skew
       rollout lab up --nodes 1 --kubelet sim --kubelet-version 1.37 --name sim137
       rollout lab up --nodes 3 --kwok-nodes 500 --name big
@@ -152,6 +180,8 @@ def up(
         kubelet_version=kubelet_version,
         kwok_nodes=kwok_nodes,
         kwok_pods_per_node=kwok_pods_per_node,
+        path=gpu_path,
+        path_labels={"device-plugin": device_plugin_label, "dra-driver": dra_label},
     )
     seconds = time.monotonic() - t0
     _progress(f"lab {name} up in {seconds:.1f}s; {lab_.dir}")
@@ -353,6 +383,9 @@ FAULTS = (
     "plugin-stop",
     "plugin-start",
     "plugin-restart",
+    "driver-stop",
+    "driver-start",
+    "driver-restart",
 )
 
 
@@ -381,8 +414,11 @@ def fault(
     """Inject a fault: stop/start a node's sshd or kubelet, restart the API server, mark a GPU
     of a real-kubelet node unhealthy or healthy (DEVICE, default every GPU), make its device
     plugin report a GPU on another NUMA node than its PCI device's (device-numa --numa N), or
-    stop, start or restart its device plugin. A health or plugin fault returns once the Node's
-    allocatable shows it; device-numa once the plugin sent the new list to the kubelet.
+    stop, start or restart its device plugin or its DRA driver (gpu.example.com). A health or
+    plugin fault returns once the Node's allocatable shows it; device-numa once the plugin sent
+    the new list to the kubelet; driver-stop once the driver exited (the kubelet wipes its
+    ResourceSlices 30 s later), driver-start and driver-restart once its ResourceSlices list
+    every GPU of the node.
 
     \b
     Examples:
@@ -391,6 +427,7 @@ def fault(
       rollout lab fault device-unhealthy default-node1 GPU-3
       rollout lab fault device-numa default-node1 --numa 0
       rollout lab fault plugin-stop default-node1 -o json
+      rollout lab fault driver-restart default-node1
     """
     if device and fault not in ("device-unhealthy", "device-healthy", "device-numa"):
         raise LabError(f"fault {fault} takes no DEVICE argument")
@@ -411,6 +448,8 @@ def fault(
             result = lab_.devices.device_numa(node, device, numa)
         elif fault.startswith("plugin-"):
             result = lab_.devices.plugin(node, fault.removeprefix("plugin-"))
+        elif fault.startswith("driver-"):
+            result = lab_.devices.driver(node, fault.removeprefix("driver-"), timeout=120.0)
         else:
             {
                 "sshd-stop": lab_.machines.stop_sshd,
@@ -434,6 +473,10 @@ def fault(
         after = (
             f" (nvidia.com/gpu capacity {result['capacity']}, allocatable {result['allocatable']})"
         )
+    if "slices" in result:
+        listed = result["slices"]
+        count = len(listed) if isinstance(listed, list) else 0
+        after = f" (driver {result['state']}; its ResourceSlices list {count} device(s))"
     click.echo(f"{fault}{where}: done{after}")
 
 

@@ -17,6 +17,7 @@ class KubeCluster:
 
     def __init__(self, api: Api) -> None:
         self.api = api
+        self._resource_versions: list[str] | None = None
 
     def node(self, name: str) -> NodeInfo:
         """See ``Cluster.node``."""
@@ -61,3 +62,9 @@ class KubeCluster:
     def configz(self, node: str) -> Mapping[str, Any]:
         """See ``Cluster.configz``."""
         return proxy.configz(self.api, node)
+
+    def dra_slices(self, node: str) -> Mapping[str, Mapping[str, int]]:
+        """See ``Cluster.dra_slices`` (API discovery once per cluster object)."""
+        if self._resource_versions is None:
+            self._resource_versions = nodes.resource_api_versions(self.api)
+        return nodes.dra_slices_on(self.api, self._resource_versions, node)

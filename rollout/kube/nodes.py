@@ -348,6 +348,30 @@ def resource_claim_objects(api: Api, versions: list[str]) -> list[dict[str, Any]
     return _resource_objects(api, versions, "resourceclaims", "ResourceClaims")
 
 
+def dra_slices_on(api: Api, versions: list[str], node: str) -> dict[str, dict[str, int]]:
+    """The node's ResourceSlices (a field selector on ``spec.nodeName``): driver -> slice uid
+    -> number of devices."""
+    if not versions:
+        return {}
+    try:
+        listing: Any = call(
+            "list ResourceSlices",
+            api.custom.list_cluster_custom_object,
+            "resource.k8s.io",
+            versions[0],
+            "resourceslices",
+            field_selector=f"spec.nodeName={node}",
+        )
+    except ApiException as e:
+        raise ExternalError(f"list ResourceSlices of node {node}: {describe(e)}") from e
+    out: dict[str, dict[str, int]] = {}
+    for s in listing.get("items", []):
+        spec = s.get("spec") or {}
+        uid = str((s.get("metadata") or {}).get("uid", ""))
+        out.setdefault(str(spec.get("driver", "")), {})[uid] = len(spec.get("devices") or ())
+    return out
+
+
 def dra_drivers_by_node(api: Api, versions: list[str]) -> dict[str, list[str]]:
     """DRA drivers publishing ResourceSlices, by node name."""
     out: dict[str, list[str]] = {}

@@ -451,9 +451,19 @@ class Custom:
         self.rest = rest
 
     def list_cluster_custom_object(
-        self, group: str, version: str, plural: str, _request_timeout: Any = DEFAULT_TIMEOUT_S
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        field_selector: str | None = None,
+        _request_timeout: Any = DEFAULT_TIMEOUT_S,
     ) -> Any:
-        return self.rest.json("GET", f"/apis/{group}/{version}/{plural}", timeout=_request_timeout)
+        return self.rest.json(
+            "GET",
+            f"/apis/{group}/{version}/{plural}",
+            query={"fieldSelector": field_selector},
+            timeout=_request_timeout,
+        )
 
 
 class Discovery:

@@ -18,13 +18,13 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from rollout import assets
 from rollout.errors import LabError
+from rollout.lab import daemonsets, labstate
 from rollout.lab import kwok as kw
-from rollout.lab import labstate
 from rollout.lab import monitoring as mon
 from rollout.lab import nodes as n
 from rollout.lab.binaries import K8S_VERSION
@@ -345,12 +345,17 @@ class Lab:
         kubelet_version: str | None = None,
         kwok_nodes: int = 0,
         kwok_pods_per_node: int = 10,
+        path: str = "device-plugin",
+        path_labels: Mapping[str, str] | None = None,
     ) -> None:
         """Start everything and write ``inventory.ini`` and ``plan.yaml`` (and, with
         ``monitoring``, Prometheus, Alertmanager and ``rollout serve``; with ``kwok_nodes``, that
-        many kwok Nodes outside the inventory). An unknown kubelet or kubelet version, or a
-        negative count, is refused before anything starts."""
+        many kwok Nodes outside the inventory). ``path`` and ``path_labels``: the allocation path
+        real-kubelet nodes start on and the label keys it follows (:mod:`rollout.lab.daemonsets`).
+        An unknown kubelet or kubelet version, allocation path, or a negative count, is refused
+        before anything starts."""
         check_kubelet(kubelet, kubelet_version, K8S_VERSION)
+        daemonsets.initial_labels(daemonsets.label_keys({}), path)
         kw.check_counts(kwok_nodes, kwok_pods_per_node)
         self.start_control_plane(progress, kcm_extra_args=kw.kcm_args(kwok_nodes))
         try:
@@ -365,6 +370,8 @@ class Lab:
                 timeout=timeout,
                 kubelet=kubelet,
                 kubelet_version=kubelet_version,
+                path_labels=path_labels,
+                path=path,
             )
             self.inventory.write_text(
                 inventory_text(made, self.machines.ssh_key, f"lab {self.name} in {self.dir}")

@@ -250,3 +250,64 @@ class DeviceFaults:
         cap, alloc = self._counts(node)
         now = new or _read(state).strip() or "running"
         return {"state": now, "changed": new is not None, "capacity": cap, "allocatable": alloc}
+
+    def driver_slices(self, node: str) -> list[str]:
+        """The device names the lab's DRA driver publishes in ResourceSlices for ``node``."""
+        code, obj = self._api().request(
+            "GET",
+            "/apis/resource.k8s.io/v1/resourceslices?fieldSelector="
+            f"spec.nodeName={node},spec.driver={realnode.DRIVER}",
+        )
+        if code != 200:
+            raise LabError(f"list ResourceSlices of node {node}: HTTP {code}")
+        return sorted(
+            str(d.get("name"))
+            for s in obj.get("items") or ()
+            for d in (s.get("spec") or {}).get("devices") or ()
+        )
+
+    def driver(self, node: str, action: str, timeout: float = 60.0) -> dict[str, Any]:
+        """Stop, start or restart ``node``'s DRA driver (:mod:`rollout.lab.daemonsets` runs it);
+        wait until its process is gone (stop), or runs again and its ResourceSlices list every
+        GPU of the node (start, restart). The slices of a stopped driver stay until the kubelet
+        wipes them, 30 s after the driver unregistered: :meth:`wait_slices` waits for that."""
+        root = self._device_root(node)
+        state = root / realnode.DRIVER_STATE_FILE.lstrip("/")
+        pidfile = root / realnode.DRIVER_PID_FILE.lstrip("/")
+        new = next_state(_read(state) or "stopped", action)
+        if new is not None:
+            _write(state, new + "\n")
+            if new == "stopped":
+                _wait(
+                    lambda: not pidfile.exists(),
+                    timeout,
+                    f"node {node}: the DRA driver {realnode.DRIVER} stopping",
+                )
+            else:
+                gen = new.split()[-1]
+                _wait(
+                    lambda: _read(pidfile).split()[1:] == [gen],
+                    timeout,
+                    f"node {node}: the DRA driver {realnode.DRIVER} starting",
+                )
+                want = len(parse_devices((root / realnode.GPU_FILE.lstrip("/")).read_text()))
+                self.wait_slices(node, want, timeout)
+        now = new or _read(state).strip()
+        return {"state": now, "changed": new is not None, "slices": self.driver_slices(node)}
+
+    def wait_slices(self, node: str, devices: int, timeout: float = 90.0) -> list[str]:
+        """Wait until the DRA driver's ResourceSlices for ``node`` list ``devices`` devices (0:
+        until the kubelet wiped them); the device names."""
+        got: list[str] = []
+
+        def done() -> bool:
+            nonlocal got
+            got = self.driver_slices(node)
+            return len(got) == devices
+
+        _wait(
+            done,
+            timeout,
+            f"node {node}: ResourceSlices of {realnode.DRIVER} listing {devices} device(s)",
+        )
+        return got

@@ -12,13 +12,13 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rollout.errors import LabError
-from rollout.lab import nodefiles, realnode
+from rollout.lab import daemonsets, nodefiles, realnode
 from rollout.lab import nodes as n
 from rollout.lab.builds import check_kubelet
 from rollout.lab.hardware import NodeShape
@@ -98,12 +98,19 @@ class LabNodes:
         progress: Progress = lambda _m: None,
         kubelet: str = "sim",
         kubelet_version: str | None = None,
+        path_labels: Mapping[str, str] | None = None,
+        path: str = "device-plugin",
     ) -> list[nodefiles.LabNode]:
         """Create, seed and start nodes (round-robin over ``distributions``); wait for Ready.
         ``kubelet``: ``sim`` (the simulated kubelet) or ``real`` (:mod:`rollout.lab.realnode`);
         ``kubelet_version``: a minor of :data:`realnode.KUBELET_VERSIONS`, checked against the
         control plane's version by the skew policy before anything starts (the simulated kubelet
-        plays that version's flags, config checks and checkpoint files)."""
+        plays that version's flags, config checks and checkpoint files). ``path_labels``: the
+        node-label keys a real-kubelet node's device plugin and DRA driver follow
+        (:mod:`rollout.lab.daemonsets`: component -> key; default NVIDIA's); ``path``: the
+        allocation path they start on (``device-plugin`` or ``dra``: its labels, and the Node
+        waited for until its GPUs are advertised, or listed in the driver's ResourceSlices)."""
+        daemonsets.initial_labels(daemonsets.label_keys({}), path)  # an unknown path: refused
         cp = self.require_cp()
         version = str(cp.version().get("gitVersion", ""))
         wanted = check_kubelet(kubelet, kubelet_version, version)
@@ -114,6 +121,7 @@ class LabNodes:
         if dup:
             raise LabError(f"node names already in this lab: {', '.join(dup)}")
         kubelet_bin = realnode.build(progress, wanted) if kubelet == "real" else None
+        dra_bin = daemonsets.build_driver(progress) if kubelet == "real" else None
         created: list[nodefiles.LabNode] = []
         try:
             for k, name in enumerate(names):
@@ -132,6 +140,9 @@ class LabNodes:
                         self.socket_path,
                         wanted or version,
                         kubelet_bin,
+                        dra_bin,
+                        path_labels,
+                        path,
                     )
                 except BaseException:
                     n.stop_node(node.netns)
@@ -158,7 +169,12 @@ class LabNodes:
                 self._initialize_external_cloud_nodes(created)
                 self.wait_untainted([x.name for x in created], timeout=timeout)
                 if kubelet == "real":
-                    self.wait_gpus([x.name for x in created], timeout=timeout)
+                    self.wait_agents([x.name for x in created], timeout=timeout)
+                    self.device_class(keep=True)
+                    if path == "dra":
+                        self.wait_dra_gpus([x.name for x in created], timeout=timeout)
+                    else:
+                        self.wait_gpus([x.name for x in created], timeout=timeout)
                 progress(f"{len(created)} node(s) Ready")
         except BaseException:
             self.remove_nodes([x.name for x in created])
@@ -297,6 +313,49 @@ class LabNodes:
             if time.monotonic() > deadline:
                 raise LabError(f"nodes not advertising their GPUs after {timeout:.0f}s: {short}")
             time.sleep(0.25)
+
+    def wait_agents(self, names: Sequence[str], timeout: float = 60.0) -> None:
+        """Wait until each named real node's agent (:mod:`rollout.lab.daemonsets`) has read its
+        Node's labels once: a fault injected before that would be undone by its first look."""
+        deadline = time.monotonic() + timeout
+        for x in names:
+            log = self.node_root(x) / daemonsets.AGENT_LOG.lstrip("/")
+            while f"{daemonsets.DRA_DRIVER}: " not in (log.read_text() if log.exists() else ""):
+                if time.monotonic() > deadline:
+                    raise LabError(f"node {x}: the lab's DaemonSet agent never read its Node")
+                time.sleep(0.1)
+
+    def wait_dra_gpus(self, names: Sequence[str], timeout: float = 60.0) -> None:
+        """Wait until the lab DRA driver's ResourceSlices list every GPU of each named node."""
+        from rollout.lab.devicefaults import DeviceFaults
+
+        faults = DeviceFaults(self.require_cp, self.node_root)
+        for x in names:
+            want = len((self.node_root(x) / realnode.GPU_FILE.lstrip("/")).read_text().split())
+            faults.wait_slices(x, want, timeout)
+
+    def device_class(
+        self, extended_resource: str | None = None, *, keep: bool = False
+    ) -> dict[str, Any]:
+        """Create or replace the lab DRA driver's DeviceClass (:func:`daemonsets.device_class`),
+        mapping ``extended_resource`` when given; ``keep``: leave an existing one as it is (the
+        chart's install creates it once). The object as the API server has it."""
+        cp = self.require_cp()
+        base = "/apis/resource.k8s.io/v1/deviceclasses"
+        want = daemonsets.device_class(extended_resource)
+        code, have = cp.request("GET", f"{base}/{daemonsets.DEVICE_CLASS}")
+        if code == 404:
+            code, have = cp.request("POST", base, want)
+            if code != 201:
+                raise LabError(f"create DeviceClass {daemonsets.DEVICE_CLASS}: HTTP {code} {have}")
+        elif code == 200 and not keep:
+            want["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"]
+            code, have = cp.request("PUT", f"{base}/{daemonsets.DEVICE_CLASS}", want)
+            if code != 200:
+                raise LabError(f"update DeviceClass {daemonsets.DEVICE_CLASS}: HTTP {code} {have}")
+        elif code != 200:
+            raise LabError(f"read DeviceClass {daemonsets.DEVICE_CLASS}: HTTP {code} {have}")
+        return dict(have)
 
     def wait_untainted(self, names: Sequence[str], timeout: float = 60.0) -> None:
         """Wait until no named Node carries ``node.kubernetes.io/not-ready``: a Node is Ready

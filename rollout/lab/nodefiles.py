@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,9 +136,14 @@ def write_node_files(
     socket_path: Path,
     kubelet_version: str,
     kubelet_bin: Path | None = None,
+    dra_bin: Path | None = None,
+    path_labels: Mapping[str, str] | None = None,
+    path: str = "device-plugin",
 ) -> None:
     """Seed the node's overlay upper dirs (before its namespaces exist). ``kubelet_bin``: the
-    real kubelet's bin dir, for a ``kubelet="real"`` node."""
+    real kubelet's bin dir, for a ``kubelet="real"`` node; ``dra_bin``: the DRA driver's, and
+    ``path_labels``: the label keys its device plugin and DRA driver follow
+    (:mod:`rollout.lab.daemonsets`; default NVIDIA's), and ``path`` the one it starts on."""
     if node.distribution not in DISTRIBUTIONS:
         raise LabError(f"unknown distribution {node.distribution!r}; one of {DISTRIBUTIONS}")
     lay = LAYOUTS[node.distribution]
@@ -146,6 +152,14 @@ def write_node_files(
     cfg = node_config(node, socket_path, lay.kubeconfig_path)
     cfg["apiserverURL"] = f"https://127.0.0.1:{creds.apiserver_port}"
     cfg["kubeletVersion"] = kubelet_version
+    if node.kubelet == "real":
+        from rollout.lab import daemonsets
+
+        keys = daemonsets.label_keys({"pathLabels": dict(path_labels or {})})
+        cfg["pathLabels"] = keys
+        labels = cfg["labels"]
+        assert isinstance(labels, dict)
+        labels.update(daemonsets.initial_labels(keys, path))
     files["/etc/rollout-lab/node.json"] = json.dumps(cfg, indent=2) + "\n"
     files["/etc/rollout-lab/topology.json"] = json.dumps(cfg["topology"], indent=2) + "\n"
     files["/etc/rollout-lab/pki/ca.crt"] = creds.ca_pem
@@ -184,9 +198,10 @@ def write_node_files(
         if node.distribution in realhw.DISTRIBUTION_SYSCTL_FILES:
             path, content = realhw.DISTRIBUTION_SYSCTL_FILES[node.distribution]
             files[path] = content
-        units = realnode.unit(node.unit, kubelet_bin, lay.unit_path, lay.drop_ins)
+        units = realnode.unit(node.unit, kubelet_bin, lay.unit_path, lay.drop_ins, dra_bin)
         gpus = realhw.gpus(node.shape.topology())
         files[realnode.GPU_FILE] = "".join(f"{g}={numa}\n" for g, numa in gpus)
+        files.update(daemonsets.initial_files(path))
     files["/etc/rollout-lab/units.json"] = json.dumps(units, indent=2) + "\n"
     for o in OVERLAYS:
         _upper(node_dir, o).mkdir(parents=True, exist_ok=True)

@@ -50,6 +50,10 @@ GPU_FILE = "/etc/rollout-lab/gpus.txt"
 STATE_DIR = Path("/var/lib/rollout-lab")
 #: the fake device plugin's lifecycle file (``rollout.lab.devicefaults``)
 PLUGIN_STATE_FILE = str(STATE_DIR / "fakedeviceplugin.state")
+#: the lab's DRA driver, its lifecycle file and pid file (``rollout.lab.daemonsets`` runs it)
+DRIVER = "gpu.example.com"
+DRIVER_STATE_FILE = str(STATE_DIR / "dradriver.state")
+DRIVER_PID_FILE = str(STATE_DIR / "dradriver.pid")
 
 
 def lab_flags(node_ip: str, labels: Mapping[str, str]) -> list[str]:
@@ -203,8 +207,15 @@ def build(progress: Any = lambda _m: None, version: str | None = None) -> Path:
     return bin_dir
 
 
-def unit(node_unit: str, bin_dir: Path, fragment: str, drop_ins: Sequence[str]) -> dict[str, Any]:
-    """The node's units.json entry: this module as the unit's command."""
+def unit(
+    node_unit: str,
+    bin_dir: Path,
+    fragment: str,
+    drop_ins: Sequence[str],
+    dra_bin_dir: Path | None = None,
+) -> dict[str, Any]:
+    """The node's units.json entry: this module as the unit's command (``dra_bin_dir``: the DRA
+    driver's bin dir, for :mod:`rollout.lab.daemonsets`)."""
     pythonpath = os.pathsep.join(
         p for p in (str(assets.import_root()), os.environ.get("PYTHONPATH")) if p
     )
@@ -218,6 +229,7 @@ def unit(node_unit: str, bin_dir: Path, fragment: str, drop_ins: Sequence[str]) 
                 "/etc/rollout-lab/node.json",
                 "--bin-dir",
                 str(bin_dir),
+                *(["--dra-bin-dir", str(dra_bin_dir)] if dra_bin_dir else []),
             ],
             "log": "/var/log/kubelet.log",
             "restartSec": 1.0,
@@ -287,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="rollout.lab.realnode", description=__doc__)
     ap.add_argument("--node-config", required=True, type=Path)
     ap.add_argument("--bin-dir", required=True, type=Path)
+    ap.add_argument("--dra-bin-dir", type=Path, default=None)
     ap.add_argument("--print", action="store_true", help="print the kubelet command, run nothing")
     a = ap.parse_args(argv)
     cfg = json.loads(a.node_config.read_text())
@@ -308,6 +321,21 @@ def main(argv: list[str] | None = None) -> int:
         ],
         None,
     )
+    if a.dra_bin_dir is not None:
+        # the node's "DaemonSets": the device plugin and the DRA driver follow the Node's labels
+        _ensure(
+            "daemonsets",
+            [
+                sys.executable,
+                "-m",
+                "rollout.lab.daemonsets",
+                "--node-config",
+                str(a.node_config),
+                "--dra-bin-dir",
+                str(a.dra_bin_dir),
+            ],
+            None,
+        )
     # The kubelet's working directory must be an empty directory of the node's own: its container
     # log cleanup globs "<CRI log path>*", and the fake CRI reports an empty log path, so the glob
     # is "*" relative to the working directory; from "/" (the shim's) that unlinked the host's

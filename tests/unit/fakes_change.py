@@ -36,6 +36,8 @@ class FakeNode:
     files: dict[str, bytes]
     pods: list[PodRef] = field(default_factory=list)
     healthy: bool = True
+    #: DRA driver -> slice uid -> device count (the node's ResourceSlices)
+    slices: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 class FakeCluster:
@@ -87,6 +89,9 @@ class FakeCluster:
 
     def configz(self, node: str) -> Mapping[str, Any]:
         return {"kubeletconfig": dict(self.nodes[node].config)}
+
+    def dra_slices(self, node: str) -> Mapping[str, Mapping[str, int]]:
+        return {d: dict(s) for d, s in self.nodes[node].slices.items()}
 
 
 class FakeRunner:

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from rollout import errors
 from rollout.change.outcomes import GATE_HOLDS_EXIT
 from rollout.cli import cli
-from rollout.cli.fleet import DRIFT_EXIT
+from rollout.cli.fleet import DRIFT_EXIT, TWO_PATHS_EXIT
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -89,8 +89,9 @@ def test_documented_exit_codes_match_the_code() -> None:
         for cls in vars(errors).values()
         if isinstance(cls, type) and issubclass(cls, errors.RolloutError)
     }
-    # success; the gate holds (sys.exit in watch / apply); a node drifted (rollout nodes)
-    used |= {0, GATE_HOLDS_EXIT, DRIFT_EXIT}
+    # success; the gate holds (sys.exit in watch / apply); a node drifted, a node on two
+    # allocation paths (rollout nodes)
+    used |= {0, GATE_HOLDS_EXIT, DRIFT_EXIT, TWO_PATHS_EXIT}
     assert documented == used
 
 

@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 
 from rollout.change.devicechecks import (
+    BOTH_PATHS,
+    DEVICE_PLUGIN_PATH,
+    DRA_PATH,
+    NO_PATH,
+    AllocationPath,
     DeviceClass,
+    allocation_paths,
     check_advertised,
     check_dra_extended,
     check_vendor_domain,
@@ -153,6 +159,52 @@ def test_dra_devices_under_an_aligning_policy_are_a_warning() -> None:
     assert "gets no hints for DRA devices" in w and "resource.kubernetes.io/numaNode" in w
     assert dra_topology_warnings("n1", ["gpu.nvidia.com"], "none") == []
     assert dra_topology_warnings("n1", [], "restricted") == []
+
+
+def _paths(cap: dict[str, str], alloc: dict[str, str], drivers: list[str]) -> list[AllocationPath]:
+    return allocation_paths(cap, alloc, drivers, device_classes([CLASS]))
+
+
+def test_the_allocation_path_follows_the_schedulers_rule() -> None:
+    """The device plugin serves a name while its allocatable is > 0; DRA where a class maps it
+    to a driver with slices on the node and allocatable is 0 (filterExtendedResources)."""
+    (p,) = _paths({GPU: "8"}, {GPU: "8"}, [])
+    assert p == AllocationPath(GPU, DEVICE_PLUGIN_PATH, 8, 8)
+    (p,) = _paths({}, {}, ["gpu.example.com"])
+    assert (p.path, p.classes, p.drivers, p.note) == (
+        DRA_PATH,
+        ("gpu.example.com",),
+        ("gpu.example.com",),
+        "",
+    )
+    # the plugin left: capacity kept 5 min, allocatable 0: DRA serves it, the note says why the
+    # preflight (by capacity) would still refuse the node
+    (p,) = _paths({GPU: "8"}, {GPU: "0"}, ["gpu.example.com"])
+    assert p.path == DRA_PATH and "capacity 8 is still reported with allocatable 0" in p.note
+    # both at once: the forbidden state, in KEP-5004's words
+    (p,) = _paths({GPU: "8"}, {GPU: "8"}, ["gpu.example.com"])
+    assert p.path == BOTH_PATHS and "One node in a cluster cannot have both" in p.note
+    assert p.to_dict()["path"] == "both" and p.to_dict()["drivers"] == ["gpu.example.com"]
+    # a plugin down and no DRA: none, and why
+    (p,) = _paths({GPU: "8"}, {GPU: "0"}, [])
+    assert p.path == NO_PATH and "the device plugin is down" in p.note
+    # another driver's slices do not back the class; nothing advertised, nothing mapped: no row
+    (p,) = _paths({GPU: "8"}, {GPU: "8"}, ["other.example.com"])
+    assert p.path == DEVICE_PLUGIN_PATH
+    assert _paths({}, {}, ["other.example.com"]) == []
+
+
+def test_every_advertised_or_mapped_name_gets_a_row() -> None:
+    paths = allocation_paths(
+        {GPU: "8", "example.com/nic": "2", "hugepages-2Mi": "0", "cpu": "64"},
+        {GPU: "0", "example.com/nic": "2"},
+        ["gpu.example.com"],
+        device_classes([CLASS]),
+    )
+    assert [(p.resource, p.path) for p in paths] == [
+        ("example.com/nic", DEVICE_PLUGIN_PATH),
+        (GPU, DRA_PATH),
+    ]
 
 
 # ------------------------------------------------------------------ prepare over a fake reader

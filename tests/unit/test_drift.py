@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 
+from rollout.change.devicechecks import BOTH_PATHS, DEVICE_PLUGIN_PATH, AllocationPath
 from rollout.change.drift import configz_digest, drift, left_by, report_node
 from rollout.change.replaying import NodeStatus
 from rollout.models import FileBackup, NodeState
@@ -91,3 +92,25 @@ def test_the_row_carries_the_mark_the_policy_and_a_stable_digest() -> None:
     unread = report_node("n1", True, mark, _applied(), None, None, "node n1 /configz answered 503")
     assert unread.drift == () and unread.to_dict()["configzSha256"] is None
     assert unread.error.endswith("503")
+
+
+def test_the_row_carries_each_resources_allocation_path_and_names_two() -> None:
+    dp = AllocationPath("example.com/nic", DEVICE_PLUGIN_PATH, 2, 2)
+    both = AllocationPath("nvidia.com/gpu", BOTH_PATHS, 8, 8, ("c",), ("gpu.example.com",), "x")
+    row = report_node("n1", True, None, None, None, LIVE, paths=(dp, both))
+    assert row.two_paths == ["nvidia.com/gpu"]
+    doc = row.to_dict()
+    assert doc["twoPaths"] == ["nvidia.com/gpu"]
+    assert doc["allocation"]["nvidia.com/gpu"]["path"] == "both"
+    assert doc["allocation"]["example.com/nic"] == {
+        "path": "device-plugin",
+        "capacity": 2,
+        "allocatable": 2,
+        "deviceClasses": [],
+        "drivers": [],
+        "note": None,
+    }
+    plain = report_node("n1", True, None, None, None, LIVE).to_dict()
+    assert plain["twoPaths"] == [] and plain["draDrivers"] == []
+    claims_only = report_node("n1", True, None, None, None, LIVE, dra_drivers=("gpu.example.com",))
+    assert claims_only.to_dict()["draDrivers"] == ["gpu.example.com"]
