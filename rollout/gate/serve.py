@@ -430,21 +430,20 @@ class AlertReceiver:
 
     def _execute(self, run: TriggerRun, reason: str, marks: list[tuple[str, str]]) -> None:
         """Run the rollback; record, count and remember its outcome (a failed one is forgotten:
-        Alertmanager's next delivery tries again)."""
+        Alertmanager's next delivery tries again). The run shows its outcome only once that is
+        journaled, so whoever sees it ended finds it in ``rollout status`` too."""
+        detail = ""
         try:
-            run.state = self._trigger(run.change, run.nodes, reason) or "rolled-back"
+            state = self._trigger(run.change, run.nodes, reason) or "rolled-back"
         except (RolloutError, OSError) as e:
-            run.state, run.detail = "failed", str(e)
+            state, detail = "failed", str(e)
         except Exception as e:  # a bug: the outcome must still be visible, never a lost thread
-            run.state, run.detail = "failed", f"{type(e).__name__}: {e}"
-        run.ended = time.time()
-        if run.state == "failed":
+            state, detail = "failed", f"{type(e).__name__}: {e}"
+        ended = time.time()
+        if state == "failed":
             self._forget(run.fingerprint, marks)
-        self._metrics.webhook_rollbacks.labels(outcome=run.state).inc()
-        self._log(
-            f"trigger {run.id} change {run.change}: {run.state}"
-            f"{': ' + run.detail if run.detail else ''}"
-        )
+        self._metrics.webhook_rollbacks.labels(outcome=state).inc()
+        self._log(f"trigger {run.id} change {run.change}: {state}{': ' + detail if detail else ''}")
         if self._record is not None:
             # the rollback's own records are journaled already; this one says who asked
             with contextlib.suppress(RolloutError, OSError):
@@ -454,11 +453,12 @@ class AlertReceiver:
                         "change": run.change,
                         "trigger": "alert",
                         "id": run.id,
-                        "outcome": run.state,
-                        "detail": run.detail,
-                        "seconds": round(run.ended - run.started, 3),
+                        "outcome": state,
+                        "detail": detail,
+                        "seconds": round(ended - run.started, 3),
                     },
                 )
+        run.detail, run.ended, run.state = detail, ended, state
         with self._lock:
             if self._threads.pop(run.id, None) is not None:
                 self._metrics.running.dec()
