@@ -41,3 +41,10 @@ _.kubelet_said  # tests/unit/test_node_step_module.py fake: rollout_kubelet_step
 # -- http.server dispatches a request to its handler's do_<METHOD> by name
 _.do_PATCH  # tests/unit/test_rest.py: the loopback API server's PATCH
 _.do_PUT  # tests/unit/test_rest.py: the loopback API server's PUT
+
+# -- click subcommands: the group's decorator registers them (rollout/cli/tenancy.py)
+render_cmd  # `rollout tenancy render`
+audit_cmd  # `rollout tenancy audit`
+
+# -- socketserver calls handle_error when a request's handler raises
+_.handle_error  # rollout/gate/serve.py: a failed TLS handshake or a peer gone mid-request

@@ -261,6 +261,23 @@ class PodListing:
 
 
 @dataclass(frozen=True)
+class ServingReads:
+    """What preflight read about model-serving canaries (``rollout.kube.canaries``).
+
+    Attributes:
+        canaries: one line per custom resource in progress (Argo Rollout, Flagger Canary,
+            KServe InferenceService), every namespace.
+        deployments: the Deployments rolling out (old-revision pods beside new ones), as the
+            API server's objects; preflight keeps those with a pod on a node it changes.
+        unread: listings the tool could not read (warnings: a canary may be in progress).
+    """
+
+    canaries: tuple[str, ...] = ()
+    deployments: tuple[dict[str, Any], ...] = ()
+    unread: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class PdbRef:
     """A PodDisruptionBudget, reduced to what preflight and drain messages need.
 

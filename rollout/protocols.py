@@ -14,7 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
-from rollout.models import NodeChange, NodeInfo, PodListing, PodRef
+from rollout.models import NodeChange, NodeInfo, PodListing, PodRef, ServingReads
 from rollout.verdicts import Verdict, VerdictStatus
 
 
@@ -201,6 +201,11 @@ class PreflightReads(Protocol):
 
     def device_classes(self, versions: list[str]) -> list[dict[str, Any]]:
         """Every DeviceClass."""
+        ...
+
+    def serving(self) -> ServingReads:
+        """Model-serving canaries in progress and Deployments rolling out
+        (``rollout.kube.canaries``)."""
         ...
 
     def node_objects(self) -> dict[str, dict[str, Any]]:

@@ -8,8 +8,14 @@ extended resource backed by device plugin at the same time"*: a DeviceClass with
 ``spec.extendedResourceName: nvidia.com/gpu`` whose driver publishes ResourceSlices on a node
 where a device plugin advertises ``nvidia.com/gpu`` is that state, whatever the driver's domain.
 
-Each refusal names the node and the cause; ``rollout apply --force REASON`` overrides them (the
-reason and the refusals are journaled). DRA-managed devices get a warning, not a refusal: the
+And by vendor domain: a device plugin advertising ``vendor.com/x`` on a node for which a DRA
+driver of the same vendor (``gpu.vendor.com``) publishes ResourceSlices manages the same devices
+twice (:func:`check_vendor_domain`).
+
+The checks run on the nodes the command changes (the canary for ``apply --canary``, the nodes
+left for ``promote``), never on the rest of the inventory. Each refusal names the node and the
+cause; ``rollout apply --force REASON`` (and ``promote --force``) overrides them (the reason and
+the refusals are journaled). DRA-managed devices get a warning, not a refusal: the
 kubelet's DRA manager is not a Topology Manager hint provider, so no policy aligns them.
 
 Pure: the Node's capacity and allocatable, the facts' GPU count, the ResourceSlices' drivers and
@@ -122,6 +128,27 @@ def check_advertised(
                 f"node {node}: has {pci_gpus} GPU(s) on the PCI bus but advertises {what}: its "
                 "device plugin is not running or has not registered with the kubelet"
             )
+    return problems
+
+
+def check_vendor_domain(
+    node: str, allocatable: Mapping[str, Any], dra_drivers: Sequence[str]
+) -> list[str]:
+    """Refusals for a node where a device plugin advertises ``vendor.com/x`` (allocatable > 0)
+    while a DRA driver of the same vendor domain (``vendor.com`` or ``*.vendor.com``) publishes
+    ResourceSlices for it: exactly one allocation path must own each device."""
+    problems = []
+    for resource, value in sorted(_devices(allocatable).items()):
+        if value <= 0:
+            continue
+        domain = resource.split("/", 1)[0]
+        for driver in dra_drivers:
+            if driver == domain or driver.endswith("." + domain):
+                problems.append(
+                    f"node {node}: device plugin resource {resource}={value} and DRA driver "
+                    f"{driver} (ResourceSlices) both manage the same devices; exactly one "
+                    "allocation path must own each device"
+                )
     return problems
 
 

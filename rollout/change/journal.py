@@ -62,8 +62,11 @@ class Kind(StrEnum):
     RECREATE = "recreate"  # apply --recreate-workloads: one controller's pods on a node, then
     # done with their replacements (and the nodes they run on) or failed with why
     BENCH = "bench"  # rollout bench on a node: both bindings' numbers per GPU model, or the error
+    BENCH_VERDICT = "bench-verdict"  # gate.bench on the canary: regression and aligned-advantage
+    # verdicts over the before and after benches (rollout.gate.performance.decision_record)
     DRAIN_OVERRIDES = "drain-overrides"  # drain flags given (what the drains may lose)
     PREFLIGHT_FORCED = "preflight-forced"  # device refusals overridden: reason, refusals
+    SERVING_FORCED = "serving-canary-forced"  # serving canaries overridden: reason, inProgress
     REJECTIONS_ACCEPTED = "predicted-rejections-accepted"  # the operator's accepted predictions
 
 

@@ -27,6 +27,7 @@ from rollout.change.plan import Plan
 from rollout.change.planning import DrainOverrides
 from rollout.change.progress import Progress
 from rollout.change.replaying import ChangeStatus
+from rollout.change.staging import StageChoice
 from rollout.change.windows import Decision
 from rollout.models import NodeState, Phase
 from rollout.protocols import Gate
@@ -41,15 +42,14 @@ if TYPE_CHECKING:
 
 def _import_kube() -> None:
     import rollout.change.preparing
-    import rollout.kube.canaries
     import rollout.kube.leases  # noqa: F401
 
 
 @dataclass(frozen=True)
 class PreparedApply:
     """An apply checked and prepared, not started: what ``--dry-run`` prints and
-    :func:`run_apply` runs. ``prepared``: preflight's result (``rollout.change.preparing``);
-    ``warnings``: canaries of other changes in progress."""
+    :func:`run_apply` runs. ``prepared``: preflight's result (``rollout.change.preparing``;
+    model-serving canaries in progress are among its refusals, or its warnings when forced)."""
 
     plan: Plan
     inventory: Inventory
@@ -58,7 +58,7 @@ class PreparedApply:
     prepared: Prepared
     window_check: Callable[[datetime], Decision]
     options: ApplyOptions
-    warnings: Sequence[str] = ()
+    stage: StageChoice | None = None
 
     @property
     def overrides(self) -> DrainOverrides:
@@ -76,21 +76,25 @@ def prepare_apply(
     inventory: Callable[[], Path],
     connect: Callable[[], Any],
     opts: ApplyOptions,
+    say: Callable[[str], None] = lambda _m: None,
 ) -> PreparedApply:
     """Check the change window, read the inventory, gather every node's facts and run
     preflight; nothing is written anywhere. ``inventory`` names the inventory file, asked after
-    the window check (a closed window refuses before any input is read).
+    the window check (a closed window refuses before any input is read). A staged plan
+    (``stages:``) runs the stage :func:`rollout.change.staging.choose_stage` picks from the
+    cluster's record of its earlier changes (``stage`` says which and why).
 
     The API client's import runs in a thread while the inventory is read and the facts calls
     start; the connection, the Lease check and the reads follow (``benchmarks/README.md``).
 
     Raises:
-        PreflightError: the change window is closed (not under ``dry_run``), or preflight
-            refuses.
+        PreflightError: the change window is closed (not under ``dry_run``), preflight
+            refuses, or a staged plan has no stage that may start (the reason names why).
         LockHeldError: a live process holds the cluster lock.
     """
     from rollout.change.inventory import start_inventory
     from rollout.change.session import FactsGathering, run_preflight
+    from rollout.change.staging import choose_stage, stage_history
     from rollout.change.windows import guard, parse_windows
     from rollout.errors import PreflightError
 
@@ -103,13 +107,17 @@ def prepare_apply(
     inv = start_inventory(inventory())()
     facts = FactsGathering(inv, opts.forks)
     try:
-        from rollout.kube.canaries import canaries_in_progress
         from rollout.kube.leases import LeaseLock
 
         api = connect()
         lock = LeaseLock(api, opts.lock_namespace)
         lock.check()
-        in_progress = canaries_in_progress(api)
+        stage = None
+        if plan.stages and plan.stage is None:
+            stage = choose_stage(plan, stage_history(api, opts.lock_namespace, plan, say))
+            if stage.index is None:
+                raise PreflightError(stage.reason)
+            plan = plan.at_stage(stage.index)
     except BaseException:
         facts.close()
         raise
@@ -123,22 +131,35 @@ def prepare_apply(
         opts.forks,
         opts.force is not None,
         opts.overrides,
+        force_serving=opts.force_serving is not None,
     )
-    return PreparedApply(plan, inv, api, lock, prepared, window_check, opts, tuple(in_progress))
+    return PreparedApply(plan, inv, api, lock, prepared, window_check, opts, stage)
 
 
 def journal_consents(
-    journal: Journal, prepared: Prepared, force: str | None, now: datetime
+    journal: Journal,
+    prepared: Prepared,
+    force: str | None,
+    now: datetime,
+    force_serving: str | None = None,
 ) -> None:
     """Journal what the operator consented to before the first node step: device refusals
-    overridden with ``--force REASON`` (``preflight-forced``, with the reason) and predicted
-    rejections accepted (``predicted-rejections-accepted``)."""
+    overridden with ``--force REASON`` (``preflight-forced``, with the reason), model-serving
+    canaries in progress overridden with ``--force-serving REASON`` (``serving-canary-forced``,
+    with the reason) and predicted rejections accepted (``predicted-rejections-accepted``)."""
     if prepared.forced:
         journal.append(
             Kind.PREFLIGHT_FORCED,
             Phase.DONE,
             now=now,
             data={"reason": force, "refusals": list(prepared.forced)},
+        )
+    if prepared.serving_forced:
+        journal.append(
+            Kind.SERVING_FORCED,
+            Phase.DONE,
+            now=now,
+            data={"reason": force_serving, "inProgress": list(prepared.serving_forced)},
         )
     if prepared.accepted:
         journal.append(
@@ -280,6 +301,7 @@ def run_apply(
         open_context,
         reported,
     )
+    from rollout.change.staging import stage_info
     from rollout.kube.lease_objects import holder_identity
 
     plan, inv, api, lock, prepared = (
@@ -305,7 +327,7 @@ def run_apply(
                 now=datetime.now(UTC),
                 data={"flags": used, "pods": list(prepared.losses)},
             )
-        journal_consents(journal, prepared, opts.force, datetime.now(UTC))
+        journal_consents(journal, prepared, opts.force, datetime.now(UTC), opts.force_serving)
         moving = ready.nodes
         before = (
             None
@@ -328,7 +350,7 @@ def run_apply(
         gated = None
         if opts.require_evidence and evidence is not None:
             gate = gated = EvidenceGate(gate, journal, evidence, before)
-        info = {
+        info: dict[str, Any] = {
             "plan": str(Path(plan.path).resolve()),
             # the plan itself, so a machine without the file resumes and rolls back with it
             # (rollout.change.plan.recorded_plan)
@@ -337,6 +359,8 @@ def run_apply(
             "intentSha256": intent_digest(plan),
             "by": holder_identity(),  # who ran it, in the cluster record too
         }
+        if (stage := stage_info(plan)) is not None:  # a staged plan's stage (change.staging)
+            info["stage"] = stage
         status = reported(
             journal,
             lock,

@@ -38,6 +38,8 @@ class ApplyOptions(ChangeOptions):
         accept_rejections: go on although running pods are predicted rejected.
         force: the reason the device refusals are overridden (None: they stand).
         force_window: the reason the change runs outside its windows (None: windows hold).
+        force_serving: the reason the change runs while a model-serving canary is in progress
+            (None: such a canary refuses; :mod:`rollout.kube.canaries`).
         overrides: what the drains may lose (kubectl drain's flags).
         disable_eviction: delete pods instead of evicting them.
         require_evidence: the canary's gate requires its ``after`` evidence (the plan's
@@ -54,6 +56,7 @@ class ApplyOptions(ChangeOptions):
     accept_rejections: bool = False
     force: str | None = None
     force_window: str | None = None
+    force_serving: str | None = None
     overrides: DrainOverrides = field(default_factory=DrainOverrides)
     disable_eviction: bool = False
     require_evidence: bool = False
@@ -71,6 +74,8 @@ class PromoteOptions(ChangeOptions):
         dry_run: check and print; change nothing.
         force: the reason a refusal is overridden (None: it stands).
         force_window: the reason the promotion runs outside the windows.
+        force_serving: the reason the promotion runs while a model-serving canary is in
+            progress (None: such a canary refuses).
         overrides: what the drains may lose.
         recreate_workloads: once the promoted nodes are applied, recreate their controllers'
             GPU and Guaranteed pods and collect ``after-recreate`` (as ``apply``'s).
@@ -81,5 +86,6 @@ class PromoteOptions(ChangeOptions):
     dry_run: bool = False
     force: str | None = None
     force_window: str | None = None
+    force_serving: str | None = None
     overrides: DrainOverrides = field(default_factory=DrainOverrides)
     recreate_workloads: bool = False

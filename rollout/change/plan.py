@@ -9,7 +9,7 @@ kept raw so their owners parse them, and ``Plan.line_of`` lets them name the lin
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,34 @@ TOP_LEVEL = (
     "gate",
     "windows",
     "allocationPath",
+    "tenancy",
+    "stages",
 )
 NODE_KEYS = ("kubelet", "distribution", "method")
+STAGE_KEYS = ("name", "kubelet")
+
+
+def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` merged key-wise on top of ``base`` (a nested mapping merged one level down)."""
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = {**out[k], **v}
+        else:
+            out[k] = v
+    return out
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a staged plan: a name and the kubelet fragment merged over the plan's.
+
+    Each stage is a change of its own (canaried, gated, promoted); the next one starts only when
+    the previous one was promoted and its benchmark allowed tightening
+    (:mod:`rollout.change.staging`, docs/plan-file.md)."""
+
+    name: str
+    kubelet: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -58,6 +84,11 @@ class Plan:
         lines: 1-based line of each dotted field.
         allocation_path: the raw ``allocationPath`` section, parsed by the allocation-path
             change (``rollout.change.allocation_path.parse_path_plan``); empty: none.
+        tenancy: the pool's tenancy file (``rollout tenancy``), relative paths resolved
+            against the plan's directory; None when the plan names none.
+        stages: the plan's ``stages:`` (empty: one change, the plan's kubelet).
+        stage: the stage this plan value is (:meth:`at_stage`: its kubelet already merged in),
+            None when no stage was chosen.
     """
 
     path: str
@@ -71,6 +102,32 @@ class Plan:
     windows: tuple[Any, ...]
     lines: Mapping[str, int]
     allocation_path: Mapping[str, Any] = field(default_factory=dict)
+    tenancy: str | None = None
+    stages: tuple[Stage, ...] = ()
+    stage: int | None = None
+
+    def at_stage(self, index: int) -> Plan:
+        """The plan as stage ``index`` (0-based) changes nodes: the stage's kubelet fragment
+        merged over the plan's (the per-node overrides still merge on top).
+
+        Raises:
+            InputError: the plan has no such stage (a change recorded with a stage the file no
+                longer has).
+        """
+        if not 0 <= index < len(self.stages):
+            raise InputError(
+                f"the plan has no stage {index + 1} (it has {len(self.stages)})",
+                self.location("stages"),
+            )
+        return replace(self, kubelet=_merged(self.kubelet, self.stages[index].kubelet), stage=index)
+
+    def for_change(self, info: Mapping[str, Any]) -> Plan:
+        """The plan as the change whose ``begin`` recorded ``info`` ran it: at its stage when it
+        recorded one (``info["stage"]["index"]``), else as is."""
+        stage = info.get("stage")
+        if isinstance(stage, Mapping) and isinstance(stage.get("index"), int):
+            return self.at_stage(int(stage["index"]))
+        return self
 
     @property
     def has_gate(self) -> bool:
@@ -94,14 +151,9 @@ class Plan:
     def kubelet_for(self, host: str | None) -> dict[str, Any]:
         """The fragment for one node: the plan's, with the node's override merged key-wise on
         top."""
-        base = dict(self.kubelet)
         if host is not None and host in self.nodes:
-            for k, v in self.nodes[host].kubelet.items():
-                if isinstance(v, Mapping) and isinstance(base.get(k), Mapping):
-                    base[k] = {**base[k], **v}
-                else:
-                    base[k] = v
-        return base
+            return _merged(self.kubelet, self.nodes[host].kubelet)
+        return dict(self.kubelet)
 
     def distribution_for(self, host: str | None) -> str | None:
         o = self.nodes.get(host) if host is not None else None
@@ -174,6 +226,10 @@ def parse_plan(text: str, path: str) -> Plan:
     windows = data.get("windows") or []
     if not isinstance(windows, list):
         raise InputError("must be a list", loc("windows"))
+    tenancy = data.get("tenancy")
+    if tenancy is not None and (not isinstance(tenancy, str) or not tenancy):
+        raise InputError("must be the path of a tenancy file", loc("tenancy"))
+    stages = _stages(data.get("stages"), path, lines)
     return Plan(
         path=path,
         name=name,
@@ -186,7 +242,42 @@ def parse_plan(text: str, path: str) -> Plan:
         windows=tuple(windows),
         lines=lines,
         allocation_path=_mapping(data.get("allocationPath"), "allocationPath", path, lines),
+        tenancy=str(Path(path).parent / tenancy) if tenancy else None,
+        stages=stages,
     )
+
+
+def _stages(raw: Any, path: str, lines: Mapping[str, int]) -> tuple[Stage, ...]:
+    """``stages:``: a list of ``{name, kubelet}``, names unique."""
+
+    def loc(f: str) -> Location:  # a missing field: the line of the stage that lacks it
+        line, up = lines.get(f), f
+        while line is None and ("." in up or "[" in up):
+            up = up[: max(up.rfind("."), up.rfind("["))]
+            line = lines.get(up)
+        return Location(file=path, field=f, line=line)
+
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not raw:
+        raise InputError("must be a non-empty list of stages (name, kubelet)", loc("stages"))
+    out: list[Stage] = []
+    for i, item in enumerate(raw):
+        where = f"stages[{i}]"
+        st = _mapping(item, where, path, lines)
+        for k in st:
+            if k not in STAGE_KEYS:
+                raise InputError(f"unknown field{suggest(str(k), STAGE_KEYS)}", loc(f"{where}.{k}"))
+        name = st.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise InputError("every stage needs a name", loc(f"{where}.name"))
+        if any(s.name == name for s in out):
+            raise InputError(f"stage name {name!r} is used twice", loc(f"{where}.name"))
+        kubelet = _mapping(st.get("kubelet"), f"{where}.kubelet", path, lines)
+        if not kubelet:
+            raise InputError("a stage changes something: give its kubelet fragment", loc(where))
+        out.append(Stage(name=name, kubelet=kubelet))
+    return tuple(out)
 
 
 def load_plan(path: Path | str) -> Plan:
@@ -217,8 +308,10 @@ def recorded_plan(info: Mapping[str, Any], change_id: str) -> Plan | None:
     """
     path = info.get("plan")
     if path and Path(str(path)).is_file():
-        return load_plan(str(path))
+        return load_plan(str(path)).for_change(info)
     text = info.get("planText")
     if not isinstance(text, str):
         return None
-    return parse_plan(text, f"{path or 'plan'} (as recorded in change {change_id})")
+    return parse_plan(text, f"{path or 'plan'} (as recorded in change {change_id})").for_change(
+        info
+    )

@@ -599,24 +599,3 @@ def device_resources(allocatable: Mapping[str, str]) -> dict[str, str]:
         for k, v in allocatable.items()
         if "/" in k and not k.startswith(("hugepages-", "kubernetes.io/", "k8s.io/"))
     }
-
-
-def check_double_ownership(
-    node: str, allocatable: Mapping[str, str], dra_drivers: Sequence[str]
-) -> list[str]:
-    """Exactly one allocation path must own each device: refuse a node where a device plugin
-    advertises ``vendor.com/x`` while a DRA driver of the same vendor domain publishes
-    ResourceSlices for the node."""
-    problems = []
-    for resource, value in sorted(device_resources(allocatable).items()):
-        if value in ("0", ""):
-            continue
-        domain = resource.split("/", 1)[0]
-        for driver in dra_drivers:
-            if driver == domain or driver.endswith("." + domain):
-                problems.append(
-                    f"node {node}: device plugin resource {resource}={value} and DRA driver "
-                    f"{driver} (ResourceSlices) both manage the same devices; exactly one "
-                    "allocation path must own each device"
-                )
-    return problems

@@ -26,7 +26,6 @@ from rollout.change.planning import (
     Strategy,
     blocking_pdbs,
     check_capacity,
-    check_double_ownership,
     check_homogeneous,
     check_placement,
     evictable,
@@ -43,11 +42,12 @@ from rollout.change.previewing import (
     preview_node,
 )
 from rollout.change.rendering import node_change, unified_diff
+from rollout.change.tenancy_audit import ALIGNING, Audit, change_refusals
 from rollout.errors import PreflightError, RolloutError
+from rollout.kube import canaries, workloads
 from rollout.kube import nodes as kn
-from rollout.kube import workloads
 from rollout.kubelet.facts import node_facts_from_dict
-from rollout.models import NodeChange, NodeFacts, NodeInfo, PodListing
+from rollout.models import NodeChange, NodeFacts, NodeInfo, PodListing, ServingReads
 from rollout.protocols import PreflightReads
 
 if TYPE_CHECKING:
@@ -84,6 +84,8 @@ class Prepared:
             from them).
         losses: pods to evict that no controller recreates or that have ``emptyDir`` data,
             allowed by ``--force-delete-unmanaged`` / ``--delete-emptydir-data`` (journaled).
+        serving_forced: model-serving canaries in progress (:mod:`rollout.kube.canaries`)
+            overridden with ``--force-serving REASON`` (journaled with the reason).
     """
 
     strategy: Strategy
@@ -99,6 +101,7 @@ class Prepared:
     forced: tuple[str, ...] = ()
     raw_facts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
     losses: tuple[str, ...] = ()
+    serving_forced: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready plan (``--dry-run -o json``)."""
@@ -123,6 +126,7 @@ class Prepared:
             },
             "acceptedPredictedRejections": list(self.accepted),
             "forcedRefusals": list(self.forced),
+            "forcedServingCanaries": list(self.serving_forced),
             "allowedLosses": list(self.losses),
         }
 
@@ -158,6 +162,7 @@ class ClusterReader:
     def __init__(self, api: Api, nodes: Collection[str] | None = None) -> None:
         self._kn = kn
         self._wl = workloads
+        self._sv = canaries
         self.api = api
         self.wanted = None if nodes is None else frozenset(nodes)
         self._got: dict[tuple[str, str], Any] = {}
@@ -184,6 +189,7 @@ class ClusterReader:
                 ("device_classes", ",".join(versions)): self.device_classes(versions),
                 _controllers_key(objects): self.controllers(objects),
                 ("pod_listing", ""): self.pod_listing(),
+                ("serving", ""): self.serving(),
             }
         except Exception:  # prepare's own reads raise it, properly
             return
@@ -231,6 +237,11 @@ class ClusterReader:
             )
         )
 
+    def serving(self) -> ServingReads:
+        """Model-serving canaries in progress, Deployments rolling out (every namespace)."""
+        reads: ServingReads = self._read(("serving", ""), lambda: self._sv.serving_reads(self.api))
+        return reads
+
     def node_objects(self) -> dict[str, dict[str, Any]]:
         """The inventory's Nodes (every Node when the reader has no inventory) as objects."""
         return dict(self._read(("node_objects", ""), lambda: self._node_listing()[1]))
@@ -266,19 +277,29 @@ def prepare(
     force: bool = False,
     overrides: DrainOverrides | None = None,
     settled: Collection[str] = (),
+    force_serving: bool = False,
+    tenancy: Audit | None = None,
 ) -> Prepared:
     """Run every preflight check; refuse with every problem named, or return the change.
 
     A pod running on a node that moves and predicted rejected there under the new config is a
     refusal unless ``accept_predicted_rejections``; other predicted rejections are warnings. The
     device refusals of a node that moves (:mod:`rollout.change.devicechecks`: GPUs not all
-    advertised, one resource served by a device plugin and DRA) are warnings with ``force``
+    advertised, one resource served by a device plugin and DRA, by name or by vendor domain; the
+    vendor-domain one only on the nodes not ``settled``) are warnings with ``force``
     (``Prepared.forced``); every other refusal stands.
     A node that moves and holds pods no controller recreates, or pods with ``emptyDir`` data, is
     a refusal unless ``overrides`` allows it (kubectl drain's rules); the allowances are put in
     the returned strategy's drain policy, which the node step checks again before each cordon.
     ``settled``: nodes the change already moved (``promote``, ``resume``): not drained again, so
     left out of the drain and capacity checks.
+    A model-serving canary in progress (:mod:`rollout.kube.canaries`: an Argo Rollout, a Flagger
+    Canary, a KServe InferenceService rolling out, a Deployment rolling out with a pod on a node
+    this command changes) is a refusal unless ``force_serving`` (``Prepared.serving_forced``).
+    ``tenancy``: the audit of the plan's tenancy file (``rollout tenancy audit``); one that does
+    not pass refuses a change that moves a node with DRA devices or leaves it under an aligning
+    Topology Manager policy (a pool shared by tenants), forceable like the device refusals;
+    otherwise it is a warning.
 
     Raises:
         PreflightError: one or more checks failed (all of them listed).
@@ -342,8 +363,21 @@ def prepare(
     listing = cluster.pod_listing()
     pods, pod_objects, used = listing.refs, listing.objects, listing.used
     pdbs = cluster.pdbs()
-    for n in order:
-        problems += check_double_ownership(n, all_nodes[n].allocatable, dra.get(n, []))
+    changed = [n for n in moving if n not in settled]
+    serving = cluster.serving()
+    warnings += serving.unread
+    in_progress = [
+        *serving.canaries,
+        *canaries.rolling_on(serving.deployments, changed, pod_objects),
+    ]
+    if force_serving:
+        warnings += [f"forced (--force-serving): {s}" for s in in_progress]
+    elif in_progress:
+        problems += in_progress
+        problems.append(
+            "(the model-serving canaries above: `--force-serving REASON` overrides; the reason "
+            "is journaled)"
+        )
     for n in (n for n in moving if n not in settled):
         warnings += [b.describe() for b in blocking_pdbs(n, pods.get(n, []), pdbs)]
         problems += undrainable(
@@ -363,14 +397,18 @@ def prepare(
             problems += short + misplaced
     objects = cluster.node_objects()
     device_refusals, device_warnings = _device_checks(
-        cluster, objects, versions, moving, facts, raw_facts, dra
+        cluster, objects, versions, moving, changed, facts, raw_facts, dra
     )
     warnings += device_warnings
+    tenancy_refusals = _tenancy_checks(tenancy, report, warnings, moving, facts, dra)
     if force:
-        warnings += [f"forced (--force): {p}" for p in device_refusals]
+        warnings += [f"forced (--force): {p}" for p in device_refusals + tenancy_refusals]
     elif device_refusals:
         problems += device_refusals
         problems.append("(the device refusals above: `rollout apply --force REASON` overrides)")
+    if tenancy_refusals and not force:
+        problems += tenancy_refusals
+        problems.append("(the tenancy refusals above: `rollout apply --force REASON` overrides)")
     previews: list[NodePreview] = []
     try:
         previews = _previews(cluster, objects, moving, facts, raw_facts, facts_dir, pod_objects)
@@ -394,7 +432,8 @@ def prepare(
         warnings=tuple(warnings),
         previews=tuple(previews),
         accepted=tuple(accepted),
-        forced=tuple(device_refusals) if force else (),
+        forced=tuple(device_refusals + tenancy_refusals) if force else (),
+        serving_forced=tuple(in_progress) if force_serving else (),
         raw_facts=raw_facts,
         losses=tuple(
             sorted(
@@ -409,16 +448,48 @@ def prepare(
     )
 
 
+def _tenancy_checks(
+    audit: Audit | None,
+    report: list[str],
+    warnings: list[str],
+    moving: Sequence[str],
+    facts: Mapping[str, NodeFacts],
+    dra: Mapping[str, list[str]],
+) -> list[str]:
+    """The tenancy audit's line in the report, and its refusals (or warnings, where no node
+    that moves has DRA devices or is left under an aligning Topology Manager policy)."""
+    if audit is None:
+        return []
+    report.append(f"tenancy audit of {audit.policy}: {audit.result} ({len(audit.rows)} checks)")
+    if audit.result == "pass":
+        return []
+    guarded = [
+        n
+        for n in moving
+        if dra.get(n)
+        or str((facts[n].kubelet_after if n in facts else {}).get("topologyManagerPolicy"))
+        in ALIGNING
+    ]
+    lines = change_refusals(audit)
+    if guarded:
+        return lines
+    warnings += lines
+    return []
+
+
 def _device_checks(
     cluster: PreflightReads,
     objects: Mapping[str, Mapping[str, Any]],
     versions: list[str],
     moving: Sequence[str],
+    changed: Collection[str],
     facts: Mapping[str, NodeFacts],
     raw_facts: Mapping[str, Mapping[str, Any]],
     dra: Mapping[str, list[str]],
 ) -> tuple[list[str], list[str]]:
-    """The device refusals and warnings of the nodes that move (``devicechecks``)."""
+    """The device refusals and warnings of the nodes that move (``devicechecks``); the
+    vendor-domain check only on ``changed`` (the nodes this command changes: the canary for
+    ``apply --canary``, the nodes left for ``promote``)."""
     classes = devicechecks.device_classes(cluster.device_classes(versions))
     refusals: list[str] = []
     warnings: list[str] = []
@@ -433,6 +504,8 @@ def _device_checks(
             n, capacity, allocatable, pci, dra_drivers=drivers
         )
         refusals += devicechecks.check_dra_extended(n, capacity, drivers, classes)
+        if n in changed:
+            refusals += devicechecks.check_vendor_domain(n, allocatable, drivers)
         policy = str((f.kubelet_after if f else {}).get("topologyManagerPolicy") or "none")
         warnings += devicechecks.dra_topology_warnings(n, drivers, policy)
     return refusals, warnings
@@ -452,7 +525,9 @@ def _previews(
     controllers = cluster.controllers(objects)
     out = []
     for n in moving:
-        f = facts[n]
+        f = facts.get(n)
+        if f is None:  # no facts or no render: preflight names why; nothing to preview
+            continue
         hw = node_facts_from_dict(raw_facts[f.host], file=str(facts_dir / f"{f.host}.json"))
         out.append(
             preview_node(objects[n], hw, f.kubelet_after, list(pod_objects.get(n, ())), controllers)

@@ -156,7 +156,8 @@ def prepare_promotion(
         )
     from rollout.change.plan import load_plan
 
-    plan = load_plan(str(info_path(journal, "plan", opts.plan_path)))
+    # a staged plan's change promotes the stage it canaried (rollout.change.staging)
+    plan = load_plan(str(info_path(journal, "plan", opts.plan_path))).for_change(status.info)
     recorded = status.info.get("intentSha256")
     if recorded and recorded != intent_digest(plan):
         raise PreflightError(
@@ -180,6 +181,7 @@ def prepare_promotion(
         force=opts.force is not None,
         overrides=opts.overrides,
         settled=done,
+        force_serving=opts.force_serving is not None,
     )
     remaining = [
         Batch(tuple(n for n in b.nodes if n not in done), False)
@@ -237,6 +239,8 @@ def run_promotion(
         "forced": promo.force if promo.refusal or prepared.forced else None,
         "refusal": promo.refusal,
         "forcedRefusals": list(prepared.forced),
+        "forcedServing": promo.options.force_serving if prepared.serving_forced else None,
+        "forcedServingCanaries": list(prepared.serving_forced),
     }
     info = {
         **{k: v for k, v in status.info.items() if k != ROLLBACK_INFO},  # a new part, no rollback

@@ -12,10 +12,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.change.journal import CHANGE_STEP, EVIDENCE_STEP, Entry, Journal, gc_paused
+from rollout.change.journal import CHANGE_STEP, EVIDENCE_STEP, Entry, Journal, Kind, gc_paused
 from rollout.change.outcomes import ChangeOutcome, StopCause
 from rollout.errors import InputError
 from rollout.models import WRITES, FileBackup, NodeState, Phase, Step, StepPath
+
+TRIGGER_STEP = Kind.TRIGGER.value
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,11 @@ class ChangeStatus:
         evidence: label -> the last evidence collection of that label (``overall``, ``nodes``,
             ``file``, each check's ``name``/``status``/``summary``, or the ``error``).
         cause: why it ended as it did, when the end recorded it (the exit code of ``stopped``).
+        triggers: what asked for a rollback, in journal order (the gate's verdict, an alert
+            ``rollout serve`` received): ``trigger``, ``at``, ``nodes``, ``reason``, and for an
+            alert its ``id``, ``alert`` and, once the rollback it started ended, ``outcome``.
+        bench: the last ``bench-verdict`` (``gate.bench``): each verdict's outcome and reason,
+            and whether it allows the next stage to tighten; empty without one.
     """
 
     change: str
@@ -97,6 +104,8 @@ class ChangeStatus:
     info: Mapping[str, Any] = field(default_factory=dict)
     evidence: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     cause: StopCause | None = None
+    triggers: tuple[Mapping[str, Any], ...] = ()
+    bench: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary."""
@@ -108,6 +117,9 @@ class ChangeStatus:
             "promotion": self.info.get("promotion"),
             "nodes": [s.to_dict() for s in self.nodes.values()],
             "evidence": {k: dict(v) for k, v in self.evidence.items()},
+            "triggers": [dict(t) for t in self.triggers],
+            "stage": self.info.get("stage"),
+            "bench": dict(self.bench) or None,
         }
 
 
@@ -148,6 +160,9 @@ class Projection:
         self.cause: StopCause | None = None
         self.info: dict[str, Any] = {}
         self.evidence: dict[str, dict[str, Any]] = {}
+        # trigger id (or the record's position, for a gate's) -> what it asked and how it ended
+        self.triggers: dict[str, dict[str, Any]] = {}
+        self.bench: dict[str, Any] = {}
 
     def add(self, e: Entry) -> None:
         self.count += 1
@@ -155,6 +170,10 @@ class Projection:
         if e.node is None:
             if e.step == EVIDENCE_STEP:
                 self.evidence[str(e.data.get("label", ""))] = _evidence_summary(e.data)
+            elif e.step == TRIGGER_STEP:
+                self._trigger(e)
+            elif e.step == Kind.BENCH_VERDICT:
+                self.bench = _bench_summary(e.data)
             elif e.step == CHANGE_STEP and e.phase is Phase.BEGIN:
                 self.info = dict(e.data)
                 self.outcome, self.cause = ChangeOutcome.RUNNING, None
@@ -170,6 +189,19 @@ class Projection:
         if u is not None:
             f.update(u)
             self._dirty.add(e.node)
+
+    def _trigger(self, e: Entry) -> None:
+        """A ``trigger`` record: a new trigger, or (``outcome``) how the one of that id ended."""
+        d = e.data
+        key = str(d.get("id") or f"#{len(self.triggers)}")
+        t = self.triggers.setdefault(key, {"trigger": d.get("trigger"), "at": e.ts})
+        if "outcome" in d:
+            t.update(outcome=d.get("outcome"), ended=e.ts, detail=d.get("detail") or "")
+            return
+        t.update(
+            {k: d[k] for k in ("id", "alert", "fingerprint", "reason") if d.get(k) is not None}
+        )
+        t["nodes"] = d.get("nodes")
 
     def _fields_of(self, node: str) -> dict[str, Any]:
         f = self._fields.get(node)
@@ -196,6 +228,8 @@ class Projection:
             info=dict(self.info),
             evidence=dict(self.evidence),
             cause=self.cause,
+            triggers=tuple(dict(t) for t in self.triggers.values()),
+            bench=dict(self.bench),
         )
 
 
@@ -217,6 +251,15 @@ def status_of(journal: Journal) -> ChangeStatus:
         for e in new:
             p.add(e)
         return p.status(journal.change_id)
+
+
+def _bench_summary(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``bench-verdict`` entry as status shows it: each verdict's outcome and reason."""
+    out: dict[str, Any] = {"allowsTightening": bool(data.get("allowsTightening"))}
+    for key in ("regression", "tightening"):
+        v = data.get(key) or {}
+        out[key] = {"outcome": v.get("outcome"), "reason": v.get("reason")}
+    return out
 
 
 def _evidence_summary(data: Mapping[str, Any]) -> dict[str, Any]:

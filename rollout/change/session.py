@@ -190,12 +190,14 @@ def run_preflight(
     force: bool = False,
     overrides: DrainOverrides | None = None,
     settled: Collection[str] = (),
+    force_serving: bool = False,
 ) -> Prepared:
     """Gather the nodes' facts (or use ``facts``, already under way) and run every preflight
     check (``rollout.change.preparing.prepare``); ``accept``: predicted rejections of running
     pods are not refusals; ``force``: nor are the device refusals (``--force REASON``);
     ``overrides``: what the drains may lose (``rollout.change.planning.DrainOverrides``);
-    ``settled``: nodes the change already moved."""
+    ``settled``: nodes the change already moved; ``force_serving``: a model-serving canary in
+    progress is not a refusal (``--force-serving REASON``)."""
     from rollout.change.preparing import ClusterReader, prepare
 
     reader = ClusterReader(api, {inv.node_of(h) for h in inv.hosts})
@@ -204,6 +206,11 @@ def run_preflight(
     reads.start()
     facts = facts or FactsGathering(inv, forks)
     try:
+        tenancy = None
+        if plan.tenancy:
+            from rollout.change.tenancy_audit import audit_plan_tenancy
+
+            tenancy = audit_plan_tenancy(plan.tenancy, api)  # while the nodes answer
         raw = facts.result()
         reads.join()
         return prepare(
@@ -217,6 +224,8 @@ def run_preflight(
             force,
             overrides or DrainOverrides(),
             settled,
+            force_serving,
+            tenancy,
         )
     finally:
         reads.join()
@@ -548,7 +557,8 @@ def _resume_later_batches(
     if not todo and regate is None:
         return end_resumed(ctx)
     if plan is None:
-        plan = load_plan(str(info_path(ctx.journal, "plan", None)))  # names what is missing
+        # names what is missing
+        plan = load_plan(str(info_path(ctx.journal, "plan", None))).for_change(info)
     if info.get("intentSha256") and info["intentSha256"] != intent_digest(plan):
         raise PreflightError(
             f"the plan {plan.path} renders another intent than change {before.change} "
@@ -557,6 +567,10 @@ def _resume_later_batches(
     inv = read_inventory(info_path(ctx.journal, "inventory", inventory))
     # a change started with --force over device refusals carries that consent to its resume
     forced = any(e.step == Kind.PREFLIGHT_FORCED for e in ctx.journal.entries())
+    # and one started with --force-serving, that consent (apply's entry, promote's record)
+    serving_forced = any(e.step == Kind.SERVING_FORCED for e in ctx.journal.entries()) or bool(
+        (info.get("promotion") or {}).get("forcedServing")
+    )
     moved = {n for n, s in settled.nodes.items() if s.state is not NodeState.PENDING}
     if ctx.kind is not None and ctx.kind.name != "kubelet-config":  # another kind's own works
         from rollout.change.allocation_path import works_of
@@ -589,6 +603,7 @@ def _resume_later_batches(
             force=forced,
             overrides=journaled_overrides(ctx.journal),
             settled=moved - set(cut),
+            force_serving=serving_forced,
         )
         if todo
         else None

@@ -39,6 +39,7 @@ COMMAND_MODULES = {
     "evidence": "rollout.cli.docs",
     "bench": "rollout.cli.bench",
     "nodes": "rollout.cli.fleet",
+    "tenancy": "rollout.cli.tenancy",
 }
 
 

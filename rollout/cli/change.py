@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -40,13 +40,23 @@ from rollout.errors import InputError, Location
 from rollout.gate.assembly import gate_config, gate_for
 from rollout.protocols import Gate
 
-from .options import drain_options, inventory_option, kube_options, output_option, plan_option
+from .options import (
+    drain_options,
+    force_serving_option,
+    inventory_option,
+    kube_options,
+    output_option,
+    plan_option,
+)
 from .record import optional_api
 
 if TYPE_CHECKING:
     from rollout.change.inventory import Inventory
+    from rollout.change.launching import PreparedApply
+    from rollout.evidence.benchgate import CanaryBench, Results
     from rollout.evidence.workloads import Selection
     from rollout.gate.analysis import Predicted
+    from rollout.gate.performance import BenchPolicy
 
 __all__ = ["COMMANDS"]
 
@@ -79,9 +89,10 @@ __all__ = ["COMMANDS"]
     "force",
     metavar="REASON",
     help="Change nodes the device preflight refuses (GPUs not all advertised: device plugin "
-    "down or devices unhealthy; one resource served by a device plugin and DRA); the reason and "
-    "the refusals are journaled.",
+    "down or devices unhealthy; one resource served by a device plugin and DRA), or despite a "
+    "failed tenancy audit (the plan's tenancy:); the reason and the refusals are journaled.",
 )
+@force_serving_option
 @click.option(
     "--no-evidence",
     is_flag=True,
@@ -121,6 +132,7 @@ def apply_cmd(
     force_window: str | None,
     accept_rejections: bool,
     force: str | None,
+    force_serving: str | None,
     no_evidence: bool,
     recreate_probes: bool,
     recreate_workloads: bool,
@@ -148,6 +160,7 @@ def apply_cmd(
       rollout apply --canary --yes --accept-predicted-rejections
       rollout apply --yes --forks 20
       rollout apply --canary --yes --force "GPU-3 is being replaced, 7 of 8 is expected"
+      rollout apply --canary --yes --force-serving "llama-70b canary is on other nodes"
       rollout apply --canary --yes --force-delete-unmanaged --delete-emptydir-data
       rollout apply --canary --yes --recreate-workloads
     """
@@ -160,10 +173,21 @@ def apply_cmd(
         raise InputError("no plan: pass --plan or set ROLLOUT_PLAN", Location(field="--plan"))
     if force is not None and not force.strip():
         raise InputError("--force needs a REASON (it is journaled)", Location(field="--force"))
+    if force_serving is not None and not force_serving.strip():
+        raise InputError(
+            "--force-serving needs a REASON (it is journaled)", Location(field="--force-serving")
+        )
     plan = load_plan(plan_path)
     parse_strategy(plan.strategy, plan.location)  # bad input fails before any I/O
     cfg = gate_config(plan)  # the gate: section too
     require_evidence = cfg is not None and cfg.require_evidence
+    policy = cfg.bench if cfg is not None else None
+    if len(plan.stages) > 1 and policy is None:
+        raise InputError(
+            "a plan with more than one stage needs gate.bench: the next stage starts only when "
+            "the previous one's benchmark allows tightening (docs/plan-file.md)",
+            plan.location("stages"),
+        )
     if recreate_probes and no_evidence:
         raise InputError(
             "--recreate-probes collects evidence; --no-evidence contradicts it",
@@ -191,6 +215,7 @@ def apply_cmd(
         accept_rejections=accept_rejections,
         force=force,
         force_window=force_window,
+        force_serving=force_serving,
         overrides=DrainOverrides(delete_unmanaged, delete_emptydir_data, capacity_warn_only),
         disable_eviction=disable_eviction,
         require_evidence=require_evidence,
@@ -201,11 +226,18 @@ def apply_cmd(
         forks=forks,
     )
     ready = prepare_apply(
-        plan, lambda: inventory_path(inventory), lambda: connect(kubeconfig, context), opts
+        plan,
+        lambda: inventory_path(inventory),
+        lambda: connect(kubeconfig, context),
+        opts,
+        echo_err,
     )
+    plan = ready.plan  # a staged plan: the stage chosen
     prepared = ready.prepared
-    for w in ready.warnings:
-        echo_err(f"warning: {w}")
+    if ready.stage is not None:
+        for line in ready.stage.history:
+            echo_err(line)
+        echo_err(f"running {ready.stage.reason}")
     for line in prepared.report:
         echo_err(line)
     for w in prepared.warnings:
@@ -214,6 +246,13 @@ def apply_cmd(
         recreating = _recreate_preview(ready.api, ready.nodes) if recreate_workloads else {}
         if output == "json":
             doc = prepared.to_dict()
+            if ready.stage is not None and ready.stage.index is not None:
+                doc["stage"] = {
+                    "index": ready.stage.index,
+                    "name": plan.stages[ready.stage.index].name,
+                    "why": ready.stage.reason,
+                    "history": list(ready.stage.history),
+                }
             if recreate_workloads:
                 doc["recreateWorkloads"] = {
                     n: {
@@ -245,15 +284,24 @@ def apply_cmd(
         return
     nodes = ready.nodes
     confirm(yes, f"change {len(nodes)} node(s) ({', '.join(nodes)})")
+    bench = canary_bench(ready, policy, echo_err)
 
     def make_gate(
         journal: Journal, inv: Inventory, predicted: Predicted | None, progress: Progress
     ) -> Gate:
-        return gate_for(
+        gate = gate_for(
             plan, ready.api, journal, output, inv, progress.event, ready.lock.interrupt, predicted
         )
+        if bench is None:
+            return gate
+        from rollout.evidence.benchgate import BenchGate, journal_results
 
-    hooks = ChangeEvidence(ready.api, ready.inventory, forks, echo_err)
+        runner, before = bench
+        journal_results(journal, before, "before", runner.req.describe())
+        group = cfg is None or str(cfg.on_failure) == "rollback-group"
+        return BenchGate(gate, journal, runner, before, group, progress.event)
+
+    hooks = ChangeEvidence(ready.api, ready.inventory, forks, echo_err, tenancy=plan.tenancy)
     done = run_apply(
         ready,
         make_gate,
@@ -267,6 +315,33 @@ def apply_cmd(
     if verdict is not None and verdict.holds:  # Inconclusive / Error: held, say what it waits for
         echo_err(f"gate {verdict.status}: holding: waiting for {verdict.waiting_for}")
         sys.exit(GATE_HOLDS_EXIT)
+
+
+def canary_bench(
+    ready: PreparedApply, policy: BenchPolicy | None, say: Callable[[str], None]
+) -> tuple[CanaryBench, Results] | None:
+    """With the plan's ``gate.bench`` and a canary batch: the canary benched before the change
+    (nothing changed yet), and the runner for the ``after`` bench. A before bench that could
+    not decide (failed, binding not held, simulated without ``acceptSimulated``) refuses the
+    apply here: its regression verdict would only hold the canary later.
+
+    Raises:
+        BenchError: the before bench cannot serve as the baseline (exit 1, nothing changed).
+    """
+    from rollout.evidence.bench import BenchError
+    from rollout.evidence.benchgate import CanaryBench
+    from rollout.gate.performance import judge_regression
+
+    batches = ready.prepared.batches
+    if policy is None or not batches or not batches[0].canary:
+        return None
+    canary = list(batches[0].nodes)
+    runner = CanaryBench(policy, ready.inventory, ready.api, ready.prepared.raw_facts, say)
+    before = runner.run(canary, "before")
+    check = judge_regression(policy, before, before, canary)
+    if check.holds:
+        raise BenchError(f"gate.bench before the change: {check.reason}; nothing was changed")
+    return runner, before
 
 
 def _recreate_preview(api: Any, nodes: list[str]) -> dict[str, Selection]:

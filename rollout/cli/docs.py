@@ -203,8 +203,8 @@ def evidence_cmd(
     exclusive CPUs, the healthy devices), the device manager's kubelet_internal_checkpoint (the
     healthy set and each pod's devices where podresources did not answer; compared with it
     otherwise), NUMA layout and cpu_manager_state (through the facts playbook), pods with their
-    QoS, and the running Topology Manager policy (configz). -o json prints the new collection and
-    the checks over it.
+    QoS, and the running Topology Manager policy (configz); with --change, the tenancy audit of
+    its plan's tenancy: file. -o json prints the new collection and the checks over it.
 
     \b
     Examples:
@@ -238,12 +238,28 @@ def evidence_cmd(
         raise InputError("no inventory: pass -i or set ROLLOUT_INVENTORY", Location(field="-i"))
     inv = read_inventory(Path(str(inv_path)))
     nodes = nodes or [inv.node_of(h) for h in inv.hosts]
-    collection = collect(label, api, inv, nodes, target, gpu_resource=gpu_resource)
+    collection = collect(
+        label, api, inv, nodes, target, gpu_resource=gpu_resource, tenancy=_tenancy_of(recorded)
+    )
     if journal is not None:  # promote reads the change's last 'after' evidence from its journal
         journal_evidence(journal, label, nodes, target, collection)
     if output == "json":
         doc = {"file": str(target), "collection": collection, "checks": checks_of(collection)}
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
+
+
+def _tenancy_of(recorded: dict[str, object]) -> str | None:
+    """The tenancy file of the change's plan (``tenancy:``), when the plan is still there."""
+    from rollout.change.plan import load_plan
+
+    plan = recorded.get("plan")
+    if not plan or not Path(str(plan)).is_file():
+        return None
+    try:
+        return load_plan(str(plan)).tenancy
+    except InputError as e:
+        click.echo(f"warning: no tenancy audit: {e}", err=True)
+        return None
 
 
 COMMANDS = [runbook_cmd, report_cmd, evidence_cmd]

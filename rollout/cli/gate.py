@@ -110,6 +110,23 @@ def watch(
     help="File holding the bearer token webhook callers must send.",
 )
 @click.option(
+    "--tls-cert-file",
+    type=click.Path(dir_okay=False),
+    help="Serve HTTPS with this certificate chain (PEM); needs --tls-key-file.",
+)
+@click.option(
+    "--tls-key-file",
+    type=click.Path(dir_okay=False),
+    help="The private key (PEM) of --tls-cert-file.",
+)
+@click.option(
+    "--max-body-bytes",
+    type=click.IntRange(min=1024),
+    default=1 << 20,
+    show_default=True,
+    help="Larger request bodies are answered 413 and never read.",
+)
+@click.option(
     "--lock-namespace",
     default="kube-system",
     show_default=True,
@@ -127,6 +144,9 @@ def watch(
 def serve(
     listen: str,
     token_file: str,
+    tls_cert_file: str | None,
+    tls_key_file: str | None,
+    max_body_bytes: int,
     lock_namespace: str,
     drift_interval: float,
     output: str,
@@ -142,42 +162,80 @@ def serve(
     rollout.dev/change label names is fetched from the cluster record into $ROLLOUT_STATE_DIR
     first, so no disk is shared with the machine that applied) is rolled back on that node, or
     on its batch when the plan says onFailure: rollback-group. An alert with label change_id
-    rolls back that change. Alerts for nodes no change owns: 200, logged, counted, nothing
-    changed. Without the token: 401, nothing happens.
-    The same alert twice, or a second alert for a node already rolled back, rolls back once.
-    Each rollback is journaled as a trigger record naming the alert. While a process owns the
-    change (apply, promote, resume), the rollback is handed to it and the webhook answers
-    "handed-over" at once; otherwise this server runs the rollback (with its --kubeconfig /
-    --context / --lock-namespace) and answers "rolled-back" when it is done.
+    rolls back that change.
+    The webhook answers at once: 202 with a trigger id per rollback started (journaled as a
+    trigger record naming the alert), which runs in the background; GET /triggers/ID (with the
+    token) and rollout status show how it ended. While a process owns the change (apply,
+    promote, resume) the rollback is handed to it; otherwise this server runs it (with its
+    --kubeconfig / --context / --lock-namespace), under the change's Lease, so two replicas
+    given one alert roll back once.
+    The same alert twice, or a second alert for a node already rolled back: 200, nothing more.
+    Refused, nothing changed: 401 without the token (before the body is read); 413 for a body
+    over --max-body-bytes (not read); 411 without Content-Length; 400 naming the field for a
+    body that is truncated, not UTF-8, not JSON, or not Alertmanager's payload (unknown fields,
+    wrong types, a change_id that is not a change id); 422 for an alert on a node no change
+    owns, or naming no node and no change.
+    SIGTERM: new alerts get 503 (Alertmanager retries them) while the rollbacks under way
+    finish; then the server exits. A rollback cut short by SIGKILL is finished by
+    rollout resume. With --tls-cert-file / --tls-key-file the server speaks HTTPS only.
     With -o json the start-up line is one JSON object on stdout ({"listen", "port", "endpoints"}).
 
     \b
     Examples:
       rollout serve --listen 127.0.0.1:9099 --token-file /etc/rollout/webhook-token
+      rollout serve --listen 0.0.0.0:9099 --token-file t --tls-cert-file c.pem --tls-key-file k.pem
       rollout serve --listen 127.0.0.1:0 --token-file token -o json --context prod-east
     """
-    from rollout.gate.trigger import KubeTarget, alert_server
+    import signal
+    import threading
+
+    from rollout.gate.trigger import KubeTarget, ServeOptions, alert_server
 
     kube = KubeTarget(kubeconfig, context, lock_namespace)
-    server, root = alert_server(listen, token_file, kube, drift_interval, say=_err)
+    opts = ServeOptions(
+        listen, token_file, tls_cert_file, tls_key_file, max_body_bytes, drift_interval
+    )
+    server, receiver, root = alert_server(opts, kube, say=_err)
     port = server.server_address[1]
     host = listen.rpartition(":")[0]
+    scheme = "https" if tls_cert_file else "http"
     if output == "json":
-        endpoints = ["POST /webhook", "POST /api/v2/alerts", "GET /metrics", "GET /healthz"]
-        doc = {"listen": f"{host}:{port}", "port": port, "endpoints": endpoints}
+        endpoints = [
+            "POST /webhook",
+            "POST /api/v2/alerts",
+            "GET /triggers/ID",
+            "GET /metrics",
+            "GET /healthz",
+        ]
+        doc = {"listen": f"{host}:{port}", "port": port, "scheme": scheme, "endpoints": endpoints}
         click.echo(json.dumps(doc), nl=True)
         sys.stdout.flush()
     else:
         _err(
-            f"rollout serve: listening on {host}:{port} (POST /webhook, GET /metrics); "
+            f"rollout serve: listening on {host}:{port} ({scheme}; POST /webhook, GET /metrics); "
             f"journals in {root}"
         )
+
+    def drain_then_stop() -> None:
+        running = [r for r in receiver.runs() if r.state == "running"]
+        _err(
+            f"rollout serve: stopping: new alerts get 503; waiting for {len(running)} "
+            "rollback(s) under way"
+        )
+        receiver.drain()
+        server.shutdown()
+
+    def on_term(_signum: int, _frame: object) -> None:
+        threading.Thread(target=drain_then_stop, name="drain", daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_term)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
-        pass
+        receiver.drain()
     finally:
         server.server_close()
+    _err("rollout serve: stopped; no rollback left under way")
 
 
 COMMANDS = [watch, serve]

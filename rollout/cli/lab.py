@@ -208,12 +208,15 @@ def _monitoring_env(lab_: Lab) -> dict[str, str]:
     m = lab_.monitoring
     if m is None:
         return {}
-    return {
+    env = {
         "PROMETHEUS_URL": m.prometheus_url,
         "ALERTMANAGER_URL": m.alertmanager_url,
         "ROLLOUT_SERVE_URL": m.serve_url,
         "ROLLOUT_STATE_DIR": m.state_dir,
     }
+    if m.serve_ca:
+        env["ROLLOUT_SERVE_CA"] = m.serve_ca  # curl --cacert "$ROLLOUT_SERVE_CA" ...
+    return env
 
 
 @lab.command("down")

@@ -43,6 +43,15 @@ kubeconfig_option = click.option(
 
 context_option = click.option("--context", help="The kubeconfig context to use.")
 
+force_serving_option = click.option(
+    "--force-serving",
+    metavar="REASON",
+    help="Change the nodes although a model-serving canary is in progress (an Argo Rollout or "
+    "Flagger Canary being judged, a KServe InferenceService or a Deployment on the nodes rolling "
+    "out): refused without it, the device layer and the model layer change in separate "
+    "windows; the reason and what was in progress are journaled.",
+)
+
 
 def kube_options(f: F) -> F:
     """Add --kubeconfig and --context, like kubectl."""

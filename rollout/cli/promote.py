@@ -28,7 +28,13 @@ from rollout.errors import InputError, Location
 from rollout.gate.assembly import gate_for
 from rollout.protocols import Gate
 
-from .options import drain_options, inventory_option, kube_options, output_option
+from .options import (
+    drain_options,
+    force_serving_option,
+    inventory_option,
+    kube_options,
+    output_option,
+)
 
 if TYPE_CHECKING:
     from rollout.change.inventory import Inventory
@@ -57,6 +63,7 @@ if TYPE_CHECKING:
     metavar="REASON",
     help="Run outside the plan's change windows; the reason is journaled.",
 )
+@force_serving_option
 @click.option(
     "--no-evidence",
     is_flag=True,
@@ -86,6 +93,7 @@ def promote_cmd(
     dry_run: bool,
     force: str | None,
     force_window: str | None,
+    force_serving: str | None,
     no_evidence: bool,
     recreate_workloads: bool,
     delete_unmanaged: bool,
@@ -125,6 +133,10 @@ def promote_cmd(
             "contradicts it",
             Location(field="--recreate-workloads"),
         )
+    if force_serving is not None and not force_serving.strip():
+        raise InputError(
+            "--force-serving needs a REASON (it is journaled)", Location(field="--force-serving")
+        )
     api = connect(kubeconfig, context)
     journal = existing_journal(change, api, lock_namespace, echo_err)
     lock = LeaseLock(api, lock_namespace)
@@ -140,6 +152,7 @@ def promote_cmd(
         dry_run=dry_run,
         force=force,
         force_window=force_window,
+        force_serving=force_serving,
         overrides=DrainOverrides(delete_unmanaged, delete_emptydir_data, capacity_warn_only),
         lock_namespace=lock_namespace,
         verify_timeout=verify_timeout,
@@ -167,7 +180,9 @@ def promote_cmd(
     ) -> Gate:
         return gate_for(plan, api, journal, output, inv, progress.event, lock.interrupt, predicted)
 
-    hooks = ChangeEvidence(api, promo.inventory, forks, echo_err, keep_nodes=True)
+    hooks = ChangeEvidence(
+        api, promo.inventory, forks, echo_err, keep_nodes=True, tenancy=promo.plan.tenancy
+    )
     final = run_promotion(
         api,
         promo,

@@ -47,6 +47,18 @@ def print_status(status: ChangeStatus, output: str) -> None:
     click.echo(f"change {status.change}: {status.outcome}")
     if status.message:
         click.echo(f"  {status.message}")
+    stage = status.info.get("stage")
+    if stage:
+        click.echo(
+            f"  stage {int(stage['index']) + 1}/{stage.get('count')} ({stage.get('name')}) of "
+            f"plan {stage.get('plan')}"
+        )
+    if status.bench:
+        for key, what in (("regression", "regression"), ("tightening", "aligned advantage")):
+            v = status.bench[key]
+            click.echo(f"  bench {what}: {v['outcome']}: {v['reason']}")
+        nxt = "may start" if status.bench["allowsTightening"] else "is held"
+        click.echo(f"  bench: a tighter next stage {nxt} once this change is promoted")
     promotion = status.info.get("promotion")
     if promotion:
         forced = f"; forced: {promotion['forced']}" if promotion.get("forced") else ""
@@ -56,6 +68,11 @@ def print_status(status: ChangeStatus, output: str) -> None:
         why = f": {ev['error']}" if ev.get("error") else f" ({', '.join(failed)})" if failed else ""
         nodes = ", ".join(ev.get("nodes") or ())
         click.echo(f"  evidence {label} ({nodes}): {ev.get('overall')}{why}")
+    for t in status.triggers:
+        what = f"alert {t['alert']} (trigger {t.get('id')})" if t.get("alert") else t["trigger"]
+        on = ", ".join(t.get("nodes") or ()) or "every node"
+        ended = f": {t['outcome']}" if t.get("outcome") else ""
+        click.echo(f"  rollback asked by {what} at {t['at']} for {on}{ended}")
     click.echo(summary(status))
 
 

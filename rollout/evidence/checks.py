@@ -138,11 +138,13 @@ class Check:
 
 @dataclass(frozen=True)
 class Collection:
-    """One collection of node data (see the module docstring for the shape)."""
+    """One collection of node data (see the module docstring for the shape); ``tenancy``: the
+    tenancy audit taken with it (``rollout.evidence.collecting.tenancy_audit``), if any."""
 
     label: str
     at: str = ""
     nodes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    tenancy: Mapping[str, Any] | None = None
 
 
 def parse_collections(raw: Mapping[str, Any] | None) -> tuple[Collection, ...]:
@@ -152,8 +154,14 @@ def parse_collections(raw: Mapping[str, Any] | None) -> tuple[Collection, ...]:
     out = []
     for c in raw.get("collections") or ():
         if isinstance(c, Mapping):
+            t = c.get("tenancy")
             out.append(
-                Collection(str(c.get("label", "")), str(c.get("at", "")), c.get("nodes") or {})
+                Collection(
+                    str(c.get("label", "")),
+                    str(c.get("at", "")),
+                    c.get("nodes") or {},
+                    t if isinstance(t, Mapping) else None,
+                )
             )
     return tuple(out)
 

@@ -6,7 +6,9 @@ proxy's ``/configz``) that the evidence layer may use (it sits above ``change``,
 ``ansible``); the checks themselves are pure (:mod:`rollout.evidence.checks`). The collection
 goes into ``evidence.json`` beside the change's journal; the journal gets an ``evidence`` entry
 with the label, the nodes, the file and every check's result, which ``promote`` reads
-(``rollout.change.promoting.evidence_refusal``).
+(``rollout.change.promoting.evidence_refusal``). With the plan's ``tenancy:`` file, each
+collection carries the tenancy audit too (``tenancy``: every row), and the journal entry its
+verdict and counts: the audit before and after the change, beside the node data.
 """
 
 from __future__ import annotations
@@ -44,11 +46,14 @@ def collect(
     gpu_resource: str = "nvidia.com/gpu",
     forks: int = DEFAULT_FORKS,
     keep_nodes: bool = False,
+    tenancy: str | None = None,
 ) -> dict[str, Any]:
     """Collect ``label`` for ``nodes`` (``raw_facts`` by host when already gathered, else the
     facts playbook runs, at most ``forks`` hosts at once), merge it into ``target`` (written in
     one rename) and return it. ``keep_nodes``: the file's collection of the same label keeps
-    its other nodes (``promote`` adds its nodes beside the canary's); else it is replaced."""
+    its other nodes (``promote`` adds its nodes beside the canary's); else it is replaced.
+    ``tenancy``: the plan's tenancy file; its audit (:func:`tenancy_audit`) is the
+    collection's ``tenancy``."""
     from rollout.ansible.runner import AnsibleRunner
     from rollout.change.inventory import hosts_for
     from rollout.evidence.checks import build_collection, merge_collection, registered_devices
@@ -91,6 +96,8 @@ def collect(
         known=registered_devices(document),
     )
     _add_dra_claims(api, collection, pods)
+    if tenancy:
+        collection["tenancy"] = tenancy_audit(tenancy, api)
     merged = merge_collection(document, collection, keep_nodes)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp_file = target.with_name(f".{target.name}.tmp")
@@ -120,6 +127,27 @@ def _add_dra_claims(
     for node, claims in by_node.items():
         if node in collection["nodes"]:
             collection["nodes"][node]["draClaims"] = claims
+
+
+def tenancy_audit(path: str, api: Api) -> dict[str, Any]:
+    """The tenancy audit of the plan's tenancy file as ``rollout tenancy audit -o json`` prints
+    it, with the file (``file``); when it could not run (the file unreadable, the API server
+    unreachable), ``result: not-collected`` and ``error``: never a pass."""
+    from rollout.change.tenancy_audit import audit_plan_tenancy
+
+    try:
+        return {"file": path, **audit_plan_tenancy(path, api).to_json()}
+    except Exception as e:  # evidence is best effort: say what is missing
+        return {"file": path, "result": "not-collected", "error": str(e) or type(e).__name__}
+
+
+def tenancy_summary(audit: Mapping[str, Any]) -> dict[str, Any]:
+    """The journal's account of a collection's tenancy audit: verdict and counts, no rows."""
+    keys = ("file", "policy", "result", "failed", "untested", "error")
+    return {
+        **{k: audit[k] for k in keys if k in audit},
+        "checks": len(audit.get("rows") or ()),
+    }
 
 
 def checks_of(collection: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -158,6 +186,8 @@ def journal_evidence(
         )
         data["overall"] = str(overall)
         data["checks"] = checks
+        if (collection or {}).get("tenancy"):
+            data["tenancy"] = tenancy_summary((collection or {})["tenancy"])
     journal.append(EVIDENCE_STEP, Phase.DONE, now=datetime.now(UTC), data=data)
     return data
 
@@ -168,9 +198,17 @@ def describe(data: Mapping[str, Any]) -> str:
     if data.get("error"):
         return f"{head}: not collected: {data['error']}"
     failed = [c for c in data.get("checks") or () if c.get("status") == "fail"]
+    t = data.get("tenancy")
+    audit = ""
+    if t:
+        audit = f"; tenancy audit of {t.get('policy') or t.get('file')}: {t.get('result')}" + (
+            f": {t['error']}"
+            if t.get("error")
+            else f" ({t.get('checks')} checks, {t.get('failed', 0)} failed)"
+        )
     if failed:
-        return head + ": " + "; ".join(check_failures(failed))
-    return f"{head} ({len(data.get('checks') or ())} checks, {data.get('file')})"
+        return head + ": " + "; ".join(check_failures(failed)) + audit
+    return f"{head} ({len(data.get('checks') or ())} checks, {data.get('file')}){audit}"
 
 
 class ChangeEvidence:
@@ -185,10 +223,13 @@ class ChangeEvidence:
         forks: int = DEFAULT_FORKS,
         say: Callable[[str], None] = print,
         keep_nodes: bool = False,
+        tenancy: str | None = None,
     ) -> None:
-        """``keep_nodes``: collections add to the file's nodes of the same label (``promote``)."""
+        """``keep_nodes``: collections add to the file's nodes of the same label (``promote``);
+        ``tenancy``: the plan's tenancy file, audited in every collection."""
         self.api, self.inv, self.forks, self.say = api, inv, forks, say
         self.keep_nodes = keep_nodes
+        self.tenancy = tenancy
 
     def collect(
         self, journal: Journal, label: str, nodes: list[str], raw_facts: Any = None
@@ -207,6 +248,7 @@ class ChangeEvidence:
                 raw_facts,
                 forks=self.forks,
                 keep_nodes=self.keep_nodes,
+                tenancy=self.tenancy,
             )
             return got, None
         except Exception as e:

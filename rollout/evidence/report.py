@@ -95,6 +95,8 @@ class Report:
     evidence_source: str
     window: Mapping[str, Any] = field(default_factory=dict)
     bench: tuple[Mapping[str, Any], ...] = ()
+    bench_verdict: Mapping[str, Any] = field(default_factory=dict)
+    tenancy: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def evidence_status(self) -> str:
@@ -120,6 +122,9 @@ class Report:
                 "checks": [c.as_dict() for c in self.checks],
             },
             "bench": [dict(b) for b in self.bench],
+            "stage": self.info.get("stage"),
+            "benchVerdict": dict(self.bench_verdict) or None,
+            "tenancy": [dict(t) for t in self.tenancy],
         }
 
 
@@ -192,10 +197,13 @@ def build_report(
     states: dict[str, NodeStatus] = {n: NodeStatus(node=n) for n in status.nodes}
     events, decisions, window = [], [], {}
     files: dict[tuple[str, str], FileChange] = {}
-    benched: dict[str, Mapping[str, Any]] = {str(b.get("node")): b for b in bench}
+    # per node and label (gate.bench journals a "before" and an "after" run of each canary)
+    benched: dict[tuple[str, str], Mapping[str, Any]] = {
+        (str(b.get("node")), str(b.get("label") or "")): b for b in bench
+    }
     for e in entries:
         if e.node is None and e.step == Kind.BENCH:
-            benched[str(e.data.get("node", ""))] = dict(e.data)
+            benched[(str(e.data.get("node", "")), str(e.data.get("label") or ""))] = dict(e.data)
             continue
         if e.node is None:
             if e.step == CHANGE_STEP and "window" in e.data:
@@ -239,6 +247,16 @@ def build_report(
         evidence_source=evidence_source,
         window=window,
         bench=tuple(benched.values()),
+        bench_verdict=dict(status.bench),
+        tenancy=tenancy_audits(collections),
+    )
+
+
+def tenancy_audits(collections: Sequence[Collection]) -> tuple[Mapping[str, Any], ...]:
+    """The tenancy audit of each collection that took one (before, after, ...): the audit as
+    ``rollout tenancy audit -o json`` prints it, with the collection's ``label`` and ``at``."""
+    return tuple(
+        {**c.tenancy, "label": c.label, "at": c.at} for c in collections if c.tenancy is not None
     )
 
 

@@ -33,7 +33,10 @@ IGNORED_GROUPS = ("all", "ungrouped")
 
 RULES = (
     "Change the device-allocation layer (this kubelet change) and a model-serving version in "
-    "separate windows: if both move at once, neither verdict means anything.",
+    "separate windows: if both move at once, neither verdict means anything. apply and promote "
+    "refuse while an Argo Rollout, Flagger Canary or KServe InferenceService is in progress, or "
+    "a Deployment rolls out on the nodes they change (--force-serving REASON overrides, "
+    "journaled).",
     'Never "fix" the queue by removing resource requests or loosening tenant nodeSelectors: '
     "pods rejected with TopologyAffinityError are the signal; roll the nodes back instead.",
     "Never edit workloads, PodDisruptionBudgets or tolerations to make the drain pass: a drain "
@@ -53,18 +56,27 @@ class Preflight:
             or every refusal.
         previews: the admission preview of every node in scope; None when it did not run
             (offline, or preflight refused before it).
+        tenancy: the tenancy audit of the plan's ``tenancy:`` file as ``rollout tenancy audit
+            -o json`` prints it (every row), when the plan names one and preflight ran.
     """
 
     ran: bool
     ok: bool = False
     lines: tuple[str, ...] = ()
     previews: tuple[NodePreview, ...] | None = None
+    tenancy: Mapping[str, Any] | None = None
 
 
 def live_preflight(plan: Plan, inv: Inventory, api: Api) -> tuple[Preflight, list[str]]:
     """Preflight as ``rollout apply`` runs it (every node's facts, then the cluster's checks
     and the admission preview), for the runbook: its result, refusals included, and the
-    canaries of other changes in progress. Nothing is written anywhere."""
+    model-serving canaries in progress (those preflight already names are not repeated as
+    warnings); with the plan's ``tenancy:`` file, its audit (``Preflight.tenancy``), as apply's
+    preflight judges it. Nothing is written anywhere.
+
+    Raises:
+        InputError: the plan's tenancy file is malformed or names what the cluster lacks.
+    """
     import tempfile
     from pathlib import Path
 
@@ -74,21 +86,31 @@ def live_preflight(plan: Plan, inv: Inventory, api: Api) -> tuple[Preflight, lis
     from rollout.kube.canaries import canaries_in_progress
 
     warnings = canaries_in_progress(api)
+    audit = None
+    if plan.tenancy:
+        from rollout.change.tenancy_audit import audit_plan_tenancy
+
+        audit = audit_plan_tenancy(plan.tenancy, api)
+    table = {"file": plan.tenancy, **audit.to_json()} if audit else None
     with tempfile.TemporaryDirectory(prefix="rollout-runbook-") as tmp:
         facts_dir = Path(tmp) / "facts"
         raw = AnsibleRunner(Path(tmp) / "runner").gather_facts(inv.path, list(inv.hosts), facts_dir)
         reader = ClusterReader(api, {inv.node_of(h) for h in inv.hosts})
         try:
-            prepared = prepare(plan, inv, reader, raw, facts_dir, False)
+            prepared = prepare(plan, inv, reader, raw, facts_dir, False, tenancy=audit)
         except PreflightError as e:
             problems = [ln.strip() for ln in str(e).splitlines()[1:]] or [str(e)]
             previews = e.previews if isinstance(e, PreviewedRefusal) else None
-            return Preflight(True, False, tuple(problems), previews), warnings
+            repeated = set(problems)
+            return Preflight(True, False, tuple(problems), previews, table), [
+                w for w in warnings if w not in repeated
+            ]
+    warnings = [w for w in warnings if w not in prepared.warnings]
     lines = [*prepared.report, *(f"warning: {w}" for w in prepared.warnings)]
     lines += [
         f"{n}: evicts {', '.join(pods) or 'no pods'}" for n, pods in prepared.evictions.items()
     ]
-    return Preflight(True, True, tuple(lines), prepared.previews), warnings
+    return Preflight(True, True, tuple(lines), prepared.previews, table), warnings
 
 
 GO_RULE = (
@@ -182,6 +204,7 @@ class Runbook:
     warnings: tuple[str, ...]
     gpu_resource: str
     commands: tuple[tuple[str, str], ...] = field(default=())
+    stages: tuple[Mapping[str, Any], ...] = ()
     rules: tuple[str, ...] = RULES
 
 
@@ -296,6 +319,7 @@ def build_runbook(
         warnings=tuple(warnings),
         gpu_resource=gpu_resource,
         commands=operator_commands(gpu_resource),
+        stages=tuple({"name": s.name, "kubelet": dict(s.kubelet)} for s in plan.stages),
     )
 
 
@@ -323,6 +347,8 @@ def as_json(runbook: Runbook) -> str:
     doc = _plain(runbook)
     doc["commands"] = [{"what": w, "command": c} for w, c in runbook.commands]
     doc["preflight"].pop("previews", None)  # shown once, as ``preview``
+    if doc["preflight"].get("tenancy") is None:  # the plan names no tenancy file
+        doc["preflight"].pop("tenancy", None)
     doc["preview"] = runbook.preview.to_dict()
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from rollout.durations import parse_go_duration
 from rollout.errors import InputError, Location
+from rollout.gate.performance import BenchPolicy, parse_bench_policy
 from rollout.samples import NodeCounts, group_counts
 from rollout.verdicts import Finding, Outcome, SignalState, Verdict
 
@@ -86,6 +87,7 @@ class GateConfig:
     on_failure: OnFailure = OnFailure.ROLLBACK_GROUP
     recovery: float = 60.0
     require_evidence: bool = False
+    bench: BenchPolicy | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -107,6 +109,7 @@ class GateConfig:
             "onFailure": str(self.on_failure),
             "recovery": self.recovery,
             "requireEvidence": self.require_evidence,
+            "bench": self.bench.as_dict() if self.bench is not None else None,
         }
 
 
@@ -125,6 +128,7 @@ _KEYS = {
     "onFailure",
     "recovery",
     "requireEvidence",
+    "bench",
 }
 
 
@@ -241,6 +245,7 @@ def parse_gate_config(
         on_failure=choice("onFailure", OnFailure, OnFailure.ROLLBACK_GROUP),
         recovery=duration("recovery", 60.0),
         require_evidence=required,
+        bench=None if raw.get("bench") is None else parse_bench_policy(raw["bench"], file, line_of),
     )
     if cfg.interval > cfg.soak:
         raise bad("interval", f"must not be longer than gate.soak ({cfg.soak:g}s)")

@@ -133,7 +133,8 @@ def node_states(root: Path) -> dict[str, str]:
 def export_node_states(
     root: Path, cluster: Callable[[], Mapping[str, str]] | None = None
 ) -> Callable[[Any], None]:
-    """``make_server``'s ``before_metrics``: set ``rollout_node_state`` from the journals, and
+    """``make_server``'s ``before_metrics``: set ``rollout_node_state`` (and each change's
+    ``gate.bench`` verdicts, ``rollout_bench_verdict``) from the journals, and
     from the Nodes' ``rollout.dev/state`` labels when ``cluster`` reads them (they win: a change
     applied from another machine is on the Node, not in these journals)."""
     states = [s.value for s in NodeState]
@@ -146,5 +147,10 @@ def export_node_states(
                 current.update(cluster())
         for node, state in current.items():
             metrics.set_node_state(node, state, states)
+        for c in change_statuses(root):  # gate.bench decisions, per change
+            stage = str((c.info.get("stage") or {}).get("name", ""))
+            for key, check in (("regression", "regression"), ("tightening", "aligned-advantage")):
+                if c.bench.get(key):
+                    metrics.set_bench_verdict(c.change, stage, check, str(c.bench[key]["outcome"]))
 
     return refresh

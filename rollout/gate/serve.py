@@ -9,24 +9,40 @@ rolled back).
 Rules, because a webhook that rolls back production nodes must be boring:
 
 * **Authenticated.** ``Authorization: Bearer <token>`` with the token from ``--token-file``;
-  anything else gets ``401`` and changes nothing (not even the dedup memory).
+  anything else gets ``401`` before a byte of the body is read, and changes nothing (not even
+  the dedup memory).
+* **Bounded.** A body over ``max_body`` bytes is ``413`` from its ``Content-Length`` alone (never
+  read); a body without one is ``411``; a body that stops short is ``400`` (or ``408`` when the
+  peer stalls past the read timeout). Every field is checked (:mod:`rollout.gate.payloads`):
+  ``400`` naming the field, before anything acts on the alert.
 * **Idempotent.** Alertmanager re-sends firing alerts on every ``repeat_interval`` and on every
   group change; the same alert (by ``fingerprint``, or by its labels when there is none) triggers
   at most one rollback, and one change is rolled back at most once per server.
 * **The change is found from the alert.** A kubelet counter knows its node, not the change: an
   alert with label ``node`` (never guessed from ``instance``) rolls back the change that owns that
   node now (:func:`rollout.gate.alerting.owner_of`: the newest change whose journal touched it,
-  while
-  the node carries its files), that node or its batch per the plan's ``onFailure``. An alert that
-  names a change (label or annotation ``change_id``) rolls back that change. Alerts for nodes no
-  change owns, or that name neither, are answered 200, logged and counted
-  (``rollout_webhook_alerts_total{action}``) and change nothing.
+  while the node carries its files), that node or its batch per the plan's ``onFailure``. An
+  alert that names a change (label or annotation ``change_id``) rolls back that change. An alert
+  for a node no change owns, or that names neither, is ``422`` naming the problem (Alertmanager
+  does not retry a 4xx), logged and counted (``rollout_webhook_alerts_total{action}``), and
+  changes nothing.
+* **Answered at once.** A rollback takes minutes; Alertmanager's webhook times out long before.
+  The receiver journals a ``trigger`` record naming the alert and a trigger id, answers ``202``
+  with that id, and runs the rollback in a thread of its own. Its outcome is journaled as a
+  second ``trigger`` record (``outcome``), counted in ``rollout_webhook_rollbacks_total{outcome}``
+  and served at ``GET /triggers/<id>``; the rollback's own records are in the change's journal
+  (``rollout status``).
+* **Drained, not dropped.** :meth:`AlertReceiver.drain` (``rollout serve`` on SIGTERM) refuses
+  new alerts with ``503`` (Alertmanager retries them, on another replica) and waits for every
+  rollback under way. A process killed before one finished left its restore journaled under
+  the change's Lease: ``rollout resume`` finishes it, as after any crash.
 * **One seam.** The rollback itself is the :class:`RollbackTrigger` (``rollout rollback``, which
-  hands over to the change's owner); before calling it the receiver journals a ``trigger`` record
-  naming the alert in the change's journal, as the gate does for its own verdicts.
+  hands over to the change's owner, and takes the Lease otherwise: two replicas given one alert
+  roll back once).
 
 Both payload shapes are accepted: the webhook receiver's ``{"version": "4", "alerts": [...]}`` on
-any path (``/webhook``) and the Alertmanager API's bare list on ``POST /api/v2/alerts``.
+any path (``/webhook``) and the Alertmanager API's bare list on ``POST /api/v2/alerts``; over TLS
+when ``make_server`` is given a certificate and key.
 """
 
 from __future__ import annotations
@@ -35,7 +51,10 @@ import contextlib
 import hashlib
 import hmac
 import json
+import secrets
+import ssl
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -47,15 +66,19 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from rollout.errors import InputError, Location, RolloutError
 from rollout.gate.alerting import Owner
+from rollout.gate.payloads import BadBody, parse_alerts
 
 #: Names of the metrics rollout exports (the monitoring assets are checked against this list).
 ROLLOUT_METRICS = (
+    "rollout_bench_verdict",
     "rollout_gate_rejections_seen_total",
     "rollout_gate_verdicts_total",
     "rollout_node_state",
     "rollout_rollbacks_total",
     "rollout_webhook_alerts_total",
     "rollout_webhook_requests_total",
+    "rollout_webhook_rollbacks_running",
+    "rollout_webhook_rollbacks_total",
 )
 
 
@@ -87,6 +110,13 @@ class GateMetrics:
             "rollout_gate_verdicts",
             "Gate verdicts, by outcome.",
             ["outcome"],
+            registry=self.registry,
+        )
+        self.bench_verdict = Gauge(
+            "rollout_bench_verdict",
+            "1 for the outcome of each change's gate.bench verdict: regression (after against "
+            "before) and aligned-advantage (whether a tighter next stage may start).",
+            ["change", "stage", "check", "outcome"],
             registry=self.registry,
         )
         self.node_state = Gauge(
@@ -125,6 +155,18 @@ class GateMetrics:
             ["code"],
             registry=self.registry,
         )
+        self.webhook_rollbacks = Counter(
+            "rollout_webhook_rollbacks",
+            "Rollbacks the webhook started that ended, by outcome (rolled-back, handed-over, "
+            "failed).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.running = Gauge(
+            "rollout_webhook_rollbacks_running",
+            "Rollbacks the webhook started that have not ended yet.",
+            registry=self.registry,
+        )
 
     def observe(self, verdict: Any) -> None:
         """Count a gate verdict, and the rejections it saw that were not counted before."""
@@ -137,6 +179,12 @@ class GateMetrics:
                 if new > 0:
                     self.rejections.labels(node=node, reason=reason).inc(new)
                 self._seen[key] = max(n, self._seen.get(key, 0))
+
+    def set_bench_verdict(self, change: str, stage: str, check: str, outcome: str) -> None:
+        """Mark the change's ``gate.bench`` verdict ``check`` (``regression``,
+        ``aligned-advantage``) as ``outcome`` (and as none of the other three)."""
+        for o in ("Successful", "Failed", "Inconclusive", "Error"):
+            self.bench_verdict.labels(change, stage, check, o).set(1 if o == outcome else 0)
 
     def set_node_state(self, node: str, state: str, states: Sequence[str]) -> None:
         """Mark ``node`` as being in ``state`` (and in none of the other ``states``)."""
@@ -162,11 +210,39 @@ class AlertOutcome:
 
     fingerprint: str
     change_id: str | None
-    # rolled-back | handed-over | duplicate | already-rolled-back | ignored | unowned |
-    # resolved | failed
+    # triggered | rolled-back | handed-over | duplicate | already-rolled-back | ignored |
+    # unowned | resolved | refused | failed
     action: str
     detail: str = ""
     nodes: tuple[str, ...] | None = None
+    trigger: str | None = None  # the trigger id of the rollback this alert started
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = dict(self.__dict__)
+        if doc["nodes"] is not None:
+            doc["nodes"] = list(doc["nodes"])
+        return doc
+
+
+@dataclass
+class TriggerRun:
+    """One rollback the receiver started: ``state`` is ``running`` until the trigger returns,
+    then its outcome (``rolled-back``, ``handed-over``) or ``failed`` with ``detail``."""
+
+    id: str
+    change: str
+    nodes: tuple[str, ...] | None
+    alert: str
+    fingerprint: str
+    started: float
+    state: str = "running"
+    detail: str = ""
+    ended: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = dict(self.__dict__)
+        doc["nodes"] = list(self.nodes) if self.nodes is not None else None
+        return doc
 
 
 def fingerprint_of(alert: Mapping[str, Any]) -> str:
@@ -186,8 +262,8 @@ class OwnerResolver(Protocol):
     def __call__(self, node: str) -> Owner | None: ...
 
 
-#: Writes the ``trigger`` record ``(change_id, data)`` to the change's journal before the
-#: rollback is asked for.
+#: Writes a ``trigger`` record ``(change_id, data)`` to the change's journal: before the
+#: rollback is started, and with its outcome when it ends.
 TriggerRecorder = Callable[[str, Mapping[str, Any]], None]
 
 
@@ -199,8 +275,11 @@ class AlertReceiver:
         metrics: where the counters go.
         owners: maps an alert's ``node`` to the change that owns it (None: only alerts that name
             their change with ``change_id`` are acted on).
-        record: journals the ``trigger`` record (None: not journaled, e.g. unit tests).
+        record: journals the ``trigger`` records (None: not journaled, e.g. unit tests).
         log: one line per alert handled.
+        background: run each rollback in a thread of its own and answer ``triggered`` at once
+            (False: run it in the request, the receiver of rollout 0.1; the storm benchmark
+            compares the two).
     """
 
     def __init__(
@@ -211,20 +290,38 @@ class AlertReceiver:
         owners: OwnerResolver | None = None,
         record: TriggerRecorder | None = None,
         log: Callable[[str], None] = lambda _m: None,
+        background: bool = True,
     ) -> None:
         self._trigger = trigger
         self._metrics = metrics or GateMetrics()
         self._owners = owners
         self._record = record
         self._log = log
+        self._background = background
         self._lock = threading.Lock()
         self._seen: set[str] = set()
         # (change, node) pairs rolled back; node "*" means every node of the change
         self._rolled_back: set[tuple[str, str]] = set()
+        self._runs: dict[str, TriggerRun] = {}
+        self._threads: dict[str, threading.Thread] = {}
+        self._draining = False
 
     @property
     def metrics(self) -> GateMetrics:
         return self._metrics
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def run(self, trigger_id: str) -> TriggerRun | None:
+        """The rollback started under ``trigger_id`` (None: no such trigger here)."""
+        with self._lock:
+            return self._runs.get(trigger_id)
+
+    def runs(self) -> list[TriggerRun]:
+        with self._lock:
+            return list(self._runs.values())
 
     def receive(self, alerts: Sequence[Mapping[str, Any]]) -> list[AlertOutcome]:
         """Handle the alerts of one request, in order."""
@@ -237,10 +334,27 @@ class AlertReceiver:
             self._log(
                 f"alert {name} ({o.fingerprint}{', node ' + node if node else ''}): {o.action}"
                 f"{' change ' + o.change_id if o.change_id else ''}"
+                f"{' trigger ' + o.trigger if o.trigger else ''}"
                 f"{': ' + o.detail if o.detail else ''}"
             )
             out.append(o)
         return out
+
+    def drain(self, timeout: float | None = None) -> list[TriggerRun]:
+        """Refuse new alerts from now on and wait for every rollback under way (``timeout``
+        seconds at most, None: as long as they take). Returns those still running."""
+        with self._lock:
+            self._draining = True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                threads = list(self._threads.values())
+            if not threads:
+                return []
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return [r for r in self.runs() if r.state == "running"]
+            threads[0].join(left)
 
     def _done(self, change: str, nodes: Sequence[str] | None) -> bool:
         if (change, "*") in self._rolled_back:
@@ -258,9 +372,11 @@ class AlertReceiver:
         node = labels.get("node")
         node = node if isinstance(node, str) and node else None
         if not change and node is None:
-            return AlertOutcome(fp, None, "ignored", "the alert names no node and no change")
+            return AlertOutcome(fp, None, "ignored", "the alert names no node and no change_id")
         if not change and self._owners is None:
             return AlertOutcome(fp, None, "ignored", "the alert names no change (change_id)")
+        if self._draining:
+            return AlertOutcome(fp, change, "refused", "shutting down: deliver it again")
         # Decided under the lock, run outside it: a rollback takes minutes, and a repeat
         # delivery meanwhile must be answered (duplicate) at once, not queued behind it.
         with self._lock:
@@ -274,6 +390,7 @@ class AlertReceiver:
             marks = [(change, n) for n in nodes or ("*",)]
             self._rolled_back.update(marks)
         name = labels.get("alertname", "alert")
+        run = TriggerRun(secrets.token_hex(6), change, nodes, name, fp, time.time())
         reason = f"alert {fp} ({name})"
         try:
             if self._record is not None:
@@ -282,6 +399,7 @@ class AlertReceiver:
                     {
                         "change": change,
                         "trigger": "alert",
+                        "id": run.id,
                         "alert": name,
                         "fingerprint": fp,
                         "node": node,
@@ -292,14 +410,63 @@ class AlertReceiver:
                         "reason": reason,
                     },
                 )
-            action = self._trigger(change, nodes, reason) or "rolled-back"
         except (RolloutError, OSError) as e:
-            with self._lock:  # not remembered: Alertmanager's next delivery retries
-                self._seen.discard(fp)
-                self._rolled_back.difference_update(marks)
-            return AlertOutcome(fp, change, "failed", str(e), nodes)
+            self._forget(fp, marks)
+            return AlertOutcome(fp, change, "failed", f"cannot journal the trigger: {e}", nodes)
         self._metrics.rollbacks.labels(trigger="webhook").inc()
-        return AlertOutcome(fp, change, action, f"alert {name}", nodes)
+        if not self._background:
+            self._execute(run, reason, marks)
+            action = "failed" if run.state == "failed" else run.state
+            return AlertOutcome(fp, change, action, run.detail or f"alert {name}", nodes, run.id)
+        thread = threading.Thread(
+            target=self._execute, args=(run, reason, marks), name=f"rollback-{run.id}"
+        )
+        with self._lock:
+            self._runs[run.id] = run
+            self._threads[run.id] = thread
+        self._metrics.running.inc()
+        thread.start()
+        return AlertOutcome(fp, change, "triggered", f"alert {name}", nodes, run.id)
+
+    def _execute(self, run: TriggerRun, reason: str, marks: list[tuple[str, str]]) -> None:
+        """Run the rollback; record, count and remember its outcome (a failed one is forgotten:
+        Alertmanager's next delivery tries again). The run shows its outcome only once that is
+        journaled, so whoever sees it ended finds it in ``rollout status`` too."""
+        detail = ""
+        try:
+            state = self._trigger(run.change, run.nodes, reason) or "rolled-back"
+        except (RolloutError, OSError) as e:
+            state, detail = "failed", str(e)
+        except Exception as e:  # a bug: the outcome must still be visible, never a lost thread
+            state, detail = "failed", f"{type(e).__name__}: {e}"
+        ended = time.time()
+        if state == "failed":
+            self._forget(run.fingerprint, marks)
+        self._metrics.webhook_rollbacks.labels(outcome=state).inc()
+        self._log(f"trigger {run.id} change {run.change}: {state}{': ' + detail if detail else ''}")
+        if self._record is not None:
+            # the rollback's own records are journaled already; this one says who asked
+            with contextlib.suppress(RolloutError, OSError):
+                self._record(
+                    run.change,
+                    {
+                        "change": run.change,
+                        "trigger": "alert",
+                        "id": run.id,
+                        "outcome": state,
+                        "detail": detail,
+                        "seconds": round(ended - run.started, 3),
+                    },
+                )
+        run.detail, run.ended, run.state = detail, ended, state
+        with self._lock:
+            if self._threads.pop(run.id, None) is not None:
+                self._metrics.running.dec()
+
+    def _forget(self, fp: str, marks: Sequence[tuple[str, str]]) -> None:
+        with self._lock:
+            self._seen.discard(fp)
+            self._rolled_back.difference_update(marks)
 
     def _decide(
         self, fp: str, change: str | None, node: str | None
@@ -327,6 +494,23 @@ class AlertReceiver:
         return change, nodes, owner
 
 
+def status_of(outcomes: Sequence[AlertOutcome]) -> int:
+    """The HTTP code for one request's outcomes: 500 when an alert could not be handled (the
+    owner could not be read, the trigger not journaled: Alertmanager retries), 503 while
+    draining, 202 when a rollback was started, 422 when an alert names nothing to roll back
+    (no node and no change, or a node no change owns), else 200."""
+    actions = {o.action for o in outcomes}
+    if "failed" in actions:
+        return 500
+    if "refused" in actions:
+        return 503
+    if "triggered" in actions:
+        return 202
+    if actions & {"unowned", "ignored"}:
+        return 422
+    return 200
+
+
 def read_token(path: str | Path) -> str:
     """Read the bearer token; an unreadable or empty file is bad input."""
     try:
@@ -338,6 +522,26 @@ def read_token(path: str | Path) -> str:
     return token
 
 
+def tls_context(cert_file: str | Path, key_file: str | Path) -> ssl.SSLContext:
+    """A server TLS context (TLS 1.2 at least) with the certificate chain and key from files.
+
+    Raises:
+        InputError: a file cannot be read, or the key does not match the certificate.
+    """
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    for f, field in ((cert_file, "--tls-cert-file"), (key_file, "--tls-key-file")):
+        if not Path(f).is_file():
+            raise InputError("no such file", Location(str(f), field=field))
+    try:
+        ctx.load_cert_chain(str(cert_file), str(key_file))
+    except (ssl.SSLError, OSError) as e:
+        raise InputError(
+            f"cannot load the certificate and key: {e}", Location(str(cert_file), "--tls-cert-file")
+        ) from e
+    return ctx
+
+
 def parse_listen(value: str) -> tuple[str, int]:
     """``HOST:PORT`` → (host, port); only loopback hosts are accepted without a proxy in front."""
     host, sep, port = value.rpartition(":")
@@ -346,13 +550,35 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+#: The largest request body read (bytes): Alertmanager's webhook for a group of ~1,000 alerts
+#: (its ``max_alerts`` caps a group); ``rollout serve --max-body-bytes`` changes it.
+MAX_BODY_BYTES = 1 << 20
+#: Seconds a client may take to send its request (headers, then body) before ``408``.
+READ_TIMEOUT_S = 10.0
+_TRIGGER_PATH = "/triggers/"
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+
+    def handle_error(self, _request: Any, _client_address: Any) -> None:
+        # a failed TLS handshake or a peer gone mid-request: nothing to answer, nothing to log
+        return
+
+
 def make_server(
     listen: tuple[str, int],
     token: str,
     receiver: AlertReceiver,
     before_metrics: Callable[[GateMetrics], None] | None = None,
+    *,
+    tls: ssl.SSLContext | None = None,
+    max_body: int = MAX_BODY_BYTES,
+    read_timeout: float = READ_TIMEOUT_S,
 ) -> ThreadingHTTPServer:
-    """Build (not start) the HTTP server: POST webhook/alerts with the token, GET /metrics.
+    """Build (not start) the HTTP server: POST webhook/alerts with the token, GET
+    /triggers/<id> with the token, GET /metrics and /healthz; over TLS with ``tls``.
 
     ``before_metrics`` refreshes gauges read from elsewhere (``rollout serve``: node states from
     the journals) before each scrape; an error there never fails the scrape."""
@@ -360,6 +586,12 @@ def make_server(
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "rollout-serve"
+        timeout = read_timeout
+
+        def setup(self) -> None:
+            super().setup()
+            if isinstance(self.connection, ssl.SSLSocket):
+                self.connection.do_handshake()  # in this request's thread, under the timeout
 
         def log_message(self, format: str, *args: Any) -> None:
             return
@@ -371,11 +603,26 @@ def make_server(
             self.send_header("Content-Length", str(len(body)))
             if code == 401:
                 self.send_header("WWW-Authenticate", 'Bearer realm="rollout"')
+            if code == 503:
+                self.send_header("Retry-After", "10")
+            if code in (400, 408, 411, 413):
+                self.send_header("Connection", "close")
+                self.close_connection = True
             self.end_headers()
             self.wfile.write(body)
 
         def _json(self, code: int, obj: Any) -> None:
             self._reply(code, json.dumps(obj).encode())
+
+        def _error(self, code: int, field: str, problem: str) -> None:
+            self._json(code, BadBody(code, field, problem).to_dict())
+
+        def _authorized(self) -> bool:
+            given = (self.headers.get("Authorization") or "").encode()
+            if hmac.compare_digest(given, expected):
+                return True
+            self._error(401, "Authorization", "missing or wrong bearer token")
+            return False
 
         def do_GET(self) -> None:
             if self.path == "/metrics":
@@ -386,32 +633,72 @@ def make_server(
                 self._reply(200, receiver.metrics.exposition(), CONTENT_TYPE_LATEST)
             elif self.path == "/healthz":
                 self._reply(200, b"ok", "text/plain")
+            elif self.path.startswith(_TRIGGER_PATH):
+                if not self._authorized():
+                    return
+                run = receiver.run(self.path[len(_TRIGGER_PATH) :])
+                if run is None:
+                    self._error(404, "id", "no such trigger on this server")
+                else:
+                    self._json(200, run.to_dict())
             else:
-                self._json(404, {"error": "not found"})
+                self._error(404, "", "not found")
+
+        def _body(self) -> bytes | None:
+            """The body, or None once an error was answered (nothing read past the limit)."""
+            if self.headers.get("Transfer-Encoding"):
+                self._error(411, "Transfer-Encoding", "not accepted: send Content-Length")
+                return None
+            lengths = self.headers.get_all("Content-Length") or []
+            if not lengths:
+                self._error(411, "Content-Length", "missing")
+                return None
+            if len(set(lengths)) != 1 or not lengths[0].isdigit():
+                self._error(400, "Content-Length", f"not one byte count: {lengths!r}"[:200])
+                return None
+            size = int(lengths[0])
+            if size > max_body:
+                self._error(413, "Content-Length", f"{size} bytes is over the limit of {max_body}")
+                return None
+            try:
+                body = self.rfile.read(size)
+            except TimeoutError:
+                self._error(408, "", f"the body did not arrive within {read_timeout:g}s")
+                return None
+            if len(body) < size:
+                self._error(400, "", f"body truncated: {len(body)} of {size} bytes arrived")
+                return None
+            return body
 
         def do_POST(self) -> None:
-            given = (self.headers.get("Authorization") or "").encode()
-            if not hmac.compare_digest(given, expected):
-                self._json(401, {"error": "missing or wrong bearer token"})
+            if not self._authorized():
+                return
+            if receiver.draining:
+                self._error(503, "", "shutting down: deliver it again")
+                return
+            body = self._body()
+            if body is None:
                 return
             try:
-                length = int(self.headers.get("Content-Length") or 0)
-                payload = json.loads(self.rfile.read(length) or b"null")
-            except ValueError as e:
-                self._json(400, {"error": f"body is not JSON: {e}"})
-                return
-            if isinstance(payload, list):
-                alerts = payload
-            elif isinstance(payload, dict) and isinstance(payload.get("alerts"), list):
-                alerts = payload["alerts"]
-            else:
-                self._json(400, {"error": "expected Alertmanager's payload with 'alerts'"})
-                return
-            if not all(isinstance(a, dict) for a in alerts):
-                self._json(400, {"error": "every alert must be an object"})
+                alerts = parse_alerts(body)
+            except BadBody as e:
+                self._json(e.code, e.to_dict())
                 return
             outcomes = receiver.receive(alerts)
-            code = 500 if any(o.action == "failed" for o in outcomes) else 200
-            self._json(code, {"alerts": [o.__dict__ for o in outcomes]})
+            code = status_of(outcomes)
+            doc: dict[str, Any] = {"alerts": [o.to_dict() for o in outcomes]}
+            if code == 422:
+                doc["error"] = "; ".join(
+                    f"alerts[{i}]: {o.detail}"
+                    for i, o in enumerate(outcomes)
+                    if o.action in ("unowned", "ignored")
+                )
+            self._json(code, doc)
 
-    return ThreadingHTTPServer(listen, Handler)
+    server = _Server(listen, Handler)
+    if tls is not None:
+        # the handshake happens in the request's thread (Handler.setup), never in accept()
+        server.socket = tls.wrap_socket(
+            server.socket, server_side=True, do_handshake_on_connect=False
+        )
+    return server

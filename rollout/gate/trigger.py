@@ -196,22 +196,54 @@ def watch_change(
     return done
 
 
+@dataclass(frozen=True)
+class ServeOptions:
+    """``rollout serve``'s listener: ``HOST:PORT``, the token file, TLS certificate and key
+    files (both or neither), the body limit and the drift interval (0: no drift loop)."""
+
+    listen: str
+    token_file: str
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    max_body: int = 1 << 20
+    drift_interval: float = 300.0
+
+
 def alert_server(
-    listen: str,
-    token_file: str,
+    opts: ServeOptions,
     kube: KubeTarget,
-    drift_interval: float = 300.0,
     say: Callable[[str], None] = to_stderr,
-) -> tuple[Any, Path]:
+) -> tuple[Any, Any, Path]:
     """``rollout serve``'s server, not started: the webhook routed to the change that owns each
     alert's node (journals in the state directory, fetched from the cluster record on demand),
     /metrics with every marked Node's state, and the drift loop every ``drift_interval`` seconds
-    (0: none) in a thread. Returns the server and the state directory."""
+    (0: none) in a thread. Returns the server, its receiver (``drain`` on shutdown) and the state
+    directory.
+
+    Raises:
+        InputError: a bad ``--listen``, token file, or TLS certificate / key (or only one).
+    """
     from rollout.change.journal import state_dir
     from rollout.change.record import existing_journal, mirrored
     from rollout.gate.owning import JournalOwners, export_node_states, journal_recorder
-    from rollout.gate.serve import AlertReceiver, make_server, parse_listen, read_token
+    from rollout.gate.serve import (
+        AlertReceiver,
+        make_server,
+        parse_listen,
+        read_token,
+        tls_context,
+    )
 
+    listen = parse_listen(opts.listen)
+    token = read_token(opts.token_file)
+    if (opts.tls_cert_file is None) != (opts.tls_key_file is None):
+        raise InputError(
+            "--tls-cert-file and --tls-key-file go together",
+            Location(field="--tls-key-file" if opts.tls_cert_file else "--tls-cert-file"),
+        )
+    tls = None
+    if opts.tls_cert_file and opts.tls_key_file:
+        tls = tls_context(opts.tls_cert_file, opts.tls_key_file)
     lock_namespace = kube.lock_namespace
     trigger = functools.partial(trigger_rollback, kube=kube, wait=False, say=say)
     root = state_dir()
@@ -247,18 +279,20 @@ def alert_server(
         log=lambda m: say(f"rollout serve: {m}"),
     )
     server = make_server(
-        parse_listen(listen),
-        read_token(token_file),
+        listen,
+        token,
         receiver,
         export_node_states(root, cluster_states),
+        tls=tls,
+        max_body=opts.max_body,
     )
-    if drift_interval > 0:
+    if opts.drift_interval > 0:
         threading.Thread(
             target=drift_loop,
-            args=(connected, lock_namespace, receiver.metrics, drift_interval, say),
+            args=(connected, lock_namespace, receiver.metrics, opts.drift_interval, say),
             daemon=True,
         ).start()
-    return server, root
+    return server, receiver, root
 
 
 def drift_loop(

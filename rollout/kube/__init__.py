@@ -6,5 +6,6 @@ groups as JSON over the kubeconfig's connection, without the client's typed mode
 ``leases`` (the cluster lock, its owner's side), ``handover`` (a rollback handed to that owner),
 ``lease_objects`` (the Lease both sides read and write), ``proxy`` (``/configz``, ``/healthz``,
 ``/metrics`` through the node proxy), ``cluster`` (all of it behind the orchestrator's
-``Cluster`` Protocol).
+``Cluster`` Protocol), ``tenancy`` (requests as a tenant: impersonated, dry run; access reviews;
+the policy's server-side apply).
 """

@@ -223,6 +223,18 @@ def latest_change(api: Api, namespace: str, retry_s: float = RETRY_S) -> str | N
     return max(ids) if ids else None
 
 
+def first_chunks(api: Api, namespace: str, retry_s: float = RETRY_S) -> dict[str, str]:
+    """Each change's first journal chunk (its ``begin`` is there), by change id: what
+    ``rollout.change.staging`` reads to find a staged plan's earlier changes without fetching
+    every journal in full."""
+    out: dict[str, str] = {}
+    for cm in _items(api, namespace, f"{RECORD_KEY}=journal,{CHUNK_KEY}=0", retry_s):
+        change = (cm.get("metadata") or {}).get("labels", {}).get(CHANGE_KEY)
+        if change:
+            out[str(change)] = str((cm.get("data") or {}).get("journal.jsonl", ""))
+    return out
+
+
 def node_change(api: Api, node: str) -> str | None:
     """The change a Node's ``rollout.dev/change`` label names (None: no such label)."""
     body = call(f"read node {node}", api.core.read_node, node, retry_s=2.0)

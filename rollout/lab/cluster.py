@@ -231,6 +231,10 @@ class Lab:
         build_monitoring_binaries(progress)
         started: list[int] = []
         crt, key = cp.admin_cert
+        # rollout serve speaks HTTPS, as in a cluster: a serving certificate from the lab CA
+        serve_cert = cp.pki.issue(
+            "rollout-serve", "rollout-serve", server=True, dns=["localhost"], ips=["127.0.0.1"]
+        )
         try:
             self.monitoring = mon.start(
                 self.dir,
@@ -241,6 +245,7 @@ class Lab:
                 kubeconfig=self.kubeconfig,
                 state_dir=Path(state_dir or default_state_dir()).resolve(),
                 remember=started.append,
+                serve_cert=serve_cert,
                 progress=progress,
             )
         except BaseException:

@@ -53,11 +53,11 @@ DEFAULT_LABELS = {
     DRA_DRIVER: "nvidia.com/dra-kubelet-plugin",
 }
 #: the DRA driver the lab runs, its binary, and the DeviceClass its chart creates
-DRIVER = "gpu.example.com"
+DRIVER = realnode.DRIVER
 DRIVER_BINARY = "dra-example-kubeletplugin"
 DEVICE_CLASS = "gpu.example.com"
-DRIVER_STATE_FILE = str(realnode.STATE_DIR / "dradriver.state")
-DRIVER_PID_FILE = str(realnode.STATE_DIR / "dradriver.pid")
+DRIVER_STATE_FILE = realnode.DRIVER_STATE_FILE
+DRIVER_PID_FILE = realnode.DRIVER_PID_FILE
 DRIVER_LOG = "/var/log/rollout-lab-dradriver.log"
 AGENT_LOG = "/var/log/rollout-lab-daemonsets.log"
 CDI_ROOT = str(realnode.STATE_DIR / "cdi")

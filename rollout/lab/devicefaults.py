@@ -253,12 +253,10 @@ class DeviceFaults:
 
     def driver_slices(self, node: str) -> list[str]:
         """The device names the lab's DRA driver publishes in ResourceSlices for ``node``."""
-        from rollout.lab import daemonsets
-
         code, obj = self._api().request(
             "GET",
             "/apis/resource.k8s.io/v1/resourceslices?fieldSelector="
-            f"spec.nodeName={node},spec.driver={daemonsets.DRIVER}",
+            f"spec.nodeName={node},spec.driver={realnode.DRIVER}",
         )
         if code != 200:
             raise LabError(f"list ResourceSlices of node {node}: HTTP {code}")
@@ -273,11 +271,9 @@ class DeviceFaults:
         wait until its process is gone (stop), or runs again and its ResourceSlices list every
         GPU of the node (start, restart). The slices of a stopped driver stay until the kubelet
         wipes them, 30 s after the driver unregistered: :meth:`wait_slices` waits for that."""
-        from rollout.lab import daemonsets
-
         root = self._device_root(node)
-        state = root / daemonsets.DRIVER_STATE_FILE.lstrip("/")
-        pidfile = root / daemonsets.DRIVER_PID_FILE.lstrip("/")
+        state = root / realnode.DRIVER_STATE_FILE.lstrip("/")
+        pidfile = root / realnode.DRIVER_PID_FILE.lstrip("/")
         new = next_state(_read(state) or "stopped", action)
         if new is not None:
             _write(state, new + "\n")
@@ -285,14 +281,14 @@ class DeviceFaults:
                 _wait(
                     lambda: not pidfile.exists(),
                     timeout,
-                    f"node {node}: the DRA driver {daemonsets.DRIVER} stopping",
+                    f"node {node}: the DRA driver {realnode.DRIVER} stopping",
                 )
             else:
                 gen = new.split()[-1]
                 _wait(
                     lambda: _read(pidfile).split()[1:] == [gen],
                     timeout,
-                    f"node {node}: the DRA driver {daemonsets.DRIVER} starting",
+                    f"node {node}: the DRA driver {realnode.DRIVER} starting",
                 )
                 want = len(parse_devices((root / realnode.GPU_FILE.lstrip("/")).read_text()))
                 self.wait_slices(node, want, timeout)
@@ -302,8 +298,6 @@ class DeviceFaults:
     def wait_slices(self, node: str, devices: int, timeout: float = 90.0) -> list[str]:
         """Wait until the DRA driver's ResourceSlices for ``node`` list ``devices`` devices (0:
         until the kubelet wiped them); the device names."""
-        from rollout.lab import daemonsets
-
         got: list[str] = []
 
         def done() -> bool:
@@ -314,6 +308,6 @@ class DeviceFaults:
         _wait(
             done,
             timeout,
-            f"node {node}: ResourceSlices of {daemonsets.DRIVER} listing {devices} device(s)",
+            f"node {node}: ResourceSlices of {realnode.DRIVER} listing {devices} device(s)",
         )
         return got

@@ -25,6 +25,8 @@ class NodeShape:
     memory_bytes: int = 1 << 40
     cpu_model: str = "Intel(R) Xeon(R) Platinum 8480+ (lab)"
     max_pods: int = 110
+    #: the GPUs' PCI device id (vendor 0x10de): 0x2330 H100 SXM5, 0x2335 H200 SXM
+    gpu_device: str = "0x2330"
 
     @property
     def cpus(self) -> int:
@@ -95,6 +97,6 @@ def sysfs_tree(shape: NodeShape, root: Path) -> None:
             gd = pci / gpu_pci(n, g)
             gd.mkdir(exist_ok=True)
             (gd / "vendor").write_text("0x10de\n")
-            (gd / "device").write_text("0x2330\n")  # H100 SXM5
+            (gd / "device").write_text(shape.gpu_device + "\n")
             (gd / "class").write_text("0x030200\n")
             (gd / "numa_node").write_text(f"{n}\n")

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import ssl
 import subprocess
 import sys
 import time
@@ -54,10 +55,9 @@ ALERTMANAGER_MODULE_VERSION = "v0.35.0"
 BINARIES = ("prometheus", "promtool", "alertmanager")
 
 #: The lab's intervals, in seconds (stated in ``rollout lab up --monitoring``'s output and docs).
-#: ``group_interval`` is not short on purpose: Alertmanager gives each notification
-#: max(group_interval, 10 s) to complete, and ``rollout serve`` answers once the rollback ran
-#: (so a failed one is retried). Repeats come every ``repeat_interval``, checked at each
-#: ``group_interval``.
+#: ``rollout serve`` answers 202 at once and rolls back in the background, so the notification's
+#: time (max(group_interval, 10 s)) no longer bounds the rollback. Repeats come every
+#: ``repeat_interval``, checked at each ``group_interval``; the end-to-end test waits for one.
 INTERVALS: Mapping[str, float] = {
     "scrape_interval": 2,
     "evaluation_interval": 2,
@@ -98,10 +98,24 @@ def prometheus_config(
     targets: Path,
     alertmanager: str,
     rules: Path,
+    serve: str | None = None,
+    serve_ca: Path | None = None,
 ) -> dict[str, Any]:
     """prometheus.yml for the lab (pure). ``apiserver``/``alertmanager`` are ``host:port``;
-    ``targets`` the file listing rollout's own /metrics endpoints."""
+    ``targets`` the file listing rollout's own plain-HTTP /metrics endpoints (``rollout watch
+    --listen``); ``serve`` the ``host:port`` of ``rollout serve`` over HTTPS, its certificate
+    signed by ``serve_ca`` (job ``rollout-serve``)."""
     tls = {"ca_file": str(ca), "cert_file": str(cert), "key_file": str(key)}
+    jobs: list[dict[str, Any]] = []
+    if serve is not None:
+        jobs.append(
+            {
+                "job_name": "rollout-serve",
+                "scheme": "https",
+                "tls_config": {"ca_file": str(serve_ca or ca)},
+                "static_configs": [{"targets": [serve]}],
+            }
+        )
     return {
         "global": {
             "scrape_interval": _secs(INTERVALS["scrape_interval"]),
@@ -139,13 +153,22 @@ def prometheus_config(
                     }
                 ],
             },
+            *jobs,
         ],
     }
 
 
-def alertmanager_config(*, webhook_url: str, token_file: Path) -> dict[str, Any]:
-    """alertmanager.yml for the lab (pure): ``rollout="rollback"`` alerts to ``rollout serve``."""
+def alertmanager_config(
+    *, webhook_url: str, token_file: Path, ca_file: Path | None = None
+) -> dict[str, Any]:
+    """alertmanager.yml for the lab (pure): ``rollout="rollback"`` alerts to ``rollout serve``,
+    over HTTPS verified against ``ca_file`` when given (Alertmanager's ``tls_config``)."""
     k, v = ROUTE_LABEL
+    http_config: dict[str, Any] = {
+        "authorization": {"type": "Bearer", "credentials_file": str(token_file)}
+    }
+    if ca_file is not None:
+        http_config["tls_config"] = {"ca_file": str(ca_file)}
     return {
         "route": {
             "receiver": "null",
@@ -163,12 +186,7 @@ def alertmanager_config(*, webhook_url: str, token_file: Path) -> dict[str, Any]
                     {
                         "url": webhook_url,
                         "send_resolved": False,
-                        "http_config": {
-                            "authorization": {
-                                "type": "Bearer",
-                                "credentials_file": str(token_file),
-                            }
-                        },
+                        "http_config": http_config,
                     }
                 ],
             },
@@ -189,6 +207,8 @@ class MonitoringState:
     prometheus_pid: int = 0
     alertmanager_pid: int = 0
     serve_pid: int = 0
+    #: the CA that signed ``rollout serve``'s certificate ("": plain HTTP)
+    serve_ca: str = ""
 
     @property
     def prometheus_url(self) -> str:
@@ -200,7 +220,11 @@ class MonitoringState:
 
     @property
     def serve_url(self) -> str:
-        return f"http://127.0.0.1:{self.serve_port}"
+        return f"{'https' if self.serve_ca else 'http'}://127.0.0.1:{self.serve_port}"
+
+    def serve_context(self) -> ssl.SSLContext | None:
+        """A client TLS context that trusts ``rollout serve``'s certificate (None: plain)."""
+        return ssl.create_default_context(cafile=self.serve_ca) if self.serve_ca else None
 
     @property
     def token_file(self) -> Path:
@@ -214,22 +238,23 @@ class MonitoringState:
         return asdict(self)
 
 
-def add_rollout_target(m: MonitoringState, target: str) -> None:
-    """Have Prometheus scrape ``target`` (``host:port`` of a rollout /metrics) in job rollout."""
+def add_rollout_target(m: MonitoringState, target: str | None) -> None:
+    """Have Prometheus scrape ``target`` (``host:port`` of a plain-HTTP rollout /metrics) in job
+    rollout (None: only make sure the targets file exists)."""
     try:
         doc = json.loads(m.targets_file.read_text())
     except (OSError, ValueError):
         doc = [{"targets": []}]
-    if target not in doc[0]["targets"]:
+    if target is not None and target not in doc[0]["targets"]:
         doc[0]["targets"].append(target)
     tmp = m.targets_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc) + "\n")
     tmp.replace(m.targets_file)
 
 
-def _get(url: str, timeout: float = 2.0) -> int:
+def _get(url: str, timeout: float = 2.0, context: ssl.SSLContext | None = None) -> int:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as r:
             return int(r.status)
     except urllib.error.HTTPError as e:
         return int(e.code)
@@ -242,7 +267,7 @@ def health(m: MonitoringState) -> dict[str, bool]:
     return {
         "prometheus": _get(m.prometheus_url + "/-/ready") == 200,
         "alertmanager": _get(m.alertmanager_url + "/-/ready") == 200,
-        "serve": _get(m.serve_url + "/healthz") == 200,
+        "serve": _get(m.serve_url + "/healthz", context=m.serve_context()) == 200,
     }
 
 
@@ -256,13 +281,16 @@ def start(
     kubeconfig: Path,
     state_dir: Path,
     remember: Callable[[int], None],
+    serve_cert: tuple[Path, Path] | None = None,
     progress: Progress = lambda _m: None,
     timeout: float = 60.0,
 ) -> MonitoringState:
     """Write the configs and start rollout serve, Alertmanager and Prometheus; wait until ready.
 
-    ``remember(pid)`` is called for every process as soon as it is started (the lab's teardown
-    bookkeeping).
+    ``serve_cert``: ``rollout serve``'s certificate and key, signed by ``ca``: it then serves
+    HTTPS only, and Alertmanager's webhook and Prometheus's scrape verify it against ``ca``
+    (their ``tls_config``). ``remember(pid)`` is called for every process as soon as it is
+    started (the lab's teardown bookkeeping).
 
     Raises:
         LabError: binaries missing, or a process did not become ready (its log named).
@@ -279,9 +307,15 @@ def start(
     m = MonitoringState(str(bin_dir), str(d), str(state_dir), free_port(), free_port(), free_port())
     m.token_file.write_text(secrets.token_urlsafe(32) + "\n")
     m.token_file.chmod(0o600)
+    if serve_cert is not None:
+        m.serve_ca = str(ca)
     rules = d / "rules.yaml"
     rules.write_text(dump_yaml(rules_file(shipped_rule_text())))
-    add_rollout_target(m, f"127.0.0.1:{m.serve_port}")
+    serve_target = f"127.0.0.1:{m.serve_port}"
+    if serve_cert is None:
+        add_rollout_target(m, serve_target)
+    else:
+        add_rollout_target(m, None)  # the file exists, for rollout watch --listen to join
     (d / "prometheus.yml").write_text(
         dump_yaml(
             prometheus_config(
@@ -292,12 +326,18 @@ def start(
                 targets=m.targets_file,
                 alertmanager=f"127.0.0.1:{m.alertmanager_port}",
                 rules=rules,
+                serve=serve_target if serve_cert is not None else None,
+                serve_ca=ca,
             )
         )
     )
     (d / "alertmanager.yml").write_text(
         dump_yaml(
-            alertmanager_config(webhook_url=m.serve_url + "/webhook", token_file=m.token_file)
+            alertmanager_config(
+                webhook_url=m.serve_url + "/webhook",
+                token_file=m.token_file,
+                ca_file=ca if serve_cert is not None else None,
+            )
         )
     )
     env = {**os.environ, "ROLLOUT_STATE_DIR": str(state_dir)}
@@ -312,6 +352,11 @@ def start(
             f"127.0.0.1:{m.serve_port}",
             "--token-file",
             str(m.token_file),
+            *(
+                ["--tls-cert-file", str(serve_cert[0]), "--tls-key-file", str(serve_cert[1])]
+                if serve_cert is not None
+                else []
+            ),
             "--kubeconfig",
             str(kubeconfig),
         ],

@@ -50,6 +50,10 @@ GPU_FILE = "/etc/rollout-lab/gpus.txt"
 STATE_DIR = Path("/var/lib/rollout-lab")
 #: the fake device plugin's lifecycle file (``rollout.lab.devicefaults``)
 PLUGIN_STATE_FILE = str(STATE_DIR / "fakedeviceplugin.state")
+#: the lab's DRA driver, its lifecycle file and pid file (``rollout.lab.daemonsets`` runs it)
+DRIVER = "gpu.example.com"
+DRIVER_STATE_FILE = str(STATE_DIR / "dradriver.state")
+DRIVER_PID_FILE = str(STATE_DIR / "dradriver.pid")
 
 
 def lab_flags(node_ip: str, labels: Mapping[str, str]) -> list[str]:

@@ -11,9 +11,11 @@ mirrored into the cluster, and the Node's ``rollout.dev/state`` annotation says 
 Machine A killed mid-apply (``ROLLOUT_FAILPOINT`` right after the node's files were written) and
 its directory deleted: machine B finishes the change with ``rollout resume`` and rolls it back.
 
-``rollout serve`` with a state directory of its own (the in-cluster receiver shares no disk with
-the operator): an alert naming only the node rolls the change back, found from the Node's
-``rollout.dev/change`` label and the cluster record.
+Two ``rollout serve`` replicas, each with a state directory of its own (the in-cluster receiver
+shares no disk with the operator), given the same alert naming only the node at once: the change
+is found from the Node's ``rollout.dev/change`` label and the cluster record, the Lease decides
+who rolls back, and the node is restored once; SIGTERM right after the webhook's 202 lets each
+replica's rollback finish before it exits.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def _machine(lab: Lab, root: Path, home: Path) -> dict[str, str]:
 
 @pytest.fixture
 def homes() -> Any:
-    made = [Path(tempfile.mkdtemp(prefix="ro-")) for _ in range(2)]
+    made = [Path(tempfile.mkdtemp(prefix="ro-")) for _ in range(3)]
     yield made
     for h in made:
         shutil.rmtree(h, ignore_errors=True)
@@ -173,9 +175,24 @@ def test_resume_from_a_second_machine_after_the_first_died_mid_apply(
     assert _marks(lab, canary[0])["rollout.dev/state"] == "restored"
 
 
-def test_serve_with_its_own_state_directory_rolls_back_on_a_node_alert(
+def _restores(env: dict[str, str], change: str) -> dict[str, int]:
+    """How many times each node's restore ended, in the journal as the cluster record holds it
+    (fetched into ``env``'s state directory by ``rollout status``)."""
+    from rollout.change.journal import Journal
+
+    out: dict[str, int] = {}
+    for e in Journal.open(Path(env["ROLLOUT_STATE_DIR"]), change).entries():
+        restore = e.path is not None and e.path.value == "restore"
+        if e.step == "uncordon" and e.phase.value == "done" and restore:
+            out[e.node or ""] = out.get(e.node or "", 0) + 1
+    return out
+
+
+def test_two_serve_replicas_given_the_same_alert_roll_back_once(
     lab: Lab, lab_nodes: Any, tmp_path: Path, homes: list[Path]
 ) -> None:
+    import threading
+
     w = _two_machines(lab, lab_nodes, tmp_path, homes, "rollout-record-serve")
     names, canary, lock, inv, plan, before = w.names, w.canary, w.lock, w.inv, w.plan, w.before
     a = w.a
@@ -184,60 +201,87 @@ def test_serve_with_its_own_state_directory_rolls_back_on_a_node_alert(
     assert r.returncode == 0, r.stderr[-3000:]
     change = json.loads(r.stdout)["change"]
 
-    # the receiver: its own HOME and state directory, the inventory from its environment
-    receiver = {**_machine(lab, tmp_path / "serve", homes[1]), "ROLLOUT_INVENTORY": str(inv)}
+    # two replicas: each its own HOME and state directory, the inventory from its environment
     token = tmp_path / "token"
     token.write_text("s3cret-token\n")
     listen = ["serve", "--listen", "127.0.0.1:0", "--token-file", str(token), *lock]
-    proc = ck.start_cli(listen, receiver)
-    try:
+    procs, ports = [], []
+    for i, home in enumerate(homes[1:3]):
+        env = {**_machine(lab, tmp_path / f"serve{i}", home), "ROLLOUT_INVENTORY": str(inv)}
+        proc = ck.start_cli([*listen, "--drift-interval", "0"], env)
+        procs.append(proc)
         assert proc.stderr is not None
         line = proc.stderr.readline()
         assert "listening on 127.0.0.1:" in line, line
-        port = int(line.split("127.0.0.1:")[1].split()[0])
-        alert = {
-            "status": "firing",
-            "labels": {"alertname": "KubeletTopologyAffinityRejections", "node": canary[0]},
-            "fingerprint": "c0ffee",
-        }
+        ports.append(int(line.split("127.0.0.1:")[1].split()[0]))
+    alert = {
+        "status": "firing",
+        "labels": {"alertname": "KubeletTopologyAffinityRejections", "node": canary[0]},
+        "fingerprint": "c0ffee",
+    }
+    body = json.dumps({"version": "4", "status": "firing", "alerts": [alert]}).encode()
+    answers: dict[int, tuple[int, Any]] = {}
+
+    def deliver(port: int) -> None:
         req = urllib.request.Request(
             f"http://127.0.0.1:{port}/webhook",
-            data=json.dumps({"version": "4", "status": "firing", "alerts": [alert]}).encode(),
+            data=body,
             headers={"Content-Type": "application/json", "Authorization": "Bearer s3cret-token"},
             method="POST",
         )
-        answer: dict[str, Any] = {}
-        for _ in range(3):  # as Alertmanager does: a 500 is delivered again
+        for _ in range(3):  # as Alertmanager does: a 5xx is delivered again
             try:
-                with urllib.request.urlopen(req, timeout=180) as resp:
-                    answer = json.loads(resp.read())
-                break
+                with urllib.request.urlopen(req, timeout=60) as resp:
+                    answers[port] = (resp.status, json.loads(resp.read()))
+                return
             except urllib.error.HTTPError as e:
-                assert e.code == 500, e
-                answer = json.loads(e.read())
+                answers[port] = (e.code, json.loads(e.read()))
+                if e.code < 500:
+                    return
                 time.sleep(2)
-        (outcome,) = answer["alerts"]
-        if outcome["action"] != "rolled-back":
+
+    errs = []
+    try:
+        senders = [threading.Thread(target=deliver, args=(p,)) for p in ports]
+        for t in senders:
+            t.start()
+        for t in senders:
+            t.join(180)
+        # at once, SIGTERM to both: each exits only once its rollback ended
+        for proc in procs:
             proc.terminate()
-            _, err = proc.communicate(timeout=30)
-            raise AssertionError(f"{answer}\nrollout serve said:\n{err[-4000:]}")
-        assert outcome["change_id"] == change, answer
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as resp:
-            metrics = resp.read().decode()
-        assert f'rollout_node_state{{node="{canary[0]}",state="restored"}} 1.0' in metrics
+        for proc in procs:
+            _, err = proc.communicate(timeout=240)
+            errs.append(err)
+            assert proc.returncode == 0, err[-3000:]
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.communicate(timeout=30)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=30)
+    actions = [answers[p][1]["alerts"][0]["action"] for p in ports]
+    ended = [line.split("rollout serve: ", 1)[1] for e in errs for line in e.splitlines()
+             if "rollout serve: trigger " in line]  # fmt: skip
+    print(f"two replicas answered {[answers[p][0] for p in ports]} {actions}; {ended}")
+    assert "triggered" in actions, (answers, [e[-3000:] for e in errs])
+    for (code, doc), err in zip((answers[p] for p in ports), errs, strict=True):
+        out = doc["alerts"][0]
+        assert out["action"] in ("triggered", "already-rolled-back", "unowned"), (doc, err[-3000:])
+        if out["action"] == "triggered":
+            assert code == 202 and out["change_id"] == change, doc
+            assert "stopping: new alerts get 503; waiting for" in err, err[-3000:]
+            assert f"trigger {out['trigger']} change {change}: " in err, err[-3000:]
+        assert err.rstrip().endswith("rollout serve: stopped; no rollback left under way"), err
     for n in names:
         assert ck.snapshot(lab, n) == before[n], n  # byte for byte
     assert _marks(lab, canary[0])["rollout.dev/state"] == "restored"
-    # the trigger record reached the cluster: machine A, refreshed from it, sees the rollback
+    # the cluster record, read from machine A: the node restored once, whoever rolled it back
     r = ck.cli(["status", "--change", change, "-o", "json", *lock], a)
     assert r.returncode == 0, r.stderr
     assert "brought up to date from the cluster record" in r.stderr
     st = {n["node"]: n["state"] for n in json.loads(r.stdout)["nodes"]}
     assert st[canary[0]] == "restored"
+    assert _restores(a, change) == {canary[0]: 1}, errs
 
 
 def test_rollback_puts_back_the_nodes_own_copy_when_every_other_copy_is_lost(

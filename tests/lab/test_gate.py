@@ -326,6 +326,22 @@ def _post(port: int, body: Any, token: str | None) -> tuple[int, Any]:
         return e.code, json.loads(e.read() or b"null")
 
 
+def _trigger_end(port: int, trigger: str, token: str, timeout: float = 150) -> dict[str, Any]:
+    """The rollback ``rollout serve`` started under ``trigger``, once it ended (GET
+    /triggers/<id>, as an operator would poll it)."""
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/triggers/{trigger}",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+
+    def ended() -> dict[str, Any] | None:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            doc: dict[str, Any] = json.loads(resp.read())
+        return doc if doc["state"] != "running" else None
+
+    return ck.wait_for(ended, timeout, f"trigger {trigger} ended", 0.5)
+
+
 @pytest.mark.timeout(180)
 def test_fitting_workload_passes_then_the_webhook_rolls_back_once(
     lab: Lab, lab_nodes: Any, namespace: str, tmp_path: Path
@@ -378,9 +394,11 @@ def test_fitting_workload_passes_then_the_webhook_rolls_back_once(
         assert len(Journal.open(state, change).entries()) == entries  # nothing happened
         assert ck.snapshot(lab, node) != before
         code, body = _post(port, alert, "s3cret-token")
-        assert code == 200 and body["alerts"][0]["action"] == "rolled-back", body
-        code, body = _post(port, alert, "s3cret-token")  # Alertmanager repeats itself
-        assert code == 200 and body["alerts"][0]["action"] == "duplicate", body
+        assert code == 202 and body["alerts"][0]["action"] == "triggered", body
+        code, again = _post(port, alert, "s3cret-token")  # Alertmanager repeats itself
+        assert code == 200 and again["alerts"][0]["action"] == "duplicate", again
+        run = _trigger_end(port, body["alerts"][0]["trigger"], "s3cret-token")
+        assert run["state"] == "rolled-back", run
     finally:
         proc.terminate()
         proc.communicate(timeout=10)

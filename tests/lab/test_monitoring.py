@@ -8,7 +8,8 @@ the lab kubelets' own counters, ``rollout serve``.
   series never passes; Prometheus refusing connections or hanging is an Error that holds;
 * the end-to-end path: a change passes its gate, then a misfitting workload reaches the canary;
   the kubelet rejects, Prometheus scrapes, ``KubeletTopologyAffinityRejections`` fires,
-  Alertmanager posts, ``rollout serve`` authenticates and maps the node to the change: one
+  Alertmanager posts over HTTPS (its real ``tls_config``, the lab CA; ``rollout serve`` speaks
+  nothing else), ``rollout serve`` authenticates, answers 202 and maps the node to the change: one
   rollback (Alertmanager's repeats and a second alert change nothing), files byte for byte,
   a ``trigger`` record naming the alert; meanwhile every Grafana panel query returns data.
 
@@ -112,7 +113,9 @@ def test_prometheus_scrapes_kubelets_through_the_node_proxy_and_loads_the_rules(
         monitoring, f'kubelet_topology_manager_admission_requests_total{{node="{node}"}}'
     )
     assert series and series[0]["metric"]["job"] == "kubelet"
-    ck.wait_for(lambda: _up(monitoring, "rollout"), 20, "rollout serve scraped", 0.5)
+    # rollout serve speaks HTTPS only; Prometheus scrapes it verifying its certificate
+    assert monitoring.serve_url.startswith("https://") and monitoring.serve_ca
+    ck.wait_for(lambda: _up(monitoring, "rollout-serve"), 20, "rollout serve scraped", 0.5)
     # the rules are the shipped groups, converted at start
     want = rules_file(shipped_rule_text())
     got = _get_json(monitoring.prometheus_url + "/api/v1/rules")["data"]["groups"]
@@ -127,6 +130,7 @@ def test_prometheus_scrapes_kubelets_through_the_node_proxy_and_loads_the_rules(
     original = status["config"]["original"]  # Alertmanager shows webhook URLs as <secret>
     assert "- name: rollout\n" in original and "webhook_configs:" in original, original
     assert f"credentials_file: {monitoring.token_file}" in original, original
+    assert f"ca_file: {monitoring.serve_ca}" in original, original  # webhook tls_config
     # lab env / lab status through the CLI, from another process (the state file)
     args = ["--name", lab.name, "--workdir", str(lab.dir), "-o", "json"]
     env = ck.cli(["lab", "env", *args], dict(os.environ))
@@ -195,8 +199,14 @@ def _dashboard_queries(node: str) -> list[tuple[str, str]]:
     ]
 
 
-def _trigger_records(state: Path, change: str) -> list[Any]:
-    return [e for e in Journal.open(state, change).entries() if e.step == "trigger"]
+def _trigger_records(state: Path, change: str, ended: bool = False) -> list[Any]:
+    """The change's ``trigger`` records: those that started a rollback, or (``ended``) those
+    with its outcome."""
+    return [
+        e
+        for e in Journal.open(state, change).entries()
+        if e.step == "trigger" and ("outcome" in e.data) == ended
+    ]
 
 
 def _gate_metrics_endpoint(lab: Lab, node: str, monitoring: Any) -> tuple[Any, Any]:
@@ -304,12 +314,16 @@ def test_alert_rolls_back_the_change_owning_the_node_exactly_once(
         1,
     )
     (trigger,) = _trigger_records(state, change)  # still one
+    (ended,) = _trigger_records(state, change, ended=True)
+    assert ended.data["id"] == trigger.data["id"] and ended.data["outcome"] == "rolled-back"
     ends = [
         e for e in Journal.open(state, change).entries()
         if e.step == "change" and e.data.get("outcome") == "rolled-back"
     ]  # fmt: skip
     assert len(ends) == 1
-    assert served("rolled-back") == 1
+    assert served("triggered") == 1
+    (done,) = _query(monitoring, 'rollout_webhook_rollbacks_total{outcome="rolled-back"}')
+    assert done["value"][1] == "1"
     assert trigger.data["trigger"] == "alert"
     assert trigger.data["alert"] == "KubeletTopologyAffinityRejections"
     assert trigger.data["node"] == node and trigger.data["nodes"] == [node]

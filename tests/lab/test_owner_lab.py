@@ -26,7 +26,7 @@ from rollout.change.journal import Journal
 from rollout.lab.cluster import Lab
 from tests.lab import changekit as ck
 from tests.lab.test_failures import _one_pod_with_pdb
-from tests.lab.test_gate import _gate_plan, _post
+from tests.lab.test_gate import _gate_plan, _post, _trigger_end
 
 pytestmark = pytest.mark.lab
 
@@ -210,7 +210,9 @@ def test_webhook_during_the_soak_is_handed_to_the_owner(
             ]
         }
         code, body = _post(port, alert, "s3cret-token")
-        assert code == 200 and body["alerts"][0]["action"] == "handed-over", body
+        assert code == 202 and body["alerts"][0]["action"] == "triggered", body
+        run = _trigger_end(port, body["alerts"][0]["trigger"], "s3cret-token")
+        assert run["state"] == "handed-over", run
         code, body = _post(port, alert, "s3cret-token")
         assert code == 200 and body["alerts"][0]["action"] == "duplicate", body
         rc, err = _finish(apply)

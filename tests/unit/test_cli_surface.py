@@ -30,6 +30,7 @@ TALKS_TO_API = {
     "report",  # the same
     "nodes",
     "bench",  # reads the Node's labels (GPU product, lab)
+    "tenancy render", "tenancy audit",  # the live checks, the probes
 }  # fmt: skip
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from rollout.change.preparing import ClusterReader
-from rollout.models import NodeInfo, PodListing, PodRef, Requests
+from rollout.models import NodeInfo, PodListing, PodRef, Requests, ServingReads
 
 
 class FakeKn:
@@ -69,10 +69,22 @@ class FakeWorkloads:
         return []
 
 
+class FakeCanaries:
+    """The model-serving canaries' reads (``rollout.kube.canaries``), into the same call list."""
+
+    def __init__(self, kn: FakeKn) -> None:
+        self.kn = kn
+
+    def serving_reads(self, api: Any) -> ServingReads:
+        self.kn.calls.append("serving")
+        return ServingReads()
+
+
 def _reader(fake: FakeKn, nodes: Any = None) -> ClusterReader:
     reader = ClusterReader(api=None, nodes=nodes)
     reader._kn = fake  # type: ignore[assignment]
     reader._wl = FakeWorkloads(fake)  # type: ignore[assignment]
+    reader._sv = FakeCanaries(fake)  # type: ignore[assignment]
     return reader
 
 
@@ -80,7 +92,15 @@ def test_prefetched_answers_are_used_once() -> None:
     fake = FakeKn()
     reader = _reader(fake)
     reader.prefetch()
-    assert set(fake.calls) >= {"version", "nodes", "pdbs", "dra", "deviceclasses", "pods"}
+    assert set(fake.calls) >= {
+        "version",
+        "nodes",
+        "pdbs",
+        "dra",
+        "deviceclasses",
+        "pods",
+        "serving",
+    }
     # one listing of the Nodes and one of the cluster's pods serve the checks and the preview
     assert fake.calls.count("nodes") == 1 and fake.calls.count("pods") == 1
     fake.calls.clear()
@@ -93,6 +113,7 @@ def test_prefetched_answers_are_used_once() -> None:
     objects_of_nodes = reader.node_objects()
     assert set(objects_of_nodes) == {"n1", "n2"}
     assert reader.controllers(objects_of_nodes) == []
+    assert reader.serving() == ServingReads()
     assert fake.calls == []  # all served from the prefetch
     reader.nodes()
     reader.pod_listing()

@@ -21,16 +21,16 @@ from rollout.change.devicechecks import (
     allocation_paths,
     check_advertised,
     check_dra_extended,
+    check_vendor_domain,
     device_classes,
     dra_topology_warnings,
 )
 from rollout.change.inventory import Inventory
 from rollout.change.plan import load_plan
-from rollout.change.planning import check_double_ownership
 from rollout.change.preparing import PreviewedRefusal, prepare
 from rollout.kube.nodes import to_node_info
 from rollout.lab.inventory import LAB_INTENT
-from rollout.models import PodListing
+from rollout.models import PodListing, ServingReads
 from tests.unit.test_shipping_cas import _facts
 
 GPU = "nvidia.com/gpu"
@@ -138,7 +138,7 @@ def test_a_resource_served_by_a_device_plugin_and_a_dra_device_class_is_refused(
     """The old check matched vendor domains only: driver gpu.example.com is not of nvidia.com,
     so it passed this node."""
     classes = device_classes([CLASS])
-    assert check_double_ownership("n1", {GPU: "8"}, ["gpu.example.com"]) == []  # the old check
+    assert check_vendor_domain("n1", {GPU: "8"}, ["gpu.example.com"]) == []  # the old check
     (msg,) = check_dra_extended("n1", {GPU: "8"}, ["gpu.example.com"], classes)
     assert msg.startswith("node n1: nvidia.com/gpu is served by a device plugin (capacity 8)")
     assert "DeviceClass gpu.example.com has spec.extendedResourceName nvidia.com/gpu" in msg
@@ -229,8 +229,11 @@ class Reader:
         objects: dict[str, dict[str, Any]],
         dra: dict[str, list[str]] | None = None,
         classes: list[dict[str, Any]] | None = None,
+        serving: ServingReads | None = None,
+        pods: dict[str, list[dict[str, Any]]] | None = None,
     ) -> None:
         self.objects, self._dra, self._classes = objects, dra or {}, classes or []
+        self._serving, self._pods = serving or ServingReads(), pods or {}
 
     def version(self) -> str:
         return "v1.36.3"
@@ -242,13 +245,16 @@ class Reader:
         return {n: to_node_info(o) for n, o in self.objects.items()}
 
     def pod_listing(self) -> PodListing:
-        return PodListing({}, {}, {})
+        return PodListing({}, self._pods, {})
 
     def pdbs(self) -> list[Any]:
         return []
 
     def dra(self, versions: list[str]) -> dict[str, list[str]]:
         return self._dra
+
+    def serving(self) -> ServingReads:
+        return self._serving
 
     def device_classes(self, versions: list[str]) -> list[dict[str, Any]]:
         return self._classes
@@ -260,7 +266,15 @@ class Reader:
         return []
 
 
-def _prepare(tmp: Path, reader: Reader, force: bool = False) -> Any:
+def _prepare(
+    tmp: Path,
+    reader: Reader,
+    force: bool = False,
+    canary_only: bool = True,
+    settled: tuple[str, ...] = (),
+    force_serving: bool = False,
+    tenancy: Any = None,
+) -> Any:
     """``prepare`` of the lab's intent (static CPU manager, single-numa-node) with n1 the canary,
     both nodes with 8 NVIDIA GPUs on the PCI bus."""
     plan = tmp / "plan.yaml"
@@ -270,7 +284,18 @@ def _prepare(tmp: Path, reader: Reader, force: bool = False) -> Any:
     facts = _facts()
     facts["gpus"] = [{"id": f"0000:{i:02x}:00.0", "numaNode": i // 4} for i in range(8)]
     raw = {"n1": facts, "n2": facts}
-    return prepare(load_plan(plan), inv, reader, raw, tmp, True, force=force)
+    return prepare(
+        load_plan(plan),
+        inv,
+        reader,
+        raw,
+        tmp,
+        canary_only,
+        force=force,
+        settled=settled,
+        force_serving=force_serving,
+        tenancy=tenancy,
+    )
 
 
 def test_preflight_refuses_a_canary_whose_plugin_is_down_and_force_overrides(
@@ -318,3 +343,118 @@ def test_apply_journals_the_forced_refusals_with_the_reason(tmp_path: Path) -> N
     assert entry.data["reason"] == "GPU-3 is being replaced"
     assert entry.data["refusals"] == list(prepared.forced)
     assert entry.data["refusals"][0].startswith("node n1: advertises 7 of 8 nvidia.com/gpu")
+
+
+VENDOR_DOMAIN = [
+    # case, allocatable, DRA drivers, expected refusal ("" = none)
+    ("no DRA driver", {"cpu": "8", GPU: "8"}, [], ""),
+    ("another vendor's driver", {GPU: "8"}, ["dra.example.com"], ""),
+    ("a driver named by a domain that only ends alike", {GPU: "8"}, ["gpu.notnvidia.com"], ""),
+    (
+        "driver under the vendor's domain",
+        {GPU: "8"},
+        ["gpu.nvidia.com"],
+        "node n1: device plugin resource nvidia.com/gpu=8 and DRA driver gpu.nvidia.com",
+    ),
+    ("driver named by the domain itself", {GPU: "8"}, ["nvidia.com"], "DRA driver nvidia.com "),
+    ("nothing advertised", {GPU: "0"}, ["gpu.nvidia.com"], ""),
+    ("hugepages are not devices", {"hugepages-1Gi": "4"}, ["hugepages-1Gi"], ""),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "alloc", "drivers", "want"), VENDOR_DOMAIN, ids=[c[0] for c in VENDOR_DOMAIN]
+)
+def test_vendor_domain(case: str, alloc: dict[str, str], drivers: list[str], want: str) -> None:
+    got = check_vendor_domain("n1", alloc, drivers)
+    if not want:
+        assert got == [], case
+    else:
+        (msg,) = got
+        assert want in msg, (case, msg)
+        assert "exactly one allocation path must own each device" in msg
+
+
+def test_vendor_domain_is_judged_on_the_nodes_the_command_changes_and_force_covers_it(
+    tmp_path: Path,
+) -> None:
+    """``apply --canary`` judges the canary (n1) only, ``apply`` and ``promote`` the nodes they
+    change (n2 once n1 is settled); ``--force`` overrides it like the other device refusals."""
+    objects = {n: _node(n, {GPU: "8"}, {GPU: "8"}) for n in ("n1", "n2")}
+    outside = Reader(objects, {"n2": ["gpu.nvidia.com"]})
+    assert _prepare(tmp_path, outside).forced == ()  # n2 is not in the canary
+    with pytest.raises(PreviewedRefusal) as e:
+        _prepare(tmp_path, outside, canary_only=False)
+    assert "node n2: device plugin resource nvidia.com/gpu=8 and DRA driver gpu.nvidia.com" in str(
+        e.value
+    )
+    assert "`rollout apply --force REASON` overrides" in str(e.value)
+    inside = Reader(objects, {"n1": ["gpu.nvidia.com"]})
+    with pytest.raises(PreviewedRefusal) as e:
+        _prepare(tmp_path, inside)
+    assert "node n1: device plugin resource nvidia.com/gpu=8" in str(e.value)
+    # promote: n1 was moved by the canary, n2 is what it changes
+    assert _prepare(tmp_path, inside, canary_only=False, settled=("n1",)).forced == ()
+    (forced,) = _prepare(tmp_path, inside, force=True).forced
+    assert forced.startswith("node n1: device plugin resource nvidia.com/gpu=8")
+
+
+def _rolling(name: str, ns: str = "ml") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}}},
+        "status": {"replicas": 3, "updatedReplicas": 1},
+    }
+
+
+def _pod(name: str, app: str, ns: str = "ml") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": ns, "labels": {"app": app}}}
+
+
+def test_a_serving_canary_refuses_and_force_serving_overrides(tmp_path: Path) -> None:
+    """Custom resources in progress refuse wherever they are; a Deployment rolling out only
+    with a pod on a node the command changes (n1 with --canary); --force-serving turns them
+    into warnings and ``Prepared.serving_forced``; unreadable listings are warnings."""
+    objects = {n: _node(n, {GPU: "8"}, {GPU: "8"}) for n in ("n1", "n2")}
+    serving = ServingReads(
+        canaries=("Argo Rollout ml/llm is Paused: change them apart",),
+        deployments=(_rolling("embed"), _rolling("rank")),
+        unread=("could not list canaries.flagger.app (403 Forbidden)",),
+    )
+    pods = {"n1": [_pod("embed-a", "embed")], "n2": [_pod("rank-a", "rank")]}
+    reader = Reader(objects, serving=serving, pods=pods)
+    with pytest.raises(PreviewedRefusal) as e:
+        _prepare(tmp_path, reader)
+    text = str(e.value)
+    assert "Argo Rollout ml/llm is Paused" in text
+    assert "Deployment ml/embed is rolling out (ml/embed-a on n1): Waiting for deployment" in text
+    assert "ml/rank" not in text  # its pod is on n2, which --canary does not change
+    assert "`--force-serving REASON` overrides" in text
+    prepared = _prepare(tmp_path, reader, force_serving=True)
+    assert [s.split(":")[0] for s in prepared.serving_forced] == [
+        "Argo Rollout ml/llm is Paused",
+        "Deployment ml/embed is rolling out (ml/embed-a on n1)",
+    ]
+    assert "could not list canaries.flagger.app (403 Forbidden)" in prepared.warnings
+    assert prepared.to_dict()["forcedServingCanaries"] == list(prepared.serving_forced)
+    everything = _prepare(tmp_path, reader, canary_only=False, force_serving=True)
+    assert any("ml/rank-a on n2" in s for s in everything.serving_forced)
+
+
+def test_apply_journals_the_forced_serving_canaries_with_the_reason(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from rollout.change.journal import Journal
+    from rollout.change.launching import journal_consents
+
+    objects = {n: _node(n, {GPU: "8"}, {GPU: "8"}) for n in ("n1", "n2")}
+    serving = ServingReads(canaries=("Flagger Canary ml/llm is Progressing: apart",))
+    prepared = _prepare(tmp_path, Reader(objects, serving=serving), force_serving=True)
+    journal = Journal.create(tmp_path / "state", "20261202T000000Z-abcdef")
+    journal_consents(journal, prepared, None, datetime.now(UTC), "the canary is on other nodes")
+    (entry,) = journal.entries()
+    assert entry.step == "serving-canary-forced"
+    assert entry.data == {
+        "reason": "the canary is on other nodes",
+        "inProgress": ["Flagger Canary ml/llm is Progressing: apart"],
+    }

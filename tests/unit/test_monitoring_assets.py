@@ -69,9 +69,11 @@ def exported_rollout_metrics() -> set[str]:
         )
     )
     m.set_node_state("a", "applied", ["applied"])
+    m.set_bench_verdict("c1", "restricted", "aligned-advantage", "Failed")
     m.rollbacks.labels(trigger="gate").inc()
     m.requests.labels(code="200").inc()
     m.alerts.labels(action="unowned").inc()
+    m.webhook_rollbacks.labels(outcome="rolled-back").inc()
     text = m.exposition().decode()
     return {
         line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and line[0] != "#"

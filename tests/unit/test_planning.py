@@ -11,7 +11,6 @@ from rollout.change.planning import (
     backoff_delay,
     blocking_pdbs,
     check_capacity,
-    check_double_ownership,
     check_homogeneous,
     check_placement,
     make_batches,
@@ -152,15 +151,6 @@ def test_capacity() -> None:
     pods["b"] = [PodRef("ns", "q", cpu_millis=2000)]
     (msg,) = check_capacity(["a"], nodes, pods)
     assert "request 3000m, the other schedulable nodes have 2000m free" in msg
-
-
-def test_double_ownership() -> None:
-    alloc = {"cpu": "8", "nvidia.com/gpu": "8", "hugepages-1Gi": "0"}
-    assert check_double_ownership("n1", alloc, []) == []
-    assert check_double_ownership("n1", alloc, ["dra.example.com"]) == []
-    (msg,) = check_double_ownership("n1", alloc, ["gpu.nvidia.com"])
-    assert "nvidia.com/gpu=8" in msg and "gpu.nvidia.com" in msg
-    assert check_double_ownership("n1", {"nvidia.com/gpu": "0"}, ["gpu.nvidia.com"]) == []
 
 
 def test_control_plane_restarting_nodes_go_one_at_a_time() -> None:

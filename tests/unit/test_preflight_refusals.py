@@ -13,7 +13,7 @@ import pytest
 from rollout.change.inventory import Inventory
 from rollout.change.plan import load_plan
 from rollout.change.preparing import PreviewedRefusal, prepare
-from rollout.models import NodeInfo, PodListing
+from rollout.models import NodeInfo, PodListing, ServingReads
 
 CONFIG = "/var/lib/kubelet/config.yaml"
 BASE = b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
@@ -52,6 +52,9 @@ class Reader:
 
     def controllers(self, nodes: Any = None) -> list[dict[str, Any]]:
         return []
+
+    def serving(self) -> ServingReads:
+        return ServingReads()
 
 
 def facts(
@@ -199,3 +202,10 @@ def test_k3s_server_nodes_are_changed_one_at_a_time_and_preflight_says_so(
     restarts = [w for w in prepared.warnings if "restarting the kubelet restarts k3s" in w]
     assert [w.split(":", 1)[0] for w in restarts] == ["node n1", "node n2", "node n3"]
     assert all("one at a time" in w for w in restarts)
+
+
+def test_a_node_whose_config_cannot_be_rendered_is_refused_with_the_reason(tmp_path: Path) -> None:
+    # static with no CPU reservation: the render itself refuses; the admission preview skips the
+    # node instead of failing on its missing facts (it raised KeyError before the refusal)
+    message = refusal(tmp_path, ["cpuManagerPolicy: static"], facts())
+    assert "node n1:" in message and "unable to determine reserved CPU resources" in message

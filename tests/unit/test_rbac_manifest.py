@@ -54,6 +54,7 @@ CUSTOM = {
     "deviceclasses": "resource.k8s.io",
     "rollouts": "argoproj.io",
     "canaries": "flagger.app",
+    "inferenceservices": "serving.kserve.io",
 }
 WORKLOADS = {"deployments", "replicasets", "statefulsets", "daemonsets", "poddisruptionbudgets"}
 

@@ -295,7 +295,7 @@ def test_cli_runbook_shows_the_preview_preflight_computed(
 
     p = parse_plan(PLAN, "plan.yaml")
 
-    def prepare(*_: Any) -> Prepared:
+    def prepare(*_: Any, **__: Any) -> Prepared:
         if refused:
             raise PreviewedRefusal(f"preflight refused the change:\n  {RUNNING_REJECTED}", previews)
         return Prepared(
@@ -323,3 +323,35 @@ def test_cli_runbook_shows_the_preview_preflight_computed(
     assert (pv["ran"], pv["go"]) == (True, not refused)
     assert pv["rejectedRunning"] == ([RUNNING_REJECTED] if refused else [])
     assert [n["node"] for n in pv["nodes"]] == ["gpu-07"]
+
+
+def test_a_serving_canary_preflight_refuses_is_not_repeated_as_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Preflight names the serving canary among its refusals; the runbook's warnings keep only
+    what preflight did not say (here a listing it could not read)."""
+    import rollout.ansible.runner
+    import rollout.change.preparing
+    import rollout.kube.canaries
+    from rollout.change.preparing import PreviewedRefusal
+    from rollout.evidence.runbook import live_preflight
+
+    argo = "Argo Rollout ml/llm is Paused: change the device-allocation layer and ..."
+    unread = "could not list canaries.flagger.app (403 Forbidden); a model-serving canary may be"
+
+    class Runner:
+        def __init__(self, _: Path) -> None: ...
+
+        def gather_facts(self, *_: Any) -> dict[str, Any]:
+            return {}
+
+    def prepare(*_: Any, **__: Any) -> Any:
+        raise PreviewedRefusal(f"preflight refused the change:\n  {argo}", ())
+
+    monkeypatch.setattr(rollout.kube.canaries, "canaries_in_progress", lambda _: [argo, unread])
+    monkeypatch.setattr(rollout.ansible.runner, "AnsibleRunner", Runner)
+    monkeypatch.setattr(rollout.change.preparing, "prepare", prepare)
+    monkeypatch.setattr(rollout.change.preparing, "ClusterReader", lambda *_: None)
+    preflight, warnings = live_preflight(parse_plan(PLAN, "plan.yaml"), INV, None)  # type: ignore[arg-type]
+    assert preflight.lines == (argo,) and preflight.ok is False
+    assert warnings == [unread]
