@@ -8,8 +8,12 @@ connection pool), and answers are the API server's JSON as dicts (camelCase, as 
 json`` shows them). Method names and arguments are those of the typed classes, so a reader (and
 ``tests/unit/test_rbac_manifest.py``) maps each call to its RBAC rule the same way.
 
-Errors are the client's own :class:`ApiException` (status, reason, body), so callers decide over
-4xx answers as before and :func:`rollout.kube.client.call` retries connection errors and 5xx.
+Errors are :class:`AnswerError`: the project's :class:`rollout.errors.ApiError` (``status``,
+``reason``, a short message; what code outside ``rollout.kube`` catches, and the CLI maps to exit
+7) that is also the client's own :class:`ApiException` (``body``, ``headers``), so this package
+decides over 4xx answers as before and :func:`rollout.kube.client.call` retries connection errors
+and 5xx. No other exception type of the client leaves :meth:`Rest.send`
+(``tests/unit/test_kube_boundary.py``).
 
 ``ApiClient.param_serialize`` and ``ApiException.from_response`` exist only in clients generated
 by OpenAPI Generator v7: kubernetes 37.0.0 is the first such release (36.0.3 still has the legacy
@@ -26,6 +30,8 @@ from typing import Any
 from kubernetes.client.api_client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from rollout.errors import ApiError, truncate
+
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 # kube-apiserver's metadata-only list (meta.k8s.io/v1 PartialObjectMetadataList), JSON the fallback
@@ -35,6 +41,40 @@ PARTIAL_METADATA_LIST = (
 DEFAULT_TIMEOUT_S = 30.0
 #: zlib's window bits for a gzip stream (header and trailer checked)
 GZIP_WBITS = 16 + zlib.MAX_WBITS
+
+
+class AnswerError(ApiException, ApiError):
+    """An error answer of the API server (or none: ``status`` 0): a
+    :class:`rollout.errors.ApiError` outside this package, the client's ``ApiException`` inside
+    it (see the module docstring)."""
+
+    def __init__(
+        self, status: int, reason: str = "", body: str | None = None, headers: Any = None
+    ) -> None:
+        ApiException.__init__(self, status=status, reason=reason, body=body)
+        self.headers = headers
+        ApiError.__init__(self, answer_message(status, reason, body), status, reason)
+
+    def __str__(self) -> str:
+        return self.message
+
+    @classmethod
+    def of(cls, e: ApiException) -> AnswerError:
+        """The same answer as the client's exception ``e`` (kept as the cause by the caller)."""
+        if isinstance(e, AnswerError):
+            return e
+        return cls(int(e.status or 0), str(e.reason or ""), e.body, e.headers)
+
+
+def answer_message(status: int, reason: str, body: str | None) -> str:
+    """``404 nodes "x" not found``: the status and the API server's own ``message`` (its
+    reason phrase when the body is not a Status), truncated."""
+    msg: Any = None
+    try:
+        msg = json.loads(body or "{}").get("message")
+    except (ValueError, AttributeError):
+        msg = body
+    return f"{status} {truncate(str(msg or reason or 'no answer'))}"
 
 
 class Rest:
@@ -63,7 +103,8 @@ class Rest:
         over 128 KiB (:meth:`json` inflates it).
 
         Raises:
-            ApiException: any answer outside 2xx (404, 409 and 5xx included).
+            AnswerError: any answer outside 2xx (404, 409 and 5xx included), or none (the
+                client's ``ApiException`` of status 0, e.g. a TLS failure).
         """
         headers = {"Accept": accept}
         if gzip:
@@ -79,10 +120,13 @@ class Rest:
             body=body,
             auth_settings=["BearerToken"],
         )
-        resp = self.api_client.call_api(*req, _request_timeout=timeout)
+        try:
+            resp = self.api_client.call_api(*req, _request_timeout=timeout)
+        except ApiException as e:
+            raise AnswerError.of(e) from e
         if not 200 <= resp.status <= 299:
             resp.read()  # type: ignore[no-untyped-call]
-            raise ApiException.from_response(http_resp=resp, body=None, data=None)
+            raise AnswerError.of(ApiException(http_resp=resp))
         return resp
 
     def json(self, method: str, path: str, raw: bool = False, **kw: Any) -> Any:
@@ -112,7 +156,7 @@ class Rest:
         server ends the watch after ``timeout_s``. Closing the generator closes the stream.
 
         Raises:
-            ApiException: the watch was refused (a 410 answer: the version is compacted).
+            AnswerError: the watch was refused (a 410 answer: the version is compacted).
         """
         resp = self.send(
             "GET",
