@@ -14,6 +14,7 @@
         EvictionBlockedError          a PodDisruptionBudget kept refusing an eviction
       LabError                exit 6  the local lab could not be built, started or stopped
       ExternalError           exit 7  an API server, SSH or Ansible call failed unexpectedly
+        ApiError                      the API server answered with an error status (``status``)
 
 Errors keep their cause (``raise ... from e``); API bodies are truncated before they reach a
 message.
@@ -128,6 +129,19 @@ class ExternalError(RolloutError):
     """An API server, SSH or Ansible call failed in a way the tool did not expect."""
 
     exit_code = 7
+
+
+class ApiError(ExternalError):
+    """The API server answered a request with an error status. ``status`` is the HTTP code
+    (404, 409, 422 ..., 0 when no answer came), ``reason`` its phrase; the message quotes the
+    API server's own ``message``, truncated. ``rollout.kube`` raises it for every error answer
+    (nothing outside that package sees the client's exception type) and decides on 404, 409
+    and 429 itself where they are expected outcomes."""
+
+    def __init__(self, message: str, status: int, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
 
 
 def truncate(body: str, limit: int = 300) -> str:

@@ -42,6 +42,27 @@ def _module(name: str = STEP) -> Path:
     return assets.playbooks() / "roles" / "rollout_kubelet" / "library" / f"{name}.py"
 
 
+#: The role's variable for a node step option: ``rollout_kubelet_<option>``.
+ROLE_PREFIX = "rollout_kubelet_"
+
+
+@functools.cache
+def step_defaults() -> dict[str, Any]:
+    """The node step's defaults (``healthz_retries`` ...): the ``DEFAULTS`` literal of the shipped
+    module, read without running it; the one set, which the role's ``defaults/main.yml`` repeats
+    as ``rollout_kubelet_<option>`` (``tests/unit/test_node_step_defaults.py``)."""
+    import ast
+
+    tree = ast.parse(_module(STEP).read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == [
+            "DEFAULTS"
+        ]:
+            value: dict[str, Any] = ast.literal_eval(node.value)
+            return value
+    raise LookupError(f"{_module(STEP)}: no DEFAULTS literal")
+
+
 #: Where Ansible and this module keep SSH master sockets (``%C``: ssh's hash of host, port, user),
 #: so both use the same connection.
 CONTROL_DIR = Path(ENV["ANSIBLE_SSH_CONTROL_PATH_DIR"])

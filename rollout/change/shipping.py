@@ -405,9 +405,10 @@ _ROLE_VARS = {
 
 def _direct_timeout(args: Mapping[str, Any]) -> float:
     """A bound on one direct node step: three systemctl calls and the whole /healthz wait."""
-    retries = int(args.get("healthz_retries", 240))
-    per_try = float(args.get("healthz_delay", 0.25)) + float(args.get("healthz_timeout", 3))
-    return 3 * float(args.get("systemctl_timeout", 90)) + retries * per_try + 30
+    args = {**direct.step_defaults(), **args}
+    retries = int(args["healthz_retries"])
+    per_try = float(args["healthz_delay"]) + float(args["healthz_timeout"])
+    return 3 * float(args["systemctl_timeout"]) + retries * per_try + 30
 
 
 def _expect(change: NodeChange, path: str) -> str:

@@ -93,11 +93,16 @@ LABELS = ("before", "after", "after-recreate")
 
 
 class Status(StrEnum):
-    """A check's result. ``not-collected`` never counts as a pass."""
+    """A check's result. ``not-collected`` (the data is missing) never counts as a pass, and
+    neither does ``not-judged``: the data was collected but holds nothing the check judges (the
+    node's Topology Manager policy admits any placement; no running pod holds anything to
+    compare). A collection passes when no check failed or lacks its data and at least one
+    passed (:func:`overall_of`)."""
 
     PASS = "pass"
     FAIL = "fail"
     NOT_COLLECTED = "not-collected"
+    NOT_JUDGED = "not-judged"
 
 
 @dataclass(frozen=True)
@@ -108,7 +113,7 @@ class Check:
         name: ``allocatable-matches-healthy``, ``unique-device-ids``, ``numa-aligned`` or
             ``podresources-matches-checkpoint``.
         label: the collection (before / after / after-recreate).
-        status: pass, fail or not-collected.
+        status: pass, fail, not-collected or not-judged.
         summary: one sentence for a person.
         problems: each violation, naming node, pod and device/CPU.
         checked: how many items were checked (nodes, devices or pods).
@@ -377,13 +382,17 @@ def check_numa_alignment(c: Collection) -> Check:
     name = "numa-aligned"
     problems, checked, seen_any = [], 0, False
     untrusted: list[str] = []
+    unjudged: list[str] = []  # nodes whose policy admits any placement
+    placed: list[str] = []  # where their Guaranteed pods sit, for the reader
     for node, d in sorted(c.nodes.items()):
         policy = d.get("topologyManagerPolicy")
-        if policy not in JUDGED_POLICIES or "pods" not in d:
+        if not policy or "pods" not in d or not d.get("numa"):
+            continue
+        if policy not in JUDGED_POLICIES:
+            unjudged.append(f"{node}: topologyManagerPolicy {policy}")
+            placed += [f"{node}: {pod} on {spread}" for pod, spread in _placements(d)]
             continue
         numa_raw = d.get("numa") or {}
-        if not numa_raw:
-            continue
         seen_any = True
         cpu_numa = {cpu: int(n) for n, cs in numa_raw.items() for cpu in parse_cpuset(str(cs))}
         dev_numa = {str(k): int(v) for k, v in (d.get("deviceNuma") or {}).items()}
@@ -412,14 +421,25 @@ def check_numa_alignment(c: Collection) -> Check:
             allowed = 1
             if policy == "restricted":
                 allowed = _needed(len(cpus), devices, cpu_numa, dev_numa, registered)
+            spread = "; ".join(
+                f"NUMA {'?' if n < 0 else n}: {', '.join(items)}"
+                for n, items in sorted(where.items())
+            )
             if len(where) > allowed or -1 in where:
-                spread = "; ".join(
-                    f"NUMA {'?' if n < 0 else n}: {', '.join(items)}"
-                    for n, items in sorted(where.items())
-                )
                 if policy == "restricted" and -1 not in where:
                     spread += f" (restricted: {allowed} NUMA node(s) hold it)"
                 problems.append(f"{node}: {pod} spans {spread}")
+            else:
+                placed.append(f"{node}: {pod} on {spread}")
+    if not seen_any and unjudged:
+        return Check(
+            name,
+            c.label,
+            Status.NOT_JUDGED,
+            f"{'; '.join(unjudged)}: any placement is admitted, so none is judged "
+            f"({len(placed)} Guaranteed pod(s) holding exclusive CPUs or devices, in the notes)",
+            notes=tuple(placed),
+        )
     if not seen_any:
         return Check(
             name,
@@ -447,7 +467,35 @@ def check_numa_alignment(c: Collection) -> Check:
         f"{checked} Guaranteed pod(s), each on as few NUMA nodes as the policy requires",
         (),
         checked,
+        tuple(f"{u}: not judged" for u in unjudged) + tuple(placed),
     )
+
+
+def _placements(d: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Each running Guaranteed pod of node data ``d`` with exclusive CPUs or devices, and the
+    NUMA nodes they sit on (``NUMA 0: cpu 1, nvidia.com/gpu GPU-2``)."""
+    cpu_numa = {
+        cpu: int(n) for n, cs in (d.get("numa") or {}).items() for cpu in parse_cpuset(str(cs))
+    }
+    dev_numa = {str(k): int(v) for k, v in (d.get("deviceNuma") or {}).items()}
+    state = d.get("cpuManagerState") or {}
+    out = []
+    for p in _running_pods(d):
+        if p.get("qos") != "Guaranteed":
+            continue
+        where: dict[int, list[str]] = {}
+        for cpu in sorted(_pod_cpus(p, state)):
+            where.setdefault(cpu_numa.get(cpu, -1), []).append(f"cpu {cpu}")
+        for res, ids in sorted((p.get("devices") or {}).items()):
+            for dev in ids:
+                where.setdefault(dev_numa.get(str(dev), -1), []).append(f"{res} {dev}")
+        if where:
+            spread = "; ".join(
+                f"NUMA {'?' if n < 0 else n}: {', '.join(items)}"
+                for n, items in sorted(where.items())
+            )
+            out.append((f"{p.get('namespace', '')}/{p.get('name', '')}", spread))
+    return out
 
 
 def _sets(m: Any) -> dict[str, frozenset[str]]:
@@ -527,21 +575,26 @@ def check_sources_agree(c: Collection) -> Check:
     name = "podresources-matches-checkpoint"
     problems: list[str] = []
     missing: list[str] = []
-    checked = cgroups = 0
+    idle: list[str] = []  # both sources collected, no running pod to compare
+    absent = checked = cgroups = 0
     for node, d in sorted(c.nodes.items()):
         if d.get("deviceSource") != "podresources":
             why = d.get("podResourcesProblem") or "podresources not collected"
             if "pods" in d:
+                absent += 1
                 missing.append(f"{node}: {why}; devices and CPUs from the checkpoints")
             continue
         devices = d.get("checkpointDevicesSource") == "kubelet_internal_checkpoint"
         state = d.get("cpuManagerState") or {}
         cpus = isinstance(state, Mapping) and state.get("policyName") == "static"
         if not devices and not cpus:
+            absent += 1
             missing.append(
                 f"{node}: no usable kubelet_internal_checkpoint or static cpu_manager_state"
             )
             continue
+        if not _running_pods(d):
+            idle.append(node)
         if not devices:
             why = d.get("deviceProblem") or "no kubelet_internal_checkpoint"
             missing.append(f"{node}: devices not compared ({why})")
@@ -552,6 +605,15 @@ def check_sources_agree(c: Collection) -> Check:
         for p in _running_pods(d):
             checked += 1
             cgroups += _agreement(node, p, devices, cpus, problems)
+    if not checked and idle and not absent:
+        return Check(
+            name,
+            c.label,
+            Status.NOT_JUDGED,
+            f"no running pod on {', '.join(idle)}: podresources and the checkpoints were "
+            "collected, nothing to compare",
+            notes=tuple(missing),
+        )
     if not checked:
         return Check(
             name,
@@ -610,11 +672,17 @@ def evaluate(collections: Sequence[Collection]) -> list[Check]:
 
 
 def overall(checks: Iterable[Check]) -> Status:
-    """Fail if any failed; not-collected if any is missing; else pass."""
-    statuses = {c.status for c in checks}
-    if Status.FAIL in statuses:
+    """The checks' overall status (:func:`overall_of`)."""
+    return overall_of(c.status for c in checks)
+
+
+def overall_of(statuses: Iterable[str]) -> Status:
+    """Fail if any failed; not-collected if any is missing or none passed (``not-judged``
+    checks alone are not a pass); else pass."""
+    got = {Status(s) for s in statuses}
+    if Status.FAIL in got:
         return Status.FAIL
-    if Status.NOT_COLLECTED in statuses or not statuses:
+    if Status.NOT_COLLECTED in got or Status.PASS not in got:
         return Status.NOT_COLLECTED
     return Status.PASS
 

@@ -168,7 +168,7 @@ def journal_evidence(
 ) -> dict[str, Any]:
     """Append the ``evidence`` entry: label, nodes, file and each check's result (or the error
     that stopped the collection); returns its data."""
-    from rollout.evidence.checks import Status
+    from rollout.evidence.checks import Status, overall_of
 
     data: dict[str, Any] = {"label": label, "nodes": sorted(nodes), "file": str(file)}
     if error is not None:
@@ -176,15 +176,7 @@ def journal_evidence(
         data["overall"] = str(Status.NOT_COLLECTED)
     else:
         checks = checks_of(collection or {})
-        statuses = {c["status"] for c in checks}
-        overall = (
-            Status.FAIL
-            if str(Status.FAIL) in statuses
-            else Status.NOT_COLLECTED
-            if str(Status.NOT_COLLECTED) in statuses or not statuses
-            else Status.PASS
-        )
-        data["overall"] = str(overall)
+        data["overall"] = str(overall_of(c["status"] for c in checks))
         data["checks"] = checks
         if (collection or {}).get("tenancy"):
             data["tenancy"] = tenancy_summary((collection or {})["tenancy"])
@@ -208,7 +200,10 @@ def describe(data: Mapping[str, Any]) -> str:
         )
     if failed:
         return head + ": " + "; ".join(check_failures(failed)) + audit
-    return f"{head} ({len(data.get('checks') or ())} checks, {data.get('file')}){audit}"
+    checks = data.get("checks") or ()
+    unjudged = sum(1 for c in checks if c.get("status") == "not-judged")
+    some = f", {unjudged} with nothing to judge" if unjudged else ""
+    return f"{head} ({len(checks)} checks{some}, {data.get('file')}){audit}"
 
 
 class ChangeEvidence:

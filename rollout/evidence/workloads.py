@@ -313,15 +313,6 @@ class KubeWorkloadPods:
 
     def pending(self, namespace: str) -> list[dict[str, Any]]:
         """See :meth:`WorkloadPods.pending`."""
-        from rollout.kube.client import call
+        from rollout.kube.workloads import pending_pods
 
-        listing = call(
-            f"list Pending pods of {namespace}",
-            self.api.core.list_pod_for_all_namespaces,
-            field_selector=f"metadata.namespace={namespace},status.phase=Pending",
-        )
-        return [
-            p
-            for p in listing.get("items") or []
-            if not (p.get("metadata") or {}).get("deletionTimestamp")
-        ]
+        return pending_pods(self.api, namespace)

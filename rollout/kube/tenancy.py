@@ -22,7 +22,7 @@ from urllib3 import HTTPHeaderDict
 
 from rollout.errors import ExternalError
 from rollout.kube.client import Api, call, describe
-from rollout.kube.rest import JSON, MERGE_PATCH, Rest
+from rollout.kube.rest import JSON, MERGE_PATCH, AnswerError, Rest
 
 APPLY_PATCH = "application/apply-patch+yaml"
 FIELD_MANAGER = "rollout-tenancy"
@@ -240,10 +240,13 @@ class TenancyApi:
             h["Impersonate-User"] = user
             for g in groups:
                 h.add("Impersonate-Group", g)
-        resp = client.call_api(m, url, h, data, post, _request_timeout=_request_timeout)
+        try:
+            resp = client.call_api(m, url, h, data, post, _request_timeout=_request_timeout)
+        except ApiException as e:
+            raise AnswerError.of(e) from e
         if not 200 <= resp.status <= 299:
             resp.read()  # type: ignore[no-untyped-call]
-            raise ApiException.from_response(http_resp=resp, body=None, data=None)
+            raise AnswerError.of(ApiException(http_resp=resp))
         return resp
 
 

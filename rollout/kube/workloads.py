@@ -119,6 +119,20 @@ def owner_pods(api: Api, owner: str) -> list[dict[str, Any]]:
     return [p for p in listing.get("items") or [] if owner_of(p.get("metadata") or {}) == owner]
 
 
+def pending_pods(api: Api, namespace: str) -> list[dict[str, Any]]:
+    """The Pending pods of ``namespace`` (JSON), those being deleted left out."""
+    listing = call(
+        f"list Pending pods of {namespace}",
+        api.core.list_pod_for_all_namespaces,
+        field_selector=f"metadata.namespace={namespace},status.phase=Pending",
+    )
+    return [
+        p
+        for p in listing.get("items") or []
+        if not (p.get("metadata") or {}).get("deletionTimestamp")
+    ]
+
+
 def rejected_owners_in(pods: list[dict[str, Any]], since: float) -> list[str]:
     """The controllers of the pods (JSON) the kubelet rejected at admission (phase Failed, an
     admission reason) that were created at or after ``since`` (pure)."""

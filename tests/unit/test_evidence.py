@@ -16,6 +16,7 @@ from rollout.evidence.checks import (
     evaluate,
     merge_collection,
     overall,
+    overall_of,
     parse_collections,
     registered_devices,
 )
@@ -147,6 +148,13 @@ NUMA_CASES = [
         "other policy not judged",
         [pod("a", cpus="3-4")],
         {"topologyManagerPolicy": "best-effort"},
+        Status.NOT_JUDGED,
+        "",
+    ),
+    (
+        "no policy collected",
+        [pod("a", cpus="1-2")],
+        {"topologyManagerPolicy": None},
         Status.NOT_COLLECTED,
         "",
     ),
@@ -577,3 +585,45 @@ def test_a_plugin_that_places_gpus_on_other_numa_nodes_than_pci_fails_alignment(
     no_numa["deviceNuma"] = {**pci, "GPU-a": 0}
     assert pci_numa_mismatch(no_numa) is None
     assert pci_numa_mismatch(node([])) is None
+
+
+def test_a_policy_that_admits_any_placement_is_not_judged_and_says_where_pods_sit() -> None:
+    """``none`` / ``best-effort`` (a ``before`` collection of the usual change): the placement is
+    collected and listed, never judged, and not-judged is neither a pass nor a gap: a
+    collection passes on its other checks' passes alone (``overall_of``)."""
+    col = Collection(
+        "before",
+        nodes={
+            "n1": node(
+                [pod("a", cpus="3-4", devices=("GPU-c",)), pod("b", cpus="1", qos="Burstable")],
+                topologyManagerPolicy="none",
+            )
+        },
+    )
+    got = check_numa_alignment(col)
+    assert (got.status, got.problems) == (Status.NOT_JUDGED, ()), got
+    assert got.summary.startswith("n1: topologyManagerPolicy none: any placement is admitted")
+    assert got.notes == ("n1: ml/a on NUMA 0: cpu 3; NUMA 1: cpu 4, nvidia.com/gpu GPU-c",)
+    assert overall_of(["pass", "not-judged"]) is Status.PASS
+    assert overall_of(["not-judged"]) is Status.NOT_COLLECTED
+    assert overall_of(["pass", "not-judged", "not-collected"]) is Status.NOT_COLLECTED
+    assert overall_of(["pass", "not-judged", "fail"]) is Status.FAIL
+    assert overall_of([]) is Status.NOT_COLLECTED
+
+
+def test_a_passing_alignment_says_where_each_pod_sits() -> None:
+    """The pass names each judged pod's NUMA node with its CPUs and devices (the device identity
+    and the placement a reader approves), and a node of the collection that was not judged."""
+    col = Collection(
+        "after",
+        nodes={
+            "n1": node([pod("a", cpus="1-2", devices=("GPU-a",))]),
+            "n2": node([], topologyManagerPolicy="none"),
+        },
+    )
+    got = check_numa_alignment(col)
+    assert (got.status, got.checked) == (Status.PASS, 1), got
+    assert got.notes == (
+        "n2: topologyManagerPolicy none: not judged",
+        "n1: ml/a on NUMA 0: cpu 1, cpu 2, nvidia.com/gpu GPU-a",
+    )

@@ -268,3 +268,23 @@ def test_evidence_pods_name_each_containers_runtime_id(monkeypatch: pytest.Monke
     monkeypatch.setattr(collecting, "pod_objects_on", lambda api, node: [pod])
     (got,) = collecting.evidence_pods(None, "n1")  # type: ignore[arg-type]
     assert got["containerIds"] == {"app": "a" * 64}
+
+
+def test_a_node_with_no_running_pod_is_not_judged_never_passed() -> None:
+    """Both sources collected and no pod running on the node (a canary just drained): nothing
+    to compare is ``not-judged``, not ``not-collected`` (the data is there) and not a pass; a
+    node whose podresources is missing beside it keeps the check ``not-collected``."""
+    _, c = _collect(_podres({}, ["GPU-0", "GPU-1", "GPU-4"]), cpu_entries={})
+    c.nodes["n1"]["pods"] = []
+    got = check_sources_agree(c)
+    assert (got.status, got.checked) == (Status.NOT_JUDGED, 0), got
+    assert got.summary.startswith("no running pod on n1: podresources and the checkpoints"), got
+    _, other = _collect({"error": "no podresources socket"})
+    both = parse_collections(
+        {
+            "collections": [
+                {"label": "after", "nodes": {"n1": c.nodes["n1"], "n2": other.nodes["n1"]}}
+            ]
+        }
+    )[0]
+    assert check_sources_agree(both).status is Status.NOT_COLLECTED

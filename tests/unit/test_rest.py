@@ -194,8 +194,8 @@ def test_the_installed_client_has_the_v7_calls_rest_uses() -> None:
     ):
         assert name in serialize, name
     assert "_request_timeout" in inspect.signature(ApiClient.call_api).parameters
-    assert {"http_resp", "body", "data"} <= set(
-        inspect.signature(ApiException.from_response).parameters
+    assert {"status", "reason", "http_resp", "body"} <= set(
+        inspect.signature(ApiException.__init__).parameters
     )
 
 

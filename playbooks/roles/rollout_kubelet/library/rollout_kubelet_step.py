@@ -604,13 +604,17 @@ def run_step(node, action, payload, force=False):
     return out
 
 
+# The node step's defaults, the one set: the module's options (their Ansible type is the value's
+# type) and the plain-ssh path use them, the rollout tool reads them from this file
+# (rollout.ansible.direct.step_defaults), and tests/unit/test_node_step_defaults.py keeps the
+# role's defaults/main.yml and DOCUMENTATION above equal to them. A literal: read without running.
 DEFAULTS = {
     "force": False,
     "daemon_reload": True,
     "healthz_retries": 240,
     "healthz_delay": 0.25,
-    "healthz_timeout": 3,
-    "systemctl_timeout": 90,
+    "healthz_timeout": 3.0,
+    "systemctl_timeout": 90.0,
 }
 
 
@@ -630,12 +634,7 @@ def main():
                 "choices": ["apply", "restore", "check"],
             },
             "payload": {"type": "dict", "required": True},
-            "force": {"type": "bool", "default": False},
-            "daemon_reload": {"type": "bool", "default": True},
-            "healthz_retries": {"type": "int", "default": 240},
-            "healthz_delay": {"type": "float", "default": 0.25},
-            "healthz_timeout": {"type": "float", "default": 3},
-            "systemctl_timeout": {"type": "float", "default": 90},
+            **{k: {"type": type(v).__name__, "default": v} for k, v in DEFAULTS.items()},
         },
         supports_check_mode=False,
     )
