@@ -25,13 +25,14 @@ from rollout.change.allocation_path import (
     works_of,
 )
 from rollout.change.allocation_preflight import PathWorld, path_refusals
-from rollout.change.journal import Journal
+from rollout.change.journal import Journal, Kind
 from rollout.change.plan import Plan, load_plan
 from rollout.change.planning import Batch, DrainPolicy, make_batches, parse_strategy
 from rollout.change.replaying import ChangeStatus
+from rollout.change.tenancy_audit import Audit, audit_plan_tenancy, change_refusals
 from rollout.change.windows import Decision, guard, parse_windows
 from rollout.errors import PreflightError
-from rollout.models import PodRef
+from rollout.models import Phase, PodRef
 from rollout.protocols import Gate
 
 if TYPE_CHECKING:
@@ -51,6 +52,9 @@ class PreparedMigration:
         pods: node -> the pods its drain evicts (every pod but DaemonSets' and mirrors').
         drain: the drain policy (the plan's strategy).
         window_check: the plan's change windows, asked before each batch.
+        tenancy: the audit of the plan's tenancy file (``tenancy:``), None when it names none.
+        forced: the tenancy refusals ``--force REASON`` overrode (journaled as
+            ``preflight-forced`` with ``force``, the reason).
     """
 
     plan: Plan
@@ -61,6 +65,9 @@ class PreparedMigration:
     pods: Mapping[str, Sequence[PodRef]]
     drain: DrainPolicy
     window_check: Callable[[datetime], Decision]
+    tenancy: Audit | None = None
+    forced: tuple[str, ...] = ()
+    force: str | None = None
 
     def steps(self, node: str) -> list[str]:
         """The steps the node goes through, in order (what ``--dry-run`` lists)."""
@@ -89,6 +96,8 @@ class PreparedMigration:
             "kind": ALLOCATION_PATH.name,
             "plan": self.plan.path,
             "batches": [{"canary": b.canary, "nodes": list(b.nodes)} for b in self.batches],
+            "tenancy": self.tenancy.to_json() if self.tenancy is not None else None,
+            "forced": list(self.forced),
             "nodes": [
                 {
                     "node": n,
@@ -128,8 +137,14 @@ def prepare_migration(
     terminate_claims: bool,
     force_window: str | None = None,
     dry_run: bool = False,
+    force: str | None = None,
 ) -> PreparedMigration:
     """Read and check everything, change nothing.
+
+    A plan that names a tenancy file (``tenancy:``) has it audited (``rollout tenancy audit``,
+    the file's identities): a move of a GPU pool is only as safe as its tenants' inability to
+    take devices around it, so an audit that does not pass refuses the migration unless
+    ``force`` (``--force REASON``: journaled with the refusals).
 
     Raises:
         InputError: a bad plan or inventory (file, field and line named).
@@ -153,6 +168,10 @@ def prepare_migration(
     batches = make_batches(list(targets), canary, strategy, canary_only)
     world = read_world(api, pp.settings.driver)
     refusals = path_refusals(world, pp.settings, targets, [b.nodes for b in batches])
+    audit = audit_plan_tenancy(plan.tenancy, api) if plan.tenancy else None
+    tenancy = change_refusals(audit) if audit is not None and audit.result != "pass" else []
+    if tenancy and not force:
+        refusals += [*tenancy, "(the tenancy refusals above: `--force REASON` overrides)"]
     if refusals:
         raise PreflightError(
             "migration refused before any change:\n" + "\n".join(f"  - {r}" for r in refusals)
@@ -167,6 +186,9 @@ def prepare_migration(
         pods={n: list(world.pods.get(n, ())) for n in targets},
         drain=strategy.drain,
         window_check=window_check,
+        tenancy=audit,
+        forced=tuple(tenancy) if force else (),
+        force=force,
     )
 
 
@@ -194,6 +216,13 @@ def run_migration(
     with holding(lock, change_id):
         journal = mirrored(Journal.create(state_dir(), change_id), api, lock_namespace, say)
         say(f"change {change_id}: journal {journal.file}")
+        if ready.forced:
+            journal.append(
+                Kind.PREFLIGHT_FORCED,
+                Phase.DONE,
+                now=datetime.now(UTC),
+                data={"reason": ready.force, "refusals": list(ready.forced)},
+            )
         if progress is not None:
             progress.nodes(tuple(n for b in ready.batches for n in b.nodes))
         ctx = open_context(

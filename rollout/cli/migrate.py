@@ -58,6 +58,11 @@ def _print_dry_run(ready: PreparedMigration, output: str) -> None:
     if output == "json":
         click.echo(json.dumps({**doc, "dryRun": True}, indent=2))
         return
+    if ready.tenancy is not None:
+        a = ready.tenancy
+        click.echo(f"tenancy audit of {a.policy}: {a.result} ({len(a.rows)} checks)")
+    for r in ready.forced:
+        click.echo(f"forced (--force): {r}")
     for i, b in enumerate(doc["batches"], 1):
         what = "canary " if b["canary"] else ""
         click.echo(f"{what}batch {i}: {', '.join(b['nodes'])}")
@@ -86,6 +91,12 @@ def _print_dry_run(ready: PreparedMigration, output: str) -> None:
     metavar="REASON",
     help="Run outside the plan's change windows; the reason is journaled.",
 )
+@click.option(
+    "--force",
+    metavar="REASON",
+    help="Move the pool although the audit of the plan's tenancy file (tenancy:) does not "
+    "pass; the reason and the refusals are journaled (preflight-forced).",
+)
 @lock_ns_option
 @forks_option
 @progress_option
@@ -99,6 +110,7 @@ def migrate_cmd(
     yes: bool,
     terminate_claims: bool,
     force_window: str | None,
+    force: str | None,
     lock_namespace: str,
     forks: int,
     progress_mode: str,
@@ -114,8 +126,9 @@ def migrate_cmd(
     the node's pool), stop-driver, slices-gone, switch, verify; uncordon. The node never serves
     the extended resource through both paths. Refused before any change: a driver with no
     slices, a DeviceClass missing or mapping another name, labels no DaemonSet selects, too
-    few GPUs left for a batch's pods. `rollout rollback --change ID` moves the nodes back in
-    the design's order; `status`, `resume` and `promote` work as for apply.
+    few GPUs left for a batch's pods, and (where the plan names a tenancy file) a tenancy audit
+    that does not pass, unless --force REASON. `rollout rollback --change ID` moves the nodes
+    back in the design's order; `status`, `resume` and `promote` work as for apply.
 
     \b
     Examples:
@@ -137,6 +150,7 @@ def migrate_cmd(
         terminate_claims,
         force_window=force_window,
         dry_run=dry_run,
+        force=force,
     )
     if dry_run:
         _print_dry_run(ready, output)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rollout.change.allocation_path import AllocationPath, path_plan_of, targets_of, works_of
+from rollout.change.allocation_preflight import PathWorld
 from rollout.change.inventory import Inventory
 from rollout.change.migrating import PreparedMigration
 from rollout.change.plan import parse_plan
@@ -91,3 +93,61 @@ def test_the_dry_run_lists_every_batch_step_and_evicted_pod() -> None:
         "release", "stop-driver", "slices-gone", "switch",
     ]  # fmt: skip
     assert a1["evicts"] == ["ml/train"]  # DaemonSet pods stay, as kubectl drain --ignore-daemonsets
+
+
+def _audit(ok: bool) -> Any:
+    from rollout.change.tenancy_audit import Audit, Row
+
+    got, by = ("refused", "") if ok else ("allowed", 'RoleBinding "ml/open"')
+    row = Row("probe", "team-a", "user alice", "claim with adminAccess", "refused", got, by, ok)
+    return Audit("pool", (row,), {"resource.k8s.io/v1": True})
+
+
+@pytest.mark.parametrize("ok", [True, False])
+def test_a_migration_of_a_pool_with_tenants_is_refused_while_its_tenancy_audit_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ok: bool
+) -> None:
+    """issue 39 item 3: moving a pool to DRA runs the plan's tenancy audit in preflight; one
+    that does not pass refuses the migration, naming the row, unless --force REASON, which the
+    prepared migration carries for the journal (preflight-forced)."""
+    from rollout.change import migrating
+    from rollout.errors import PreflightError
+
+    (tmp_path / "tenancy.yaml").write_text("kind: TenancyPolicy\n")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN + "tenancy: tenancy.yaml\n")
+    inv = _inv(**{"pool-a": ("a1",), "pool-b": ("b1",), "canary": ("a1",)})
+    audited: list[str] = []
+
+    def audit(path: str, api: Any) -> Any:
+        audited.append(path)
+        return _audit(ok)
+
+    monkeypatch.setattr(migrating, "audit_plan_tenancy", audit)
+    monkeypatch.setattr(migrating, "read_world", lambda api, driver: PathWorld({}, {}, {}, [], []))
+    monkeypatch.setattr(migrating, "path_refusals", lambda *a: [])
+    monkeypatch.setattr("rollout.change.inventory.read_inventory", lambda p: inv)
+
+    def prepare(force: str | None = None) -> Any:
+        return migrating.prepare_migration(
+            object(), str(plan), Path("inv.ini"), True, False, dry_run=True, force=force
+        )
+
+    if ok:
+        ready = prepare()
+        assert ready.tenancy.result == "pass" and ready.forced == ()
+        assert ready.to_dict()["tenancy"]["result"] == "pass"
+    else:
+        with pytest.raises(PreflightError) as e:
+            prepare()
+        msg = str(e.value)
+        assert "tenancy audit of pool: fail" in msg
+        assert (
+            'claim with adminAccess: expected refused, got allowed (RoleBinding "ml/open")' in msg
+        )
+        assert "`--force REASON` overrides" in msg
+        ready = prepare(force="change window CHG-1 approved")
+        assert ready.force == "change window CHG-1 approved"
+        assert ready.forced[0].startswith("tenancy audit of pool: fail")
+        assert ready.to_dict()["forced"] == list(ready.forced)
+    assert audited == [str(tmp_path / "tenancy.yaml")] * (1 if ok else 2)
