@@ -39,7 +39,7 @@ from typing import Any
 
 from rollout.durations import parse_go_duration
 from rollout.errors import InputError, Location
-from rollout.gate.performance import BenchPolicy, parse_bench_policy
+from rollout.gate.performance import BenchPolicy, fraction_of, parse_bench_policy
 from rollout.samples import NodeCounts, group_counts
 from rollout.verdicts import Finding, Outcome, SignalState, Verdict
 
@@ -184,12 +184,7 @@ def parse_gate_config(
     def fraction(key: str, default: float) -> float:
         v = raw.get(key, default)
         try:
-            if isinstance(v, bool):
-                raise ValueError
-            if isinstance(v, str) and v.strip().endswith("%"):
-                f = float(v.strip()[:-1]) / 100
-            else:
-                f = float(v)
+            f = fraction_of(v)
         except ValueError:
             raise bad(key, f"must be a fraction (0.05) or a percentage ('5%'), not {v!r}") from None
         if not 0 <= f <= 1:

@@ -90,6 +90,19 @@ class BenchPolicy:
         }
 
 
+def fraction_of(v: Any) -> float:
+    """A plan's fraction, as a number (``0.1``) or a percentage string (``'10%'``).
+
+    Raises:
+        ValueError: neither (a boolean is neither, though Python calls it a number).
+    """
+    if isinstance(v, bool):
+        raise ValueError(v)
+    if isinstance(v, str) and v.strip().endswith("%"):
+        return float(v.strip()[:-1]) / 100
+    return float(v)
+
+
 def parse_bench_policy(
     raw: Any, file: str | None = None, line_of: Callable[[str], int | None] | None = None
 ) -> BenchPolicy:
@@ -141,12 +154,7 @@ def parse_bench_policy(
     def fraction(key: str, default: float, below_one: bool = True) -> float:
         v = raw.get(key, default)
         try:
-            if isinstance(v, bool):
-                raise ValueError
-            if isinstance(v, str) and v.strip().endswith("%"):
-                f = float(v.strip()[:-1]) / 100
-            else:
-                f = float(v)
+            f = fraction_of(v)
         except ValueError:
             raise bad(key, f"must be a fraction (0.1) or a percentage ('10%'), not {v!r}") from None
         if f < 0 or (below_one and f >= 1):
