@@ -301,8 +301,9 @@ def test_a_kubelet_config_change_on_a_dra_node_uncordons_after_its_slices_are_ba
         def sample() -> None:
             while not done.is_set():
                 try:
-                    count = sum(len(s["spec"]["devices"]) for s in _slices(lab, name))
-                except (AssertionError, OSError) as e:
+                    # a slice published without devices has no "devices" field at all
+                    count = sum(len(s["spec"].get("devices") or []) for s in _slices(lab, name))
+                except Exception as e:  # any failed read: note it and sample on
                     misses.append(str(e)[:200])
                     time.sleep(0.5)
                     continue
