@@ -78,6 +78,46 @@ def _env(pairs: tuple[str, ...]) -> dict[str, str]:
     help="Environment for the command (repeatable).",
 )
 @click.option(
+    "--mode",
+    type=click.Choice(["host", "pod"]),
+    default="host",
+    show_default=True,
+    help="host: the command on the node over ssh, bound with numactl to the GPU's NUMA node and "
+    "to another one. pod: the command in a Guaranteed pod bound to the node (in "
+    "--pod-namespace), placed by the kubelet's CPU, topology and device managers; its result "
+    "read from the pod's log, the CPUs and GPU it got from the kubelet's podresources.",
+)
+@click.option("--image", help="With --mode pod: the benchmark's image (it needs /bin/sh).")
+@click.option(
+    "--pod-cpus",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="With --mode pod: whole CPUs requested (= limit; exclusive under the static policy).",
+)
+@click.option(
+    "--pod-memory", default="1Gi", show_default=True, help="With --mode pod: memory (= limit)."
+)
+@click.option(
+    "--gpu-resource",
+    default="nvidia.com/gpu",
+    show_default=True,
+    help="With --mode pod: the GPU's extended resource (one unit is requested).",
+)
+@click.option(
+    "--pod-annotation",
+    "pod_annotations",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="With --mode pod: an annotation of the pod (repeatable).",
+)
+@click.option(
+    "--pod-namespace",
+    default="rollout-probes",
+    show_default=True,
+    help="With --mode pod: the namespace of the tool's own pods (created when missing).",
+)
+@click.option(
     "--out",
     type=click.Path(dir_okay=False),
     help="Add the result to this evidence file's bench list (default with --change: the "
@@ -113,6 +153,13 @@ def bench_cmd(
     remote_numa: int | None,
     timeout_s: float,
     env_pairs: tuple[str, ...],
+    mode: str,
+    image: str | None,
+    pod_cpus: int,
+    pod_memory: str,
+    gpu_resource: str,
+    pod_annotations: tuple[str, ...],
+    pod_namespace: str,
     out: str | None,
     metrics_out: str | None,
     dry_run: bool,
@@ -132,6 +179,11 @@ def bench_cmd(
       rollout bench -i inventory.ini --node gpu-1 --command './infer-bench.sh'
       rollout bench --change 20261130T214802Z-a1b2c3 --command './bench.sh' -o json
       rollout bench -i lab.ini --standin --metrics-out /var/lib/node_exporter/bench.prom
+      rollout bench --node gpu-1 --mode pod --image registry/infer-bench:1 --command ./bench.sh
+
+    With --mode pod the command runs once per node in a pod the kubelet placed (docs/bench.md):
+    the record names the exclusive CPUs and the GPU the kubelet gave it (podresources) and has
+    one run, "placed", instead of the local and remote ones.
     """
     from rollout.change.inventory import read_inventory
     from rollout.change.record import existing_journal
@@ -147,6 +199,39 @@ def bench_cmd(
     if command is not None and not command.strip():
         raise InputError("--command is empty", Location(field="--command"))
     env = _env(env_pairs)
+    pod = None
+    if mode == "pod":
+        from rollout.gate.performance import parse_pod
+
+        if standin:
+            raise InputError(
+                "--mode pod runs --command in the pod's image; --standin is host-only",
+                Location(field="--standin"),
+            )
+        annotations = {}
+        for a in pod_annotations:
+            k, sep, v = a.partition("=")
+            if not sep or not k:
+                raise InputError(
+                    f"--pod-annotation {a!r}: must be NAME=VALUE",
+                    Location(field="--pod-annotation"),
+                )
+            annotations[k] = v
+        raw = {
+            "image": image or "",
+            "cpus": pod_cpus,
+            "memory": pod_memory,
+            "gpuResource": gpu_resource,
+            "annotations": annotations,
+            "namespace": pod_namespace,
+        }
+        flag = {"pod.image": "--image", "pod.memory": "--pod-memory"}
+        pod = parse_pod(
+            raw,
+            lambda k, m: InputError(m, Location(field=flag.get(k, f"--{k.replace('.', '-')}"))),
+        )
+    elif image is not None:
+        raise InputError("--image is read with --mode pod only", Location(field="--image"))
     api = connect(kubeconfig, context)
     journal = None
     recorded: dict[str, Any] = {}
@@ -169,6 +254,10 @@ def bench_cmd(
         remote=remote_numa,
         env=env,
     )
+    if pod is not None:
+        _bench_pod(pod, command or "", env, inv, node, api, timeout_s, journal, dry_run,
+                   out, metrics_out, output)  # fmt: skip
+        return
     with tempfile.TemporaryDirectory(prefix="rollout-bench-") as tmp:
         plan = benching.plan(req, inv, node, api, Path(tmp))
         if dry_run:
@@ -247,3 +336,66 @@ def _print_result(r: dict[str, Any]) -> None:
 
 
 COMMANDS = [bench_cmd]
+
+
+def _bench_pod(
+    pod: Any,
+    command: str,
+    env: dict[str, str],
+    inv: Any,
+    node: str,
+    api: Any,
+    timeout_s: float,
+    journal: Any,
+    dry_run: bool,
+    out: str | None,
+    metrics_out: str | None,
+    output: str,
+) -> None:
+    """``--mode pod``: the pod's manifest (``--dry-run``) or its run, recorded as the host
+    mode's record is."""
+    import time
+
+    from rollout.evidence import benching, benchpod
+    from rollout.evidence.bench import BenchError
+    from rollout.evidence.report import EVIDENCE_FILE
+
+    change = journal.change_id if journal else None
+    if dry_run:
+        m = benchpod.bench_manifest(pod, node, command, env, change, time.time())
+        click.echo(json.dumps(m, indent=2, sort_keys=True) if output == "json" else
+                   f"pod {m['metadata']['namespace']}/{m['metadata']['name']} on {node}: "
+                   f"{benchpod.describe(pod, command)}")  # fmt: skip
+        return
+    try:
+        result = benchpod.run(pod, command, env, inv, node, api, timeout_s, change, _say)
+    except (BenchError, ExternalError) as e:
+        if journal is not None:
+            benching.journal_bench(journal, node, None, str(e), benchpod.describe(pod, command))
+        raise
+    if journal is not None:
+        benching.journal_bench(journal, node, result)
+    target = Path(out) if out else (journal.dir / EVIDENCE_FILE if journal else None)
+    if target is not None:
+        benching.add_to_evidence(target, result)
+    if metrics_out:
+        benching.write_metrics(Path(metrics_out), [result])
+    if output == "json":
+        click.echo(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        for m in result["models"]:
+            r = m["placed"]
+            click.echo(
+                f"{result['node']} {m['gpuModel']} in pod {result['pod']['name']}: CPUs "
+                f"{r['cpus'] or '(shared pool)'} (NUMA {r['cpuNumaNodes']}), GPU "
+                f"{', '.join(r['devices'])} (NUMA {r['deviceNumaNodes']}): P50 {r['p50Ms']:.3g} "
+                f"ms, P99 {r['p99Ms']:.3g} ms, {r['h2dGbps']:.3g} GB/s, load {r['loadS']:.3g} s"
+            )
+        for p in result["problems"]:
+            click.echo(f"problem: {p}")
+    if result["status"] != "pass":
+        raise BenchError(f"bench on {node}: " + "; ".join(result["problems"]))
+
+
+def _say(message: str) -> None:
+    click.echo(message, err=True)

@@ -297,7 +297,7 @@ def apply_cmd(
         from rollout.evidence.benchgate import BenchGate, journal_results
 
         runner, before = bench
-        journal_results(journal, before, "before", runner.req.describe())
+        journal_results(journal, before, "before", runner.describe())
         group = cfg is None or str(cfg.on_failure) == "rollback-group"
         return BenchGate(gate, journal, runner, before, group, progress.event)
 

@@ -372,10 +372,12 @@ def metrics_text(results: Sequence[Mapping[str, Any]]) -> str:
         change = str(res.get("change") or "")
         when.labels(node, sim, change).set(datetime.fromisoformat(str(res["at"])).timestamp())
         for m in res.get("models") or ():
-            for binding in BINDINGS:
-                run = m[binding]
+            for binding in (*BINDINGS, "placed"):
+                run = m.get(binding)
+                if not isinstance(run, Mapping):
+                    continue
                 mech = str(res.get("mechanism") or "")
-                values = (node, m["gpuModel"], binding, str(run["numaNode"]), mech, sim, change)
+                values = (node, m["gpuModel"], binding, str(run.get("numaNode")), mech, sim, change)
                 for key, (_, _, scale) in METRICS.items():
                     gauges[key].labels(*values).set(float(run[key]) * scale)
                 held.labels(*values).set(1 if run.get("bindingHeld") else 0)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from rollout.change.journal import Journal, Kind
 from rollout.errors import ExternalError, InputError
-from rollout.evidence import benching
+from rollout.evidence import benching, benchpod
 from rollout.evidence.bench import BenchError
 from rollout.gate.performance import (
     BenchPolicy,
@@ -71,11 +71,37 @@ class CanaryBench:
         self.policy, self.inv, self.api, self.facts, self.say = policy, inv, api, facts, say
         self.req = request_of(policy)
 
+    def describe(self) -> str:
+        """The command as journaled (pod mode names the pod's shape)."""
+        if self.policy.pod is not None:
+            return benchpod.describe(self.policy.pod, self.policy.command)
+        return self.req.describe()
+
     def run(self, nodes: Sequence[str], label: str, change: str | None = None) -> Results:
         """Each node's record, or the error that stopped its bench (never raises for a node)."""
         out: Results = {}
         for node in nodes:
-            self.say(f"bench ({label}) on {node}: {self.req.describe()}")
+            self.say(f"bench ({label}) on {node}: {self.describe()}")
+            if self.policy.pod is not None:  # mode pod: in a pod the kubelet placed
+                try:
+                    res = benchpod.run(
+                        self.policy.pod,
+                        self.policy.command,
+                        self.policy.env,
+                        self.inv,
+                        node,
+                        self.api,
+                        self.policy.timeout_s,
+                        change,
+                        self.say,
+                    )
+                except (BenchError, ExternalError, InputError) as e:
+                    out[node] = str(e)
+                    self.say(f"bench ({label}) on {node}: failed: {e}")
+                    continue
+                out[node] = {**res, "label": label}
+                self.say(f"bench ({label}) on {node}: {_summary(res)}")
+                continue
             host = next((h for h in self.inv.hosts if self.inv.node_of(h) == node), None)
             facts = self.facts.get(host) if host is not None else None
             with tempfile.TemporaryDirectory(prefix="rollout-bench-") as tmp:
@@ -93,10 +119,17 @@ class CanaryBench:
 
 def _summary(res: Mapping[str, Any]) -> str:
     parts = [
+        f"{m['gpuModel']}: P99 {m['placed']['p99Ms']:.3g} ms, bandwidth "
+        f"{m['placed']['h2dGbps']:.3g} GB/s in pod {res['pod']['name']} (CPUs "
+        f"{m['placed']['cpus'] or 'shared'}, {', '.join(m['placed']['devices'])})"
+        for m in res.get("models") or ()
+        if "placed" in m
+    ] + [
         f"{m['gpuModel']}: P99 {m['local']['p99Ms']:.3g} ms aligned / "
         f"{m['remote']['p99Ms']:.3g} ms mismatched, bandwidth {m['local']['h2dGbps']:.3g} / "
         f"{m['remote']['h2dGbps']:.3g} GB/s"
         for m in res.get("models") or ()
+        if "remote" in m
     ]
     sim = " (simulated)" if res.get("simulated") else ""
     return f"{res.get('status')}{sim}: " + "; ".join(parts)
@@ -146,7 +179,7 @@ class BenchGate:
         canary = list(nodes)
         policy = self.bench.policy
         after = self.bench.run(canary, "after", change_id)
-        journal_results(self.journal, after, "after", self.bench.req.describe())
+        journal_results(self.journal, after, "after", self.bench.describe())
         now = datetime.now(UTC)
         regression = judge_regression(policy, self.before, after, canary, now.timestamp())
         tightening = judge_tightening(policy, after, canary, now.timestamp())

@@ -25,6 +25,7 @@ GPU model missing from one side, a zero baseline, or simulated numbers without
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,10 +44,86 @@ KEYS = (
     "maxBandwidthRegression",
     "alignedMargin",
     "acceptSimulated",
+    "mode",
+    "pod",
 )
+MODES = ("host", "pod")
 MECHANISMS = ("auto", "numactl", "cpu-affinity")
 REGRESSION = "bench-regression"
 ALIGNED = "aligned-advantage"
+
+
+@dataclass(frozen=True)
+class PodBench:
+    """The pod's shape (``gate.bench.pod``; ``rollout bench --image`` and friends).
+
+    Attributes:
+        image: the benchmark's image (it must have ``/bin/sh``).
+        cpus: whole CPUs requested (= limit): exclusive under the static CPU manager.
+        memory: memory requested (= limit).
+        gpu_resource: the extended resource of one GPU (one unit is requested).
+        annotations: the pod's annotations (e.g. to keep a mesh's sidecar out).
+        namespace: the tool's namespace for its own pods.
+    """
+
+    image: str
+    cpus: int = 2
+    memory: str = "1Gi"
+    gpu_resource: str = "nvidia.com/gpu"
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    namespace: str = "rollout-probes"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "image": self.image,
+            "cpus": self.cpus,
+            "memory": self.memory,
+            "gpuResource": self.gpu_resource,
+            "annotations": dict(self.annotations),
+            "namespace": self.namespace,
+        }
+
+
+POD_KEYS = ("image", "cpus", "memory", "gpuResource", "annotations", "namespace")
+
+
+def parse_pod(raw: Any, bad: Callable[[str, str], InputError]) -> PodBench:
+    """``gate.bench.pod`` (``bad(key, message)`` names the field).
+
+    Raises:
+        InputError: from ``bad``.
+    """
+    if not isinstance(raw, Mapping):
+        raise bad(
+            "pod",
+            "with mode pod, must be a mapping (image, and optionally cpus, memory, gpuResource)",
+        )
+    unknown = sorted(str(k) for k in set(raw) - set(POD_KEYS))
+    if unknown:
+        raise bad(f"pod.{unknown[0]}", f"unknown field; known fields: {', '.join(POD_KEYS)}")
+    image = raw.get("image")
+    if not isinstance(image, str) or not image.strip():
+        raise bad("pod.image", "must name the benchmark's image (it needs /bin/sh)")
+    cpus = raw.get("cpus", 2)
+    if isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 1:
+        raise bad("pod.cpus", f"must be a whole number of CPUs >= 1, not {cpus!r}")
+    memory = raw.get("memory", "1Gi")
+    if not isinstance(memory, str) or not re.fullmatch(r"[0-9]+(Ki|Mi|Gi|Ti|k|M|G|T)?", memory):
+        raise bad("pod.memory", f"must be a quantity like 1Gi, not {memory!r}")
+    res = raw.get("gpuResource", "nvidia.com/gpu")
+    if not isinstance(res, str) or "/" not in res:
+        raise bad(
+            "pod.gpuResource", f"must be an extended resource like nvidia.com/gpu, not {res!r}"
+        )
+    ann = raw.get("annotations") or {}
+    if not isinstance(ann, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in ann.items()
+    ):
+        raise bad("pod.annotations", "must be a mapping of name: string")
+    ns = raw.get("namespace", "rollout-probes")
+    if not isinstance(ns, str) or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", ns):
+        raise bad("pod.namespace", f"must be a namespace name, not {ns!r}")
+    return PodBench(image.strip(), cpus, memory, res, dict(ann), ns)
 
 
 @dataclass(frozen=True)
@@ -64,6 +141,10 @@ class BenchPolicy:
         max_bandwidth_regression: the largest bandwidth drop that still passes.
         aligned_margin: by how much the local run must beat the remote one to allow tightening.
         accept_simulated: simulated results decide (the lab); otherwise they are Inconclusive.
+        mode: ``host`` (default: the command on the node, bound with numactl to the GPU's NUMA
+            node and to another one) or ``pod`` (in a Guaranteed pod the kubelet placed,
+            :mod:`rollout.evidence.benchpod`).
+        pod: the pod's shape with ``mode: pod``.
     """
 
     command: str = ""
@@ -75,9 +156,13 @@ class BenchPolicy:
     max_bandwidth_regression: float = 0.10
     aligned_margin: float = 0.05
     accept_simulated: bool = False
+    mode: str = "host"
+    pod: PodBench | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "mode": self.mode,
+            **({"pod": self.pod.as_dict()} if self.pod is not None else {}),
             "command": self.command,
             "standin": self.standin,
             "env": dict(self.env),
@@ -162,6 +247,14 @@ def parse_bench_policy(
             raise bad(key, f"must be at least 0{upper}, not {v!r}")
         return f
 
+    mode = raw.get("mode", "host")
+    if mode not in MODES:
+        raise bad("mode", f"must be one of {', '.join(MODES)}, not {mode!r}")
+    pod = parse_pod(raw.get("pod"), bad) if mode == "pod" else None
+    if mode == "host" and "pod" in raw:
+        raise bad("pod", "is read with mode: pod only")
+    if mode == "pod" and standin:
+        raise bad("standin", "mode pod runs command in the pod's image; the stand-in is host-only")
     accept = raw.get("acceptSimulated", False)
     if not isinstance(accept, bool):
         raise bad("acceptSimulated", f"must be true or false, not {accept!r}")
@@ -175,6 +268,8 @@ def parse_bench_policy(
         max_bandwidth_regression=fraction("maxBandwidthRegression", 0.10),
         aligned_margin=fraction("alignedMargin", 0.05),
         accept_simulated=accept,
+        mode=str(mode),
+        pod=pod,
     )
 
 
@@ -208,6 +303,12 @@ def _usable(
             (node,),
         )
     return None
+
+
+def _run(model: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The run a regression compares: the pod's (``placed``, mode pod), else the local one."""
+    placed = model.get("placed")
+    return placed if isinstance(placed, Mapping) else model["local"]
 
 
 def _models(rec: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -261,7 +362,7 @@ def judge_regression(
                     )
                 )
                 continue
-            lo, ln = old[model]["local"], new[model]["local"]
+            lo, ln = _run(old[model]), _run(new[model])
             p99_b, p99_a = float(lo["p99Ms"]), float(ln["p99Ms"])
             bw_b, bw_a = float(lo["h2dGbps"]), float(ln["h2dGbps"])
             where = f"{node}, {model}"
@@ -308,6 +409,17 @@ def judge_tightening(
             continue
         assert isinstance(a, Mapping)
         for model, rec in sorted(_models(a).items()):
+            if "remote" not in rec:
+                findings.append(
+                    Finding(
+                        ALIGNED,
+                        Outcome.INCONCLUSIVE,
+                        f"{node}, {model}: the pod run measured the kubelet's placement only; "
+                        "the aligned advantage needs a deliberately mismatched run (mode: host)",
+                        (node,),
+                    )
+                )
+                continue
             local, remote = rec["local"], rec["remote"]
             p99_l, p99_r = float(local["p99Ms"]), float(remote["p99Ms"])
             bw_l, bw_r = float(local["h2dGbps"]), float(remote["h2dGbps"])

@@ -141,6 +141,32 @@ class ProbePods:
             "node": str((pod.get("spec") or {}).get("nodeName") or ""),
         }
 
+    def status(self, name: str) -> dict[str, Any] | None:
+        """The pod's whole ``status``; None once it is gone (the bench pod's wait)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            pod = self._core.read_namespaced_pod(name, self.namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise ExternalError(f"read pod {self.namespace}/{name}: {e.status} {e.reason}") from e
+        return dict(pod.get("status") or {})
+
+    def log(self, name: str, container: str) -> str:
+        """The container's log through the API server's ``pods/log`` (the kubelet serves it);
+        empty while the container has not started."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self._core.read_namespaced_pod_log(name, self.namespace, container)
+        except ApiException as e:
+            if e.status in (400, 404):  # "ContainerCreating", or not there yet
+                return ""
+            raise ExternalError(
+                f"read the log of pod {self.namespace}/{name}: {e.status} {e.reason}"
+            ) from e
+
     def launch(self, change_id: str, nodes: Sequence[str], per_node: int) -> list[str]:
         """Create ``per_node`` probes on each node; returns their names."""
         from kubernetes.client.exceptions import ApiException

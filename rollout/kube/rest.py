@@ -279,6 +279,24 @@ class CoreV1:
             timeout=_request_timeout,
         )
 
+    def read_namespaced_pod_log(
+        self,
+        name: str,
+        namespace: str,
+        container: str | None = None,
+        _request_timeout: Any = DEFAULT_TIMEOUT_S,
+    ) -> str:
+        """GET ``pods/<name>/log``: the container's log as the kubelet serves it (the API
+        server proxies the read to the pod's kubelet)."""
+        resp = self.rest.send(
+            "GET",
+            f"{_ns(namespace, 'pods')}/{name}/log",
+            query={"container": container},
+            accept="*/*",
+            timeout=_request_timeout,
+        )
+        return bytes(resp.read()).decode("utf-8", "replace")
+
     def create_namespaced_pod_eviction(
         self,
         name: str,

@@ -1,7 +1,9 @@
 // Command fakecri serves the in-memory CRI runtime and image services of
 // k8s.io/cri-client/pkg/fake on a unix socket, so a real kubelet can run in a
-// rollout lab node without a container runtime. No process is ever started:
-// sandboxes and containers exist only in memory.
+// rollout lab node without a container runtime. Sandboxes and containers exist
+// only in memory, and no process is started, except for the containers of a
+// pod that opts in with the annotation lab.rollout.dev/run-containers: "true"
+// (see run.go): their command runs as a process in the node's namespaces.
 package main
 
 import (
@@ -11,8 +13,10 @@ import (
 	"os/signal"
 	"syscall"
 
+	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/cri-client/pkg/fake"
+	"k8s.io/cri-client/pkg/util"
 )
 
 func main() {
@@ -30,12 +34,34 @@ func main() {
 		driver = runtimeapi.CgroupDriver_SYSTEMD
 	}
 	r.RuntimeService.FakeLinuxConfiguration = &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: driver}
-	if err := r.Start(*listen); err != nil {
-		log.Fatalf("fakecri: %v", err)
+	// The fake's own Start registers the fake itself; the runner wraps it (its container methods
+	// run opted-in containers) and is what this server registers.
+	rt := newRunner(r)
+	server := grpc.NewServer()
+	runtimeapi.RegisterRuntimeServiceServer(server, rt)
+	runtimeapi.RegisterImageServiceServer(server, rt)
+	l, err := util.CreateListener(*listen)
+	if err != nil {
+		log.Fatalf("fakecri: listen on %q: %v", *listen, err)
 	}
+	// what the fake's Start sets: runtime and network ready
+	r.RuntimeService.Lock()
+	r.RuntimeService.FakeStatus = &runtimeapi.RuntimeStatus{
+		Conditions: []*runtimeapi.RuntimeCondition{
+			{Type: runtimeapi.RuntimeReady, Status: true},
+			{Type: runtimeapi.NetworkReady, Status: true},
+		},
+	}
+	r.RuntimeService.Unlock()
+	go func() {
+		if err := server.Serve(l); err != nil {
+			log.Printf("fakecri: serve: %v", err)
+		}
+	}()
 	log.Printf("fakecri: serving the fake runtime and image services on %s", *listen)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	<-sig
-	r.Stop()
+	rt.killAll()
+	server.Stop()
 }
