@@ -24,7 +24,7 @@ from rollout.cli.wiring import (
     verify_timeout_option,
 )
 from rollout.errors import RolloutError
-from rollout.gate.assembly import gate_for
+from rollout.gate.assembly import gate_config, gate_for
 from rollout.protocols import Gate, Lock
 
 from .options import inventory_option, kube_options, output_option
@@ -87,9 +87,17 @@ def resume_cmd(
 
     def work(ctx: Context, _lock: Lock) -> ChangeStatus:
         def make_gate(plan: Plan, inv: Inventory, predicted: Predicted | None) -> Gate:
-            return gate_for(
+            gate = gate_for(
                 plan, api, ctx.journal, output, inv, ctx.on_event, ctx.interrupt, predicted
             )
+            cfg = gate_config(plan)
+            if cfg is None or cfg.bench is None:
+                return gate
+            from rollout.evidence.benchgate import resumed_gate
+
+            # the canary's gate as apply wired it: the soak, then the benchmark (gate.bench)
+            group = str(cfg.on_failure) == "rollback-group"
+            return resumed_gate(gate, cfg.bench, ctx.journal, inv, api, group, ctx.on_event)
 
         return resume_change(ctx, api, inventory, make_gate)
 

@@ -221,3 +221,33 @@ class BenchGate:
 
     def after_rollback(self, change_id: str, nodes: Sequence[str]) -> str:
         return self.gate.after_rollback(change_id, nodes)
+
+
+def journaled_before(journal: Journal) -> Results:
+    """The canary's ``before`` benches as the interrupted apply journaled them."""
+    return {
+        str(e.data.get("node")): dict(e.data)
+        for e in journal.entries()
+        if e.step == Kind.BENCH and e.data.get("label") == "before"
+    }
+
+
+def resumed_gate(
+    gate: Gate,
+    policy: BenchPolicy | None,
+    journal: Journal,
+    inv: Inventory,
+    api: Api,
+    group: bool,
+    say: Callable[[str], None],
+) -> Gate:
+    """The gate ``rollout resume`` owes, as ``apply`` wired it: with the plan's ``gate.bench``
+    and an apply's canary gate (not a promote's), the soak then the benchmark against the
+    ``before`` benches the apply journaled (none journaled: the regression verdict is Error and
+    holds, never a plain soak that passes)."""
+    from rollout.change.replaying import replay
+
+    if policy is None or replay(journal.entries()).info.get("promotion"):
+        return gate
+    runner = CanaryBench(policy, inv, api, {}, say)
+    return BenchGate(gate, journal, runner, journaled_before(journal), group, say)

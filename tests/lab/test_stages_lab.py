@@ -17,6 +17,7 @@ on has), as in ``test_bench_lab.py``. Each test keeps its change record in its o
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from rollout.change.journal import Journal
+from rollout.change.journal import FAILPOINT_ENV, Journal
 from rollout.lab.cluster import Lab
 from rollout.lab.hardware import NodeShape
 from tests.lab import changekit as ck
@@ -196,3 +197,40 @@ def test_single_numa_node_proceeds_on_an_aligned_advantage_and_a_regression_roll
     r = ck.cli(apply, env)
     assert r.returncode == 3 and "every stage of plan lab-tighten is promoted" in r.stderr
     print(f"two stages, proceeded: {time.monotonic() - started:.1f}s")
+
+
+@pytest.mark.timeout(300)
+def test_resume_of_a_canary_cut_at_its_gate_runs_the_bench_gate_and_a_regression_rolls_back(
+    lab: Lab, lab_nodes: Any, namespace: str, tmp_path: Path
+) -> None:
+    """``apply --canary`` killed as its gate begins (``ROLLOUT_FAILPOINT=gate:begin``), after the
+    canary was benched before the change and applied: ``resume`` owes that gate and runs it as
+    apply wired it, the soak then the benchmark against the journaled ``before`` bench (a plain
+    soak would pass). Under ``restricted`` the stand-in does 8x the work: Failed, rolled back."""
+    started = time.monotonic()
+    node, apply, env, _ = _setup(
+        lab, lab_nodes, namespace, tmp_path, {"restricted": {"local": 8, "remote": 8}, "*": {}}
+    )
+    state = tmp_path / "state"
+    before = ck.snapshot(lab, node)
+    r = ck.cli([*apply, "--canary"], {**env, FAILPOINT_ENV: "gate:begin"})
+    assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr[-3000:])
+    journal = ck.latest_journal(state)
+    assert journal is not None
+    change = journal.change_id
+    steps = [(e.step, e.data.get("label")) for e in journal.entries() if e.step == "bench"]
+    assert steps == [("bench", "before")], steps  # the after bench is the gate's, not run yet
+    assert ck.configz(lab, node).get("topologyManagerPolicy") == "restricted"
+
+    r = ck.cli(["resume", "--change", change, "--lock-namespace", namespace, "--yes"], env)
+    assert r.returncode == 5, (r.returncode, r.stderr[-3000:])
+    entries = Journal.open(state, change).entries()
+    labels = [e.data.get("label") for e in entries if e.step == "bench"]
+    assert labels == ["before", "after"], labels
+    v = _verdict(state, change)
+    assert v["regression"]["outcome"] == "Failed", v["regression"]
+    triggers = [e.data for e in entries if e.step == "trigger"]
+    assert [t.get("source") for t in triggers] == ["bench"], triggers
+    assert ck.snapshot(lab, node) == before  # restored byte for byte
+    assert ck.configz(lab, node).get("topologyManagerPolicy") != "restricted"
+    print(f"resume with the bench gate: {time.monotonic() - started:.1f}s")

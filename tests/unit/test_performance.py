@@ -142,3 +142,62 @@ def test_gate_bench_parses_with_defaults_and_names_bad_fields() -> None:
             parse_gate_config({"bench": raw}, file="plan.yaml", line_of=lambda f: 7)
         assert e.value.location is not None and e.value.location.field == field, raw
         assert e.value.location.file == "plan.yaml" and e.value.location.line == 7
+
+
+def pod_rec(p99: float, bw: float, model: str = "NVIDIA-H100") -> dict[str, Any]:
+    """A pod-mode bench record: one ``placed`` run per GPU model."""
+    run = {"p50Ms": p99 / 2, "p99Ms": p99, "h2dGbps": bw, "loadS": 1.0, "cpus": "4-5"}
+    return {
+        "status": "pass",
+        "problems": [],
+        "simulated": False,
+        "mode": "pod",
+        "models": [{"gpuModel": model, "placed": run}],
+    }
+
+
+def test_pod_mode_regression_compares_the_placed_runs_and_never_allows_tightening() -> None:
+    before = {"n": pod_rec(10.0, 25.0)}
+    ok = judge_regression(POLICY, before, {"n": pod_rec(10.5, 25.0)}, ["n"])
+    assert ok.status is Outcome.SUCCESSFUL, ok.reason
+    bad = judge_regression(POLICY, before, {"n": pod_rec(12.0, 25.0)}, ["n"])
+    assert bad.status is Outcome.FAILED and "P99 10 -> 12 ms (+20.0%, limit +10%)" in bad.reason
+    assert bad.failed_nodes == ("n",)
+    tight = judge_tightening(POLICY, {"n": pod_rec(10.0, 25.0)}, ["n"])
+    assert tight.status is Outcome.INCONCLUSIVE  # no mismatched run: it holds, never passes
+    assert "deliberately mismatched run (mode: host)" in tight.reason
+
+
+def test_gate_bench_mode_pod_parses_its_pod_and_names_bad_fields() -> None:
+    p = parse_bench_policy({"command": "./b.sh", "mode": "pod", "pod": {"image": "r/b:1"}})
+    assert p.mode == "pod" and p.pod is not None
+    assert (p.pod.image, p.pod.cpus, p.pod.memory, p.pod.gpu_resource, p.pod.namespace) == (
+        "r/b:1",
+        2,
+        "1Gi",
+        "nvidia.com/gpu",
+        "rollout-probes",
+    )
+    assert p.as_dict()["mode"] == "pod" and p.as_dict()["pod"]["image"] == "r/b:1"
+    assert parse_bench_policy({"command": "./b.sh"}).mode == "host"  # the default
+    pod = {"image": "r/b:1"}
+
+    def in_pod(**kw: Any) -> dict[str, Any]:
+        return {"command": "x", "mode": "pod", "pod": {**pod, **kw}}
+
+    for raw, field in [
+        ({"command": "x", "mode": "vm"}, "gate.bench.mode"),
+        ({"command": "x", "mode": "pod"}, "gate.bench.pod"),
+        ({"command": "x", "mode": "pod", "pod": {}}, "gate.bench.pod.image"),
+        (in_pod(cpus=1.5), "gate.bench.pod.cpus"),
+        (in_pod(cpus=0), "gate.bench.pod.cpus"),
+        (in_pod(memory="a lot"), "gate.bench.pod.memory"),
+        (in_pod(gpuResource="gpu"), "gate.bench.pod.gpuResource"),
+        (in_pod(annotations={"a": 1}), "gate.bench.pod.annotations"),
+        (in_pod(size=1), "gate.bench.pod.size"),
+        ({"command": "x", "pod": pod}, "gate.bench.pod"),  # host mode reads no pod
+        ({"standin": True, "mode": "pod", "pod": pod}, "gate.bench.standin"),
+    ]:
+        with pytest.raises(InputError) as e:
+            parse_gate_config({"bench": raw}, file="plan.yaml", line_of=lambda f: 7)
+        assert e.value.location is not None and e.value.location.field == field, raw

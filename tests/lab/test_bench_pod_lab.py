@@ -1,0 +1,199 @@
+"""In the lab, through the CLI, on a real kubelet: the benchmark in a pod the kubelet placed
+(``rollout bench --mode pod``, ``gate.bench.mode: pod``).
+
+One real-kubelet kubeadm node (64 simulated CPUs on two NUMA nodes, 8 simulated GPUs from the lab's
+device plugin), the static CPU manager reserving 0,32 and ``restricted``. The lab's runtime
+(``fakecri``) runs the commands of a pod annotated ``lab.rollout.dev/run-containers: "true"`` as
+real processes in the node's namespaces, with the CRI request's envs (the device plugin's
+``NVIDIA_VISIBLE_DEVICES``) and its cpuset (the CPU manager's) as ``ROLLOUT_LAB_CPUSET_CPUS``, and
+writes their output to the container's log, which the real kubelet serves as ``pods/log``. The
+benchmark is the stand-in ``tests/fixtures/bench/scenario_bench.py`` (its work per scenario).
+
+1. ``rollout bench --mode pod``: the record names the exclusive CPUs and the GPU the kubelet gave
+   the pod (its podresources API), and they are what the kubelet put in the container's CRI
+   request (the process printed them); the pod is gone afterwards.
+2. ``apply --canary`` of ``single-numa-node`` with ``gate.bench.mode: pod``: the canary benched in
+   a pod before and after; under ``single-numa-node`` the stand-in does 8x the work, so the
+   regression verdict is Failed on the pod's numbers and the canary is rolled back byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollout.change.journal import Journal
+from rollout.kubelet.cpuset import parse as parse_cpuset
+from rollout.lab.cluster import Lab
+from tests.lab import changekit as ck
+from tests.lab.test_lab_kubelet import _configure, _wait_policy
+from tests.lab.test_podresources_lab import _posted_since
+
+pytestmark = pytest.mark.lab
+GPU = "nvidia.com/gpu"
+STANDIN = Path(__file__).resolve().parents[1] / "fixtures" / "bench" / "scenario_bench.py"
+RUN = "lab.rollout.dev/run-containers"
+NS = "rollout-probes"
+
+
+def _bench_pods(lab: Lab) -> list[str]:
+    code, body = lab.api.request(
+        "GET", f"/api/v1/namespaces/{NS}/pods?labelSelector=rollout.io%2Fbench%3Dtrue"
+    )
+    return [] if code == 404 else [p["metadata"]["name"] for p in body["items"]]
+
+
+def _said(placed: dict[str, Any], key: str) -> str:
+    (line,) = [x for x in placed["said"] if x.startswith("scenario:")]
+    return line.split(f"{key}=", 1)[1].split(",")[0].strip()
+
+
+def _check_placed(rec: dict[str, Any], numa: dict[str, str]) -> dict[str, Any]:
+    """The pod run names 2 exclusive CPUs and 1 GPU, and the process saw the same."""
+    assert rec["mode"] == "pod" and rec["status"] == "pass", rec
+    (m,) = rec["models"]
+    placed = m["placed"]
+    cpus = parse_cpuset(placed["cpus"])
+    assert len(cpus) == 2 and not cpus & {0, 32}, placed  # exclusive, not the reserved ones
+    assert placed["cpuSource"] == "podresources" and placed["deviceSource"] == "podresources"
+    (dev,) = placed["devices"]
+    # what the kubelet put in the CRI request: the CPU manager's cpuset, the plugin's envs
+    assert parse_cpuset(placed["commandCpus"]) == cpus, placed
+    assert _said(placed, "NVIDIA_VISIBLE_DEVICES") == dev, placed
+    # restricted: one NUMA node for the CPUs and the GPU
+    assert placed["aligned"] is True and len(placed["cpuNumaNodes"]) == 1, placed
+    assert cpus <= parse_cpuset(numa[str(placed["cpuNumaNodes"][0])])
+    return placed
+
+
+def _plan(path: Path, scenario: Path) -> Path:
+    path.write_text(
+        f"""\
+apiVersion: rollout.dev/v1alpha1
+kind: RolloutPlan
+metadata:
+  name: lab-bench-pod
+kubelet:
+  cpuManagerPolicy: static
+  reservedSystemCPUs: "0,32"
+  topologyManagerPolicy: single-numa-node
+strategy:
+  canaryGroup: canary
+  maxUnavailable: 1
+  drain:
+    timeout: 20s
+    backoffCap: 1s
+gate:
+  soak: 3s
+  window: 30s
+  interval: 1s
+  minAdmissions: 1
+  baseline: none
+  probes: true
+  bench:
+    mode: pod
+    pod:
+      image: registry.k8s.io/pause:3.10
+      cpus: 2
+      memory: 64Mi
+      annotations:
+        {RUN}: "true"
+    command: {sys.executable} {STANDIN}
+    env:
+      BENCH_SCENARIO: {scenario}
+    timeout: 90s
+    acceptSimulated: true
+    maxP99Regression: 200%
+    maxBandwidthRegression: 90%
+"""
+    )
+    return path
+
+
+@pytest.mark.timeout(600)
+def test_bench_in_a_pod_the_kubelet_placed_names_its_cpus_and_gpu_and_gates_a_regression(
+    lab: Lab, lab_nodes: Any, namespace: str, tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    made = lab_nodes(1, kubelet="real")
+    (node,) = made.names
+    restarted = int(time.time())
+    _configure(
+        lab,
+        node,
+        {
+            "cpuManagerPolicy": "static",
+            "reservedSystemCPUs": "0,32",
+            "topologyManagerPolicy": "restricted",
+        },
+    )
+    _wait_policy(lab, node, "restricted")
+    lab.machines.wait_ready([node], timeout=60)
+    ck.wait_for(
+        lambda: _posted_since(lab, node, restarted, GPU) == "8", 90, "all 8 GPUs allocatable"
+    )
+    sc = tmp_path / "scenario.json"
+    sc.write_text(json.dumps({"*": {"placed": 1}}))
+    env = ck.env(lab, tmp_path / "state")
+    ev = tmp_path / "evidence.json"
+    r = ck.cli(
+        [
+            "evidence", "--label", "before", "-i", str(made.inventory), "--out", str(ev),
+            "-o", "json",
+        ],
+        env,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    numa = json.loads(r.stdout)["collection"]["nodes"][node]["numa"]
+
+    # 1. rollout bench --mode pod
+    bench = [
+        "bench", "-i", str(made.inventory), "--node", node, "--mode", "pod",
+        "--image", "registry.k8s.io/pause:3.10", "--pod-memory", "64Mi",
+        "--pod-annotation", f"{RUN}=true",
+        "--command", f"{sys.executable} {STANDIN}", "--env", f"BENCH_SCENARIO={sc}",
+        "--timeout", "90", "-o", "json",
+    ]  # fmt: skip
+    r = ck.cli(bench, env, timeout=400)
+    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+    rec = json.loads(r.stdout)
+    placed = _check_placed(rec, numa)
+    assert placed["p99Ms"] > 0 and placed["h2dGbps"] > 0
+    assert f"bench pod {NS}/{rec['pod']['name']} on {node}" in r.stderr
+    assert _bench_pods(lab) == []  # deleted, and gone before the command returned
+
+    # 2. the gate in pod mode: a regression under single-numa-node rolls the canary back
+    sc.write_text(json.dumps({"single-numa-node": {"placed": 8}, "*": {"placed": 1}}))
+    inv = ck.inventory(lab, [node], [node], tmp_path / "inv.ini")
+    text = inv.read_text().replace(
+        ck.FAST_VARS, "rollout_kubelet_healthz_retries=90\nrollout_kubelet_healthz_delay=1\n"
+    )
+    inv.write_text(text)
+    plan = _plan(tmp_path / "plan.yaml", sc)
+    restricted = ck.snapshot(lab, node)
+    apply = ["apply", "--plan", str(plan), "-i", str(inv), "--lock-namespace", namespace]
+    r = ck.cli([*apply, "--canary", "--yes", "-o", "json"], env, timeout=500)
+    assert r.returncode == 5, (r.returncode, r.stderr[-4000:])
+    out = json.loads(r.stdout)
+    assert out["outcome"] == "rolled-back", out
+    entries = Journal.open(tmp_path / "state", out["change"]).entries()
+    benches = {e.data.get("label"): e.data for e in entries if e.step == "bench"}
+    assert set(benches) == {"before", "after"}, benches
+    for label in ("before", "after"):
+        _check_placed(benches[label], numa)
+    (v,) = [e.data for e in entries if e.step == "bench-verdict"]
+    assert v["policy"]["mode"] == "pod"
+    assert v["regression"]["outcome"] == "Failed", v["regression"]
+    assert "limit +200%" in v["regression"]["reason"]
+    assert v["tightening"]["outcome"] == "Inconclusive"  # no mismatched run in a pod
+    triggers = [e.data for e in entries if e.step == "trigger"]
+    assert [t.get("source") for t in triggers] == ["bench"], triggers
+    assert ck.snapshot(lab, node) == restricted  # back byte for byte
+    assert ck.configz(lab, node).get("topologyManagerPolicy") == "restricted"
+    assert _bench_pods(lab) == []
+    print(f"bench pod mode on the real kubelet: {time.monotonic() - started:.1f}s")
