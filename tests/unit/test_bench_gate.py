@@ -43,6 +43,9 @@ class Bench:
         self.req = type("Req", (), {"describe": lambda _self: "./bench.sh"})()
         self.runs: list[tuple[list[str], str]] = []
 
+    def describe(self) -> str:
+        return "./bench.sh"
+
     def run(self, nodes: Sequence[str], label: str, change: str | None = None) -> Results:
         self.runs.append((list(nodes), label))
         got = {n: self.after[n] for n in nodes if n in self.after}
