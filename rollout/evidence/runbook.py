@@ -251,6 +251,11 @@ def operator_commands(gpu_resource: str) -> tuple[tuple[str, str], ...]:
             "with the change (docs/bench.md)",
             "rollout bench --change CHANGE_ID --command './bench.sh'",
         ),
+        (
+            "Performance where the workload runs: the same benchmark in a pod the kubelet placed "
+            "(its exclusive CPUs and GPU named from podresources; docs/bench.md)",
+            "rollout bench --change CHANGE_ID --mode pod --image IMAGE --command './bench.sh'",
+        ),
     )
 
 

@@ -196,4 +196,9 @@ def test_bench_in_a_pod_the_kubelet_placed_names_its_cpus_and_gpu_and_gates_a_re
     assert ck.snapshot(lab, node) == restricted  # back byte for byte
     assert ck.configz(lab, node).get("topologyManagerPolicy") == "restricted"
     assert _bench_pods(lab) == []
+    rep = ck.cli(
+        ["report", "--change", out["change"], "--lock-namespace", namespace, "-o", "markdown"], env
+    )
+    assert rep.returncode == 0, rep.stderr
+    assert f"| placed by the kubelet (pod {benches['after']['pod']['name']}; GPU " in rep.stdout
     print(f"bench pod mode on the real kubelet: {time.monotonic() - started:.1f}s")

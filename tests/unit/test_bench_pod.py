@@ -5,13 +5,18 @@ log and the kubelet's account of it. The run itself is ``tests/lab/test_bench_po
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from rollout.change.journal import Journal, Kind
 from rollout.evidence.bench import BenchError, metrics_text
 from rollout.evidence.benchpod import EXIT_MARK, bench_manifest, read_result
+from rollout.evidence.report import build_report, render
 from rollout.gate.performance import PodBench
+from rollout.models import Phase
 
 POD = PodBench(image="r/bench:1", cpus=4, memory="8Gi", annotations={"a": "b"})
 OUT = {"p50_ms": 1.0, "p99_ms": 2.0, "h2d_gbps": 20.0, "load_s": 3.0, "cpus_allowed": "4-7"}
@@ -88,3 +93,32 @@ def test_metrics_of_a_pod_record_carry_the_placed_run() -> None:
     }
     text = metrics_text([rec])
     assert 'binding="placed"' in text and "rollout_bench_latency_p99_seconds" in text
+
+
+def test_the_report_shows_a_pod_record_with_the_kubelets_cpus_and_gpu(tmp_path: Path) -> None:
+    run = read_result(_log(), NODE, "p", "rollout-probes", "nvidia.com/gpu")
+    rec = {
+        "node": "gpu-1",
+        "at": "2026-12-06T10:00:00+00:00",
+        "command": "./bench.sh",
+        "mode": "pod",
+        "pod": {"name": "rollout-bench-gpu-1-x"},
+        "mechanism": "kubelet",
+        "mechanismWhy": "placed by the kubelet's CPU, topology and device managers",
+        "status": "pass",
+        "problems": [],
+        "simulated": False,
+        "simulatedWhy": [],
+        "models": [{"gpuModel": "H100", "placed": run}],
+    }
+    j = Journal.create(tmp_path, "20261206T100000Z-abcdef")
+    j.append(Kind.BENCH, Phase.DONE, now=datetime(2026, 12, 6, 10, tzinfo=UTC), data=rec)
+    rep = build_report(j.entries())
+    md = render(rep, "markdown")
+    assert (
+        "| H100 | placed by the kubelet (pod rollout-bench-gpu-1-x; GPU GPU-a) | 0 | 4-7 | no "
+        "| 1 | 2 | 20 | 3 | false |"
+    ) in md
+    assert "<td>placed by the kubelet (pod rollout-bench-gpu-1-x; GPU GPU-a)</td>" in render(
+        rep, "html"
+    )
