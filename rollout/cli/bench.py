@@ -225,7 +225,13 @@ def bench_cmd(
             "annotations": annotations,
             "namespace": pod_namespace,
         }
-        flag = {"pod.image": "--image", "pod.memory": "--pod-memory"}
+        flag = {
+            "pod.image": "--image",
+            "pod.memory": "--pod-memory",
+            "pod.gpuResource": "--gpu-resource",
+            "pod.cpus": "--pod-cpus",
+            "pod.namespace": "--pod-namespace",
+        }
         pod = parse_pod(
             raw,
             lambda k, m: InputError(m, Location(field=flag.get(k, f"--{k.replace('.', '-')}"))),

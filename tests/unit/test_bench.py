@@ -392,6 +392,21 @@ def test_a_failed_bench_is_in_the_report_and_evidence_keeps_bench(tmp_path: Path
         (["--command", "  "], "--command"),
         (["--standin", "--env", "NOEQUALS"], "--env"),
         (["--standin", "--env", "1X=2"], "--env"),
+        (["--command", "x", "--image", "r/b:1"], "--image"),  # host mode reads no image
+        (["--command", "x", "--mode", "pod"], "--image"),
+        (["--standin", "--mode", "pod", "--image", "r/b:1"], "--standin"),
+        (
+            ["--command", "x", "--mode", "pod", "--image", "r/b:1", "--pod-memory", "lots"],
+            "--pod-memory",
+        ),
+        (
+            ["--command", "x", "--mode", "pod", "--image", "r/b:1", "--pod-annotation", "a"],
+            "--pod-annotation",
+        ),
+        (
+            ["--command", "x", "--mode", "pod", "--image", "r/b:1", "--gpu-resource", "gpu"],
+            "--gpu-resource",
+        ),
     ],
 )
 def test_bad_input_exits_2_naming_the_field(args: list[str], field: str) -> None:
