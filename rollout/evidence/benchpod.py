@@ -57,16 +57,28 @@ def _dns(s: str) -> str:
     return re.sub(r"[^a-z0-9-]", "-", s.lower()).strip("-")[:30].strip("-")
 
 
+HOLD_S = 600
+"""How long the pod waits after the command, for the tool to read the kubelet's account (the tool
+deletes it sooner); a pod whose tool died ends on its own then, and by ``activeDeadlineSeconds``."""
+
+
 def script(command: str) -> str:
     """What the container's shell runs: the command, its exit code marked, then a wait while
     the tool reads the kubelet's account (the pod is deleted then)."""
-    return f'{command}\nrc=$?\necho "{EXIT_MARK}$rc"\nexec sleep 86400\n'
+    return f'{command}\nrc=$?\necho "{EXIT_MARK}$rc"\nexec sleep {HOLD_S}\n'
 
 
 def bench_manifest(
-    pod: PodBench, node: str, command: str, env: Mapping[str, str], change: str | None, now: float
+    pod: PodBench,
+    node: str,
+    command: str,
+    env: Mapping[str, str],
+    change: str | None,
+    now: float,
+    timeout_s: float = 600.0,
 ) -> dict[str, Any]:
-    """The Guaranteed bench pod bound to ``node`` (pure)."""
+    """The Guaranteed bench pod bound to ``node`` (pure); the kubelet ends it after
+    ``timeout_s`` plus its start and the hold, whatever happens to the tool."""
     resources = {"cpu": str(pod.cpus), "memory": pod.memory, pod.gpu_resource: "1"}
     suffix = _dns(change or "")[-6:] or format(int(now * 1000) % 0xFFFFFF, "06x")
     labels = {"app.kubernetes.io/managed-by": "rollout", BENCH_LABEL: "true"}
@@ -84,6 +96,7 @@ def bench_manifest(
         "spec": {
             "nodeName": node,
             "restartPolicy": "Never",
+            "activeDeadlineSeconds": int(timeout_s) + 300 + HOLD_S,
             "terminationGracePeriodSeconds": 0,
             "tolerations": [{"operator": "Exists"}],
             "automountServiceAccountToken": False,
@@ -179,11 +192,21 @@ def read_result(
     return run
 
 
+STUCK = (
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "CreateContainerError",
+    "CreateContainerConfigError",
+    "InvalidImageName",
+    "RunContainerError",
+)
+"""A container waiting for one of these will not start by itself: the bench fails at once."""
+
+
 def _waiting_reason(st: Mapping[str, Any]) -> str:
     for c in st.get("containerStatuses") or ():
         w = (c.get("state") or {}).get("waiting") or {}
-        if w.get("reason") in ("ErrImagePull", "ImagePullBackOff", "CreateContainerError",
-                               "CreateContainerConfigError", "InvalidImageName"):  # fmt: skip
+        if w.get("reason") in STUCK:
             return f"{w.get('reason')}: {w.get('message') or ''}"
     return ""
 
@@ -247,7 +270,7 @@ def run(
     labels = dict(node_info(api, node).labels)
     model = labels.get(PRODUCT_LABEL) or pod.gpu_resource
     full_env = {**env, "ROLLOUT_BENCH_BINDING": "placed", "ROLLOUT_BENCH_GPU_MODEL": model}
-    manifest = bench_manifest(pod, node, command, full_env, change, time.time())
+    manifest = bench_manifest(pod, node, command, full_env, change, time.time(), timeout_s)
     name = str(manifest["metadata"]["name"])
     from rollout.kube.probing import ProbePods
 
@@ -294,28 +317,39 @@ def run(
 def _await_log(pods: ProbePods, name: str, node: str, timeout_s: float) -> str:
     """The pod's log once its command has finished (its exit mark printed)."""
     deadline = time.monotonic() + timeout_s + 120  # admission, image pull, start
-    log = ""
+    log = problem = ""
     while time.monotonic() < deadline:
         st = pods.status(name)
         if st is None:
             raise ExternalError(f"bench pod {name} on {node} disappeared before it finished")
         if st.get("phase") == "Failed" and not log:
-            raise BenchError(
-                f"bench pod {name} on {node} failed: {st.get('reason') or ''}: "
-                f"{st.get('message') or ''}".rstrip(": ")
-            )
+            why = [str(st.get(k)) for k in ("reason", "message") if st.get(k)]
+            for c in st.get("containerStatuses") or ():
+                t = (c.get("state") or {}).get("terminated") or {}
+                if t:
+                    why.append(
+                        f"container {c.get('name')} exited {t.get('exitCode')}: "
+                        f"{t.get('reason') or ''} {t.get('message') or ''}".strip()
+                    )
+            raise BenchError(f"bench pod {name} on {node} failed: {'; '.join(why) or 'Failed'}")
         stuck = _waiting_reason(st)
         if stuck:
             raise BenchError(f"bench pod {name} on {node}: {stuck}")
         if st.get("phase") in ("Running", "Succeeded", "Failed"):
-            log = pods.log(name, CONTAINER)
+            try:
+                log = pods.log(name, CONTAINER)
+            except ExternalError as e:  # the kubelet's log not readable yet: ask again
+                problem = str(e)
+                time.sleep(1.0)
+                continue
             if any(ln.startswith(EXIT_MARK) for ln in log.splitlines()):
                 return log
             if st.get("phase") != "Running":
                 return log  # ended without the mark: read_result says so
         time.sleep(1.0)
     raise ExternalError(
-        f"bench pod {name} on {node}: no result within {timeout_s + 120:g}s: {log.strip()[-300:]}"
+        f"bench pod {name} on {node}: no result within {timeout_s + 120:g}s: "
+        f"{problem or log.strip()[-300:]}"
     )
 
 

@@ -44,6 +44,7 @@ def test_the_manifest_is_guaranteed_bound_to_the_node_with_one_gpu() -> None:
     assert m["metadata"]["annotations"] == {"a": "b"}
     spec = m["spec"]
     assert spec["nodeName"] == "gpu-1" and spec["restartPolicy"] == "Never"
+    assert spec["activeDeadlineSeconds"] == 600 + 300 + 600  # ends even if the tool died
     (c,) = spec["containers"]
     want = {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "1"}
     assert c["resources"] == {"requests": want, "limits": want}  # Guaranteed, whole CPUs
