@@ -113,3 +113,34 @@ def test_rollout_serve_exports_each_changes_bench_verdicts(tmp_path: Path) -> No
     for check, outcome in (("regression", "Successful"), ("aligned-advantage", "Failed")):
         line = f'rollout_bench_verdict{{change="c1",check="{check}",outcome="{outcome}",stage=""}}'
         assert f"{line} 1.0" in text, text
+
+
+def test_resume_wires_the_bench_gate_with_the_journaled_before_but_not_for_a_promote(
+    tmp_path: Path,
+) -> None:
+    """``rollout resume``'s gate (``resumed_gate``): the apply's canary gate benches against the
+    ``before`` benches the apply journaled; a promote's gates never bench; no gate.bench, no
+    bench gate. The lab proves it end to end
+    (``tests/lab/test_stages_lab.py::test_resume_of_a_canary_cut_at_its_gate_runs_the_bench_gate_and_a_regression_rolls_back``)."""
+    from datetime import UTC, datetime
+
+    from rollout.change.journal import CHANGE_STEP, Kind
+    from rollout.evidence.benchgate import resumed_gate
+    from rollout.models import Phase
+
+    now = datetime(2026, 12, 6, 10, tzinfo=UTC)
+    j = Journal.create(tmp_path / "a", "c1")
+    j.append(CHANGE_STEP, Phase.BEGIN, now=now, data={"nodes": NODES, "canary": ["n1"]})
+    j.append(
+        Kind.BENCH, Phase.DONE, now=now, data={**rec((10.0, 25.0)), "node": "n1", "label": "before"}
+    )
+    soak = ScriptedGate(VerdictStatus.SUCCESSFUL)
+    got = resumed_gate(soak, POLICY, j, None, None, True, lambda _m: None)  # type: ignore[arg-type]
+    assert isinstance(got, BenchGate) and got.gate is soak and got.group
+    assert list(got.before) == ["n1"] and got.before["n1"]["label"] == "before"  # type: ignore[index]
+    assert resumed_gate(soak, None, j, None, None, True, print) is soak  # type: ignore[arg-type]
+    p = Journal.create(tmp_path / "p", "c2")
+    p.append(
+        CHANGE_STEP, Phase.BEGIN, now=now, data={"nodes": NODES, "promotion": {"batches": [["n2"]]}}
+    )
+    assert resumed_gate(soak, POLICY, p, None, None, True, print) is soak  # type: ignore[arg-type]
