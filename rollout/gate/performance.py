@@ -10,13 +10,15 @@ Two verdicts, each four-valued (Successful / Failed / Inconclusive / Error), the
 wins, as in :mod:`rollout.gate.analysis`:
 
 * **regression** (:func:`judge_regression`), per canary node and GPU model, the run bound to
-  the GPU's own NUMA node (``local``) after the change against the same run before it: P99
+  the GPU's own NUMA node (``local``; with ``mode: pod`` the pod's run as the kubelet placed it,
+  ``placed``) after the change against the same run before it: P99
   latency up by more than ``maxP99Regression``, or host-to-device bandwidth down by more than
   ``maxBandwidthRegression``, is **Failed** (the canary is rolled back like any Failed verdict).
 * **aligned advantage** (:func:`judge_tightening`), per canary node and GPU model after the
   change: the local run's P99 is at least ``alignedMargin`` below the remote (deliberately
   mismatched) run's, *and* its bandwidth at least ``alignedMargin`` above. Successful allows the
   plan's next stage (a tighter policy) to start; Failed (measured, no advantage) holds it.
+  A pod record has no mismatched run (the kubelet never places one): Inconclusive, it holds.
 
 In both: a node whose bench could not run is **Error**; a run that did not hold its binding, a
 GPU model missing from one side, a zero baseline, or simulated numbers without
