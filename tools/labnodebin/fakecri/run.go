@@ -120,7 +120,8 @@ func (r *runner) StartContainer(ctx context.Context, req *runtimeapi.StartContai
 	}
 	cmd := exec.Command(s.argv[0], s.argv[1:]...)
 	cmd.Env, cmd.Dir = s.env, s.dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// its own process group (killed as one); killed with fakecri too (no process outlives the node)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err == nil {
 		var stderr io.ReadCloser
