@@ -19,6 +19,7 @@ CALLS = {
     "patch_node": ("", "nodes", "patch"),
     "list_pod_for_all_namespaces": ("", "pods", "list"),
     "read_namespaced_pod": ("", "pods", "get"),
+    "read_namespaced_pod_log": ("", "pods/log", "get"),
     "create_namespaced_pod_eviction": ("", "pods/eviction", "create"),
     "delete_namespaced_pod": ("", "pods", "delete"),
     "create_namespaced_pod": ("", "pods", "create"),
