@@ -169,10 +169,10 @@ def bench_cmd(
     context: str | None,
 ) -> None:
     """Run a benchmark command on one node twice (--mode host, the default), bound to its GPU's
-    NUMA node and to another NUMA node, and record P50/P99 latency, host-to-device bandwidth and load time per GPU model
-    for both bindings and their local/remote ratio. Each run's shell records the CPUs and memory
-    nodes it was allowed; a run outside its NUMA node fails the bench (exit 1), as does a
-    command that fails or breaks the output contract.
+    NUMA node and to another NUMA node, and record P50/P99 latency, host-to-device bandwidth and
+    load time per GPU model for both bindings and their local/remote ratio. Each run's shell
+    records the CPUs and memory nodes it was allowed; a run outside its NUMA node fails the
+    bench (exit 1), as does a command that fails or breaks the output contract.
 
     \b
     Examples:
