@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
+from rollout.change import claim_freeze
 from rollout.change.context import Context
 from rollout.change.inventory import Inventory
 from rollout.change.plan import Plan
@@ -70,6 +71,9 @@ class PathSettings:
         timeout_s: how long a wait (allocatable, slices, claims) may take before the step fails.
         terminate_claims: the operator's consent to terminate pods holding claims on the way
             back (else the way back waits for them to end, up to ``timeout_s``).
+        freeze_claims: on the way back, deny new claims of ``device_class`` cluster-wide while
+            the nodes are restored (``rollout.change.claim_freeze``; the plan's
+            ``freezeClaims``, default off).
     """
 
     driver: str
@@ -79,6 +83,7 @@ class PathSettings:
     resource: str = RESOURCE
     timeout_s: float = 300.0
     terminate_claims: bool = False
+    freeze_claims: bool = False
 
     def labels_for(self, path: AllocationPath) -> dict[str, str]:
         """The two labels as a node on ``path`` carries them."""
@@ -114,6 +119,7 @@ _KEYS = (
     "extendedResourceName",
     "timeout",
     "claimLimit",
+    "freezeClaims",
 )
 
 
@@ -160,6 +166,9 @@ def parse_path_plan(section: Mapping[str, Any], loc: Callable[[str], Location]) 
             raise InputError(str(e), loc(f"{base}.{key}")) from None
 
     timeout, claim_limit = duration("timeout"), duration("claimLimit")
+    freeze = section.get("freezeClaims", False)
+    if not isinstance(freeze, bool):
+        raise InputError("must be true or false (default false)", loc(f"{base}.freezeClaims"))
     dp, dra = text("devicePluginLabel", DEVICE_PLUGIN_LABEL), text("draLabel", DRA_LABEL)
     if dp == dra:
         raise InputError("must differ from devicePluginLabel", loc(f"{base}.draLabel"))
@@ -170,6 +179,7 @@ def parse_path_plan(section: Mapping[str, Any], loc: Callable[[str], Location]) 
         dra_label=dra,
         resource=text("extendedResourceName", RESOURCE),
         timeout_s=timeout,
+        freeze_claims=freeze,
     )
     return PathPlan(settings, groups, claim_limit)
 
@@ -523,6 +533,16 @@ class AllocationPathKind:
 
     def restore_done(self, ctx: Context, status: NodeStatus) -> None:
         return None  # every restore step journaled its own end
+
+    # the claim freeze around the way back (``RestoreBracket``, ``rollout.change.claim_freeze``)
+    def restore_begin(self, ctx: Context, statuses: Sequence[NodeStatus]) -> None:
+        claim_freeze.begin_restore(ctx, [s.record for s in statuses if s.files_touched])
+
+    def restore_end(self, ctx: Context) -> None:
+        claim_freeze.end_restore(ctx)
+
+    def change_end(self, ctx: Context) -> None:
+        claim_freeze.end_change(ctx)
 
     def restore_expected(self, status: NodeStatus) -> dict[str, Any]:
         return {"path": status.record.get("prior")}

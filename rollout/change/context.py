@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from rollout.change.journal import Journal
 from rollout.change.planning import DrainPolicy
@@ -114,6 +114,27 @@ class KindSteps(Protocol):
         ...
 
 
+@runtime_checkable
+class RestoreBracket(Protocol):
+    """What a kind may do around its restores, beyond one node (the allocation-path change's
+    cluster-wide claim freeze, ``rollout.change.claim_freeze``): the engine calls
+    :meth:`restore_begin` before the restore of some nodes touches any of them,
+    :meth:`restore_end` after it, and :meth:`change_end` before it journals any end of the
+    change. A kind without them has nothing to do there."""
+
+    def restore_begin(self, ctx: Context, statuses: Sequence[NodeStatus]) -> None:
+        """Before the restore of ``statuses``; raising stops it with no node touched."""
+        ...
+
+    def restore_end(self, ctx: Context) -> None:
+        """After the restore begun by :meth:`restore_begin` (never raises)."""
+        ...
+
+    def change_end(self, ctx: Context) -> None:
+        """Before the change's end is journaled, whoever ends it (never raises)."""
+        ...
+
+
 @dataclass
 class Context:
     """What every node step needs: the world behind Protocols, the journal and the policies."""
@@ -133,6 +154,9 @@ class Context:
     force_restore: bool = False
     #: the kind of change (None: the kubelet-config change; ``rollout.change.kinds.kind_of``)
     kind: KindSteps | None = None
+    #: restores running under this context between ``RestoreBracket.restore_begin`` and
+    #: ``restore_end`` (resume settles nodes side by side; the last one out ends the bracket)
+    restores: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property

@@ -68,6 +68,8 @@ class Kind(StrEnum):
     PREFLIGHT_FORCED = "preflight-forced"  # device refusals overridden: reason, refusals
     SERVING_FORCED = "serving-canary-forced"  # serving canaries overridden: reason, inProgress
     REJECTIONS_ACCEPTED = "predicted-rejections-accepted"  # the operator's accepted predictions
+    CLAIM_FREEZE = "claim-freeze"  # allocationPath.freezeClaims: the ValidatingAdmissionPolicy
+    # that denies new claims of the class, applied (begin, done once enforced) then removed
 
 
 CHANGE_STEP = Kind.CHANGE

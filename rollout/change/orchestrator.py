@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from rollout.change.applying import apply_batch
-from rollout.change.context import Context
+from rollout.change.context import Context, RestoreBracket
 from rollout.change.journal import CHANGE_STEP, Kind
 from rollout.change.kinds import kind_info, kind_of
 from rollout.change.outcomes import ChangeOutcome, StopCause
@@ -75,7 +75,12 @@ def end_change(
     phase: Phase = Phase.DONE,
     cause: StopCause | None = None,
 ) -> ChangeStatus:
-    """Journal the change's end (its outcome, message and cause) and return its status."""
+    """Journal the change's end (its outcome, message and cause) and return its status; the
+    kind's work at a change's end first (``RestoreBracket.change_end``: a claim freeze left
+    applied is removed, whoever ends the change)."""
+    kind = kind_of(ctx)
+    if isinstance(kind, RestoreBracket):
+        kind.change_end(ctx)
     data: dict[str, Any] = {"outcome": outcome.value, "message": message}
     if cause is not None:
         data["cause"] = cause.value

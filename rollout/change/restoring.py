@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rollout.change.context import Context
+from rollout.change.context import Context, RestoreBracket
 from rollout.change.draining import drain
 from rollout.change.kinds import kind_of
 from rollout.change.parallel import in_parallel, wrap
@@ -59,12 +59,31 @@ def restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, Rol
     steps before the drain, drain, the kind's steps before its write; then one restore write of
     the kind for every node that got that far (the kubelet-config change: one restore playbook
     run); then per node: verify against the state from before, uncordon only if this change
-    cordoned the node. A node that fails a step stops there; the others go on.
+    cordoned the node. A node that fails a step stops there; the others go on. A kind with
+    work around its restores (``RestoreBracket``: the claim freeze) does it before the first
+    node and after the last; when that fails no node is touched and each is returned failed.
 
     Returns:
         The nodes whose restore failed, each with a NodeOperationError naming the step (journaled
         as ``failed``; state ``failed``).
     """
+    kind = kind_of(ctx)
+    if not isinstance(kind, RestoreBracket):
+        return _restore_nodes(ctx, statuses)
+    try:  # the kind's work around the restores (the claim freeze), before any node is touched
+        kind.restore_begin(ctx, statuses)
+    except RolloutError as e:
+        return {s.node: NodeOperationError(f"restore of node {s.node}: {e}") for s in statuses}
+    try:
+        failed = _restore_nodes(ctx, statuses)
+    except Exception:  # not a kill: a killed process ends nothing, the next end of it does
+        kind.restore_end(ctx)
+        raise
+    kind.restore_end(ctx)
+    return failed
+
+
+def _restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, RolloutError]:
     kind = kind_of(ctx)
     by_node = {s.node: s for s in statuses}
     failed: dict[str, RolloutError] = {}

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rollout.kube import devices, evicting, nodes, proxy
+from rollout.kube import devices, evicting, freeze, nodes, proxy
 from rollout.kube.client import Api
 from rollout.models import NodeInfo, PodRef
 from rollout.protocols import EvictionResult
@@ -14,7 +14,8 @@ from rollout.protocols import EvictionResult
 class KubeCluster:
     """Node operations through the API server; every write is a cordon, an eviction, a
     deletion asked for with ``--disable-eviction``, or (the allocation-path change) a path
-    label written compare-and-swap. Also the allocation-path change's ``DeviceWorld``."""
+    label written compare-and-swap, or (a plan's ``freezeClaims``) the claim freeze's admission
+    policy. Also the allocation-path change's ``DeviceWorld`` and ``FreezeWorld``."""
 
     def __init__(self, api: Api) -> None:
         self.api = api
@@ -97,3 +98,15 @@ class KubeCluster:
         if self._resource_versions is None:
             self._resource_versions = nodes.resource_api_versions(self.api)
         return nodes.dra_slices_on(self.api, self._resource_versions, node)
+
+    def apply_objects(self, objects: Sequence[Mapping[str, Any]]) -> None:
+        """See ``FreezeWorld.apply_objects``."""
+        freeze.apply_objects(self.api, objects)
+
+    def delete_object(self, kind: str, name: str) -> bool:
+        """See ``FreezeWorld.delete_object``."""
+        return freeze.delete_object(self.api, kind, name)
+
+    def dry_run_create(self, obj: Mapping[str, Any]) -> str | None:
+        """See ``FreezeWorld.dry_run_create``."""
+        return freeze.dry_run_create(self.api, obj)

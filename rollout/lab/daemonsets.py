@@ -20,6 +20,12 @@ since it last looked (every component at its first look), writes that component'
   generation, and starts it again if it exits while it should run (a kubelet restarting a
   DaemonSet pod's container).
 
+The DaemonSet objects themselves (:func:`daemonset_objects`, created by
+``Machines.path_daemonsets``) exist too, with ``nodeSelector`` on the same labels: a migration's
+preflight refuses labels that select no DaemonSet, and the DaemonSet controller runs their pods
+(``pause`` on the fake runtime, which runs no process) where the labels select; the agent is what
+a pod's container would be.
+
 Edge, not level, on the labels: ``rollout lab fault driver-stop`` / ``plugin-stop`` write the same
 files and hold until the next fault or label change, as a crashed plugin pod would stay down
 (CrashLoopBackOff) in a cluster. The pure parts (:func:`label_actions`, :func:`driver_argv`) are
@@ -157,6 +163,45 @@ def device_class(extended_resource: str | None = None) -> dict[str, Any]:
         "metadata": {"name": DEVICE_CLASS},
         "spec": spec,
     }
+
+
+NAMESPACE = "gpu-operator"
+#: the DaemonSets' names, as NVIDIA's GPU Operator names them
+DAEMONSET_NAMES = {
+    DEVICE_PLUGIN: "nvidia-device-plugin-daemonset",
+    DRA_DRIVER: "nvidia-dra-driver-gpu-kubelet-plugin",
+}
+
+
+def daemonset_objects(keys: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The two DaemonSets of a GPU Operator, as the API server holds them: each selects nodes
+    on its path label (``keys``: component -> label key) with ``nodeSelector: {key: "true"}``,
+    the selection :func:`selected` applies. Their pods run ``pause`` on the fake runtime: the
+    DaemonSet controller creates and deletes them as the labels switch, and the lab's agent
+    starts and stops the component itself on the same label."""
+    out = []
+    for comp in COMPONENTS:
+        name = DAEMONSET_NAMES[comp]
+        sel = {"app": name}
+        out.append(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": {"name": name, "namespace": NAMESPACE, "labels": dict(sel)},
+                "spec": {
+                    "selector": {"matchLabels": sel},
+                    "template": {
+                        "metadata": {"labels": sel},
+                        "spec": {
+                            "nodeSelector": {keys[comp]: "true"},
+                            "terminationGracePeriodSeconds": 0,
+                            "containers": [{"name": comp, "image": "registry.k8s.io/pause"}],
+                        },
+                    },
+                },
+            }
+        )
+    return out
 
 
 # ------------------------------------------------------------------------------- build

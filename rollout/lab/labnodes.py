@@ -357,6 +357,29 @@ class LabNodes:
             raise LabError(f"read DeviceClass {daemonsets.DEVICE_CLASS}: HTTP {code} {have}")
         return dict(have)
 
+    def path_daemonsets(self, path_labels: Mapping[str, str] | None = None) -> list[str]:
+        """Create (or leave as they are) the two DaemonSets a GPU Operator runs the paths with
+        (:func:`daemonsets.daemonset_objects`: the device plugin's and the DRA kubelet
+        plugin's, in :data:`daemonsets.NAMESPACE`, each selecting ``<its label>=true``), so
+        the API server holds what a migration's preflight looks for. Their pods are real pods
+        on the fake runtime; the lab's agent, not those pods, starts and stops each component
+        on the same label (:mod:`rollout.lab.daemonsets`). Their ``namespace/name``."""
+        cp = self.require_cp()
+        keys = daemonsets.label_keys({"pathLabels": dict(path_labels or {})})
+        code, have = cp.request(
+            "POST", "/api/v1/namespaces", {"metadata": {"name": daemonsets.NAMESPACE}}
+        )
+        if code not in (201, 409):
+            raise LabError(f"create namespace {daemonsets.NAMESPACE}: HTTP {code} {have}")
+        out = []
+        base = f"/apis/apps/v1/namespaces/{daemonsets.NAMESPACE}/daemonsets"
+        for obj in daemonsets.daemonset_objects(keys):
+            code, have = cp.request("POST", base, obj)
+            if code not in (201, 409):
+                raise LabError(f"create DaemonSet {obj['metadata']['name']}: HTTP {code} {have}")
+            out.append(f"{daemonsets.NAMESPACE}/{obj['metadata']['name']}")
+        return out
+
     def wait_untainted(self, names: Sequence[str], timeout: float = 60.0) -> None:
         """Wait until no named Node carries ``node.kubernetes.io/not-ready``: a Node is Ready
         before the node lifecycle controller lifts that NoSchedule taint (its monitor period, and
