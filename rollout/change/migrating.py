@@ -25,7 +25,9 @@ from rollout.change.allocation_path import (
     works_of,
 )
 from rollout.change.allocation_preflight import PathWorld, path_refusals
+from rollout.change.hooks import EvidenceHooks
 from rollout.change.journal import Journal, Kind
+from rollout.change.migration_evidence import collect_before, record_after
 from rollout.change.plan import Plan, load_plan
 from rollout.change.planning import Batch, DrainPolicy, make_batches, parse_strategy
 from rollout.change.replaying import ChangeStatus
@@ -204,8 +206,10 @@ def run_migration(
     forks: int,
     progress: Progress | None,
     say: Callable[[str], None],
+    evidence: EvidenceHooks | None = None,
 ) -> ChangeStatus:
-    """Start the change under the Lease and run it through the engine."""
+    """Start the change under the Lease and run it through the engine; with ``evidence``, the
+    moving nodes' ``before`` and ``after`` evidence (:mod:`rollout.change.migration_evidence`)."""
     from rollout.change.journal import new_change_id, state_dir
     from rollout.change.orchestrator import run_change
     from rollout.change.record import mirrored
@@ -223,8 +227,10 @@ def run_migration(
                 now=datetime.now(UTC),
                 data={"reason": ready.force, "refusals": list(ready.forced)},
             )
+        moving = [n for b in ready.batches for n in b.nodes]
+        before = collect_before(evidence, journal, moving)
         if progress is not None:
-            progress.nodes(tuple(n for b in ready.batches for n in b.nodes))
+            progress.nodes(tuple(moving))
         ctx = open_context(
             api,
             journal,
@@ -244,7 +250,7 @@ def run_migration(
             "inventory": str(ready.inventory.path.resolve()),
             "by": holder_identity(),
         }
-        return reported(
+        status = reported(
             journal,
             lock,
             lambda: run_change(
@@ -257,6 +263,7 @@ def run_migration(
                 forward=ready.window_check,
             ),
         )
+        return record_after(evidence, journal, moving, before, status)
 
 
 @dataclass(frozen=True)

@@ -218,10 +218,12 @@ def evidence_cmd(
     from rollout.change.record import existing_journal
     from rollout.change.replaying import replay
     from rollout.evidence.collecting import checks_of, collect, journal_evidence
+    from rollout.evidence.gpu_paths import path_settings
     from rollout.evidence.report import EVIDENCE_FILE
     from rollout.kube.client import connect
 
     recorded: dict[str, object] = {}
+    paths: dict[str, object] | None = None
     nodes: list[str] = []
     target = Path(out) if out else None
     journal = None
@@ -230,6 +232,8 @@ def evidence_cmd(
         journal = existing_journal(change, api, lock_namespace)
         status = replay(journal.entries())
         recorded, nodes = dict(status.info), list(status.nodes)
+        # a migration: each node's allocation path too (rollout.evidence.gpu_paths)
+        paths = path_settings({n: s.record for n, s in status.nodes.items()})
         target = target or journal.dir / EVIDENCE_FILE
     elif target is None:
         raise InputError("without --change, pass --out FILE", Location(field="--out"))
@@ -239,7 +243,14 @@ def evidence_cmd(
     inv = read_inventory(Path(str(inv_path)))
     nodes = nodes or [inv.node_of(h) for h in inv.hosts]
     collection = collect(
-        label, api, inv, nodes, target, gpu_resource=gpu_resource, tenancy=_tenancy_of(recorded)
+        label,
+        api,
+        inv,
+        nodes,
+        target,
+        gpu_resource=gpu_resource,
+        tenancy=_tenancy_of(recorded),
+        gpu_paths=paths,
     )
     if journal is not None:  # promote reads the change's last 'after' evidence from its journal
         journal_evidence(journal, label, nodes, target, collection)

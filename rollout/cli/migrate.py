@@ -97,6 +97,13 @@ def _print_dry_run(ready: PreparedMigration, output: str) -> None:
     help="Move the pool although the audit of the plan's tenancy file (tenancy:) does not "
     "pass; the reason and the refusals are journaled (preflight-forced).",
 )
+@click.option(
+    "--no-evidence",
+    is_flag=True,
+    help="Do not collect the before/after evidence (evidence.json beside the journal): the "
+    "nodes' devices from podresources and claim status, and each node's allocation path "
+    "(gpus-served-once: every healthy GPU served after, once, through one path).",
+)
 @lock_ns_option
 @forks_option
 @progress_option
@@ -111,6 +118,7 @@ def migrate_cmd(
     terminate_claims: bool,
     force_window: str | None,
     force: str | None,
+    no_evidence: bool,
     lock_namespace: str,
     forks: int,
     progress_mode: str,
@@ -128,7 +136,9 @@ def migrate_cmd(
     slices, a DeviceClass missing or mapping another name, labels no DaemonSet selects, too
     few GPUs left for a batch's pods, and (where the plan names a tenancy file) a tenancy audit
     that does not pass, unless --force REASON. `rollout rollback --change ID` moves the nodes
-    back in the design's order; `status`, `resume` and `promote` work as for apply.
+    back in the design's order; `status`, `resume` and `promote` work as for apply. The
+    moving nodes' evidence is collected before and after into evidence.json beside the
+    journal (--no-evidence skips it).
 
     \b
     Examples:
@@ -158,6 +168,16 @@ def migrate_cmd(
     nodes = [n for b in ready.batches for n in b.nodes]
     confirm(yes, f"move {len(nodes)} node(s) ({', '.join(nodes)})")
     lock = LeaseLock(api, lock_namespace)
+    evidence = None
+    if not no_evidence:
+        from dataclasses import asdict
+
+        from rollout.evidence.collecting import ChangeEvidence
+
+        settings = asdict(ready.path_plan.settings)
+        evidence = ChangeEvidence(
+            api, ready.inventory, forks, echo_err, tenancy=ready.plan.tenancy, gpu_paths=settings
+        )
     status = run_migration(
         api,
         lock,
@@ -169,6 +189,7 @@ def migrate_cmd(
         forks=forks,
         progress=progress_for(progress_mode),
         say=echo_err,
+        evidence=evidence,
     )
     finish(status, output)
 

@@ -287,6 +287,20 @@ def check_unique_devices(c: Collection) -> Check:
         for (res, dev), pods in sorted(owners.items()):
             if len(set(pods)) > 1:
                 problems.append(f"{node}: {res} {dev} assigned to {', '.join(sorted(set(pods)))}")
+        # DRA devices the kubelet prepared (podresources' dynamic resources): one claim each
+        prepared: dict[str, set[str]] = {}
+        for p in _running_pods(d):
+            for claim, devs in (p.get("podResourcesDra") or {}).items():
+                for dev in devs:
+                    prepared.setdefault(str(dev), set()).add(str(claim))
+        checked += len(prepared)
+        seen_any = seen_any or bool(prepared)
+        for dev, held in sorted(prepared.items()):
+            if len(held) > 1:
+                problems.append(
+                    f"{node}: DRA device {dev} prepared by the kubelet for {len(held)} claims "
+                    f"(podresources): {', '.join(sorted(held))}"
+                )
     # DRA devices: from the claims' status, across the collection's nodes (rollout.evidence.dra)
     dra = dra_owners(c.nodes)
     seen_any = seen_any or bool(dra)
@@ -648,11 +662,71 @@ def check_sources_agree(c: Collection) -> Check:
     )
 
 
+def check_gpus_served_once(c: Collection) -> Check:
+    """Every node of a migration (``gpuPath``, :mod:`rollout.evidence.gpu_paths`) serves its GPUs
+    through one path, the one its labels select, each device once, and after the move as many
+    as were healthy before (``expected``). Not judged for a collection without ``gpuPath``
+    (a kubelet-config change)."""
+    name = "gpus-served-once"
+    problems: list[str] = []
+    notes: list[str] = []
+    missing = [f"{n}: {d['gpuPathProblem']}" for n, d in c.nodes.items() if d.get("gpuPathProblem")]
+    judged = {n: d["gpuPath"] for n, d in sorted(c.nodes.items()) if d.get("gpuPath")}
+    if missing:
+        return Check(
+            name, c.label, Status.NOT_COLLECTED, "allocation path not read", tuple(missing)
+        )
+    if not judged:
+        return Check(name, c.label, Status.NOT_JUDGED, "no node of a migration in this collection")
+    for node, g in judged.items():
+        res, dp = str(g.get("resource")), int(g.get("allocatable") or 0)
+        devices = [str(x) for x in g.get("sliceDevices") or ()]
+        path, count = str(g.get("path")), dp or len(set(devices))
+        if dp and devices:
+            problems.append(
+                f"{node}: {res} served through both paths: allocatable {dp} and "
+                f"{len(devices)} device(s) in {g.get('driver')}'s ResourceSlices"
+            )
+            continue
+        serving = "device-plugin" if dp else "dra" if devices else "none"
+        if count and serving != path:
+            problems.append(f"{node}: served by the {serving} path, its labels select {path}")
+        twice = sorted({x for x in devices if devices.count(x) > 1})
+        if twice:
+            problems.append(f"{node}: device(s) {', '.join(twice)} listed twice in the slices")
+        exp = g.get("expected")
+        if exp is not None and count != int(exp):
+            problems.append(
+                f"{node}: {count} {res} served through the {serving} path, {exp} healthy before"
+            )
+        ids = devices or list((c.nodes[node].get("allocatableDevices") or {}).get(res) or ())
+        notes.append(
+            f"{node}: {count} {res} through the {serving} path"
+            + (f" (expected {exp})" if exp is not None else "")
+            + (f": {', '.join(ids)}" if ids else "")
+        )
+    if problems:
+        return Check(
+            name, c.label, Status.FAIL, f"{len(problems)} problem(s)", tuple(problems),
+            len(judged), tuple(notes),
+        )  # fmt: skip
+    return Check(
+        name,
+        c.label,
+        Status.PASS,
+        f"{len(judged)} node(s), every healthy GPU served once through one path",
+        (),
+        len(judged),
+        tuple(notes),
+    )
+
+
 CHECKS = (
     ("allocatable-matches-healthy", check_allocatable),
     ("unique-device-ids", check_unique_devices),
     ("numa-aligned", check_numa_alignment),
     ("podresources-matches-checkpoint", check_sources_agree),
+    ("gpus-served-once", check_gpus_served_once),
 )
 
 
@@ -868,8 +942,16 @@ def _add_pod_resources(d: dict[str, Any], raw: Any, with_pods: bool) -> None:
         got = by_name.get((str(p.get("namespace", "")), str(p.get("name", ""))))
         containers: dict[str, dict[str, Any]] = {}
         devices: dict[str, set[str]] = {}
+        dra: dict[str, set[str]] = {}  # claim -> driver/pool/device[#shareID] prepared for it
         cpus: set[int] = set()
         for c in (got or {}).get("containers") or ():
+            for dyn in c.get("dynamicResources") or ():
+                claim = f"{dyn.get('claimNamespace', '')}/{dyn.get('claimName', '')}"
+                for dev in dyn.get("devices") or ():
+                    key = f"{dev.get('driver')}/{dev.get('pool')}/{dev.get('device')}"
+                    dra.setdefault(claim, set()).add(
+                        key + (f"#{dev['shareID']}" if dev.get("shareID") else "")
+                    )
             res: dict[str, set[str]] = {}
             for dev in c.get("devices") or ():
                 for x in dev.get("deviceIds") or ():
@@ -884,6 +966,8 @@ def _add_pod_resources(d: dict[str, Any], raw: Any, with_pods: bool) -> None:
                 devices.setdefault(r, set()).update(v)
             cpus |= cpu_ids
         p["podResourcesListed"] = got is not None
+        if dra:
+            p["podResourcesDra"] = {k: sorted(v) for k, v in sorted(dra.items())}
         p["podResourcesContainers"] = containers
         p["devices"] = {r: sorted(v) for r, v in sorted(devices.items())}
         if cpus:

@@ -47,13 +47,15 @@ def collect(
     forks: int = DEFAULT_FORKS,
     keep_nodes: bool = False,
     tenancy: str | None = None,
+    gpu_paths: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Collect ``label`` for ``nodes`` (``raw_facts`` by host when already gathered, else the
     facts playbook runs, at most ``forks`` hosts at once), merge it into ``target`` (written in
     one rename) and return it. ``keep_nodes``: the file's collection of the same label keeps
     its other nodes (``promote`` adds its nodes beside the canary's); else it is replaced.
     ``tenancy``: the plan's tenancy file; its audit (:func:`tenancy_audit`) is the
-    collection's ``tenancy``."""
+    collection's ``tenancy``. ``gpu_paths``: a migration's recorded allocation-path settings;
+    each node then carries its ``gpuPath`` (:mod:`rollout.evidence.gpu_paths`)."""
     from rollout.ansible.runner import AnsibleRunner
     from rollout.change.inventory import hosts_for
     from rollout.evidence.checks import build_collection, merge_collection, registered_devices
@@ -96,6 +98,10 @@ def collect(
         known=registered_devices(document),
     )
     _add_dra_claims(api, collection, pods)
+    if gpu_paths:
+        from rollout.evidence.gpu_paths import add_gpu_paths
+
+        add_gpu_paths(api, collection, gpu_paths, document)
     if tenancy:
         collection["tenancy"] = tenancy_audit(tenancy, api)
     merged = merge_collection(document, collection, keep_nodes)
@@ -185,7 +191,7 @@ def journal_evidence(
 
 
 def describe(data: Mapping[str, Any]) -> str:
-    """One line for a person: ``evidence after: pass (4 checks)`` or what failed."""
+    """One line for a person: ``evidence after: pass (5 checks)`` or what failed."""
     head = f"evidence {data.get('label')}: {data.get('overall')}"
     if data.get("error"):
         return f"{head}: not collected: {data['error']}"
@@ -219,12 +225,15 @@ class ChangeEvidence:
         say: Callable[[str], None] = print,
         keep_nodes: bool = False,
         tenancy: str | None = None,
+        gpu_paths: Mapping[str, Any] | None = None,
     ) -> None:
         """``keep_nodes``: collections add to the file's nodes of the same label (``promote``);
-        ``tenancy``: the plan's tenancy file, audited in every collection."""
+        ``tenancy``: the plan's tenancy file, audited in every collection; ``gpu_paths``: a
+        migration's allocation-path settings (each node's ``gpuPath``)."""
         self.api, self.inv, self.forks, self.say = api, inv, forks, say
         self.keep_nodes = keep_nodes
         self.tenancy = tenancy
+        self.gpu_paths = gpu_paths
 
     def collect(
         self, journal: Journal, label: str, nodes: list[str], raw_facts: Any = None
@@ -244,6 +253,7 @@ class ChangeEvidence:
                 forks=self.forks,
                 keep_nodes=self.keep_nodes,
                 tenancy=self.tenancy,
+                gpu_paths=self.gpu_paths,
             )
             return got, None
         except Exception as e:
