@@ -942,16 +942,14 @@ def _add_pod_resources(d: dict[str, Any], raw: Any, with_pods: bool) -> None:
         got = by_name.get((str(p.get("namespace", "")), str(p.get("name", ""))))
         containers: dict[str, dict[str, Any]] = {}
         devices: dict[str, set[str]] = {}
-        dra: dict[str, set[str]] = {}  # claim -> driver/pool/device[#shareID] prepared for it
+        dra: dict[str, set[str]] = {}  # claim -> driver/pool/device prepared for it
         cpus: set[int] = set()
         for c in (got or {}).get("containers") or ():
             for dyn in c.get("dynamicResources") or ():
                 claim = f"{dyn.get('claimNamespace', '')}/{dyn.get('claimName', '')}"
-                for dev in dyn.get("devices") or ():
-                    key = f"{dev.get('driver')}/{dev.get('pool')}/{dev.get('device')}"
-                    dra.setdefault(claim, set()).add(
-                        key + (f"#{dev['shareID']}" if dev.get("shareID") else "")
-                    )
+                for r in dyn.get("claimResources") or ():
+                    key = f"{r.get('driverName')}/{r.get('poolName')}/{r.get('deviceName')}"
+                    dra.setdefault(claim, set()).add(key)
             res: dict[str, set[str]] = {}
             for dev in c.get("devices") or ():
                 for x in dev.get("deviceIds") or ():

@@ -25,36 +25,47 @@ def _versions(api: Api) -> list[str]:
     return sorted(served, key=lambda v: v != "v1")
 
 
+LABEL_ATTEMPTS = 5
+"""How many times a label write is tried while only the rest of the Node changes under it."""
+
+
 def patch_labels(
     api: Api, node: str, expect: Mapping[str, str | None], labels: Mapping[str, str | None]
 ) -> None:
     """Set ``labels`` on the Node (None removes one) while its labels still have the ``expect``
     values: the patch carries the resourceVersion read, so a write in between makes the API
-    server answer 409 Conflict and nothing is written.
+    server answer 409 Conflict and nothing is written. The kubelet writes its own Node's status
+    (allocatable, conditions, images) at any time, so a 409 is read again: while the labels
+    still hold the ``expect`` values the write is tried again (at most :data:`LABEL_ATTEMPTS`
+    times); the compare is on the labels, as the step's record holds them.
 
     Raises:
-        NodeFilesChangedError: a label differs from ``expect``, or the Node changed between the
-            read and the write.
+        NodeFilesChangedError: a label differs from ``expect``, or the Node changed between each
+            read and its write, every time.
     """
-    obj: Any = call(f"read node {node}", api.core.read_node, node)
-    meta = obj.get("metadata") or {}
-    now = meta.get("labels") or {}
-    for k, v in expect.items():
-        if now.get(k) != v:
-            raise NodeFilesChangedError(
-                f"node {node}: label {k} is {now.get(k)!r}, expected {v!r}: changed by someone "
-                "else since rollout read it; nothing written"
-            )
-    body = {"metadata": {"labels": dict(labels), "resourceVersion": meta.get("resourceVersion")}}
-    try:
-        call(f"label node {node}", api.core.patch_node, node, body)
-    except ApiException as e:
-        if e.status == 409:
-            raise NodeFilesChangedError(
-                f"node {node}: the Node changed between rollout's read and its label write "
-                f"({describe(e)}); nothing written"
-            ) from e
-        raise ExternalError(f"label node {node}: {describe(e)}") from e
+    for attempt in range(1, LABEL_ATTEMPTS + 1):
+        obj: Any = call(f"read node {node}", api.core.read_node, node)
+        meta = obj.get("metadata") or {}
+        now = meta.get("labels") or {}
+        for k, v in expect.items():
+            if now.get(k) != v:
+                raise NodeFilesChangedError(
+                    f"node {node}: label {k} is {now.get(k)!r}, expected {v!r}: changed by "
+                    "someone else since rollout read it; nothing written"
+                )
+        rv = meta.get("resourceVersion")
+        body = {"metadata": {"labels": dict(labels), "resourceVersion": rv}}
+        try:
+            call(f"label node {node}", api.core.patch_node, node, body)
+            return
+        except ApiException as e:
+            if e.status != 409:
+                raise ExternalError(f"label node {node}: {describe(e)}") from e
+            if attempt == LABEL_ATTEMPTS:
+                raise NodeFilesChangedError(
+                    f"node {node}: the Node changed between rollout's read and its label write "
+                    f"{LABEL_ATTEMPTS} times ({describe(e)}); nothing written"
+                ) from e
 
 
 def slice_devices(api: Api, driver: str, node: str) -> list[str]:

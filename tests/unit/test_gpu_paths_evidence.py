@@ -1,5 +1,6 @@
-"""A migration's evidence across the move: the kubelet's podresources ``dynamic_resources`` read
-off the wire, each pod's DRA devices from it beside the device plugin's IDs, a DRA device the
+"""A migration's evidence across the move: each pod's DRA devices from the kubelet's podresources
+(``dynamic_resources``, decoded by the role's client: ``tests/unit/test_podresources_client.py``)
+beside the device plugin's IDs, a DRA device the
 kubelet prepared for two claims failing ``unique-device-ids``, and ``gpus-served-once`` judging
 each node's ``gpuPath`` (every GPU healthy before served after, once, through one path). The
 lab test ``tests/lab/test_migration_evidence_lab.py`` proves it through the CLI."""
@@ -17,7 +18,6 @@ from rollout.evidence.checks import (
     parse_collections,
 )
 from rollout.evidence.gpu_paths import expected_from, gpu_path, path_settings
-from tests.unit.test_podresources_client import _container, _f, _pod, list_response, pr
 from tests.unit.test_podresources_evidence import AGREE, NUMA, _podres
 
 GPU = "nvidia.com/gpu"
@@ -27,37 +27,6 @@ S = {
     "dra_label": "dra",
     "resource": GPU,
 }
-
-
-def _claim_resource(driver: str, pool: str, device: str, share: str | None = None) -> bytes:
-    out = _f(1, _f(1, "k8s.gpu.example.com/gpu=common")) + _f(2, driver) + _f(3, pool)
-    out += _f(4, device)
-    return out + (_f(5, share) if share is not None else b"")
-
-
-def test_podresources_dynamic_resources_are_read_per_container() -> None:
-    dyn = _f(2, "one-gpu") + _f(3, "ml") + _f(4, _claim_resource("gpu.example.com", "n1", "gpu-3"))
-    shared = _f(2, "s") + _f(3, "ml") + _f(4, _claim_resource("d", "p", "gpu-0", "ab12"))
-    container = _container("app", [], []) + _f(5, dyn) + _f(5, shared)
-    (pod,) = pr.list_response(list_response(_pod("train-0", "ml", container)))
-    (c,) = pod["containers"]
-    assert c["dynamicResources"] == [
-        {
-            "claimName": "one-gpu",
-            "claimNamespace": "ml",
-            "devices": [
-                {"driver": "gpu.example.com", "pool": "n1", "device": "gpu-3", "shareID": None}
-            ],
-        },
-        {
-            "claimName": "s",
-            "claimNamespace": "ml",
-            "devices": [{"driver": "d", "pool": "p", "device": "gpu-0", "shareID": "ab12"}],
-        },
-    ]
-    # a container without claims keeps the shape it had
-    (plain,) = pr.list_response(list_response(_pod("p", "ml", _container("app", [], []))))
-    assert "dynamicResources" not in plain["containers"][0]
 
 
 def _dra_collection(devices: dict[str, list[str]]) -> tuple[dict[str, Any], Collection]:
@@ -78,8 +47,8 @@ def _dra_collection(devices: dict[str, list[str]]) -> tuple[dict[str, Any], Coll
                         {
                             "claimName": n,
                             "claimNamespace": "ml",
-                            "devices": [
-                                {"driver": "gpu.example.com", "pool": "n1", "device": d}
+                            "claimResources": [
+                                {"driverName": "gpu.example.com", "poolName": "n1", "deviceName": d}
                                 for d in devs
                             ],
                         }

@@ -155,7 +155,15 @@ def test_protobuf_list_and_allocatable_responses() -> None:
     assert pods[1] == {
         "name": "idle",
         "namespace": "default",
-        "containers": [{"name": "app", "devices": [], "cpuIds": [], "memory": app["memory"]}],
+        "containers": [
+            {
+                "name": "app",
+                "devices": [],
+                "cpuIds": [],
+                "memory": app["memory"],
+                "dynamicResources": [],
+            }
+        ],
     }
     alloc = pr.allocatable_response(
         _f(1, _device("nvidia.com/gpu", ["GPU-0"], 0))
@@ -166,6 +174,31 @@ def test_protobuf_list_and_allocatable_responses() -> None:
     assert alloc["cpuIds"] == [1, 2, 3]
     with pytest.raises(pr.PodResourcesError):
         pr.list_response(b"\x0a\x05ab")  # a field longer than the message
+
+
+def test_the_list_reads_each_containers_dra_claims_and_their_devices() -> None:
+    """``ContainerResources.dynamic_resources`` (field 5, kubernetes v1.36 ``api.proto``):
+    ``DynamicResource{claim_name=2, claim_namespace=3, claim_resources=4}``,
+    ``ClaimResource{cdi_devices=1, driver_name=2, pool_name=3, device_name=4}``: the
+    allocation-path change's release step names a claim the kubelet still has in use."""
+    resource = (
+        _f(1, _f(1, "gpu.example.com/gpu=gpu-1"))
+        + _f(2, "gpu.example.com")
+        + _f(3, "node-a")
+        + _f(4, "gpu-1")
+    )
+    dynamic = _f(2, "one-gpu") + _f(3, "ml") + _f(4, resource)
+    msg = list_response(_pod("holder", "ml", _container("c", [], []) + _f(5, dynamic)))
+    (c,) = pr.list_response(msg)[0]["containers"]
+    assert c["dynamicResources"] == [
+        {
+            "claimName": "one-gpu",
+            "claimNamespace": "ml",
+            "claimResources": [
+                {"driverName": "gpu.example.com", "poolName": "node-a", "deviceName": "gpu-1"}
+            ],
+        }
+    ]
 
 
 def test_numa_node_0_as_proto3_sends_it_is_kept() -> None:

@@ -574,29 +574,27 @@ def _resources(g, devices, cpus, memory):
     }
 
 
-def _dynamic(buf):
-    """DynamicResource (a DRA claim a container uses): the claim's name and namespace, and each
-    device the driver prepared for it (ClaimResource: driver, pool, device, share ID)."""
+def _claim_resource(buf):
+    """ClaimResource: the device a driver prepared for the claim (driver, pool, device)."""
     g = _by_number(buf)
-    devices = []
-    for r in _messages(g, 4):
-        rg = _by_number(r)
-        share = [v for w, v in rg.get(5, ()) if w == 2]
-        devices.append(
-            {
-                "driver": _text(rg, 2),
-                "pool": _text(rg, 3),
-                "device": _text(rg, 4),
-                "shareID": share[-1].decode("utf-8", "replace") if share else None,
-            }
-        )
-    return {"claimName": _text(g, 2), "claimNamespace": _text(g, 3), "devices": devices}
+    return {"driverName": _text(g, 2), "poolName": _text(g, 3), "deviceName": _text(g, 4)}
+
+
+def _dynamic(buf):
+    """DynamicResource: a claim the container uses (name, namespace) and its devices."""
+    g = _by_number(buf)
+    return {
+        "claimName": _text(g, 2),
+        "claimNamespace": _text(g, 3),
+        "claimResources": [_claim_resource(r) for r in _messages(g, 4)],
+    }
 
 
 def list_response(buf):
     """ListPodResourcesResponse: each pod's name, namespace and containers (name, devices with
-    their NUMA nodes, exclusive CPU IDs, memory, and, where a container uses DRA claims
-    (``dynamic_resources``, GA in 1.36), ``dynamicResources``: each claim's devices)."""
+    their NUMA nodes, exclusive CPU IDs, memory, and the DRA claims it uses:
+    ``dynamicResources``, field 5, filled by kubelets with ``KubeletPodResourcesDynamicResources``
+    on)."""
     pods = []
     for p in _messages(_by_number(buf), 1):
         g = _by_number(p)
@@ -604,9 +602,7 @@ def list_response(buf):
         for c in _messages(g, 3):
             cg = _by_number(c)
             one = dict({"name": _text(cg, 1)}, **_resources(cg, 2, 3, 4))
-            dynamic = [_dynamic(d) for d in _messages(cg, 5)]
-            if dynamic:
-                one["dynamicResources"] = dynamic
+            one["dynamicResources"] = [_dynamic(d) for d in _messages(cg, 5)]
             containers.append(one)
         pods.append({"name": _text(g, 1), "namespace": _text(g, 2), "containers": containers})
     return pods
