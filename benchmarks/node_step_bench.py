@@ -394,6 +394,7 @@ class Bench:
             r = subprocess.run(
                 [sys.executable, "-c", "import rollout; print(rollout.__file__)"],
                 env=self.baseline_env,
+                cwd="/",  # as for the CLI's script: not this checkout first on the path
                 capture_output=True,
                 text=True,
                 check=True,
