@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 
 def _import_kube() -> None:
+    """The API client and preflight's modules (the kubernetes package among them)."""
     import rollout.change.preparing
     import rollout.kube.leases  # noqa: F401
 
@@ -84,8 +85,9 @@ def prepare_apply(
     (``stages:``) runs the stage :func:`rollout.change.staging.choose_stage` picks from the
     cluster's record of its earlier changes (``stage`` says which and why).
 
-    The API client's import runs in a thread while the inventory is read and the facts calls
-    start; the connection, the Lease check and the reads follow (``benchmarks/README.md``).
+    The API client is imported once the facts calls are under way (it runs while the nodes
+    answer; on a thread of its own beside them it was slower on a loaded 2-core machine:
+    ``benchmarks/README.md``); the connection, the Lease check and the reads follow.
 
     Raises:
         PreflightError: the change window is closed (not under ``dry_run``), preflight
@@ -103,10 +105,10 @@ def prepare_apply(
     )
     if not opts.dry_run and not (window := window_check(datetime.now(UTC))).allowed:
         raise PreflightError(window.reason)
-    threading.Thread(target=_import_kube, daemon=True).start()
     inv = start_inventory(inventory())()
     facts = FactsGathering(inv, opts.forks)
     try:
+        _import_kube()  # while the nodes answer the facts calls
         from rollout.kube.leases import LeaseLock
 
         api = connect()

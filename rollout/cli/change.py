@@ -165,8 +165,8 @@ def apply_cmd(
       rollout apply --canary --yes --recreate-workloads
     """
     # not the API client (rollout.kube: the kubernetes package, 0.5 s and more of imports):
-    # prepare_apply imports it on a thread while the inventory is read and the facts calls
-    # start (tests/unit/test_cli_lazy.py::test_apply_imports_the_api_client_on_a_thread)
+    # prepare_apply imports it once the facts calls are under way
+    # (tests/unit/test_cli_lazy.py::test_apply_imports_the_api_client_after_the_facts_start)
     from rollout.change.launching import prepare_apply, run_apply
     from rollout.evidence.collecting import ChangeEvidence
 
