@@ -5,7 +5,7 @@ Usage::
 
     .venv/bin/python benchmarks/node_step_bench.py [--sizes 8:2,16:4] [--rounds 3]
         [--playbook-sizes 8] [--playbook-rounds 1] [--canaries 1,4] [--skip-loops]
-        [--baseline-tree PATH]
+        [--baseline-tree PATH] [--dry-run-rounds N]
 
 On one lab of max(N) kubeadm nodes with 2 x max(N) small pods spread over them (so every drain
 evicts), each round runs, for every size N:maxUnavailable (the first N nodes; canary group = the
@@ -31,7 +31,9 @@ With ``--baseline-tree PATH`` (a checkout of another commit, e.g. ``git worktree
 PATH main``), each round also runs ``rollout apply --yes`` (and its rollback) with that tree's
 ``rollout`` package first on ``PYTHONPATH``, same venv, same lab, same plan: the two versions
 alternate which goes first from round to round, and the loop follows them, so all three see
-the same load (``baseline`` in the output, ``baselineTree`` names its commit).
+the same load (``baseline`` in the output, ``baselineTree`` names its commit). With
+``--dry-run-rounds N`` as well, after the rounds: N ``rollout apply --dry-run`` (preflight alone)
+of each tree in turn per size (``dryRuns``).
 
 Then, each round, for each canary size C: ``rollout apply --canary --yes`` with a C-node canary
 group, then ``rollout rollback --change ID --yes`` timed from the command's start (the trigger)
@@ -449,6 +451,29 @@ class Bench:
         out["rollbackAllWallS"] = round(time.time() - started, 2)
         return out, journal
 
+    def dry_runs(self, n: int, mu: int, rounds: int) -> dict[str, Any]:
+        """``rollout apply --dry-run`` (preflight alone: inventory, facts, API reads, render and
+        lint, the preview; nothing written) with this tree and the baseline tree in turn,
+        ``rounds`` times each, alternating which goes first."""
+        inv, plan = self.files(n, mu, mu, f"{n}")
+        out: dict[str, Any] = {"rollout": [], "baseline": [], "load": []}
+        for i in range(rounds):
+            for which in ("rollout", "baseline") if i % 2 == 0 else ("baseline", "rollout"):
+                env = self.baseline_env if which == "baseline" else self.env
+                assert env is not None, "--dry-run-rounds needs --baseline-tree"
+                out["load"].append(_load())
+                started = time.time()
+                r = ck.cli(
+                    ["apply", "--plan", str(plan), "-i", str(inv), "--dry-run", "-o", "json"],
+                    env,
+                    600,
+                )
+                assert r.returncode == 0, r.stderr
+                out[which].append(round(time.time() - started, 2))
+        out["rolloutMedianS"] = _median(out["rollout"])
+        out["baselineMedianS"] = _median(out["baseline"])
+        return out
+
     def canary_rollback(self, size: int) -> dict[str, Any]:
         inv, plan = self.files(len(self.all), size, size, f"c{size}")
         r = ck.cli(
@@ -640,6 +665,12 @@ def main() -> None:
     ap.add_argument(
         "--baseline-tree", type=Path, help="another checkout whose apply runs beside this one"
     )
+    ap.add_argument(
+        "--dry-run-rounds",
+        type=int,
+        default=0,
+        help="then, per size, this many dry runs of each tree in turn (preflight alone)",
+    )
     args = ap.parse_args()
     sizes = [(int(a), int(b)) for a, b in (x.split(":") for x in args.sizes.split(",") if x)]
     playbook_sizes = {int(x) for x in args.playbook_sizes.split(",") if x}
@@ -689,6 +720,10 @@ def main() -> None:
             for size in canaries:
                 row["canaryRollback"].append(bench.canary_rollback(size))
                 print(json.dumps(row["canaryRollback"][-1]), file=sys.stderr, flush=True)
+        if args.dry_run_rounds:
+            out["dryRuns"] = {
+                f"{n}:{mu}": bench.dry_runs(n, mu, args.dry_run_rounds) for n, mu in sizes
+            }
         out["summary"] = summarize(out)
         print(json.dumps(out, indent=2))
     finally:
