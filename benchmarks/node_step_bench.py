@@ -5,6 +5,7 @@ Usage::
 
     .venv/bin/python benchmarks/node_step_bench.py [--sizes 8:2,16:4] [--rounds 3]
         [--playbook-sizes 8] [--playbook-rounds 1] [--canaries 1,4] [--skip-loops]
+        [--baseline-tree PATH] [--dry-run-rounds N]
 
 On one lab of max(N) kubeadm nodes with 2 x max(N) small pods spread over them (so every drain
 evicts), each round runs, for every size N:maxUnavailable (the first N nodes; canary group = the
@@ -25,6 +26,14 @@ first batch):
 Before every timed ``rollout apply`` and every loop the bench pods are deleted and the run waits
 until their replacements run on every one of the N nodes (``podsOnNodes`` in the output), so
 every drain evicts something in every round, not only in the first.
+
+With ``--baseline-tree PATH`` (a checkout of another commit, e.g. ``git worktree add --detach
+PATH main``), each round also runs ``rollout apply --yes`` (and its rollback) with that tree's
+``rollout`` package first on ``PYTHONPATH``, same venv, same lab, same plan: the two versions
+alternate which goes first from round to round, and the loop follows them, so all three see
+the same load (``baseline`` in the output, ``baselineTree`` names its commit). With
+``--dry-run-rounds N`` as well, after the rounds: N ``rollout apply --dry-run`` (preflight alone)
+of each tree in turn per size (``dryRuns``).
 
 Then, each round, for each canary size C: ``rollout apply --canary --yes`` with a C-node canary
 group, then ``rollout rollback --change ID --yes`` timed from the command's start (the trigger)
@@ -113,7 +122,15 @@ def forward_numbers(journal: Journal) -> dict[str, Any]:
             spans.get((n, "drain"), 0.0) + restart[n] + spans.get((n, "verify"), 0.0) for n in batch
         )
         batches.append(row)
-    return {"batches": batches, "floorS": round(floor, 2), "changeBegin": _t(begin.ts)}
+    done = [_t(e.ts) for e in entries if e.step == "change" and e.phase.value == "done"]
+    evidence = [_t(e.ts) for e in entries if e.step == "evidence"]
+    return {
+        "batches": batches,
+        "floorS": round(floor, 2),
+        "changeBegin": _t(begin.ts),
+        "changeDone": done[-1] if done else None,
+        "lastEvidence": evidence[-1] if evidence else None,
+    }
 
 
 def timeline(journal: Journal, started: float) -> dict[str, Any]:
@@ -345,6 +362,16 @@ def _loop(lab: Lab, names: list[str], env: dict[str, str], apply_one: Any) -> fl
     return time.time() - started
 
 
+def _commit(tree: Path) -> str:
+    r = subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return r.stdout.strip()
+
+
 def _load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -356,10 +383,25 @@ def _median(xs: list[float]) -> float:
 class Bench:
     """One lab, its pods, and the runs; every timed run appends its raw numbers."""
 
-    def __init__(self, lab: Lab, work: Path, names: list[str]) -> None:
+    def __init__(
+        self, lab: Lab, work: Path, names: list[str], baseline: Path | None = None
+    ) -> None:
         self.lab, self.work, self.all = lab, work, names
         self.env = ck.env(lab, work / "state")
         self.env["PATH"] = f"{BIN}:{self.env['PATH']}"
+        self.env.pop("PYTHONPATH", None)
+        self.baseline_env: dict[str, str] | None = None
+        if baseline is not None:  # the other tree's package first on the path, same venv
+            self.baseline_env = {**self.env, "PYTHONPATH": str(baseline)}
+            r = subprocess.run(
+                [sys.executable, "-c", "import rollout; print(rollout.__file__)"],
+                env=self.baseline_env,
+                cwd="/",  # as for the CLI's script: not this checkout first on the path
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            assert r.stdout.strip().startswith(str(baseline)), r.stdout
 
     def files(self, n: int, canary: int, mu: int, tag: str) -> tuple[Path, Path]:
         names = self.all[:n]
@@ -372,14 +414,15 @@ class Bench:
     def respread(self, n: int) -> int:
         return respread(self.lab, "bench", 2 * len(self.all), self.all[:n])
 
-    def apply(self, n: int, mu: int) -> tuple[dict[str, Any], Journal]:
+    def apply(
+        self, n: int, mu: int, env: dict[str, str] | None = None
+    ) -> tuple[dict[str, Any], Journal]:
+        env = env or self.env
         inv, plan = self.files(n, mu, mu, f"{n}")
         pods = self.respread(n)
         load = _load()
         started = time.time()
-        r = ck.cli(
-            ["apply", "--plan", str(plan), "-i", str(inv), "--yes", "-o", "json"], self.env, 1800
-        )
+        r = ck.cli(["apply", "--plan", str(plan), "-i", str(inv), "--yes", "-o", "json"], env, 1800)
         wall = time.time() - started
         assert r.returncode == 0, r.stderr
         change = json.loads(r.stdout)["change"]
@@ -390,16 +433,46 @@ class Bench:
             "podsOnNodes": pods,
             "wallS": round(wall, 2),
             "preflightS": round(fwd["changeBegin"] - started, 2),
+            # the change's end to its last evidence entry (the after collection) and to exit
+            "evidenceAfterS": round(fwd["lastEvidence"] - fwd["changeDone"], 2)
+            if fwd["lastEvidence"] and fwd["changeDone"]
+            else None,
+            "changeDoneToExitS": round(started + wall - fwd["changeDone"], 2)
+            if fwd["changeDone"]
+            else None,
             "floorS": fwd["floorS"],
             "batches": fwd["batches"],
             "timeline": timeline(journal, started),
             "end": round(wall, 2),
         }
         started = time.time()
-        r = ck.cli(["rollback", "--change", change, "--yes"], self.env, 1800)
+        r = ck.cli(["rollback", "--change", change, "--yes"], env, 1800)
         assert r.returncode == 0, r.stderr
         out["rollbackAllWallS"] = round(time.time() - started, 2)
         return out, journal
+
+    def dry_runs(self, n: int, mu: int, rounds: int) -> dict[str, Any]:
+        """``rollout apply --dry-run`` (preflight alone: inventory, facts, API reads, render and
+        lint, the preview; nothing written) with this tree and the baseline tree in turn,
+        ``rounds`` times each, alternating which goes first."""
+        inv, plan = self.files(n, mu, mu, f"{n}")
+        out: dict[str, Any] = {"rollout": [], "baseline": [], "load": []}
+        for i in range(rounds):
+            for which in ("rollout", "baseline") if i % 2 == 0 else ("baseline", "rollout"):
+                env = self.baseline_env if which == "baseline" else self.env
+                assert env is not None, "--dry-run-rounds needs --baseline-tree"
+                out["load"].append(_load())
+                started = time.time()
+                r = ck.cli(
+                    ["apply", "--plan", str(plan), "-i", str(inv), "--dry-run", "-o", "json"],
+                    env,
+                    600,
+                )
+                assert r.returncode == 0, r.stderr
+                out[which].append(round(time.time() - started, 2))
+        out["rolloutMedianS"] = _median(out["rollout"])
+        out["baselineMedianS"] = _median(out["baseline"])
+        return out
 
     def canary_rollback(self, size: int) -> dict[str, Any]:
         inv, plan = self.files(len(self.all), size, size, f"c{size}")
@@ -520,6 +593,20 @@ def summarize(out: dict[str, Any]) -> dict[str, Any]:
             "rollout/floor": round(wall / floor, 2) if floor else None,
             "addedPerNodeS": round((wall - floor) / n, 2),
         }
+        after = [r["rollout"]["evidenceAfterS"] for r in runs if r["rollout"].get("evidenceAfterS")]
+        if after:
+            row["evidenceAfterS"] = _median(after)
+        base = [r["baseline"]["wallS"] for r in runs if "baseline" in r]
+        if base:
+            row["baselineWallS"] = _median(base)
+            row["baselinePreflightS"] = _median([r["baseline"]["preflightS"] for r in runs])
+            row["baselineEvidenceAfterS"] = _median(
+                [r["baseline"]["evidenceAfterS"] or 0.0 for r in runs]
+            )
+            row["baseline/rollout"] = round(row["baselineWallS"] / wall, 2)
+            row["baseline/rollout per round"] = [
+                round(r["baseline"]["wallS"] / r["rollout"]["wallS"], 2) for r in runs
+            ]
         ssh = [r["loops"]["loopSshWallS"] for r in runs if "loops" in r]
         if ssh:
             row["loopSshWallS"] = _median(ssh)
@@ -529,6 +616,13 @@ def summarize(out: dict[str, Any]) -> dict[str, Any]:
                 for r in runs
                 if "loops" in r
             ]
+            if base:
+                row["loopSsh/baseline"] = round(row["loopSshWallS"] / row["baselineWallS"], 2)
+                row["loopSsh/baseline per round"] = [
+                    round(r["loops"]["loopSshWallS"] / r["baseline"]["wallS"], 2)
+                    for r in runs
+                    if "loops" in r
+                ]
         pb = [
             r["loops"]["loopPlaybookWallS"]
             for r in runs
@@ -568,6 +662,15 @@ def main() -> None:
     ap.add_argument("--playbook-rounds", type=int, default=1, help="rounds with the playbook loop")
     ap.add_argument("--canaries", default="1,4")
     ap.add_argument("--skip-loops", action="store_true")
+    ap.add_argument(
+        "--baseline-tree", type=Path, help="another checkout whose apply runs beside this one"
+    )
+    ap.add_argument(
+        "--dry-run-rounds",
+        type=int,
+        default=0,
+        help="then, per size, this many dry runs of each tree in turn (preflight alone)",
+    )
     args = ap.parse_args()
     sizes = [(int(a), int(b)) for a, b in (x.split(":") for x in args.sizes.split(",") if x)]
     playbook_sizes = {int(x) for x in args.playbook_sizes.split(",") if x}
@@ -579,20 +682,35 @@ def main() -> None:
     out: dict[str, Any] = {
         "sizes": [f"{n}:{mu}" for n, mu in sizes],
         "cpus": os.cpu_count(),
+        "commit": _commit(REPO),
         "rounds": [],
     }
+    if args.baseline_tree:
+        out["baselineTree"] = {
+            "path": str(args.baseline_tree),
+            "commit": _commit(args.baseline_tree),
+        }
     try:
         names = [f"s{i}" for i in range(1, biggest + 1)]
         lab.machines.add_nodes(names, ["kubeadm"])
         _deployment(lab, "bench", 2 * biggest)
-        bench = Bench(lab, work, names)
+        bench = Bench(lab, work, names, args.baseline_tree)
         for i in range(args.rounds):
             row: dict[str, Any] = {}
             out["rounds"].append(row)
             for n, mu in sizes:
                 key = f"{n}:{mu}"
-                rollout, journal = bench.apply(n, mu)
-                row[key] = {"rollout": rollout}
+                row[key] = {}
+                # with a baseline, the two versions take turns going first
+                order = ["rollout", "baseline"] if i % 2 == 0 else ["baseline", "rollout"]
+                for which in order:
+                    if which == "baseline" and bench.baseline_env is None:
+                        continue
+                    env = bench.baseline_env if which == "baseline" else None
+                    numbers, j = bench.apply(n, mu, env)
+                    row[key][which] = numbers
+                    if which == "rollout":
+                        journal = j
                 print(json.dumps({"round": i + 1, key: row[key]}), file=sys.stderr, flush=True)
                 if not args.skip_loops:
                     playbook = n in playbook_sizes and i < args.playbook_rounds
@@ -602,6 +720,10 @@ def main() -> None:
             for size in canaries:
                 row["canaryRollback"].append(bench.canary_rollback(size))
                 print(json.dumps(row["canaryRollback"][-1]), file=sys.stderr, flush=True)
+        if args.dry_run_rounds:
+            out["dryRuns"] = {
+                f"{n}:{mu}": bench.dry_runs(n, mu, args.dry_run_rounds) for n, mu in sizes
+            }
         out["summary"] = summarize(out)
         print(json.dumps(out, indent=2))
     finally:

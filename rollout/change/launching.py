@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 
 def _import_kube() -> None:
+    """The API client and preflight's modules (the kubernetes package among them)."""
     import rollout.change.preparing
     import rollout.kube.leases  # noqa: F401
 
@@ -84,8 +85,9 @@ def prepare_apply(
     (``stages:``) runs the stage :func:`rollout.change.staging.choose_stage` picks from the
     cluster's record of its earlier changes (``stage`` says which and why).
 
-    The API client's import runs in a thread while the inventory is read and the facts calls
-    start; the connection, the Lease check and the reads follow (``benchmarks/README.md``).
+    The API client is imported once the facts calls are under way (it runs while the nodes
+    answer; on a thread of its own beside them it was slower on a loaded 2-core machine:
+    ``benchmarks/README.md``); the connection, the Lease check and the reads follow.
 
     Raises:
         PreflightError: the change window is closed (not under ``dry_run``), preflight
@@ -103,10 +105,10 @@ def prepare_apply(
     )
     if not opts.dry_run and not (window := window_check(datetime.now(UTC))).allowed:
         raise PreflightError(window.reason)
-    threading.Thread(target=_import_kube, daemon=True).start()
     inv = start_inventory(inventory())()
     facts = FactsGathering(inv, opts.forks)
     try:
+        _import_kube()  # while the nodes answer the facts calls
         from rollout.kube.leases import LeaseLock
 
         api = connect()
@@ -254,6 +256,39 @@ class EvidenceGate:
         return self.gate.after_rollback(change_id, nodes)
 
 
+class _Background:
+    """One call run on a thread from now on (None: nothing to run, :meth:`result` is None)."""
+
+    def __init__(self, call: Callable[[], Any] | None) -> None:
+        self._got: dict[str, Any] = {}
+        self._thread: threading.Thread | None = None
+        if call is not None:
+            self._thread = threading.Thread(target=self._run, args=(call,), daemon=True)
+            self._thread.start()
+
+    def _run(self, call: Callable[[], Any]) -> None:
+        try:
+            self._got["value"] = call()
+        except BaseException as e:  # re-raised in the caller's thread by result()
+            self._got["error"] = e
+
+    def result(self) -> Any:
+        """Wait for the call; its value, or raise what it raised."""
+        if self._thread is None:
+            return None
+        self._thread.join()
+        if "error" in self._got:
+            raise self._got["error"]
+        return self._got.get("value")
+
+
+def _collecting(
+    evidence: EvidenceHooks, journal: Journal, nodes: list[str], raw_facts: Any
+) -> Callable[[], Any]:
+    """The ``before`` collection of ``nodes`` from the facts preflight judged, as a call."""
+    return lambda: evidence.collect(journal, "before", nodes, raw_facts)
+
+
 ApplyGate = Callable[[Journal, "Inventory", "frozenset[tuple[str, str]] | None", Progress], Gate]
 """Builds the gate after the canary: given the change's journal, the inventory, the predicted
 rejections and the progress; the CLI's ``gate_for`` (the gate layer sits above this one)."""
@@ -327,26 +362,30 @@ def run_apply(
                 now=datetime.now(UTC),
                 data={"flags": used, "pods": list(prepared.losses)},
             )
-        journal_consents(journal, prepared, opts.force, datetime.now(UTC), opts.force_serving)
         moving = ready.nodes
-        before = (
-            None
-            if evidence is None
-            else evidence.collect(journal, "before", moving, prepared.raw_facts)
+        # the ``before`` evidence (reads only) goes on while the consents are journaled and the
+        # context and gate are built; it is complete before the first node step
+        # (``tests/unit/test_evidence_concurrency.py``)
+        before_collection = _Background(
+            None if evidence is None else _collecting(evidence, journal, moving, prepared.raw_facts)
         )
-        progress.nodes(tuple(moving))
-        ctx = open_context(
-            api,
-            journal,
-            inv.path,
-            drain,
-            opts.verify_timeout,
-            progress,
-            inv.hostvars,
-            opts.forks,
-        )
-        ctx.interrupt = lock.interrupt
-        gate = make_gate(journal, inv, predicted_rejections(prepared.previews), progress)
+        try:
+            journal_consents(journal, prepared, opts.force, datetime.now(UTC), opts.force_serving)
+            progress.nodes(tuple(moving))
+            ctx = open_context(
+                api,
+                journal,
+                inv.path,
+                drain,
+                opts.verify_timeout,
+                progress,
+                inv.hostvars,
+                opts.forks,
+            )
+            ctx.interrupt = lock.interrupt
+            gate = make_gate(journal, inv, predicted_rejections(prepared.previews), progress)
+        finally:
+            before = before_collection.result()
         gated = None
         if opts.require_evidence and evidence is not None:
             gate = gated = EvidenceGate(gate, journal, evidence, before)

@@ -164,10 +164,11 @@ def apply_cmd(
       rollout apply --canary --yes --force-delete-unmanaged --delete-emptydir-data
       rollout apply --canary --yes --recreate-workloads
     """
+    # not the API client (rollout.kube: the kubernetes package, 0.5 s and more of imports):
+    # prepare_apply imports it once the facts calls are under way
+    # (tests/unit/test_cli_lazy.py::test_apply_imports_the_api_client_after_the_facts_start)
     from rollout.change.launching import prepare_apply, run_apply
     from rollout.evidence.collecting import ChangeEvidence
-    from rollout.evidence.workloads import describe_selection
-    from rollout.kube.client import connect
 
     if not plan_path:
         raise InputError("no plan: pass --plan or set ROLLOUT_PLAN", Location(field="--plan"))
@@ -228,7 +229,7 @@ def apply_cmd(
     ready = prepare_apply(
         plan,
         lambda: inventory_path(inventory),
-        lambda: connect(kubeconfig, context),
+        lambda: _connect(kubeconfig, context),
         opts,
         echo_err,
     )
@@ -277,6 +278,8 @@ def apply_cmd(
                     "\n  --recreate-workloads, once applied: the GPU and Guaranteed pods of a "
                     "controller on it then; on it now:"
                 )
+                from rollout.evidence.workloads import describe_selection
+
                 for line in describe_selection(n, recreating[n]):
                     click.echo(line)
         click.echo("\nadmission preview:")
@@ -342,6 +345,13 @@ def canary_bench(
     if check.holds:
         raise BenchError(f"gate.bench before the change: {check.reason}; nothing was changed")
     return runner, before
+
+
+def _connect(kubeconfig: str | None, context: str | None) -> Any:
+    """The API connection (``rollout.kube.client.connect``), imported when it is made."""
+    from rollout.kube.client import connect
+
+    return connect(kubeconfig, context)
 
 
 def _recreate_preview(api: Any, nodes: list[str]) -> dict[str, Selection]:

@@ -61,22 +61,43 @@ def collect(
     from rollout.evidence.checks import build_collection, merge_collection, registered_devices
     from rollout.kube import proxy
     from rollout.kube.collecting import evidence_pods
-    from rollout.kube.nodes import node_info
+    from rollout.kube.nodes import node_info, resource_api_versions, resource_claim_objects
 
     hosts = hosts_for(inv, list(nodes))
-    if raw_facts is None:
+
+    def gather() -> Mapping[str, Mapping[str, Any]]:
+        if raw_facts is not None:
+            return raw_facts
         with tempfile.TemporaryDirectory(prefix="rollout-evidence-") as tmp:
             runner = AnsibleRunner(Path(tmp) / "runner", forks=forks)
-            raw_facts = runner.gather_facts(inv.path, hosts, Path(tmp) / "facts", inv.hostvars)
-    facts = {inv.node_of(h): f for h, f in raw_facts.items() if h in hosts}
+            return runner.gather_facts(inv.path, hosts, Path(tmp) / "facts", inv.hostvars)
 
     def read(n: str) -> tuple[Any, Any, dict[str, Any]]:
         body = proxy.configz(api, n)
         return node_info(api, n), evidence_pods(api, n), body.get("kubeletconfig", body)
 
-    # the three reads of each node, at most ``forks`` nodes at once (not one after the other)
-    with ThreadPoolExecutor(max_workers=workers(len(nodes), forks)) as pool:
-        got = dict(zip(nodes, pool.map(read, nodes), strict=True))
+    def read_nodes() -> dict[str, tuple[Any, Any, dict[str, Any]]]:
+        # the three reads of each node, at most ``forks`` nodes at once
+        with ThreadPoolExecutor(max_workers=workers(len(nodes), forks)) as pool:
+            return dict(zip(nodes, pool.map(read, nodes), strict=True))
+
+    def claims() -> list[dict[str, Any]] | None:
+        versions = resource_api_versions(api)
+        return resource_claim_objects(api, versions) if versions else None
+
+    # the sources are independent: the nodes' facts (ssh), their API reads, the cluster's
+    # ResourceClaims and the tenancy audit run at the same time (one after the other they
+    # were the sum of their waits: ``benchmarks/README.md``, node_step_bench)
+    done = concurrently(
+        {
+            "facts": gather,
+            "nodes": read_nodes,
+            "claims": claims,
+            **({"tenancy": lambda: tenancy_audit(tenancy, api)} if tenancy else {}),
+        }
+    )
+    facts = {inv.node_of(h): f for h, f in done.value("facts").items() if h in hosts}
+    got = done.value("nodes")
     allocatable = {n: dict(i.allocatable) for n, (i, _, _) in got.items()}
     capacity = {n: dict(i.capacity) for n, (i, _, _) in got.items()}
     pods = {n: p for n, (_, p, _) in got.items()}
@@ -97,13 +118,13 @@ def collect(
         capacity=capacity,
         known=registered_devices(document),
     )
-    _add_dra_claims(api, collection, pods)
+    _add_dra_claims(collection, pods, done)
     if gpu_paths:
         from rollout.evidence.gpu_paths import add_gpu_paths
 
         add_gpu_paths(api, collection, gpu_paths, document)
     if tenancy:
-        collection["tenancy"] = tenancy_audit(tenancy, api)
+        collection["tenancy"] = done.value("tenancy")
     merged = merge_collection(document, collection, keep_nodes)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp_file = target.with_name(f".{target.name}.tmp")
@@ -112,20 +133,51 @@ def collect(
     return collection
 
 
+class Concurrent:
+    """What :func:`concurrently` got: each source's value or the exception it raised."""
+
+    def __init__(self, values: dict[str, Any], errors: dict[str, BaseException]) -> None:
+        self.values, self.errors = values, errors
+
+    def value(self, name: str) -> Any:
+        """The source's value; raises what the source raised."""
+        if name in self.errors:
+            raise self.errors[name]
+        return self.values[name]
+
+
+def concurrently(sources: Mapping[str, Callable[[], Any]]) -> Concurrent:
+    """Run each source (no arguments) on its own thread, all at once, and wait for every one;
+    a source's exception is kept for :meth:`Concurrent.value` to raise, so the caller decides
+    the order in which failures are reported (as when the sources ran one after the other)."""
+    values: dict[str, Any] = {}
+    errors: dict[str, BaseException] = {}
+    with ThreadPoolExecutor(max_workers=max(1, len(sources))) as pool:
+        futures = {name: pool.submit(fn) for name, fn in sources.items()}
+        for name, future in futures.items():
+            try:
+                values[name] = future.result()
+            except Exception as e:
+                errors[name] = e
+    return Concurrent(values, errors)
+
+
 def _add_dra_claims(
-    api: Api, collection: dict[str, Any], pods: Mapping[str, Sequence[Mapping[str, Any]]]
+    collection: dict[str, Any],
+    pods: Mapping[str, Sequence[Mapping[str, Any]]],
+    done: Concurrent,
 ) -> None:
     """Each node's allocated ResourceClaims (``draClaims``, :mod:`rollout.evidence.dra`) when the
-    API server serves ``resource.k8s.io``; when the listing fails, ``draProblem`` says why (the
-    DRA part is then not judged, never passed)."""
+    API server serves ``resource.k8s.io`` (``done``'s ``claims``: None when it does not); when
+    the listing failed, ``draProblem`` says why (the DRA part is then not judged, never
+    passed)."""
     from rollout.evidence.dra import claims_by_node
-    from rollout.kube.nodes import resource_api_versions, resource_claim_objects
 
     try:
-        versions = resource_api_versions(api)
-        if not versions:
+        objects = done.value("claims")
+        if objects is None:
             return
-        by_node = claims_by_node(resource_claim_objects(api, versions), pods)
+        by_node = claims_by_node(objects, pods)
     except Exception as e:  # evidence is best effort: say what is missing
         for d in collection["nodes"].values():
             d["draProblem"] = f"cannot list ResourceClaims: {e}"

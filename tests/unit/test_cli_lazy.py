@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+from pathlib import Path
 
 from rollout.cli import COMMAND_MODULES, cli
 
@@ -33,3 +34,43 @@ def test_apply_does_not_import_the_lab_or_the_docs() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_apply_imports_the_api_client_after_the_facts_start() -> None:
+    """``apply`` reaches its preflight without the kubernetes package, and preflight imports it
+    once the facts calls are under way (the command had come to import it first, before the
+    inventory read and the facts calls: 0.5 s quiet, more under load, ``benchmarks/README.md``,
+    node_step_bench)."""
+    plan = Path(__file__).resolve().parents[2] / "examples" / "plan.yaml"
+    code = (
+        "import sys\n"
+        "import rollout.change.launching as launching\n"
+        "import rollout.change.session as session\n"
+        "import rollout.change.inventory as inventory\n"
+        "seen = []\n"
+        "class Facts:\n"
+        "    def __init__(self, *a, **k):\n"
+        "        seen.append(('facts', 'kubernetes' in sys.modules))\n"
+        "    def close(self):\n"
+        "        pass\n"
+        "session.FactsGathering = Facts\n"
+        "class Inv:\n"
+        "    hosts = ()\n"
+        "inventory.start_inventory = lambda path: (lambda: Inv())\n"
+        "def connect():\n"
+        "    print(seen, 'kubernetes' in sys.modules)\n"
+        "    raise SystemExit(0)\n"
+        "real = launching.prepare_apply\n"
+        "def prepare(plan, inv, _connect, opts, say):\n"
+        "    seen.append(('prepare', 'kubernetes' in sys.modules))\n"
+        "    return real(plan, inv, connect, opts, say)\n"
+        "launching.prepare_apply = prepare\n"
+        "from rollout.cli import cli\n"
+        f"cli(['apply', '--plan', {str(plan)!r}, '-i', {str(plan)!r}, '--yes'])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    # not before the command's preflight, not before the facts calls start, then imported
+    assert out.stdout.strip() == "[('prepare', False), ('facts', False)] True", (
+        out.stdout + out.stderr
+    )
