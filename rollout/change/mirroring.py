@@ -12,6 +12,9 @@ abandon a node half-drained. A failed mirror write is reported through ``warn`` 
 dropped) and healed by the next append, which rewrites every chunk from the first one not yet
 confirmed. A crash between the local append and the mirror write leaves the mirror one entry
 behind until the next append (``resume`` or ``rollback`` from any machine that has the entry).
+The node threads of a batch take turns on the mirror: each write reads the journal's tail when
+its turn comes, so the record never goes back to an older copy
+(``tests/unit/test_mirroring.py::test_concurrent_appends_never_leave_an_older_copy_last``).
 
 :func:`fetch_change` is the other direction: a machine whose state directory has no journal for
 a change rebuilds ``changes/<id>/`` from the cluster and then proceeds as with a local journal.
@@ -20,6 +23,7 @@ a change rebuilds ``changes/<id>/`` from the cluster and then proceeds as with a
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path as FsPath
 from typing import TYPE_CHECKING
@@ -46,6 +50,10 @@ class ClusterMirror:
         self.marked: dict[str, str] = {}  # node -> state last written on the Node
         self.failures = 0
         self.written: set[int] = set()  # chunks this mirror has written (replaced, not created)
+        # the node threads of a batch append at once: one mirror write at a time, each reading
+        # the journal's tail under this lock, so a write never lands older bytes after newer
+        # ones, and the projection and chunk counters change in one thread at a time
+        self._writing = threading.Lock()
 
     def attach(self, journal: Journal) -> Journal:
         """Start mirroring ``journal`` (its existing entries are the starting projection)."""
@@ -57,6 +65,10 @@ class ClusterMirror:
 
     def entry(self, journal: Journal, entry: Entry) -> None:
         """Mirror the journal's open chunk, then the node's state when it changed."""
+        with self._writing:
+            self._entry(journal, entry)
+
+    def _entry(self, journal: Journal, entry: Entry) -> None:
         try:
             self._chunks(journal)
         except Exception as e:  # best effort: reported, healed by the next append
@@ -76,10 +88,11 @@ class ClusterMirror:
 
     def backup(self, journal: Journal, node: str, digest: str, content: bytes) -> None:
         """Mirror one backup's bytes."""
-        try:
-            km.put_backup(self.api, self.namespace, journal.change_id, node, digest, content)
-        except Exception as e:
-            self._failed(f"backup {digest[:12]} of {node}", e)
+        with self._writing:
+            try:
+                km.put_backup(self.api, self.namespace, journal.change_id, node, digest, content)
+            except Exception as e:
+                self._failed(f"backup {digest[:12]} of {node}", e)
 
     def _project(self, e: Entry) -> str | None:
         self.projection.add(e)

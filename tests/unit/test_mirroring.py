@@ -263,3 +263,46 @@ def test_the_latest_change_is_found_from_each_changes_first_chunk(
     api.core.listed.clear()
     assert km.latest_change(api, "kube-system") == CHANGE  # type: ignore[arg-type]
     assert api.core.listed == [f"{km.RECORD_KEY}=journal,{km.CHUNK_KEY}=0"]
+
+
+def test_concurrent_appends_never_leave_an_older_copy_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two node threads append at once. The first one's mirror write is held until the second
+    one's write starts (or 1 s passes): unserialized, the older copy would land last and the
+    record would lack the second entry until some later append."""
+    import threading
+
+    api, warnings = FakeApi(), []
+    journal = _change(tmp_path, api, warnings)
+    put = km.put_journal_chunk
+    first_in, second_called = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        name = threading.current_thread().name
+        calls.append(name)
+        if name == "n1" and not first_in.is_set():
+            first_in.set()
+            second_called.wait(1.0)
+        elif name == "n2":
+            second_called.set()
+        return put(*args, **kwargs)
+
+    monkeypatch.setattr(km, "put_journal_chunk", held)
+
+    def step(node: str) -> None:
+        journal.append(Step.CORDON.value, Phase.BEGIN, now=NOW, node=node, path=StepPath.FORWARD)
+
+    t1 = threading.Thread(target=step, args=("n1",), name="n1")
+    t1.start()
+    assert first_in.wait(5)
+    t2 = threading.Thread(target=step, args=("n2",), name="n2")
+    t2.start()
+    t1.join(10)
+    t2.join(10)
+    assert calls[:2] == ["n1", "n2"]
+    data, _ = km.fetch(api, "kube-system", CHANGE)  # type: ignore[misc]
+    assert data == journal.file.read_bytes()
+    assert [e.node for e in journal.entries()][-2:] == ["n1", "n2"]
+    assert warnings == []
