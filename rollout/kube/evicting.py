@@ -3,11 +3,15 @@
 Why one request per call: the retry loop (capped backoff, timeout, naming the blocking pods)
 belongs to ``rollout.change.draining``, which owns the timers (kubernetes #117492). Here a 429 is an
 expected answer (a PodDisruptionBudget says not now), not a crash; a 500 (e.g. more than one PDB
-selects the pod) is a misconfiguration and is raised with the API server's words.
+selects the pod) is a misconfiguration and is raised with the API server's words. A 403 whose
+cause is ``NamespaceTerminating`` (the pod's namespace is being deleted: the API server creates no
+Eviction there) is retried like a 429, as ``kubectl drain`` does: the namespace controller deletes
+the pod, and the next request answers 404.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -22,7 +26,8 @@ def evict(api: Api, pod: PodRef, grace_period_s: int | None) -> EvictionResult:
     """POST an Eviction for the pod (honours PodDisruptionBudgets).
 
     Raises:
-        ExternalError: any answer other than 200/201, 404 and 429 (500: several PDBs).
+        ExternalError: any answer other than 200/201, 404, 429 and a 403 for a terminating
+            namespace (500: several PDBs).
     """
     body: dict[str, Any] = {
         "apiVersion": "policy/v1",
@@ -45,8 +50,19 @@ def evict(api: Api, pod: PodRef, grace_period_s: int | None) -> EvictionResult:
             return EvictionResult(Eviction.BLOCKED, describe(e).split(" ", 1)[-1])
         if e.status == 404:
             return EvictionResult(Eviction.GONE)
+        if e.status == 403 and _namespace_terminating(e):
+            return EvictionResult(Eviction.BLOCKED, describe(e).split(" ", 1)[-1])
         raise ExternalError(f"eviction of pod {pod.key} refused: {describe(e)}") from e
     return EvictionResult(Eviction.EVICTED)
+
+
+def _namespace_terminating(e: ApiException) -> bool:
+    """The Status carries the cause ``NamespaceTerminating`` (k8s.io/api core/v1)."""
+    try:
+        causes = (json.loads(e.body or "{}").get("details") or {}).get("causes") or []
+    except (ValueError, AttributeError):
+        return False
+    return any(isinstance(c, dict) and c.get("type") == "NamespaceTerminating" for c in causes)
 
 
 def delete(api: Api, pod: PodRef, grace_period_s: int | None) -> None:
