@@ -37,6 +37,7 @@ class Step(StrEnum):
     STOP_DRIVER = "stop-driver"
     START_DRIVER = "start-driver"
     SLICES_GONE = "slices-gone"
+    ALLOCATABLE_ZERO = "allocatable-zero"
 
 
 WRITES = frozenset({Step.APPLY, Step.SWITCH, Step.STOP_DRIVER, Step.START_DRIVER})
@@ -45,7 +46,9 @@ WRITES = frozenset({Step.APPLY, Step.SWITCH, Step.STOP_DRIVER, Step.START_DRIVER
 the kind's restore steps (before it, only the cordon is undone), and ``resume`` runs the step
 again when it has no end."""
 
-WRITE_PHASE = frozenset({Step.SWITCH, Step.STOP_DRIVER, Step.START_DRIVER, Step.SLICES_GONE})
+WRITE_PHASE = frozenset(
+    {Step.SWITCH, Step.ALLOCATABLE_ZERO, Step.STOP_DRIVER, Step.START_DRIVER, Step.SLICES_GONE}
+)
 """The steps of a write made of several (the allocation-path change's): after any of them, ended
 or not, ``resume`` runs the kind's write again (each of its steps is idempotent) before verify."""
 

@@ -27,7 +27,7 @@ compare-and-swap against the values the record holds (``DeviceWorld.patch_labels
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
@@ -35,6 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 from rollout.change import claim_freeze
 from rollout.change.context import Context
 from rollout.change.inventory import Inventory
+from rollout.change.journal import CHANGE_STEP, Entry
 from rollout.change.plan import Plan
 from rollout.change.replaying import NodeStatus
 from rollout.durations import parse_go_duration
@@ -323,17 +324,29 @@ def _to_dra(
 ) -> None:
     """The write steps to DRA: the device-plugin label off, allocatable 0, only then the DRA
     label on (``final``: the two labels as the node ends)."""
-    world = _world(ctx)
     if (why := plugin_released(ctx, node, s)) is not None:
         raise OutOfOrderError(f"refusing switch on node {node}: the device plugin has {why}")
     _switch(ctx, node, s, {s.device_plugin_label: final[s.device_plugin_label]}, Step.SWITCH, path)
+    _allocatable_zero(ctx, node, s, path, clock)
+    _switch(ctx, node, s, {s.dra_label: final[s.dra_label]}, Step.START_DRIVER, path)
+
+
+def _allocatable_zero(
+    ctx: Context, node: str, s: PathSettings, path: StepPath, clock: Clock
+) -> None:
+    """The wait between the device plugin's label going off and the DRA label going on, a step
+    of its own (``allocatable-zero``, journaled before and after: a crash inside it or after it
+    resumes by running the write again, whose label writes are idempotent): the Node's
+    allocatable ``resource`` is 0, so the device plugin serves the name no more."""
+    world = _world(ctx)
+    ctx.record(node, Step.ALLOCATABLE_ZERO, Phase.BEGIN, path, {"resource": s.resource})
     _wait(
         clock,
         s.timeout_s,
         f"node {node}: the device plugin's allocatable {s.resource}",
         lambda: f"{c}" if (c := _count(world.node(node), s.resource)) else None,
     )
-    _switch(ctx, node, s, {s.dra_label: final[s.dra_label]}, Step.START_DRIVER, path)
+    ctx.record(node, Step.ALLOCATABLE_ZERO, Phase.DONE, path, {"allocatable": 0})
 
 
 def _to_device_plugin(
@@ -400,9 +413,27 @@ def _record(change: PathChange, prior: AllocationPath, healthy: int, labels: Any
     }
 
 
-def _from_record(node: str, rec: Mapping[str, Any]) -> PathChange:
+def _from_record(node: str, rec: Mapping[str, Any], consent: bool = False) -> PathChange:
+    """The node's move as its record holds it; ``consent``: the change's recorded consent to
+    terminate claim holders (:func:`claims_consent`), given after the node moved too."""
     settings = PathSettings(**rec["settings"])
+    if consent and not settings.terminate_claims:
+        settings = replace(settings, terminate_claims=True)
     return PathChange(node, str(rec.get("host", node)), AllocationPath(rec["target"]), settings)
+
+
+CONSENT_INFO = "terminateClaims"
+"""The change record's key (``change`` ``begin`` data) for the operator's consent to terminate
+the pods holding claims on the way back (``migrate``/``promote --terminate-claims``)."""
+
+
+def claims_consent(entries: Iterable[Entry]) -> bool:
+    """Whether the operator gave ``--terminate-claims`` to any command of the change (the
+    journal's ``change`` ``begin`` entries): once given, ``promote``, ``resume`` and a rollback
+    from any machine or the webhook receiver carry it (the journal is the change record)."""
+    return any(
+        e.node is None and e.step == CHANGE_STEP and bool(e.data.get(CONSENT_INFO)) for e in entries
+    )
 
 
 class AllocationPathKind:
@@ -479,7 +510,7 @@ class AllocationPathKind:
     def rebuild(self, ctx: Context, status: NodeStatus, for_restore: bool) -> Any:
         if not status.record:
             raise InputError(f"journal has no change record for node {status.node}")
-        return _from_record(status.node, status.record)
+        return _from_record(status.node, status.record, claims_consent(ctx.journal.entries()))
 
     def restore_before_drain(self, ctx: Context, status: NodeStatus, work: Any) -> None:
         c: PathChange = work
@@ -548,7 +579,7 @@ class AllocationPathKind:
         return {"path": status.record.get("prior")}
 
     def restore_verify(self, ctx: Context, status: NodeStatus) -> None:
-        c = _from_record(status.node, status.record)
+        c = _from_record(status.node, status.record, claims_consent(ctx.journal.entries()))
         prior = AllocationPath(str(status.record["prior"]))
         healthy = int(status.record.get("healthy", 0))
         _on_path(ctx, c.node, c.settings, prior, healthy, ctx.clock)

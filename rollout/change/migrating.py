@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from rollout.change.allocation_path import (
     ALLOCATION_PATH,
+    CONSENT_INFO,
     AllocationPath,
     PathChange,
     PathPlan,
+    claims_consent,
     path_plan_of,
     targets_of,
     works_of,
@@ -78,7 +80,8 @@ class PreparedMigration:
         if w.target is AllocationPath.DRA:
             mine = [
                 f"release (no {s.resource} of the device plugin still assigned)",
-                f"switch ({s.device_plugin_label}=false; wait until allocatable {s.resource} is 0)",
+                f"switch ({s.device_plugin_label}=false)",
+                f"allocatable-zero (wait until allocatable {s.resource} is 0)",
                 f"start-driver ({s.dra_label}=true)",
                 f"verify ({s.driver}'s ResourceSlices list the node's healthy GPUs)",
             ]
@@ -249,6 +252,9 @@ def run_migration(
             "planText": Path(ready.plan.path).read_text(encoding="utf-8"),
             "inventory": str(ready.inventory.path.resolve()),
             "by": holder_identity(),
+            # the operator's consent, in the change record: promote, resume and a rollback
+            # from any machine or the webhook receiver read it (claims_consent)
+            CONSENT_INFO: ready.path_plan.settings.terminate_claims,
         }
         status = reported(
             journal,
@@ -273,7 +279,9 @@ class MigrationPromotion:
     Attributes:
         status: the change now. plan: its recorded plan. inventory: its inventory.
         works: every node's move. remaining: the batches left. refusal: why it may not be
-        promoted without ``--force`` (None: it may).
+        promoted without ``--force`` (None: it may). terminate_claims: the operator's consent
+        to terminate claim holders on the way back (given to ``promote`` now, or recorded by
+        an earlier command of the change).
     """
 
     status: ChangeStatus
@@ -283,6 +291,7 @@ class MigrationPromotion:
     remaining: Sequence[Batch]
     refusal: str | None
     window_check: Callable[[datetime], Decision]
+    terminate_claims: bool = False
 
 
 def prepare_migration_promotion(
@@ -291,6 +300,7 @@ def prepare_migration_promotion(
     dry_run: bool,
     force_window: str | None = None,
     inventory: str | None = None,
+    terminate_claims: bool = False,
 ) -> MigrationPromotion:
     """Check that the held migration may go on and cut the batches left (canary refusals as
     ``promote``'s: every canary node applied, the last gate verdict Successful).
@@ -322,12 +332,15 @@ def prepare_migration_promotion(
     if not dry_run and not (window := window_check(datetime.now(UTC))).allowed:
         raise PreflightError(window.reason)
     inv = read_inventory(info_path(journal, "inventory", inventory))
-    works = works_of(plan, inv)
+    consent = terminate_claims or claims_consent(journal.entries())
+    works = works_of(plan, inv, consent)
     strategy = parse_strategy(plan.strategy, plan.location)
     done = {n for n, s in status.nodes.items() if s.state is not NodeState.PENDING}
     rest = [n for n in works if n not in done]
     remaining = make_batches(rest, [], strategy, False)
-    return MigrationPromotion(status, plan, inv, works, remaining, refusal, window_check)
+    return MigrationPromotion(
+        status, plan, inv, works, remaining, refusal, window_check, terminate_claims=consent
+    )
 
 
 def run_migration_promotion(
@@ -360,12 +373,14 @@ def run_migration_promotion(
         "nodes": list(dict.fromkeys([*status.nodes, *nodes])),
         "batches": [*status.info.get("batches", ()), *batches],
         "canaryOnly": False,
+        CONSENT_INFO: promo.terminate_claims,
         "promotion": {
             "by": holder_identity(),
             "at": datetime.now(UTC).isoformat(timespec="seconds"),
             "batches": batches,
             "forced": force if promo.refusal else None,
             "refusal": promo.refusal,
+            CONSENT_INFO: promo.terminate_claims,
         },
     }
     with holding(lock, journal.change_id):

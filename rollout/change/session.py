@@ -551,8 +551,11 @@ def _resume_later_batches(
     ]
     todo = [b for b in pending if b]
     plan = recorded_plan(info, before.change)
-    # a gate the crash cut short (or whose verdict was not acted on) is settled first
-    has_gate = plan is not None and plan.has_gate
+    # a gate the crash cut short (or whose verdict was not acted on) is settled first; another
+    # kind's gate needs no gate section (a migration's: the DRA pool's signals, after each
+    # promoted batch as promote runs it)
+    own_gate = ctx.kind is not None and ctx.kind.name != "kubelet-config"
+    has_gate = own_gate or (plan is not None and plan.has_gate)
     regate = unfinished_gate(ctx.journal.entries(), has_gate)
     if not todo and regate is None:
         return end_resumed(ctx)
@@ -573,9 +576,9 @@ def _resume_later_batches(
     )
     moved = {n for n, s in settled.nodes.items() if s.state is not NodeState.PENDING}
     if ctx.kind is not None and ctx.kind.name != "kubelet-config":  # another kind's own works
-        from rollout.change.allocation_path import works_of
+        from rollout.change.allocation_path import claims_consent, works_of
 
-        works = works_of(plan, inv)
+        works = works_of(plan, inv, claims_consent(ctx.journal.entries()))
         gate = make_gate(plan, inv, None)
         canary = set(info.get("canary", ()))
         batches = [Batch(tuple(b), bool(canary & set(b))) for b in todo]

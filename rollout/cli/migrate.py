@@ -28,27 +28,40 @@ from rollout.errors import InputError, Location
 from .options import inventory_option, kube_options, output_option, plan_option
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rollout.change.inventory import Inventory
     from rollout.change.journal import Journal
     from rollout.change.migrating import PreparedMigration
     from rollout.change.plan import Plan
+    from rollout.interrupt import Interrupt
     from rollout.kube.client import Api
     from rollout.protocols import Gate
 
 __all__ = ["COMMANDS"]
 
 
-def pool_gate(api: Api, journal: Journal, plan: Plan, inv: Inventory, output: str) -> Gate:
+def pool_gate(
+    api: Api,
+    journal: Journal,
+    plan: Plan,
+    inv: Inventory,
+    output: str,
+    progress: Callable[[str], None] = echo_err,
+    interrupt: Interrupt | None = None,
+) -> Gate:
     """The plan's gate (``gate:``; none without it) with the DRA pool's failure signals over
     it (``rollout.gate.dra_pool``): claims unallocated, pods Pending on the class, devices
-    Unhealthy, past the plan's ``allocationPath.claimLimit``."""
+    Unhealthy, past the plan's ``allocationPath.claimLimit``. ``migrate``, ``promote`` and
+    ``resume`` of a migration build it alike (``interrupt``: resume's soak ends on a handed-over
+    rollback)."""
     from rollout.change.allocation_path import path_plan_of
     from rollout.gate.assembly import gate_for
     from rollout.gate.dra_pool import DraPoolGate, PoolSignals, read_pool
 
     pp = path_plan_of(plan)
     s = pp.settings
-    inner = gate_for(plan, api, journal, output, inv, echo_err)
+    inner = gate_for(plan, api, journal, output, inv, progress, interrupt)
     signals = PoolSignals(s.device_class, s.resource, pp.claim_limit_s)
     return DraPoolGate(inner, lambda: read_pool(api), signals, lambda: datetime.now(UTC))
 
@@ -84,7 +97,8 @@ def _print_dry_run(ready: PreparedMigration, output: str) -> None:
     is_flag=True,
     help="On the way back to the device plugin (rollback), let the drain terminate pods that "
     "hold DRA claims on the node; without it the way back waits for them to end, up to "
-    "allocationPath.timeout, and fails naming them. Recorded with each node.",
+    "allocationPath.timeout, and fails naming them. Recorded in the change record: promote, "
+    "resume and a rollback from any machine or the webhook receiver use it.",
 )
 @click.option(
     "--force-window",

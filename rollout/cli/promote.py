@@ -78,6 +78,14 @@ if TYPE_CHECKING:
     "after-recreate evidence, as apply --recreate-workloads does. Journaled. Without it no pod "
     "of yours is recreated.",
 )
+@click.option(
+    "--terminate-claims",
+    is_flag=True,
+    help="A migration (rollout migrate): consent that the way back to the device plugin lets "
+    "the drain terminate pods holding DRA claims on a node, for every node of the change; "
+    "recorded in the change record, so resume and a rollback from any machine or the webhook "
+    "receiver use it. Once given (to migrate or promote) it stays.",
+)
 @drain_options
 @lock_ns_option
 @verify_timeout_option
@@ -96,6 +104,7 @@ def promote_cmd(
     force_serving: str | None,
     no_evidence: bool,
     recreate_workloads: bool,
+    terminate_claims: bool,
     delete_unmanaged: bool,
     delete_emptydir_data: bool,
     capacity_warn_only: bool,
@@ -143,9 +152,15 @@ def promote_cmd(
     if _is_migration(journal):
         _promote_migration(
             api, journal, lock, yes, dry_run, force, force_window, inventory, lock_namespace,
-            verify_timeout, forks, progress_mode, output,
+            verify_timeout, forks, progress_mode, output, terminate_claims,
         )  # fmt: skip
         return
+    if terminate_claims:
+        raise InputError(
+            f"change {change} is not a migration: --terminate-claims applies to the way back "
+            "of rollout migrate",
+            Location(field="--terminate-claims"),
+        )
     opts = PromoteOptions(
         plan_path=plan_path,
         inventory=inventory,
@@ -217,17 +232,22 @@ def _promote_migration(
     forks: int,
     progress_mode: str,
     output: str,
+    terminate_claims: bool = False,
 ) -> None:
     """``promote`` of a held migration (``rollout migrate --canary``): the batches left, the
-    DRA pool's gate after each."""
+    DRA pool's gate after each; ``terminate_claims`` (or the consent the change recorded)
+    carried by every node promoted and recorded again."""
     from rollout.change.migrating import prepare_migration_promotion, run_migration_promotion
     from rollout.cli.migrate import pool_gate
 
-    promo = prepare_migration_promotion(journal, force, dry_run, force_window, inventory)
+    promo = prepare_migration_promotion(
+        journal, force, dry_run, force_window, inventory, terminate_claims
+    )
     nodes = [n for b in promo.remaining for n in b.nodes]
     if dry_run or not nodes:
         if output == "json":
             doc = {"change": journal.change_id, "batches": [list(b.nodes) for b in promo.remaining]}
+            doc["terminateClaims"] = promo.terminate_claims
             click.echo(json.dumps({**doc, "refusal": promo.refusal, "dryRun": dry_run}, indent=2))
         else:
             for i, b in enumerate(promo.remaining, 1):

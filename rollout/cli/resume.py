@@ -87,6 +87,12 @@ def resume_cmd(
 
     def work(ctx: Context, _lock: Lock) -> ChangeStatus:
         def make_gate(plan: Plan, inv: Inventory, predicted: Predicted | None) -> Gate:
+            if ctx.kind is not None and ctx.kind.name == "allocation-path":
+                # a migration's gate: the DRA pool's signals over the plan's, as migrate and
+                # promote wire it (never the plain gate alone)
+                from rollout.cli.migrate import pool_gate
+
+                return pool_gate(api, ctx.journal, plan, inv, output, ctx.on_event, ctx.interrupt)
             gate = gate_for(
                 plan, api, ctx.journal, output, inv, ctx.on_event, ctx.interrupt, predicted
             )

@@ -182,6 +182,7 @@ def test_a_canary_moves_to_dra_in_order_and_holds_never_serving_through_both(
         "drain",
         "release",
         "switch",
+        "allocatable-zero",
         "start-driver",
         "verify",
         "uncordon",
@@ -314,8 +315,15 @@ def _journal_kills_after(ctx: Context, n: int) -> None:
 def test_a_crash_after_every_journal_entry_resumes_to_one_path(tmp_path: Path) -> None:
     ctx, _ = _setup(tmp_path / "count")
     _run(ctx)
-    total = len(ctx.journal.entries())
+    entries = ctx.journal.entries()
+    total = len(entries)
     assert total > 15
+    # the matrix covers the allocatable-0 wait's own entries, between the label writes
+    n1 = [f"{e.step} {e.phase.value}" for e in entries if e.node == "n1"]
+    at = n1.index("allocatable-zero begin")
+    assert n1[at - 1 : at + 3] == [
+        "switch done", "allocatable-zero begin", "allocatable-zero done", "start-driver begin",
+    ]  # fmt: skip
     for k in range(1, total + 1):
         ctx, cluster = _setup(tmp_path / str(k))
         _journal_kills_after(ctx, k)
@@ -398,3 +406,34 @@ def test_a_crash_after_every_entry_of_a_rollback_is_finished_by_resume(tmp_path:
         assert cluster.nodes["n1"].info.labels == {DEVICE_PLUGIN_LABEL: "true"}, k
         assert not cluster.nodes["n1"].info.unschedulable, k
         assert cluster.both == [], k
+
+
+def test_consent_given_after_the_canary_moved_carries_to_its_rollback(tmp_path: Path) -> None:
+    """``--terminate-claims`` given to ``promote`` (a ``change`` begin with ``terminateClaims``,
+    as ``run_migration_promotion`` writes it) reaches the canary whose own record says no:
+    a rollback from any process reads the change record (``claims_consent``)."""
+    from rollout.change.allocation_path import CONSENT_INFO, claims_consent
+    from rollout.change.journal import CHANGE_STEP
+    from rollout.models import Phase
+
+    ctx, cluster = _setup(tmp_path)
+    status = _run(ctx)  # no consent
+    assert status.outcome == "held"
+    assert not claims_consent(ctx.journal.entries())
+    ctx.journal.append(
+        CHANGE_STEP,
+        Phase.BEGIN,
+        now=ctx.clock.now(),
+        data={**status_of(ctx.journal).info, CONSENT_INFO: True, "promotion": {"batches": []}},
+    )
+    assert claims_consent(ctx.journal.entries())
+    cluster.nodes["n1"].pods.append(PodRef("ml", "train-claim", node="n1", uid="c1"))
+    again = fake_context(cluster, ctx.runner, Journal.open(tmp_path, ctx.journal.change_id))
+    again.clock = cluster.clock
+    again.kind = recorded_kind(status_of(again.journal).info)
+    done = rollback(again)
+    assert done.outcome == "rolled-back", done.message
+    assert ("evict", "ml/train-claim") in cluster.calls
+    claims = [e for e in again.journal.entries() if e.step == "claims" and e.node == "n1"]
+    assert claims[0].data["terminate"] is True
+    assert _path(cluster, "n1") == "device-plugin"

@@ -87,7 +87,8 @@ def test_the_dry_run_lists_every_batch_step_and_evicted_pod() -> None:
     assert doc["batches"] == [{"canary": True, "nodes": ["a1"]}, {"canary": False, "nodes": ["b1"]}]
     a1, b1 = doc["nodes"]
     assert [s.split()[0] for s in a1["steps"]] == [
-        "preflight", "cordon", "drain", "release", "switch", "start-driver", "verify", "uncordon",
+        "preflight", "cordon", "drain", "release", "switch", "allocatable-zero", "start-driver",
+        "verify", "uncordon",
     ]  # fmt: skip
     assert [s.split()[0] for s in b1["steps"]][3:7] == [
         "release", "stop-driver", "slices-gone", "switch",
