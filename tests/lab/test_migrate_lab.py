@@ -17,8 +17,13 @@ has, so the controller starts no pod of theirs). In file order:
 * a rollback with a pod holding a claim on the node waits, fails naming the pod, the driver still
   running; once the pod is gone ``rollout resume`` finishes it;
 * an unallocated claim older than ``claimLimit`` fails the canary's gate: rolled back;
-* ``rollout`` killed right after a journal entry (``ROLLOUT_FAILPOINT``) forward and on the way
-  back, and ``rollout resume``: the node ends on one path, fully.
+* ``rollout`` killed right after a journal entry (``ROLLOUT_FAILPOINT``) forward (the label
+  write, the allocatable-0 wait's begin and end) and on the way back, and ``rollout resume``: the
+  node ends on one path, fully;
+* ``rollout`` killed as the canary's gate begins: ``rollout resume`` soaks the DRA pool's gate
+  (not the plain one), which fails on an unallocated claim and rolls the canary back;
+* ``--terminate-claims`` given to ``promote`` only: the rollback of the canary (whose own record
+  has no consent) terminates the pod holding a claim on it, as the change record says.
 """
 
 from __future__ import annotations
@@ -415,6 +420,9 @@ def test_an_unallocated_claim_fails_the_canarys_gate_and_rolls_it_back(
     ("failpoint", "back"),
     [
         ("switch:done:mig-a", False),
+        # between the device plugin's label write and the DRA label: the allocatable-0 wait
+        ("allocatable-zero:begin:mig-a", False),
+        ("allocatable-zero:done:mig-a", False),
         ("stop-driver:done:mig-a", True),
     ],
 )
@@ -451,3 +459,155 @@ def test_rollout_killed_after_a_journal_entry_resumes_to_one_path(
         r = _run(lab, state, "rollback", "--change", j.change_id, "--yes")
         assert r.returncode == 0, r.stderr[-3000:]
     assert _path(lab, "mig-a") == "device-plugin"
+
+
+def _unallocatable_claim(lab: Lab, ns: str, name: str) -> None:
+    """A claim no node can satisfy and a pod waiting on it (the DRA pool gate's signal)."""
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": "gpu", "exactly": {"deviceClassName": ds.DEVICE_CLASS, "count": 64}}
+                ]
+            }
+        },
+    }
+    code, out = lab.api.request("POST", f"{RES}/namespaces/{ns}/resourceclaims", claim)
+    assert code == 201, out
+    pod = {
+        "metadata": {"name": f"{name}-pod", "namespace": ns},
+        "spec": {
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "registry.k8s.io/pause",
+                    "resources": {"claims": [{"name": "gpu"}]},
+                }
+            ],
+        },
+    }
+    code, out = lab.api.request("POST", f"/api/v1/namespaces/{ns}/pods", pod)
+    assert code == 201, out
+
+
+@pytest.mark.timeout(600)
+def test_resume_after_a_crash_at_the_canarys_gate_soaks_the_dra_pool_gate(
+    lab: Lab, pool: list[str], namespace: str, tmp_path: Path
+) -> None:
+    """issue 37: ``rollout resume`` of a migration wires the DRA pool's gate as migrate did; the
+    plain gate (the plan has no ``gate:``) would pass and hold the canary."""
+    inv = ck.inventory(lab, ["mig-b"], ["mig-b"], tmp_path / "inv.ini")
+    plan = _plan(tmp_path / "plan.yaml", claim_limit="1s")
+    state = tmp_path / "state"
+    args = ["migrate", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"]
+    r = _run(lab, state, *args, ROLLOUT_FAILPOINT="gate:begin")
+    assert r.returncode == -9, (r.returncode, r.stderr[-2000:])  # killed as the soak began
+    assert _path(lab, "mig-b") == "dra"
+    _unallocatable_claim(lab, namespace, "too-many")
+    ck.wait_for(
+        lambda: (
+            lab.api.request("GET", f"{RES}/namespaces/{namespace}/resourceclaims/too-many")[0]
+            == 200
+        ),
+        30,
+        "the claim stored",
+    )
+    time.sleep(2)  # older than claimLimit
+    j = ck.latest_journal(state)
+    assert j is not None
+    r = _run(lab, state, "resume", "--change", j.change_id, "--yes", "-o", "json")
+    doc = json.loads(r.stdout)
+    assert doc["outcome"] == "rolled-back", (doc, r.stderr[-2000:])
+    assert f"ResourceClaim {namespace}/too-many" in doc["message"], doc["message"]
+    assert _path(lab, "mig-b") == "device-plugin" and _allocatable(lab, "mig-b") == 8
+    assert not ck.unschedulable(lab, "mig-b")
+
+
+@pytest.mark.timeout(900)
+def test_terminate_claims_given_to_promote_is_recorded_and_carried_to_the_canarys_rollback(
+    lab: Lab, pool: list[str], namespace: str, tmp_path: Path
+) -> None:
+    inv = ck.inventory(lab, pool, ["mig-a"], tmp_path / "inv.ini")
+    plan = _plan(tmp_path / "plan.yaml")
+    state = tmp_path / "state"
+    r = _run(
+        lab, state, "migrate", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o",
+        "json",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    change = json.loads(r.stdout)["change"]
+    r = _run(
+        lab, state, "promote", "--change", change, "--terminate-claims", "--dry-run", "-o", "json"
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout)["terminateClaims"] is True
+    r = _run(lab, state, "promote", "--change", change, "--terminate-claims", "--yes", "-o", "json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert all(_path(lab, n) == "dra" for n in pool)
+    j = ck.latest_journal(state)
+    assert j is not None
+    begins = [e.data for e in j.entries() if e.step == "change" and e.phase.value == "begin"]
+    assert begins[0]["terminateClaims"] is False and begins[-1]["terminateClaims"] is True
+    assert begins[-1]["promotion"]["terminateClaims"] is True
+    # a pod holding a claim on the canary, whose own node record says no consent
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "held-gpu", "namespace": namespace},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": ds.DEVICE_CLASS}}]
+            }
+        },
+    }
+    code, out = lab.api.request("POST", f"{RES}/namespaces/{namespace}/resourceclaims", claim)
+    assert code == 201, out
+    pod = {
+        "metadata": {"name": "holder", "namespace": namespace},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": "mig-a"},
+            "terminationGracePeriodSeconds": 0,
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "held-gpu"}],
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "registry.k8s.io/pause",
+                    "resources": {"claims": [{"name": "gpu"}]},
+                }
+            ],
+        },
+    }
+    code, out = lab.api.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+    assert code == 201, out
+    ck.wait_for(
+        lambda: (
+            lab.api.request("GET", f"/api/v1/namespaces/{namespace}/pods/holder")[1]["status"].get(
+                "phase"
+            )
+            == "Running"
+        ),
+        90,
+        "the claim holder Running",
+        every=0.5,
+    )
+    # the rollback from a fresh state directory: the journal comes from the cluster record
+    r = _run(lab, tmp_path / "elsewhere", "rollback", "--change", change, "--yes", "-o", "json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    ck.wait_for(
+        lambda: lab.api.request("GET", f"/api/v1/namespaces/{namespace}/pods/holder")[0] == 404,
+        90,
+        "the holder terminated",
+        every=0.5,
+    )
+    for n in pool:
+        assert _path(lab, n) == "device-plugin" and _allocatable(lab, n) == 8
+        assert not ck.unschedulable(lab, n)
+    j = ck.latest_journal(tmp_path / "elsewhere")
+    assert j is not None
+    claims = [e for e in j.entries() if e.step == "claims" and e.node == "mig-a"]
+    assert claims and claims[0].data["terminate"] is True, [c.data for c in claims]
+    assert f"{namespace}/holder" in claims[0].data["pods"]
