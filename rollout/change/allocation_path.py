@@ -40,6 +40,7 @@ from rollout.change.plan import Plan
 from rollout.change.replaying import NodeStatus
 from rollout.durations import parse_go_duration
 from rollout.errors import InputError, Location, NodeOperationError, PreflightError, RolloutError
+from rollout.kubelet.holdings import Account, claim_account, device_account
 from rollout.models import NodeInfo, Phase, PodRef, Step, StepPath
 from rollout.protocols import Clock
 
@@ -298,34 +299,108 @@ def _switch(
     ctx.record(node, step, Phase.DONE, path, {"written": sorted(want)})
 
 
-def plugin_released(ctx: Context, node: str, s: PathSettings) -> str | None:
-    """Why the device plugin has not released the node's devices (None: it has)."""
+@runtime_checkable
+class NodeAccounts(Protocol):
+    """What the kind reads on the node itself (the context's runner must have it): the node's
+    facts, which carry the kubelet's own account (``rollout.kubelet.holdings``)."""
+
+    def node_facts(self, host: str) -> Mapping[str, Any]:
+        """The host's node facts, read now (the facts module; read-only).
+
+        Raises:
+            RolloutError: the node could not be read.
+        """
+        ...
+
+
+def _api_plugin_released(ctx: Context, node: str, s: PathSettings) -> str | None:
     left = _world(ctx).assigned(s.resource, node)
     return f"{len(left)} device(s) of {s.resource} assigned ({', '.join(left)})" if left else None
 
 
-def driver_released(ctx: Context, node: str, s: PathSettings) -> str | None:
-    """Why the driver has not released the node's devices (None: it has)."""
+def _api_driver_released(ctx: Context, node: str, s: PathSettings) -> str | None:
     world = _world(ctx)
     claims = world.claims_on(s.driver, node)
     if claims:
         return f"ResourceClaim(s) {', '.join(claims)} allocated from pool {node}"
     held = world.prepared(s.driver, node)
     if held:
-        return f"the kubelet still has claim(s) {', '.join(held)} prepared"
+        return f"ResourceClaim(s) {', '.join(held)} still reserved for a pod on the node"
     return None
+
+
+class Release:
+    """Whether the path a node leaves has released every device: first the API server's account
+    (pods bound to the node, claims allocated from its pool), then the kubelet's own, read on the
+    node (``rollout.kubelet.holdings``: podresources, ``kubelet_internal_checkpoint``,
+    ``dra_manager_state``). Called, it says why not (None: released); ``account`` keeps the
+    kubelet's account it read last, for the journal."""
+
+    def __init__(
+        self, ctx: Context, node: str, host: str, s: PathSettings, leaving: AllocationPath
+    ) -> None:
+        self.ctx, self.node, self.host, self.s, self.leaving = ctx, node, host, s, leaving
+        self.account: Account | None = None
+
+    def __call__(self) -> str | None:
+        ctx, node, s = self.ctx, self.node, self.s
+        plugin = self.leaving is AllocationPath.DEVICE_PLUGIN
+        why = _api_plugin_released(ctx, node, s) if plugin else _api_driver_released(ctx, node, s)
+        if why is not None:
+            return why
+        runner = ctx.runner
+        if not isinstance(runner, NodeAccounts):
+            raise InputError("the allocation-path change needs a runner that reads the node")
+        try:
+            facts = runner.node_facts(self.host)
+            pods = {p.uid: p.key for p in ctx.cluster.pods_on_node(node) if p.uid}
+        except RolloutError as e:
+            return f"the kubelet's own account on node {node} unread ({e})"
+        if plugin:
+            self.account = device_account(facts, s.resource, pods)
+        else:
+            self.account = claim_account(facts, s.driver, pods)
+        held = self.account.why_not_released()
+        return f"the kubelet's own account says {held}" if held else None
+
+    def record(self) -> dict[str, Any]:
+        """The kubelet's account as the journal keeps it (empty when it was not read)."""
+        return {"kubelet": self.account.to_json()} if self.account is not None else {}
+
+
+def plugin_released(ctx: Context, node: str, s: PathSettings, host: str = "") -> str | None:
+    """Why the device plugin has not released the node's devices (None: it has): a pod bound
+    to the node still requests ``resource`` from it, or the kubelet's own account (its
+    podresources API, its device checkpoint) still has a device assigned to a pod."""
+    return Release(ctx, node, host or node, s, AllocationPath.DEVICE_PLUGIN)()
+
+
+def driver_released(ctx: Context, node: str, s: PathSettings, host: str = "") -> str | None:
+    """Why the driver has not released the node's devices (None: it has): a ResourceClaim is
+    allocated from the node's pool or reserved for a pod on it, or the kubelet's own account
+    (podresources' dynamic resources, ``dra_manager_state``) still has a claim of the driver."""
+    return Release(ctx, node, host or node, s, AllocationPath.DRA)()
 
 
 Labels = Mapping[str, str | None]
 
 
 def _to_dra(
-    ctx: Context, node: str, s: PathSettings, final: Labels, path: StepPath, clock: Clock
+    ctx: Context,
+    node: str,
+    s: PathSettings,
+    final: Labels,
+    path: StepPath,
+    clock: Clock,
+    host: str = "",
 ) -> None:
     """The write steps to DRA: the device-plugin label off, allocatable 0, only then the DRA
     label on (``final``: the two labels as the node ends)."""
-    if (why := plugin_released(ctx, node, s)) is not None:
-        raise OutOfOrderError(f"refusing switch on node {node}: the device plugin has {why}")
+    if (why := plugin_released(ctx, node, s, host)) is not None:
+        raise OutOfOrderError(
+            f"refusing switch on node {node}: the device plugin has not released every "
+            f"device: {why}"
+        )
     _switch(ctx, node, s, {s.device_plugin_label: final[s.device_plugin_label]}, Step.SWITCH, path)
     _allocatable_zero(ctx, node, s, path, clock)
     _switch(ctx, node, s, {s.dra_label: final[s.dra_label]}, Step.START_DRIVER, path)
@@ -350,12 +425,18 @@ def _allocatable_zero(
 
 
 def _to_device_plugin(
-    ctx: Context, node: str, s: PathSettings, final: Labels, path: StepPath, clock: Clock
+    ctx: Context,
+    node: str,
+    s: PathSettings,
+    final: Labels,
+    path: StepPath,
+    clock: Clock,
+    host: str = "",
 ) -> None:
     """The write steps back to the device plugin, in the design document's order (``final``:
     the two labels as the node ends)."""
     world = _world(ctx)
-    if (why := driver_released(ctx, node, s)) is not None:
+    if (why := driver_released(ctx, node, s, host)) is not None:
         raise OutOfOrderError(f"refusing stop-driver on node {node}: {why}")
     _switch(ctx, node, s, {s.dra_label: final[s.dra_label]}, Step.STOP_DRIVER, path)
     ctx.record(node, Step.SLICES_GONE, Phase.BEGIN, path, {"driver": s.driver})
@@ -477,15 +558,16 @@ class AllocationPathKind:
         )
         prior = AllocationPath(before["path"])
         ctx.record(c.node, Step.RELEASE, Phase.BEGIN, StepPath.FORWARD, {"from": prior.value})
-        released = plugin_released if prior is AllocationPath.DEVICE_PLUGIN else driver_released
+        released = Release(ctx, c.node, c.host, s, prior)
         _wait(
             ctx.forward_clock,
             s.timeout_s,
             f"node {c.node}: release from the {prior} path",
-            lambda: released(ctx, c.node, s),
+            released,
         )
         record = _record(c, prior, int(before["healthy"]), before["labels"])
-        ctx.record(c.node, Step.RELEASE, Phase.DONE, StepPath.FORWARD, {"change": record})
+        data = {"change": record, **released.record()}
+        ctx.record(c.node, Step.RELEASE, Phase.DONE, StepPath.FORWARD, data)
 
     def write(self, ctx: Context, works: Sequence[Any]) -> dict[str, RolloutError]:
         errors: dict[str, RolloutError] = {}
@@ -494,7 +576,7 @@ class AllocationPathKind:
             ctx.on_event(f"{c.node}: moving to the {c.target} path")
             final = c.settings.labels_for(c.target)
             try:
-                move(ctx, c.node, c.settings, final, StepPath.FORWARD, ctx.forward_clock)
+                move(ctx, c.node, c.settings, final, StepPath.FORWARD, ctx.forward_clock, c.host)
             except RolloutError as e:
                 errors[c.node] = e
         return errors
@@ -543,10 +625,10 @@ class AllocationPathKind:
     def restore_prepare(self, ctx: Context, status: NodeStatus, work: Any) -> Any:
         c: PathChange = work
         s = c.settings
-        released = driver_released if c.target is AllocationPath.DRA else plugin_released
+        released = Release(ctx, c.node, c.host, s, c.target)  # the path it leaves
         ctx.record(c.node, Step.RELEASE, Phase.BEGIN, StepPath.RESTORE, {"from": c.target.value})
-        _wait(ctx.clock, s.timeout_s, f"node {c.node}: release", lambda: released(ctx, c.node, s))
-        ctx.record(c.node, Step.RELEASE, Phase.DONE, StepPath.RESTORE)
+        _wait(ctx.clock, s.timeout_s, f"node {c.node}: release", released)
+        ctx.record(c.node, Step.RELEASE, Phase.DONE, StepPath.RESTORE, released.record())
         return c
 
     def restore_write(
@@ -557,7 +639,7 @@ class AllocationPathKind:
             back = _to_device_plugin if c.target is AllocationPath.DRA else _to_dra
             final = dict(status.record.get("labels") or {})  # the labels as they were
             try:
-                back(ctx, c.node, c.settings, final, StepPath.RESTORE, ctx.clock)
+                back(ctx, c.node, c.settings, final, StepPath.RESTORE, ctx.clock, c.host)
             except RolloutError as e:
                 errors[c.node] = e
         return errors

@@ -90,6 +90,7 @@ class PlaybookNodeRunner:
         #: applies run the node step over plain ssh too (the same module apply.yml calls)
         self.direct_apply = direct_apply
         self._vars: Mapping[str, Mapping[str, Any]] | None = None
+        self._facts_vars: Mapping[str, Mapping[str, Any]] | None = None
         self._vars_lock = threading.Lock()
         if hostvars is not None:  # the caller read the inventory already: keep its variables
             self._vars = {h: _connection_vars(v) for h, v in hostvars.items()}
@@ -188,6 +189,26 @@ class PlaybookNodeRunner:
         return {
             c.node: _result(res.hosts.get(c.host), "restore playbook", c.node) for c, _ in items
         }
+
+    def node_facts(self, host: str) -> Mapping[str, Any]:
+        """The host's node facts read now, by the facts module (over plain ssh where the host
+        allows, else facts.yml: the path every change's preflight and evidence take; read-only):
+        what the allocation-path change's release step needs of the kubelet's own account
+        (``podResources``, the device and DRA checkpoints). The inventory's variables (role
+        variables included: ``rollout_kubelet_root_dirs``) are read once per runner.
+
+        Raises:
+            ExternalError: the host was unreachable or its facts could not be collected.
+            InputError: the inventory cannot be read.
+        """
+        with self._vars_lock:
+            if self._facts_vars is None:
+                from rollout.change.inventory import read_inventory
+
+                self._facts_vars = read_inventory(self.inventory).hostvars
+            hostvars = self._facts_vars
+        facts = self.ansible.gather_facts(self.inventory, [host], self.root / "account", hostvars)
+        return facts[host]
 
     def _hostvars(self) -> Mapping[str, Mapping[str, Any]]:
         """The inventory's connection variables, kept next to the change's payloads the first

@@ -247,8 +247,8 @@ def _promote_migration(
     if dry_run or not nodes:
         if output == "json":
             doc = {"change": journal.change_id, "batches": [list(b.nodes) for b in promo.remaining]}
-            doc["terminateClaims"] = promo.terminate_claims
-            click.echo(json.dumps({**doc, "refusal": promo.refusal, "dryRun": dry_run}, indent=2))
+            more = {"refusal": promo.refusal, "terminateClaims": promo.terminate_claims}
+            click.echo(json.dumps({**doc, **more, "dryRun": dry_run}, indent=2))
         else:
             for i, b in enumerate(promo.remaining, 1):
                 click.echo(f"batch {i}: {', '.join(b.nodes)}")

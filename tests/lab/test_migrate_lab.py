@@ -22,6 +22,11 @@ has, so the controller starts no pod of theirs). In file order:
   node ends on one path, fully;
 * ``rollout`` killed as the canary's gate begins: ``rollout resume`` soaks the DRA pool's gate
   (not the plain one), which fails on an unallocated claim and rolls the canary back;
+* release is confirmed by the kubelet's own account, read on the node: forward, its podresources
+  API and device checkpoint (journaled); back, with the kubelet stopped and the claim's pod and
+  claim gone from the API server, ``dra_manager_state`` still has the claim prepared: the
+  rollback refuses, naming the claim, and the driver keeps running; once the kubelet is back and
+  its DRA manager unprepared the claim, the rollback finishes;
 * ``--terminate-claims`` given to ``promote`` only: the rollback of the canary (whose own record
   has no consent) terminates the pod holding a claim on it, as the change record says.
 """
@@ -611,3 +616,123 @@ def test_terminate_claims_given_to_promote_is_recorded_and_carried_to_the_canary
     claims = [e for e in j.entries() if e.step == "claims" and e.node == "mig-a"]
     assert claims and claims[0].data["terminate"] is True, [c.data for c in claims]
     assert f"{namespace}/holder" in claims[0].data["pods"]
+
+
+def _release_done(state: Path, node: str, path: str) -> dict[str, Any]:
+    j = ck.latest_journal(state)
+    assert j is not None
+    done = [
+        e.data
+        for e in j.entries()
+        if e.node == node
+        and e.step == "release"
+        and e.phase.value == "done"
+        and e.path is not None
+        and e.path.value == path
+    ]
+    assert done, f"no release done on {path}"
+    return dict(done[-1])
+
+
+def _dra_state(lab: Lab, node: str) -> list[Any]:
+    """The claims in the node's ``dra_manager_state`` (the kubelet's own file)."""
+    path = lab.machines.node_root(node) / "var/lib/kubelet/dra_manager_state"
+    try:
+        doc = json.loads(path.read_text())
+        return list(json.loads(doc["Data"]).get("ClaimInfoStateList") or [])
+    except (OSError, ValueError, KeyError):
+        return [None]  # unreadable (being rewritten): not empty
+
+
+@pytest.mark.timeout(900)
+def test_release_is_confirmed_by_the_kubelets_own_account_on_the_node(
+    lab: Lab, pool: list[str], namespace: str, tmp_path: Path
+) -> None:
+    inv = ck.inventory(lab, ["mig-a"], ["mig-a"], tmp_path / "inv.ini")
+    plan = _plan(tmp_path / "plan.yaml", timeout="40s")
+    state = tmp_path / "state"
+    r = _run(lab, state, "migrate", "--plan", str(plan), "-i", str(inv), "--yes", "-o", "json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    change = json.loads(r.stdout)["change"]
+    forward = _release_done(state, "mig-a", "forward")["kubelet"]
+    assert forward["sources"] == ["podresources", "kubelet_internal_checkpoint"], forward
+    assert forward["held"] == [] and forward["problems"] == [], forward
+
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "kept-gpu", "namespace": namespace},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": ds.DEVICE_CLASS}}]
+            }
+        },
+    }
+    code, out = lab.api.request("POST", f"{RES}/namespaces/{namespace}/resourceclaims", claim)
+    assert code == 201, out
+    pod = {
+        "metadata": {"name": "kept", "namespace": namespace},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": "mig-a"},
+            "terminationGracePeriodSeconds": 0,
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "kept-gpu"}],
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "registry.k8s.io/pause",
+                    "resources": {"claims": [{"name": "gpu"}]},
+                }
+            ],
+        },
+    }
+    code, out = lab.api.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+    assert code == 201, out
+    ck.wait_for(
+        lambda: (
+            lab.api.request("GET", f"/api/v1/namespaces/{namespace}/pods/kept")[1]["status"].get(
+                "phase"
+            )
+            == "Running"
+        ),
+        90,
+        "the claim's pod Running",
+        every=0.5,
+    )
+    ck.wait_for(lambda: _dra_state(lab, "mig-a") != [], 30, "the claim in dra_manager_state")
+    # the API server forgets the pod and the claim while the kubelet is down: only the kubelet's
+    # own account still has the claim prepared
+    lab.machines.stop_kubelet("mig-a")
+    try:
+        code, out = lab.api.request(
+            "DELETE", f"/api/v1/namespaces/{namespace}/pods/kept", {"gracePeriodSeconds": 0}
+        )
+        assert code in (200, 202), out
+        lab.api.request("DELETE", f"{RES}/namespaces/{namespace}/resourceclaims/kept-gpu")
+        ck.wait_for(
+            lambda: (
+                lab.api.request("GET", f"{RES}/namespaces/{namespace}/resourceclaims/kept-gpu")[0]
+                == 404
+            ),
+            90,
+            "the claim gone from the API server",
+            every=0.5,
+        )
+        assert _dra_state(lab, "mig-a") != []
+        r = _run(lab, state, "rollback", "--change", change, "--yes", "-o", "json")
+        assert r.returncode != 0
+        assert "the kubelet's own account says ResourceClaim " in r.stderr, r.stderr[-3000:]
+        assert f"{namespace}/kept-gpu prepared" in r.stderr, r.stderr[-3000:]
+        assert "(dra_manager_state)" in r.stderr, r.stderr[-3000:]
+        assert _path(lab, "mig-a") == "dra"  # the driver was never stopped under the claim
+    finally:
+        lab.machines.start_kubelet("mig-a")
+    lab.machines.wait_ready(["mig-a"], timeout=120)
+    # the kubelet's DRA manager unprepares the claim of the gone pod (its reconcile loop)
+    ck.wait_for(lambda: _dra_state(lab, "mig-a") == [], 240, "the claim unprepared", every=1)
+    r = _run(lab, state, "rollback", "--change", change, "--yes", "-o", "json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    back = _release_done(state, "mig-a", "restore")["kubelet"]
+    assert "dra_manager_state" in back["sources"] and back["held"] == [], back
+    assert _path(lab, "mig-a") == "device-plugin"
+    ck.wait_for(lambda: _allocatable(lab, "mig-a") == 8, 60, "the plugin's 8 GPUs back")
+    assert not ck.unschedulable(lab, "mig-a")

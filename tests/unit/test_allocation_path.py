@@ -128,6 +128,20 @@ class FakeGpuCluster(FakeCluster):
         return [f"GPU-{p.name}" for p in self.nodes[node].pods if p.name.endswith("-gpu")]
 
 
+class FakeGpuRunner(FakeRunner):
+    """The node's facts as the facts module reports them: the kubelet's own account
+    (``podResources`` and the checkpoints) is ``kubelet[host]``, else empty (released)."""
+
+    def __init__(self, cluster: FakeGpuCluster) -> None:
+        super().__init__(cluster)
+        self.kubelet: dict[str, dict[str, Any]] = {}
+        self.reads: list[str] = []
+
+    def node_facts(self, host: str) -> Mapping[str, Any]:
+        self.reads.append(host)
+        return self.kubelet.get(host, {"podResources": {"pods": []}, "checkpoints": {}})
+
+
 def _info(name: str, labels: Mapping[str, str]) -> Any:
     from rollout.models import NodeInfo
 
@@ -138,7 +152,7 @@ def _setup(tmp_path: Path, dra: tuple[str, ...] = ()) -> tuple[Context, FakeGpuC
     clock = FakeClock()
     cluster = FakeGpuCluster(clock, dra)
     journal = Journal.create(tmp_path, "20260101T000000Z-abc")
-    ctx = fake_context(cluster, FakeRunner(cluster), journal)
+    ctx = fake_context(cluster, FakeGpuRunner(cluster), journal)
     ctx.clock = clock
     ctx.verify_timeout_s = 60
     ctx.kind = recorded_kind({"kind": "allocation-path"})
@@ -273,7 +287,7 @@ def test_each_step_out_of_order_is_refused_by_name(tmp_path: Path) -> None:
     # the kubelet still has a claim prepared (its own account)
     cluster.nodes["n2"].pods = []
     cluster.stuck = {"ml/gone-claim"}
-    with pytest.raises(OutOfOrderError, match="kubelet still has claim"):
+    with pytest.raises(OutOfOrderError, match=r"ml/gone-claim.* still reserved for a pod"):
         _to_device_plugin(ctx, "n2", SETTINGS, back, StepPath.FORWARD, ctx.clock)
     assert cluster.patches == []
 
@@ -437,3 +451,70 @@ def test_consent_given_after_the_canary_moved_carries_to_its_rollback(tmp_path: 
     claims = [e for e in again.journal.entries() if e.step == "claims" and e.node == "n1"]
     assert claims[0].data["terminate"] is True
     assert _path(cluster, "n1") == "device-plugin"
+
+
+def _listed(pod: str, container: dict[str, Any]) -> dict[str, Any]:
+    """Facts whose podresources ``List`` shows ``pod`` (``ns/name``) with ``container``."""
+    ns, name = pod.split("/")
+    pods = [{"name": name, "namespace": ns, "containers": [{"name": "c", **container}]}]
+    return {"podResources": {"pods": pods}, "checkpoints": {}}
+
+
+def test_release_waits_for_the_kubelets_own_account_and_names_what_it_still_holds(
+    tmp_path: Path,
+) -> None:
+    """issue 37: the API server may show the node drained while the kubelet still has a
+    container with a GPU (podresources): release waits, then fails naming the device, the pod
+    and the kubelet's account; nothing is switched."""
+    ctx, cluster = _setup(tmp_path)
+    runner = ctx.runner
+    assert isinstance(runner, FakeGpuRunner)
+    held = {"devices": [{"resourceName": "nvidia.com/gpu", "deviceIds": ["GPU-7"]}]}
+    runner.kubelet["n1"] = _listed("ml/ghost", held)
+    status = _run(ctx)
+    assert status.outcome != "held"
+    assert "node n1: release failed" in status.message, status.message
+    assert "the kubelet's own account says nvidia.com/gpu GPU-7 held by pod ml/ghost " in (
+        status.message
+    )
+    assert "(podresources)" in status.message
+    assert _path(cluster, "n1") == "device-plugin" and cluster.patches == []
+    assert "n1" in runner.reads
+
+
+def test_release_journals_the_kubelets_account_it_confirmed(tmp_path: Path) -> None:
+    ctx, _ = _setup(tmp_path)
+    assert _run(ctx).outcome == "held"
+    done = [
+        e
+        for e in ctx.journal.entries()
+        if e.node == "n1" and e.step == "release" and e.phase.value == "done"
+    ]
+    assert done[0].data["kubelet"]["sources"] == ["podresources"]
+    assert done[0].data["kubelet"]["held"] == []
+
+
+def test_the_way_back_refuses_to_stop_the_driver_while_the_kubelet_has_a_claim_prepared(
+    tmp_path: Path,
+) -> None:
+    from rollout.change.allocation_path import _to_device_plugin
+    from rollout.models import StepPath
+
+    ctx, cluster = _setup(tmp_path, dra=("n2",))
+    cluster.nodes["n2"].pods = []
+    runner = ctx.runner
+    assert isinstance(runner, FakeGpuRunner)
+    claim = {
+        "claimName": "one-gpu",
+        "claimNamespace": "ml",
+        "claimResources": [{"driverName": DRIVER, "poolName": "n2", "deviceName": "gpu-0"}],
+    }
+    runner.kubelet["n2"] = _listed("ml/holder", {"dynamicResources": [claim]})
+    back = SETTINGS.labels_for(AllocationPath.DEVICE_PLUGIN)
+    with pytest.raises(
+        OutOfOrderError,
+        match=r"refusing stop-driver on node n2: the kubelet's own account says "
+        r"ResourceClaim ml/one-gpu \(n2/gpu-0\) held by pod ml/holder container c",
+    ):
+        _to_device_plugin(ctx, "n2", SETTINGS, back, StepPath.FORWARD, ctx.clock)
+    assert cluster.patches == []

@@ -212,6 +212,7 @@ def test_facts_over_ssh_are_what_the_module_reads(
         "cpu_manager_state",
         "memory_manager_state",
         "kubelet_internal_checkpoint",
+        "dra_manager_state",
     }
     declined = facts_direct(
         ["h1"], {"h1": {**hv, "ansible_become": True}}, tmp_path / "f2", assets.playbooks()

@@ -93,6 +93,7 @@ def test_facts_over_a_local_connection_are_node_facts_lint_accepts(
         "cpu_manager_state",
         "memory_manager_state",
         "kubelet_internal_checkpoint",
+        "dra_manager_state",
     }
     # Ansible shipped the role's module_utils (the podresources client) with the module: this
     # machine runs no kubelet, so the client says it found no socket

@@ -33,7 +33,7 @@ options:
     required: true
   checkpoint_dirs:
     description: Kubelet root directories to look for cpu_manager_state, memory_manager_state,
-      device-plugins/kubelet_internal_checkpoint and the podresources socket
+      device-plugins/kubelet_internal_checkpoint, dra_manager_state and the podresources socket
       pod-resources/kubelet.sock in (the first with the socket is asked, List and
       GetAllocatableResources).
     type: list
@@ -250,6 +250,7 @@ CHECKPOINT_FILES = {
     "cpu_manager_state": "cpu_manager_state",
     "memory_manager_state": "memory_manager_state",
     "kubelet_internal_checkpoint": "device-plugins/kubelet_internal_checkpoint",
+    "dra_manager_state": "dra_manager_state",
 }
 
 
