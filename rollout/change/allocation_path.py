@@ -337,16 +337,23 @@ class Release:
     kubelet's account it read last, for the journal."""
 
     def __init__(
-        self, ctx: Context, node: str, host: str, s: PathSettings, leaving: AllocationPath
+        self,
+        ctx: Context,
+        node: str,
+        host: str,
+        s: PathSettings,
+        leaving: AllocationPath,
+        kubelet: bool = True,
     ) -> None:
         self.ctx, self.node, self.host, self.s, self.leaving = ctx, node, host, s, leaving
+        self.kubelet = kubelet  # False: the API server's account only
         self.account: Account | None = None
 
     def __call__(self) -> str | None:
         ctx, node, s = self.ctx, self.node, self.s
         plugin = self.leaving is AllocationPath.DEVICE_PLUGIN
         why = _api_plugin_released(ctx, node, s) if plugin else _api_driver_released(ctx, node, s)
-        if why is not None:
+        if why is not None or not self.kubelet:
             return why
         runner = ctx.runner
         if not isinstance(runner, NodeAccounts):
@@ -368,18 +375,41 @@ class Release:
         return {"kubelet": self.account.to_json()} if self.account is not None else {}
 
 
-def plugin_released(ctx: Context, node: str, s: PathSettings, host: str = "") -> str | None:
+def _just_confirmed(ctx: Context, node: str, path: StepPath) -> bool:
+    """Whether the node's last journal entry is its ``release`` end on ``path`` with the
+    kubelet's account read: nothing happened on the node since, so the check before the first
+    label write reads the API server's account only (one facts call over ssh less per node). On
+    ``resume`` the write runs again after other entries, and the kubelet is read again."""
+    last = None
+    for e in ctx.journal.entries():
+        if e.node == node:
+            last = e
+    return (
+        last is not None
+        and last.step == Step.RELEASE.value
+        and last.phase is Phase.DONE
+        and last.path is path
+        and "kubelet" in last.data
+    )
+
+
+def plugin_released(
+    ctx: Context, node: str, s: PathSettings, host: str = "", kubelet: bool = True
+) -> str | None:
     """Why the device plugin has not released the node's devices (None: it has): a pod bound
-    to the node still requests ``resource`` from it, or the kubelet's own account (its
-    podresources API, its device checkpoint) still has a device assigned to a pod."""
-    return Release(ctx, node, host or node, s, AllocationPath.DEVICE_PLUGIN)()
+    to the node still requests ``resource`` from it, or (``kubelet``) the kubelet's own account
+    (its podresources API, its device checkpoint) still has a device assigned to a pod."""
+    return Release(ctx, node, host or node, s, AllocationPath.DEVICE_PLUGIN, kubelet)()
 
 
-def driver_released(ctx: Context, node: str, s: PathSettings, host: str = "") -> str | None:
+def driver_released(
+    ctx: Context, node: str, s: PathSettings, host: str = "", kubelet: bool = True
+) -> str | None:
     """Why the driver has not released the node's devices (None: it has): a ResourceClaim is
-    allocated from the node's pool or reserved for a pod on it, or the kubelet's own account
-    (podresources' dynamic resources, ``dra_manager_state``) still has a claim of the driver."""
-    return Release(ctx, node, host or node, s, AllocationPath.DRA)()
+    allocated from the node's pool or reserved for a pod on it, or (``kubelet``) the kubelet's
+    own account (podresources' dynamic resources, ``dra_manager_state``) still has a claim of
+    the driver."""
+    return Release(ctx, node, host or node, s, AllocationPath.DRA, kubelet)()
 
 
 Labels = Mapping[str, str | None]
@@ -396,7 +426,8 @@ def _to_dra(
 ) -> None:
     """The write steps to DRA: the device-plugin label off, allocatable 0, only then the DRA
     label on (``final``: the two labels as the node ends)."""
-    if (why := plugin_released(ctx, node, s, host)) is not None:
+    again = not _just_confirmed(ctx, node, path)
+    if (why := plugin_released(ctx, node, s, host, kubelet=again)) is not None:
         raise OutOfOrderError(
             f"refusing switch on node {node}: the device plugin has not released every "
             f"device: {why}"
@@ -436,7 +467,8 @@ def _to_device_plugin(
     """The write steps back to the device plugin, in the design document's order (``final``:
     the two labels as the node ends)."""
     world = _world(ctx)
-    if (why := driver_released(ctx, node, s, host)) is not None:
+    again = not _just_confirmed(ctx, node, path)
+    if (why := driver_released(ctx, node, s, host, kubelet=again)) is not None:
         raise OutOfOrderError(f"refusing stop-driver on node {node}: {why}")
     _switch(ctx, node, s, {s.dra_label: final[s.dra_label]}, Step.STOP_DRIVER, path)
     ctx.record(node, Step.SLICES_GONE, Phase.BEGIN, path, {"driver": s.driver})

@@ -485,6 +485,10 @@ def test_release_waits_for_the_kubelets_own_account_and_names_what_it_still_hold
 def test_release_journals_the_kubelets_account_it_confirmed(tmp_path: Path) -> None:
     ctx, _ = _setup(tmp_path)
     assert _run(ctx).outcome == "held"
+    # read once: the check before the first label write, right after release confirmed it
+    # (its journal entry the node's last), asks the API server only
+    runner = ctx.runner
+    assert isinstance(runner, FakeGpuRunner) and runner.reads == ["n1"]
     done = [
         e
         for e in ctx.journal.entries()
