@@ -247,7 +247,7 @@ def resumed_gate(
     holds, never a plain soak that passes)."""
     from rollout.change.replaying import replay
 
-    if policy is None or replay(journal.entries()).info.get("promotion"):
+    if policy is None or replay(journal.entries()).info.promotion:
         return gate
     runner = CanaryBench(policy, inv, api, {}, say)
     return BenchGate(gate, journal, runner, journaled_before(journal), group, say)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rollout.change.draining import evict_pods
+from rollout.change.entries import NodeStep
 from rollout.change.journal import Journal, Kind
 from rollout.change.planning import DrainPolicy
 from rollout.errors import ExternalError
@@ -184,7 +185,7 @@ class RecreatedWorkloads:
         evicted: set[str] = set()
         for e in journal.entries():
             if e.step == "drain" and e.node == node and e.phase is Phase.DONE:
-                evicted.update(str(k) for k in e.data.get("evicted") or ())
+                evicted.update(NodeStep(e.data).evicted)
         namespaces = sorted({k.split("/", 1)[0] for k in evicted if "/" in k})
         if not namespaces:
             return

@@ -23,6 +23,7 @@ from rollout.change.allocation_path import (
     parse_path_plan,
 )
 from rollout.change.context import Context
+from rollout.change.entries import ChangeBegin
 from rollout.change.journal import Journal
 from rollout.change.kinds import recorded_kind
 from rollout.change.orchestrator import NoGate, rollback, run_change
@@ -141,7 +142,7 @@ def _setup(tmp_path: Path, dra: tuple[str, ...] = ()) -> tuple[Context, FakeGpuC
     ctx = fake_context(cluster, FakeRunner(cluster), journal)
     ctx.clock = clock
     ctx.verify_timeout_s = 60
-    ctx.kind = recorded_kind({"kind": "allocation-path"})
+    ctx.kind = recorded_kind(ChangeBegin(kind="allocation-path"))
     return ctx, cluster
 
 
@@ -175,7 +176,7 @@ def test_a_canary_moves_to_dra_in_order_and_holds_never_serving_through_both(
     ctx, cluster = _setup(tmp_path)
     status = _run(ctx)
     assert status.outcome == "held"
-    assert status.info["kind"] == "allocation-path"
+    assert status.info.kind == "allocation-path"
     assert [s.split()[0] for s in _steps(ctx, "n1") if s.endswith("begin")] == [
         "preflight",
         "cordon",
