@@ -36,7 +36,7 @@ from enum import StrEnum
 from pathlib import Path as FsPath
 from typing import Any, Protocol
 
-from rollout.change.entries import SCHEMA_VERSION as SCHEMA_VERSION
+from rollout.change.entries import SCHEMA_VERSION
 from rollout.errors import InputError, Location
 from rollout.models import Phase, StepPath
 
@@ -45,7 +45,7 @@ class Kind(StrEnum):
     """Every kind of change-level entry (``Entry.node`` None), the one place their names are
     spelled; node entries carry a :class:`rollout.models.Step`. What each one's ``data`` holds
     is its type in :mod:`rollout.change.entries` (read and written there only, with the schema
-    version :data:`SCHEMA_VERSION`); how it moves a change's status is
+    version ``rollout.change.entries.SCHEMA_VERSION``); how it moves a change's status is
     :mod:`rollout.change.replaying`
     (``tests/unit/test_journal.py::test_every_entry_kind_is_named_from_the_catalogue``)."""
 
