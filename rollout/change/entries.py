@@ -679,6 +679,30 @@ def evidence_data(
 
 
 @dataclass(frozen=True)
+class Recreation:
+    """A ``recreate`` entry (``apply --recreate-workloads``): one controller's pods on a node
+    evicted (begin), then their replacements and the nodes they run on (done: ``placed``, and
+    those off the changed nodes) or why not (failed: ``error``)."""
+
+    node: str
+    owner: str
+    pods: tuple[str, ...]
+
+    def begun(self) -> Json:
+        return {"node": self.node, "owner": self.owner, "pods": list(self.pods)}
+
+    def failed(self, error: str) -> Json:
+        return {**self.begun(), "error": error}
+
+    def done(self, placed: Mapping[str, str], off_changed_nodes: Iterable[str]) -> Json:
+        return {
+            **self.begun(),
+            "replacements": dict(placed),
+            "offChangedNodes": list(off_changed_nodes),
+        }
+
+
+@dataclass(frozen=True)
 class DrainOverridesUsed:
     """A ``drain-overrides`` entry: the drain flags given and the pods they may lose."""
 

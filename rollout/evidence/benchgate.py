@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rollout.change.entries import trigger_data
 from rollout.change.journal import Journal, Kind
 from rollout.errors import ExternalError, InputError
 from rollout.evidence import benching, benchpod
@@ -197,13 +198,7 @@ class BenchGate:
                 Kind.TRIGGER,
                 Phase.DONE,
                 now=now,
-                data={
-                    "change": change_id,
-                    "trigger": "gate",
-                    "nodes": targets,
-                    "source": "bench",
-                    "reason": why,
-                },
+                data=trigger_data(change_id, "gate", targets, why, source="bench"),
             )
         elif regression.holds:
             self._verdict = replace(
