@@ -8,7 +8,8 @@ file's schema), ``planning`` (batches), ``inventory`` (the Ansible inventory),
 into), ``kinds`` (which kind runs), ``kubelet_config`` (the first kind's own steps),
 ``applying`` (a node's forward path), ``resuming`` (finishing an interrupted change), ``draining``,
 ``shipping`` (node writes through the playbooks), ``verifying``, ``restoring``, ``windows``,
-``journal`` and ``progress``; and a GPU pool's tenant isolation: ``tenancy`` (the tenancy file,
+``journal`` (the record's lines), ``entries`` (the typed payload of every entry, with the
+schema version), ``replaying`` (the entries as node states) and ``progress``; and a GPU pool's tenant isolation: ``tenancy`` (the tenancy file,
 the admission policy rendered from it), ``tenancy_checks`` (the file against the live cluster),
 ``tenancy_audit`` (every rule tried as the tenants; preflight's refusal of a change while it
 fails).
