@@ -791,16 +791,28 @@ def backup_done(files: Iterable[FileBackup], record: Mapping[str, Any]) -> Json:
     return {"files": [vars(b) for b in files], "change": dict(record)}
 
 
-@dataclass(frozen=True)
+def record_of(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The kind's record a node step's payload carries (``change``: the ``backup`` done of the
+    kubelet-config change, another kind's forward ``done``), or None."""
+    record = data.get("change")
+    return None if record is None else dict(record)
+
+
 class NodeStep:
     """What the engine reads of a node step's payload (every key optional; which ones a step
     records is the step's: ``cordon`` begin ``priorCordoned``, done ``cordonedByUs``;
     ``uncordon`` done ``uncordoned``; ``drain`` done ``evicted``; ``backup`` done ``files`` and
     ``change``; a write step's ``failed`` ``filesWritten`` false when compare-and-swap refused;
     any ``failed`` its ``message``; a kind's forward ``done`` its ``change`` record; the
-    kubelet-config change's ``preflight`` done ``configz``, ``allocatable`` and ``slices``)."""
+    kubelet-config change's ``preflight`` done ``configz``, ``allocatable`` and ``slices``).
 
-    raw: Mapping[str, Any]
+    A plain slotted class, not a dataclass: replay reads one per node entry (70,000 for a
+    5,000-node change; ``benchmarks/scale_bench.py journal``)."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        self.raw = raw
 
     @property
     def prior_cordoned(self) -> bool:
@@ -830,10 +842,6 @@ class NodeStep:
     @property
     def backups(self) -> tuple[FileBackup, ...]:
         return tuple(FileBackup(**b) for b in self.raw.get("files", ()))
-
-    @property
-    def has_record(self) -> bool:
-        return "change" in self.raw
 
     @property
     def record(self) -> dict[str, Any]:
