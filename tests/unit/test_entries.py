@@ -6,6 +6,7 @@ outside the module reads a payload by string key."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -32,12 +33,24 @@ from rollout.change.resuming import unfinished_gate, unfinished_rollback
 from rollout.errors import InputError
 from rollout.evidence.report import build_report
 from rollout.models import Phase
-from tests.unit.data.journals.write_fixtures import _plain
 from tests.unit.fakes_change import FakeClock, FakeCluster, FakeRunner, make_node
 
 FIXTURES = Path(__file__).parent / "data" / "journals"
 NAMES = ["promoted", "requested", "interrupted"]
 ROLLOUT = Path(__file__).parents[2] / "rollout"
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as ``write_fixtures.py`` wrote it into ``expected.json`` (same rules)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if hasattr(value, "value"):
+        return value.value
+    return value
 
 
 def _fixture(name: str) -> tuple[list[Entry], dict[str, Any]]:

@@ -1,9 +1,9 @@
 """Write the journal fixtures of ``tests/unit/test_entries.py`` with the rollout on ``PYTHONPATH``.
 
-The fixtures in this folder were written by rollout at main ``5e28338`` (the last commit before
+The fixtures in this folder were written by rollout at main ``2b0ee73`` (the last commit before
 the typed record, ``rollout.change.entries``), from a checkout of that commit:
 
-    git archive 5e28338 | tar -x -C /tmp/old
+    git archive 2b0ee73 | tar -x -C /tmp/old
     cd /tmp/old && PYTHONPATH=/tmp/old python <this file> <this folder>
 
 Each ``<name>/journal.jsonl`` is a change as that version journaled it (through its own engine
