@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rollout.change.entries import trigger_data
+from rollout.change.entries import BenchRun, trigger_data
 from rollout.change.journal import Journal, Kind
 from rollout.errors import ExternalError, InputError
 from rollout.evidence import benching, benchpod
@@ -220,11 +220,8 @@ class BenchGate:
 
 def journaled_before(journal: Journal) -> Results:
     """The canary's ``before`` benches as the interrupted apply journaled them."""
-    return {
-        str(e.data.get("node")): dict(e.data)
-        for e in journal.entries()
-        if e.step == Kind.BENCH and e.data.get("label") == "before"
-    }
+    runs = (BenchRun.read(e.data) for e in journal.entries() if e.step == Kind.BENCH)
+    return {run.node: dict(run.record) for run in runs if run.label == "before"}
 
 
 def resumed_gate(
