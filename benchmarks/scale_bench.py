@@ -78,6 +78,7 @@ INVENTORY = 8
 def _template(tmp: Path) -> tuple[list[dict[str, Any]], Path]:
     """The journal a real change of 4 nodes writes (canary of 2, then 2), through the engine and
     the unit fakes; and its directory (the backups)."""
+    from rollout.change.entries import ChangeBegin
     from rollout.change.journal import Journal
     from rollout.change.orchestrator import NoGate, run_change
     from rollout.change.planning import Batch
@@ -94,7 +95,7 @@ def _template(tmp: Path) -> tuple[list[dict[str, Any]], Path]:
     ctx = fake_context(cluster, FakeRunner(cluster), journal)
     batches = [Batch(tuple(TEMPLATE_NODES[:2]), True), Batch(tuple(TEMPLATE_NODES[2:]), False)]
     changes = {n: make_change(n) for n in TEMPLATE_NODES}
-    run_change(ctx, changes, batches, NoGate(), False, info={"plan": "/p", "inventory": "/i"})
+    run_change(ctx, changes, batches, NoGate(), False, info=ChangeBegin(plan="/p", inventory="/i"))
     lines = journal.file.read_text(encoding="utf-8").splitlines()
     return [json.loads(x) for x in lines], journal.dir
 

@@ -34,6 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from rollout.change import claim_freeze
 from rollout.change.context import Context
+from rollout.change.entries import ChangeBegin
 from rollout.change.inventory import Inventory
 from rollout.change.journal import CHANGE_STEP, Entry
 from rollout.change.plan import Plan
@@ -535,17 +536,16 @@ def _from_record(node: str, rec: Mapping[str, Any], consent: bool = False) -> Pa
     return PathChange(node, str(rec.get("host", node)), AllocationPath(rec["target"]), settings)
 
 
-CONSENT_INFO = "terminateClaims"
-"""The change record's key (``change`` ``begin`` data) for the operator's consent to terminate
-the pods holding claims on the way back (``migrate``/``promote --terminate-claims``)."""
-
-
 def claims_consent(entries: Iterable[Entry]) -> bool:
     """Whether the operator gave ``--terminate-claims`` to any command of the change (the
     journal's ``change`` ``begin`` entries): once given, ``promote``, ``resume`` and a rollback
     from any machine or the webhook receiver carry it (the journal is the change record)."""
     return any(
-        e.node is None and e.step == CHANGE_STEP and bool(e.data.get(CONSENT_INFO)) for e in entries
+        e.node is None
+        and e.step == CHANGE_STEP
+        and e.phase is Phase.BEGIN
+        and bool(ChangeBegin.read(e.data).terminate_claims)
+        for e in entries
     )
 
 

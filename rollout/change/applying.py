@@ -17,6 +17,14 @@ from typing import Any
 
 from rollout.change.context import Context
 from rollout.change.draining import drain
+from rollout.change.entries import (
+    cordon_begin,
+    cordon_done,
+    drain_done,
+    step_failed,
+    uncordon_begin,
+    uncordon_done,
+)
 from rollout.change.kinds import kind_of
 from rollout.change.parallel import in_parallel, wrap
 from rollout.change.planning import undrainable
@@ -52,17 +60,17 @@ def _prepare(ctx: Context, change: Any) -> None:
     rec(node, Step.PREFLIGHT, Phase.DONE, StepPath.FORWARD, baseline)
 
     ctx.interrupt.check()
-    rec(node, Step.CORDON, Phase.BEGIN, StepPath.FORWARD, {"priorCordoned": info.unschedulable})
+    rec(node, Step.CORDON, Phase.BEGIN, StepPath.FORWARD, cordon_begin(info.unschedulable))
     ours = not info.unschedulable
     if ours:
         ctx.cluster.cordon(node)
-    rec(node, Step.CORDON, Phase.DONE, StepPath.FORWARD, {"cordonedByUs": ours})
+    rec(node, Step.CORDON, Phase.DONE, StepPath.FORWARD, cordon_done(ours))
     ctx.on_event(f"{node}: cordoned" if ours else f"{node}: already cordoned; will stay so")
 
     ctx.interrupt.check()
     rec(node, Step.DRAIN, Phase.BEGIN, StepPath.FORWARD)
     report = drain(ctx.cluster, node, ctx.drain, ctx.forward_clock, ctx.on_event)
-    rec(node, Step.DRAIN, Phase.DONE, StepPath.FORWARD, {"evicted": list(report.evicted)})
+    rec(node, Step.DRAIN, Phase.DONE, StepPath.FORWARD, drain_done(report.evicted))
     ctx.on_event(f"{node}: drained ({len(report.evicted)} pod(s) evicted)")
 
     ctx.interrupt.check()
@@ -83,7 +91,7 @@ def _fail_and_restore(
         current = status.nodes.get(node, NodeStatus(node))
         step = current.step or Step.PREFLIGHT
         if current.phase is not Phase.FAILED:
-            ctx.record(node, step, Phase.FAILED, StepPath.FORWARD, {"message": str(err)})
+            ctx.record(node, step, Phase.FAILED, StepPath.FORWARD, step_failed(str(err)))
         steps[node] = step
         ctx.on_event(f"{node}: {step.value} failed: {err}; restoring the node")
     status = status_of(ctx.journal)
@@ -226,10 +234,10 @@ def _verify_and_uncordon(ctx: Context, change: Any) -> None:
     ctx.record(node, Step.VERIFY, Phase.DONE, StepPath.FORWARD)
     status = status_of(ctx.journal).nodes[node]
     ours = status.we_cordoned
-    ctx.record(node, Step.UNCORDON, Phase.BEGIN, StepPath.FORWARD, {"weCordoned": ours})
+    ctx.record(node, Step.UNCORDON, Phase.BEGIN, StepPath.FORWARD, uncordon_begin(ours))
     if ours:
         ctx.cluster.uncordon(node)
-    ctx.record(node, Step.UNCORDON, Phase.DONE, StepPath.FORWARD, {"uncordoned": ours})
+    ctx.record(node, Step.UNCORDON, Phase.DONE, StepPath.FORWARD, uncordon_done(ours))
     ctx.on_event(f"{node}: applied and verified" + ("" if ours else "; left cordoned as it was"))
 
 

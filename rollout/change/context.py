@@ -10,9 +10,10 @@ preflight -> cordon -> drain -> the kind's steps -> verify -> uncordon, and rest
 drain -> the kind's restore steps -> verify -> uncordon; batches, canary, gate, promote, windows,
 journal, failpoints, resume, the one owner and compare-and-swap stay the engine's. A kind writes
 only :class:`KindSteps` (and its plan section). The kubelet-config change is the first kind
-(``rollout.change.kubelet_config``); the change-level ``begin`` names any other kind under
-:data:`KIND_INFO` (absent: the kubelet-config change, so every journal written before the seam
-still reads), and ``resume`` and ``rollback`` pick the kind from it (``rollout.change.kinds``).
+(``rollout.change.kubelet_config``); the change-level ``begin`` names any other kind in its
+``kind`` (``rollout.change.entries.ChangeBegin``; absent: the kubelet-config change, so every
+journal written before the seam still reads), and ``resume`` and ``rollback`` pick the kind
+from it (``rollout.change.kinds``).
 """
 
 from __future__ import annotations
@@ -31,10 +32,6 @@ from rollout.interrupt import Interrupt, InterruptibleClock
 from rollout.models import NodeInfo, Phase, Step, StepPath
 from rollout.protocols import Clock, Cluster, NodeRunner
 
-KIND_INFO = "kind"
-"""The key of the change-level ``begin`` that names the change's kind (:attr:`KindSteps.name`),
-written only for a kind other than the kubelet-config change."""
-
 
 class KindSteps(Protocol):
     """What a kind of change does on one node, between the engine's steps (see the module).
@@ -50,7 +47,7 @@ class KindSteps(Protocol):
 
     @property
     def name(self) -> str:
-        """The kind's name, as the journal records it (:data:`KIND_INFO`)."""
+        """The kind's name, as the journal records it (``entries.ChangeBegin.kind``)."""
         ...
 
     def per_node(self, ctx: Context, works: Sequence[Any]) -> bool:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollout.change.devicechecks import BOTH_PATHS, AllocationPath
+from rollout.change.node_records import NodeRecord
 from rollout.change.replaying import NodeStatus
 from rollout.change.verifying import WATCHED, config_mismatches
 from rollout.models import NodeState
@@ -44,12 +45,10 @@ def left_by(status: NodeStatus) -> Left | None:
     """What the change of ``status`` left on its node (None: it left nothing settled there: a
     node in flight or failed is ``rollout status``'s to report, not drift)."""
     if status.state is NodeState.APPLIED:
-        rec = status.record
-        files: dict[str, str | None] = {
-            str(f["path"]): str(f["sha256"]) for f in rec.get("files", ())
-        }
-        files.update({str(p): None for p in rec.get("removed", ())})
-        return Left(files, dict(rec.get("expected") or {}))
+        rec = NodeRecord.read(status.record)
+        files: dict[str, str | None] = {f.path: f.sha256 for f in rec.files}
+        files.update({p: None for p in rec.removed})
+        return Left(files, dict(rec.expected))
     if status.state is NodeState.RESTORED:
         back = {b.path: (b.sha256 if b.existed else None) for b in status.backups}
         prior = {k: v for k, v in status.prior_config.items() if k in WATCHED}

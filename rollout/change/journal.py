@@ -36,20 +36,17 @@ from enum import StrEnum
 from pathlib import Path as FsPath
 from typing import Any, Protocol
 
+from rollout.change.entries import SCHEMA_VERSION
 from rollout.errors import InputError, Location
 from rollout.models import Phase, StepPath
-
-SCHEMA_VERSION = 1
-"""The journal's schema version, written as ``v`` in every entry (entries without one are v1).
-An entry of a newer version is refused by name, never guessed at: a rollback must not act on a
-record it cannot read (``tests/unit/test_journal.py::test_an_entry_of_a_newer_schema_is_refused``).
-"""
 
 
 class Kind(StrEnum):
     """Every kind of change-level entry (``Entry.node`` None), the one place their names are
     spelled; node entries carry a :class:`rollout.models.Step`. What each one's ``data`` holds
-    and how it moves a change's status is :mod:`rollout.change.replaying`
+    is its type in :mod:`rollout.change.entries` (read and written there only, with the schema
+    version ``rollout.change.entries.SCHEMA_VERSION``); how it moves a change's status is
+    :mod:`rollout.change.replaying`
     (``tests/unit/test_journal.py::test_every_entry_kind_is_named_from_the_catalogue``)."""
 
     CHANGE = "change"  # begin (plan, inventory, intent, batches, who), then done/failed + outcome

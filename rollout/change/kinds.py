@@ -9,10 +9,10 @@ default lives here, once.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from rollout.change.allocation_path import ALLOCATION_PATH
-from rollout.change.context import KIND_INFO, Context, KindSteps
+from rollout.change.context import Context, KindSteps
+from rollout.change.entries import ChangeBegin
 from rollout.change.kubelet_config import KUBELET_CONFIG
 from rollout.errors import InputError
 
@@ -22,10 +22,10 @@ def kind_of(ctx: Context) -> KindSteps:
     return ctx.kind if ctx.kind is not None else KUBELET_CONFIG
 
 
-def kind_info(kind: KindSteps) -> dict[str, Any]:
-    """What the change-level ``begin`` adds for ``kind`` (nothing for the kubelet-config change,
-    whose journals never named it)."""
-    return {} if kind.name == KUBELET_CONFIG.name else {KIND_INFO: kind.name}
+def kind_name(kind: KindSteps) -> str | None:
+    """The name the change-level ``begin`` records for ``kind`` (``ChangeBegin.kind``; None for
+    the kubelet-config change, whose journals never named it)."""
+    return None if kind.name == KUBELET_CONFIG.name else kind.name
 
 
 KNOWN: dict[str, KindSteps] = {
@@ -35,16 +35,14 @@ KNOWN: dict[str, KindSteps] = {
 """Every kind this version of rollout runs, by name (a new kind adds itself here)."""
 
 
-def recorded_kind(
-    info: Mapping[str, Any], known: Mapping[str, KindSteps] | None = None
-) -> KindSteps:
+def recorded_kind(info: ChangeBegin, known: Mapping[str, KindSteps] | None = None) -> KindSteps:
     """The kind a change's ``begin`` info names, from ``known`` (name -> kind; default
     :data:`KNOWN`); a journal that names none is the kubelet-config change's.
 
     Raises:
         InputError: the journal names a kind this version of rollout does not know.
     """
-    name = str(info.get(KIND_INFO) or KUBELET_CONFIG.name)
+    name = info.kind or KUBELET_CONFIG.name
     kinds = {KUBELET_CONFIG.name: KUBELET_CONFIG, **(KNOWN if known is None else known)}
     if name not in kinds:
         raise InputError(

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rollout.change.context import Context
+from rollout.change.entries import backup_done, write_refused
 from rollout.change.node_records import change_from_record, change_record, restore_files
 from rollout.change.parallel import run_many
 from rollout.change.planning import device_resources
@@ -63,7 +64,7 @@ class KubeletConfig:
             Step.BACKUP,
             Phase.DONE,
             StepPath.FORWARD,
-            {"files": [vars(b) for b in backups], "change": change_record(change, blobs)},
+            backup_done(backups, change_record(change, blobs)),
         )
 
     def write(self, ctx: Context, works: Sequence[Any]) -> dict[str, RolloutError]:
@@ -163,7 +164,7 @@ def _apply_outcome(ctx: Context, node: str, r: RunResult) -> RolloutError | None
             Step.APPLY,
             Phase.FAILED,
             StepPath.FORWARD,
-            {"message": r.message, "filesWritten": False},
+            write_refused(r.message),
         )
         return NodeFilesChangedError(r.message)
     return NodeOperationError(f"apply playbook failed on {node}: {r.message}")

@@ -19,6 +19,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rollout.change.entries import (
+    ChangeBegin,
+    DrainOverridesUsed,
+    EvidenceRecord,
+    PreflightForced,
+    RejectionsAccepted,
+    ServingForced,
+    trigger_data,
+)
 from rollout.change.hooks import EvidenceHooks, recreate_evidence
 from rollout.change.journal import EVIDENCE_STEP, Journal, Kind
 from rollout.change.options import ApplyOptions
@@ -154,21 +163,21 @@ def journal_consents(
             Kind.PREFLIGHT_FORCED,
             Phase.DONE,
             now=now,
-            data={"reason": force, "refusals": list(prepared.forced)},
+            data=PreflightForced(force, tuple(prepared.forced)).data(),
         )
     if prepared.serving_forced:
         journal.append(
             Kind.SERVING_FORCED,
             Phase.DONE,
             now=now,
-            data={"reason": force_serving, "inProgress": list(prepared.serving_forced)},
+            data=ServingForced(force_serving, tuple(prepared.serving_forced)).data(),
         )
     if prepared.accepted:
         journal.append(
             Kind.REJECTIONS_ACCEPTED,
             Phase.DONE,
             now=now,
-            data={"rejections": list(prepared.accepted)},
+            data=RejectionsAccepted(tuple(prepared.accepted)).data(),
         )
 
 
@@ -216,11 +225,13 @@ class EvidenceGate:
             return soaked
         why = f"{soaked.reason}; gate.requireEvidence: {refusal}"
         after = next(
-            e.data
-            for e in reversed(entries)
-            if e.step == EVIDENCE_STEP and e.data.get("label") == "after"
+            ev
+            for ev in (
+                EvidenceRecord.read(e.data) for e in reversed(entries) if e.step == EVIDENCE_STEP
+            )
+            if ev.label == "after"
         )
-        if any(c.get("status") == "fail" for c in after.get("checks") or ()):
+        if any(c.status == "fail" for c in after.checks):
             self._verdict = replace(
                 soaked, status=VerdictStatus.FAILED, reason=why, failed_nodes=tuple(moving)
             )
@@ -229,13 +240,7 @@ class EvidenceGate:
                 Kind.TRIGGER,
                 Phase.DONE,
                 now=datetime.now(UTC),
-                data={
-                    "change": change_id,
-                    "trigger": "gate",
-                    "nodes": moving,
-                    "source": "evidence",
-                    "reason": why,
-                },
+                data=trigger_data(change_id, "gate", moving, why, source="evidence"),
             )
         else:
             self._verdict = replace(
@@ -360,7 +365,7 @@ def run_apply(
                 OVERRIDES_STEP,
                 Phase.DONE,
                 now=datetime.now(UTC),
-                data={"flags": used, "pods": list(prepared.losses)},
+                data=DrainOverridesUsed(tuple(used), tuple(prepared.losses)).data(),
             )
         moving = ready.nodes
         # the ``before`` evidence (reads only) goes on while the consents are journaled and the
@@ -389,17 +394,16 @@ def run_apply(
         gated = None
         if opts.require_evidence and evidence is not None:
             gate = gated = EvidenceGate(gate, journal, evidence, before)
-        info: dict[str, Any] = {
-            "plan": str(Path(plan.path).resolve()),
+        info = ChangeBegin(
+            plan=str(Path(plan.path).resolve()),
             # the plan itself, so a machine without the file resumes and rolls back with it
             # (rollout.change.plan.recorded_plan)
-            "planText": Path(plan.path).read_text(encoding="utf-8"),
-            "inventory": str(inv.path.resolve()),
-            "intentSha256": intent_digest(plan),
-            "by": holder_identity(),  # who ran it, in the cluster record too
-        }
-        if (stage := stage_info(plan)) is not None:  # a staged plan's stage (change.staging)
-            info["stage"] = stage
+            plan_text=Path(plan.path).read_text(encoding="utf-8"),
+            inventory=str(inv.path.resolve()),
+            intent_sha256=intent_digest(plan),
+            by=holder_identity(),  # who ran it, in the cluster record too
+            stage=stage_info(plan),  # a staged plan's stage (change.staging)
+        )
         status = reported(
             journal,
             lock,

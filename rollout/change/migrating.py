@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from rollout.change.allocation_path import (
     ALLOCATION_PATH,
-    CONSENT_INFO,
     AllocationPath,
     PathChange,
     PathPlan,
@@ -27,6 +26,7 @@ from rollout.change.allocation_path import (
     works_of,
 )
 from rollout.change.allocation_preflight import PathWorld, path_refusals
+from rollout.change.entries import ChangeBegin, PreflightForced, Promotion
 from rollout.change.hooks import EvidenceHooks
 from rollout.change.journal import Journal, Kind
 from rollout.change.migration_evidence import collect_before, record_after
@@ -228,7 +228,7 @@ def run_migration(
                 Kind.PREFLIGHT_FORCED,
                 Phase.DONE,
                 now=datetime.now(UTC),
-                data={"reason": ready.force, "refusals": list(ready.forced)},
+                data=PreflightForced(ready.force, tuple(ready.forced)).data(),
             )
         moving = [n for b in ready.batches for n in b.nodes]
         before = collect_before(evidence, journal, moving)
@@ -247,15 +247,15 @@ def run_migration(
         )
         ctx.kind = ALLOCATION_PATH
         ctx.interrupt = lock.interrupt
-        info = {
-            "plan": str(Path(ready.plan.path).resolve()),
-            "planText": Path(ready.plan.path).read_text(encoding="utf-8"),
-            "inventory": str(ready.inventory.path.resolve()),
-            "by": holder_identity(),
+        info = ChangeBegin(
+            plan=str(Path(ready.plan.path).resolve()),
+            plan_text=Path(ready.plan.path).read_text(encoding="utf-8"),
+            inventory=str(ready.inventory.path.resolve()),
+            by=holder_identity(),
             # the operator's consent, in the change record: promote, resume and a rollback
             # from any machine or the webhook receiver read it (claims_consent)
-            CONSENT_INFO: ready.path_plan.settings.terminate_claims,
-        }
+            terminate_claims=ready.path_plan.settings.terminate_claims,
+        )
         status = reported(
             journal,
             lock,
@@ -360,7 +360,7 @@ def run_migration_promotion(
     """Run the batches left in the same change under its Lease, the gate (``make_gate``: the DRA
     pool's signals over the plan's gate) after each batch, the change windows asked before
     each."""
-    from rollout.change.orchestrator import ROLLBACK_INFO, continue_change
+    from rollout.change.orchestrator import continue_change
     from rollout.change.record import mirrored
     from rollout.change.session import holding, open_context, reported
     from rollout.kube.lease_objects import holder_identity
@@ -368,25 +368,26 @@ def run_migration_promotion(
     status = promo.status
     batches = [list(b.nodes) for b in promo.remaining]
     nodes = [n for b in batches for n in b]
-    info = {
-        **{k: v for k, v in status.info.items() if k != ROLLBACK_INFO},
-        "nodes": list(dict.fromkeys([*status.nodes, *nodes])),
-        "batches": [*status.info.get("batches", ()), *batches],
-        "canaryOnly": False,
-        CONSENT_INFO: promo.terminate_claims,
-        "promotion": {
-            "by": holder_identity(),
-            "at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "batches": batches,
-            "forced": force if promo.refusal else None,
-            "refusal": promo.refusal,
-            CONSENT_INFO: promo.terminate_claims,
-        },
-    }
+    info = replace(
+        status.info,
+        rollback=None,
+        nodes=tuple(dict.fromkeys([*status.nodes, *nodes])),
+        batches=(*status.info.batches, *(tuple(b) for b in batches)),
+        canary_only=False,
+        terminate_claims=promo.terminate_claims,
+        promotion=Promotion(
+            by=holder_identity(),
+            at=datetime.now(UTC).isoformat(timespec="seconds"),
+            batches=tuple(tuple(b) for b in batches),
+            forced=force if promo.refusal else None,
+            refusal=promo.refusal,
+            terminate_claims=promo.terminate_claims,
+        ),
+    )
     with holding(lock, journal.change_id):
         mirrored(journal, api, lock_namespace, say)
         if progress is not None:
-            progress.nodes(tuple(info["nodes"]))
+            progress.nodes(info.nodes)
         strategy = parse_strategy(promo.plan.strategy, promo.plan.location)
         ctx = open_context(
             api,

@@ -79,7 +79,7 @@ class ClusterMirror:
         state = self.projection.nodes[node].state.value
         if self.marked.get(node) == state:
             return
-        intent = str(self.projection.info.get("intentSha256", ""))
+        intent = self.projection.info.intent_sha256 or ""
         try:
             km.annotate_node(self.api, node, journal.change_id, intent, state)
             self.marked[node] = state

@@ -8,6 +8,7 @@ resume read it, so it belongs to neither.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from rollout.change.journal import Journal
@@ -38,6 +39,54 @@ def change_record(change: NodeChange, blobs: Mapping[str, str]) -> dict[str, Any
     }
 
 
+@dataclass(frozen=True)
+class RecordedFile:
+    """One file a node change writes, as its record keeps it (bytes in the blob store)."""
+
+    path: str
+    sha256: str
+    mode: str = "0644"
+    owner: str = "root"
+    group: str = "root"
+    expect: str | None = None  # compare-and-swap: the sha256 the file must have before
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """A kubelet-config node change's record (:func:`change_record`), read: the one place its
+    keys are read (the journal carries it in the ``backup`` step's ``change``)."""
+
+    host: str | None
+    service: str
+    healthz_url: str
+    checkpoint_reset: tuple[str, ...]
+    removed: tuple[str, ...]
+    expected: Mapping[str, Any]
+    files: tuple[RecordedFile, ...]
+
+    @classmethod
+    def read(cls, rec: Mapping[str, Any]) -> NodeRecord:
+        return cls(
+            host=None if rec.get("host") is None else str(rec["host"]),
+            service=str(rec.get("service", "kubelet")),
+            healthz_url=str(rec.get("healthzUrl", "http://127.0.0.1:10248/healthz")),
+            checkpoint_reset=tuple(rec.get("checkpointReset", ())),
+            removed=tuple(str(p) for p in rec.get("removed", ())),
+            expected=dict(rec.get("expected") or {}),
+            files=tuple(
+                RecordedFile(
+                    str(f["path"]),
+                    str(f["sha256"]),
+                    str(f.get("mode", "0644")),
+                    str(f.get("owner", "root")),
+                    str(f.get("group", "root")),
+                    None if f.get("expect") is None else str(f["expect"]),
+                )
+                for f in rec.get("files", ())
+            ),
+        )
+
+
 def change_from_record(
     journal: Journal, node: str, rec: Mapping[str, Any], for_restore: bool = False
 ) -> NodeChange:
@@ -47,24 +96,24 @@ def change_from_record(
     accepts them as the file's current content), so a blob this machine lacks is left out of
     ``files`` and its sha256 kept in ``written``; a forward path (resume) needs every byte.
     """
+    r = NodeRecord.read(rec)
     files = {}
-    for f in rec.get("files", ()):
-        if for_restore and not (journal.backups / node / f["sha256"]).exists():
+    for f in r.files:
+        if for_restore and not (journal.backups / node / f.sha256).exists():
             continue
-        files[f["path"]] = journal.load_backup(node, f["sha256"])
-    mode = {f["path"]: (f["mode"], f["owner"], f["group"]) for f in rec.get("files", ())}
+        files[f.path] = journal.load_backup(node, f.sha256)
     return NodeChange(
         node=node,
-        host=str(rec.get("host", node)),
+        host=r.host if r.host is not None else node,
         files=files,
-        removed=tuple(rec.get("removed", ())),
-        checkpoint_reset=tuple(rec.get("checkpointReset", ())),
-        expected=dict(rec.get("expected", {})),
-        service=str(rec.get("service", "kubelet")),
-        mode=mode,
-        healthz_url=str(rec.get("healthzUrl", "http://127.0.0.1:10248/healthz")),
-        expect={f["path"]: f["expect"] for f in rec.get("files", ()) if "expect" in f},
-        written={f["path"]: f["sha256"] for f in rec.get("files", ())},
+        removed=r.removed,
+        checkpoint_reset=r.checkpoint_reset,
+        expected=dict(r.expected),
+        service=r.service,
+        mode={f.path: (f.mode, f.owner, f.group) for f in r.files},
+        healthz_url=r.healthz_url,
+        expect={f.path: f.expect for f in r.files if f.expect is not None},
+        written={f.path: f.sha256 for f in r.files},
     )
 
 

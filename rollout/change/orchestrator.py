@@ -13,14 +13,21 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from rollout.change.applying import apply_batch
 from rollout.change.context import Context, RestoreBracket
+from rollout.change.entries import (
+    ChangeBegin,
+    ChangeEnd,
+    GateRecord,
+    RequestRecord,
+    RollbackAsked,
+)
 from rollout.change.journal import CHANGE_STEP, Kind
-from rollout.change.kinds import kind_info, kind_of
+from rollout.change.kinds import kind_name, kind_of
 from rollout.change.outcomes import ChangeOutcome, StopCause
 from rollout.change.planning import Batch
 from rollout.change.replaying import ChangeStatus, status_of
@@ -81,10 +88,8 @@ def end_change(
     kind = kind_of(ctx)
     if isinstance(kind, RestoreBracket):
         kind.change_end(ctx)
-    data: dict[str, Any] = {"outcome": outcome.value, "message": message}
-    if cause is not None:
-        data["cause"] = cause.value
-    ctx.journal.append(CHANGE_STEP, phase, now=ctx.clock.now(), data=data)
+    end = ChangeEnd(outcome.value, message, cause.value if cause is not None else None)
+    ctx.journal.append(CHANGE_STEP, phase, now=ctx.clock.now(), data=end.data())
     return status_of(ctx.journal)
 
 
@@ -109,7 +114,7 @@ def run_change(
     batches: Sequence[Batch],
     gate: Gate,
     canary_only: bool,
-    info: Mapping[str, Any] | None = None,
+    info: ChangeBegin | None = None,
     forward: Callable[[datetime], Decision] | None = None,
 ) -> ChangeStatus:
     """Apply the change batch by batch; the gate decides after the last canary batch.
@@ -132,20 +137,17 @@ def run_change(
         raise PreflightError(window.reason)
     nodes = [n for b in batches for n in b.nodes]
     nodes += [n for n in changes if n not in nodes]  # untouched by --canary, listed as pending
-    ctx.journal.append(
-        CHANGE_STEP,
-        Phase.BEGIN,
-        now=ctx.clock.now(),
-        data={
-            **(info or {}),
-            **kind_info(kind_of(ctx)),
-            "nodes": nodes,
-            "batches": [list(b.nodes) for b in batches],
-            "canary": [n for b in batches if b.canary for n in b.nodes],
-            "canaryOnly": canary_only,
-            **({"window": window.as_dict()} if window else {}),
-        },
+    info = info or ChangeBegin()
+    begin = replace(
+        info,
+        kind=kind_name(kind_of(ctx)) or info.kind,
+        nodes=tuple(nodes),
+        batches=tuple(tuple(b.nodes) for b in batches),
+        canary=tuple(n for b in batches if b.canary for n in b.nodes),
+        canary_only=canary_only,
+        window=window.as_dict() if window else info.window,
     )
+    ctx.journal.append(CHANGE_STEP, Phase.BEGIN, now=ctx.clock.now(), data=begin.data())
     canary = [n for b in batches if b.canary for n in b.nodes]
     last = max((i for i, b in enumerate(batches) if b.canary), default=None)
     gate_at = {last: canary} if last is not None else {}
@@ -160,7 +162,7 @@ def continue_change(
     changes: Mapping[str, Any],
     batches: Sequence[Batch],
     gate: Gate | None,
-    info: Mapping[str, Any],
+    info: ChangeBegin,
     forward: Callable[[datetime], Decision] | None = None,
     gate_at: Mapping[int, Sequence[str]] | None = None,
     canary_only: bool = False,
@@ -179,8 +181,8 @@ def continue_change(
     Returns:
         The change's status as it ended, as :func:`run_change`'s.
     """
-    data = {**info, **kind_info(kind_of(ctx))}
-    ctx.journal.append(CHANGE_STEP, Phase.BEGIN, now=ctx.clock.now(), data=data)
+    begin = replace(info, kind=kind_name(kind_of(ctx)) or info.kind)
+    ctx.journal.append(CHANGE_STEP, Phase.BEGIN, now=ctx.clock.now(), data=begin.data())
     if gate_at is None:
         gate_at = {i: tuple(b.nodes) for i, b in enumerate(batches)} if gate is not None else {}
     try:
@@ -334,14 +336,11 @@ def _gate(
 
 def _soak(ctx: Context, nodes: Sequence[str], run: Callable[[], Verdict]) -> Verdict:
     """One soak over ``nodes``, journaled as ``gate`` begin, then done with its verdict."""
-    ctx.journal.append(GATE_STEP, Phase.BEGIN, now=ctx.clock.now(), data={"nodes": list(nodes)})
+    soak = GateRecord(tuple(nodes))
+    ctx.journal.append(GATE_STEP, Phase.BEGIN, now=ctx.clock.now(), data=soak.data())
     verdict = run()
-    ctx.journal.append(
-        GATE_STEP,
-        Phase.DONE,
-        now=ctx.clock.now(),
-        data={"status": verdict.status.value, "reason": verdict.reason, "nodes": list(nodes)},
-    )
+    done = replace(soak, status=verdict.status.value, reason=verdict.reason)
+    ctx.journal.append(GATE_STEP, Phase.DONE, now=ctx.clock.now(), data=done.data())
     return verdict
 
 
@@ -369,7 +368,7 @@ def node_pool(status: ChangeStatus) -> list[str]:
 
 def _last_reason(ctx: Context) -> str:
     done = [e for e in ctx.journal.entries() if e.step == GATE_STEP and e.phase is Phase.DONE]
-    return str(done[-1].data.get("reason", "")) if done else ""
+    return GateRecord.read(done[-1].data).reason if done else ""
 
 
 @dataclass(frozen=True)
@@ -406,13 +405,13 @@ def _stopped(ctx: Context, reason: StopReason) -> ChangeStatus:
         REQUEST_STEP,
         Phase.DONE,
         now=ctx.clock.now(),
-        data={
-            "by": reason.by,
-            "nodes": list(reason.nodes) if reason.nodes else None,
-            "request": reason.request_id,
-            "seenAt": reason.at,
-            **({"force": True} if reason.force else {}),
-        },
+        data=RequestRecord(
+            by=reason.by,
+            nodes=tuple(reason.nodes) if reason.nodes else None,
+            request=reason.request_id,
+            seen_at=reason.at,
+            force=reason.force,
+        ).data(),
     )
     if reason.force:  # ``rollout rollback --force`` handed over: overwrite as the command would
         ctx.force_restore = True
@@ -450,12 +449,6 @@ def _restore_many(
     return restore_nodes(ctx, [status.nodes[n] for n in nodes])
 
 
-ROLLBACK_INFO = "rollback"
-"""The key a rollback's change-level ``begin`` adds to the change's info: the nodes it restores
-(None: every node) and whether ``--force`` was given, so ``resume`` finishes a rollback that was
-interrupted (``rollout.change.resuming.unfinished_rollback``)."""
-
-
 def rollback_targets(status: ChangeStatus, nodes: Sequence[str] | None) -> list[str]:
     """The nodes a rollback of ``nodes`` (None: all) still has to restore (pure)."""
     return [
@@ -468,9 +461,10 @@ def rollback_targets(status: ChangeStatus, nodes: Sequence[str] | None) -> list[
 def rollback(ctx: Context, nodes: Sequence[str] | None = None, force: bool = False) -> ChangeStatus:
     """Restore the given nodes (default: every node this change touched).
 
-    A change-level ``begin`` is journaled first (the change's info, with :data:`ROLLBACK_INFO`
-    naming ``nodes`` and ``force``): a rollback killed part way is then an unfinished change that
-    ``rollout resume`` finishes, as it finishes an apply.
+    A change-level ``begin`` is journaled first (the change's info, its ``rollback``
+    (:class:`~rollout.change.entries.RollbackAsked`) naming ``nodes`` and ``force``): a rollback
+    killed part way is then an unfinished change that ``rollout resume`` finishes, as it finishes
+    an apply.
 
     Returns:
         The ended status: rolled back, or rollback-failed when a restore failed (the others
@@ -487,12 +481,10 @@ def rollback(ctx: Context, nodes: Sequence[str] | None = None, force: bool = Fal
                 f"node(s) {', '.join(unknown)} not part of change {status.change}; "
                 f"its nodes: {', '.join(status.nodes)}"
             )
-    info = {k: v for k, v in status.info.items() if k != ROLLBACK_INFO}
-    asked = {"nodes": list(nodes) if nodes else None, "force": force}
+    asked = RollbackAsked(tuple(nodes) if nodes else None, force)
     ctx.force_restore = ctx.force_restore or force
-    ctx.journal.append(
-        CHANGE_STEP, Phase.BEGIN, now=ctx.clock.now(), data={**info, ROLLBACK_INFO: asked}
-    )
+    begin = replace(status.info, rollback=asked)
+    ctx.journal.append(CHANGE_STEP, Phase.BEGIN, now=ctx.clock.now(), data=begin.data())
     targets = rollback_targets(status, nodes)
     ctx.on_event(f"rolling back: {', '.join(targets) or 'nothing to restore'}")
     errors = _restore_many(ctx, targets, status)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from rollout.change.entries import ChangeBegin
 from rollout.errors import InputError, Location, suggest
 from rollout.kubelet.distributions import DISTRIBUTIONS
 from rollout.kubelet.documents import parse_document
@@ -121,12 +122,11 @@ class Plan:
             )
         return replace(self, kubelet=_merged(self.kubelet, self.stages[index].kubelet), stage=index)
 
-    def for_change(self, info: Mapping[str, Any]) -> Plan:
+    def for_change(self, info: ChangeBegin) -> Plan:
         """The plan as the change whose ``begin`` recorded ``info`` ran it: at its stage when it
-        recorded one (``info["stage"]["index"]``), else as is."""
-        stage = info.get("stage")
-        if isinstance(stage, Mapping) and isinstance(stage.get("index"), int):
-            return self.at_stage(int(stage["index"]))
+        recorded one (``info.stage.index``), else as is."""
+        if info.stage is not None and info.stage.index is not None:
+            return self.at_stage(info.stage.index)
         return self
 
     @property
@@ -297,7 +297,7 @@ def load_plan(path: Path | str) -> Plan:
     return parse_plan(text, str(p))
 
 
-def recorded_plan(info: Mapping[str, Any], change_id: str) -> Plan | None:
+def recorded_plan(info: ChangeBegin, change_id: str) -> Plan | None:
     """The plan a change started with: its file when it is still there, else the text the change
     recorded (``planText`` in the journal's change entry, and so in the cluster record): a
     machine that never had the file resumes, rolls back by group and serves alerts with the
@@ -306,11 +306,11 @@ def recorded_plan(info: Mapping[str, Any], change_id: str) -> Plan | None:
     Raises:
         InputError, ParseError: the file is there but no longer parses.
     """
-    path = info.get("plan")
-    if path and Path(str(path)).is_file():
-        return load_plan(str(path)).for_change(info)
-    text = info.get("planText")
-    if not isinstance(text, str):
+    path = info.plan
+    if path and Path(path).is_file():
+        return load_plan(path).for_change(info)
+    text = info.plan_text
+    if text is None:
         return None
     return parse_plan(text, f"{path or 'plan'} (as recorded in change {change_id})").for_change(
         info

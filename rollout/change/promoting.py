@@ -8,11 +8,18 @@ the engine's decisions; the CLI only prints them (``--dry-run``), asks, and runs
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from rollout.change.entries import (
+    CheckResult,
+    DrainOverridesUsed,
+    EvidenceRecord,
+    GateRecord,
+)
+from rollout.change.entries import Promotion as PromotionRecord
 from rollout.change.journal import EVIDENCE_STEP, Journal, Kind
 from rollout.change.options import PromoteOptions
 from rollout.change.outcomes import ChangeOutcome
@@ -32,13 +39,13 @@ if TYPE_CHECKING:
     from rollout.kube.leases import LeaseLock
 
 
-def last_gate(journal: Journal) -> Mapping[str, Any] | None:
-    """The last ``gate`` entry's data (``status``, ``reason``, ``nodes``), or None."""
+def last_gate(journal: Journal) -> GateRecord | None:
+    """The last ``gate`` verdict (``status``, ``reason``, ``nodes``), or None."""
     gates = [e for e in journal.entries() if e.step == Kind.GATE and e.phase is Phase.DONE]
-    return gates[-1].data if gates else None
+    return GateRecord.read(gates[-1].data) if gates else None
 
 
-def promote_refusal(status: ChangeStatus, gate: Mapping[str, Any] | None) -> str | None:
+def promote_refusal(status: ChangeStatus, gate: GateRecord | None) -> str | None:
     """Why a change may not be promoted without ``--force`` (pure), or None when it may."""
     from rollout.models import NodeState
 
@@ -47,39 +54,38 @@ def promote_refusal(status: ChangeStatus, gate: Mapping[str, Any] | None) -> str
             f"change {status.change} is running or was interrupted (no end recorded); "
             f"`rollout resume --change {status.change} --yes` settles it first"
         )
-    canary = [n for b in status.info.get("batches", ()) for n in b]
+    canary = [n for b in status.info.batches for n in b]
     not_applied = [n for n in canary if status.nodes[n].state is not NodeState.APPLIED]
     if not_applied:
         states = ", ".join(f"{n}: {status.nodes[n].state.value}" for n in not_applied)
         return f"the canary is not applied ({states})"
-    if gate is None or gate.get("status") != "Successful":
-        what = f"{gate.get('status')}: {gate.get('reason')}" if gate else "no gate verdict"
+    if gate is None or gate.status != "Successful":
+        what = f"{gate.status}: {gate.reason}" if gate else "no gate verdict"
         return f"the canary's last gate verdict is not Successful ({what})"
     return None
 
 
-def check_failures(checks: Iterable[Mapping[str, Any]]) -> list[str]:
+def check_failures(checks: Iterable[CheckResult]) -> list[str]:
     """Each failed check's problems as ``name: problem`` lines."""
-    return [
-        f"{c.get('name')}: {p}" for c in checks for p in (c.get("problems") or [c.get("summary")])
-    ]
+    return [f"{c.name}: {p}" for c in checks for p in (c.problems or [c.summary])]
 
 
 def evidence_refusal(entries: Iterable[Any], canary: Sequence[str]) -> str | None:
     """Why the canary's evidence does not allow a promotion (pure over the journal's entries),
     or None: the last ``after`` collection must exist, cover every canary node and fail no
     check (a check with nothing to judge, ``not-collected``, does not refuse)."""
-    after = [e.data for e in entries if e.step == EVIDENCE_STEP and e.data.get("label") == "after"]
+    evidence = [EvidenceRecord.read(e.data) for e in entries if e.step == EVIDENCE_STEP]
+    after = [ev for ev in evidence if ev.label == "after"]
     how = "`rollout evidence --label after --change ID` collects it"
     if not after:
         return f"the canary has no 'after' evidence ({how})"
     last = after[-1]
-    if last.get("error"):
-        return f"the canary's 'after' evidence was not collected: {last['error']} ({how})"
-    missing = sorted(set(canary) - set(last.get("nodes") or ()))
+    if last.error:
+        return f"the canary's 'after' evidence was not collected: {last.error} ({how})"
+    missing = sorted(set(canary) - set(last.nodes))
     if missing:
         return f"the canary's 'after' evidence lacks {', '.join(missing)} ({how})"
-    failed = [c for c in last.get("checks") or () if c.get("status") == "fail"]
+    failed = [c for c in last.checks if c.status == "fail"]
     if failed:
         return "the canary's 'after' evidence failed: " + "; ".join(check_failures(failed))
     return None
@@ -146,7 +152,7 @@ def prepare_promotion(
     status = replay(journal.entries(), change)
     refusal = promote_refusal(status, last_gate(journal))
     if refusal is None:
-        canary = [n for b in status.info.get("batches", ()) for n in b]
+        canary = [n for b in status.info.batches for n in b]
         refusal = evidence_refusal(journal.entries(), canary)
     if refusal and status.outcome == ChangeOutcome.RUNNING:
         raise PreflightError(refusal)
@@ -158,7 +164,7 @@ def prepare_promotion(
 
     # a staged plan's change promotes the stage it canaried (rollout.change.staging)
     plan = load_plan(str(info_path(journal, "plan", opts.plan_path))).for_change(status.info)
-    recorded = status.info.get("intentSha256")
+    recorded = status.info.intent_sha256
     if recorded and recorded != intent_digest(plan):
         raise PreflightError(
             f"the plan {plan.path} renders another intent than change {change} applied to its "
@@ -219,7 +225,7 @@ def run_promotion(
         LockHeldError: another process took the Lease.
     """
     from rollout.change.hooks import recreate_evidence
-    from rollout.change.orchestrator import ROLLBACK_INFO, continue_change
+    from rollout.change.orchestrator import continue_change
     from rollout.change.outcomes import ended_exit
     from rollout.change.previewing import predicted_rejections
     from rollout.change.record import mirrored
@@ -232,23 +238,24 @@ def run_promotion(
     nodes = promo.nodes
     all_nodes = list(dict.fromkeys([*status.nodes, *nodes]))
     batches = [list(b.nodes) for b in promo.remaining]
-    promotion = {
-        "by": holder_identity(),
-        "at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "batches": batches,
-        "forced": promo.force if promo.refusal or prepared.forced else None,
-        "refusal": promo.refusal,
-        "forcedRefusals": list(prepared.forced),
-        "forcedServing": promo.options.force_serving if prepared.serving_forced else None,
-        "forcedServingCanaries": list(prepared.serving_forced),
-    }
-    info = {
-        **{k: v for k, v in status.info.items() if k != ROLLBACK_INFO},  # a new part, no rollback
-        "nodes": all_nodes,
-        "batches": [*status.info.get("batches", ()), *batches],
-        "canaryOnly": False,
-        "promotion": promotion,
-    }
+    promotion = PromotionRecord(
+        by=holder_identity(),
+        at=datetime.now(UTC).isoformat(timespec="seconds"),
+        batches=tuple(tuple(b) for b in batches),
+        forced=promo.force if promo.refusal or prepared.forced else None,
+        refusal=promo.refusal,
+        forced_refusals=tuple(prepared.forced),
+        forced_serving=promo.options.force_serving if prepared.serving_forced else None,
+        forced_serving_canaries=tuple(prepared.serving_forced),
+    )
+    info = replace(
+        status.info,
+        rollback=None,  # a new part, no rollback
+        nodes=tuple(all_nodes),
+        batches=(*status.info.batches, *promotion.batches),
+        canary_only=False,
+        promotion=promotion,
+    )
     with holding(lock, journal.change_id):
         mirrored(journal, api, promo.options.lock_namespace)
         used = promo.overrides.used()
@@ -257,7 +264,7 @@ def run_promotion(
                 OVERRIDES_STEP,
                 Phase.DONE,
                 now=datetime.now(UTC),
-                data={"flags": used, "pods": list(prepared.losses)},
+                data=DrainOverridesUsed(tuple(used), tuple(prepared.losses)).data(),
             )
         progress.nodes(tuple(all_nodes))
         ctx = open_context(

@@ -9,9 +9,18 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rollout.change.entries import (
+    BenchVerdict,
+    ChangeBegin,
+    ChangeEnd,
+    EvidenceRecord,
+    NodeStep,
+    TriggerRecord,
+    record_of,
+)
 from rollout.change.journal import CHANGE_STEP, EVIDENCE_STEP, Entry, Journal, Kind, gc_paused
 from rollout.change.outcomes import ChangeOutcome, StopCause
 from rollout.errors import InputError
@@ -76,6 +85,47 @@ class NodeStatus:
         }
 
 
+@dataclass
+class TriggerStatus:
+    """One trigger as ``status`` shows it: what asked for a rollback (``trigger``: gate, alert,
+    watch), when (``at``), for which ``nodes`` (None: every node), with the alert's ``id``,
+    ``alert``, ``fingerprint`` and the ``reason`` when recorded; once the rollback it started
+    ended, its ``outcome``, when (``ended``) and the ``detail``."""
+
+    trigger: str | None
+    at: str
+    id: str | None = None
+    alert: str | None = None
+    fingerprint: str | None = None
+    reason: str | None = None
+    nodes: tuple[str, ...] | None = None
+    outcome: str | None = None
+    ended: str | None = None
+    detail: str = ""
+    started: bool = False  # the trigger's own record was read (not only how it ended)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (what ``status -o json`` prints per trigger)."""
+        out: dict[str, Any] = {"trigger": self.trigger, "at": self.at}
+        if self.started:
+            out.update(
+                {
+                    k: v
+                    for k, v in (
+                        ("id", self.id),
+                        ("alert", self.alert),
+                        ("fingerprint", self.fingerprint),
+                        ("reason", self.reason),
+                    )
+                    if v is not None
+                }
+            )
+            out["nodes"] = None if self.nodes is None else list(self.nodes)
+        if self.ended is not None:
+            out.update(outcome=self.outcome, ended=self.ended, detail=self.detail)
+        return out
+
+
 @dataclass(frozen=True)
 class ChangeStatus:
     """The whole change, replayed.
@@ -86,26 +136,26 @@ class ChangeStatus:
         outcome: ``running`` (no end recorded: in progress or crashed), or the recorded outcome
             (``completed``, ``held``, ``stopped``, ``rolled-back``, ...).
         message: the change-level message.
-        info: what the change-level ``begin`` recorded (plan, batches, canary).
+        info: what the last change-level ``begin`` recorded (plan, batches, canary).
         evidence: label -> the last evidence collection of that label (``overall``, ``nodes``,
-            ``file``, each check's ``name``/``status``/``summary``, or the ``error``).
+            ``file``, each check's result, or the ``error``).
         cause: why it ended as it did, when the end recorded it (the exit code of ``stopped``).
         triggers: what asked for a rollback, in journal order (the gate's verdict, an alert
             ``rollout serve`` received): ``trigger``, ``at``, ``nodes``, ``reason``, and for an
             alert its ``id``, ``alert`` and, once the rollback it started ended, ``outcome``.
         bench: the last ``bench-verdict`` (``gate.bench``): each verdict's outcome and reason,
-            and whether it allows the next stage to tighten; empty without one.
+            and whether it allows the next stage to tighten; None without one.
     """
 
     change: str
     nodes: Mapping[str, NodeStatus]
     outcome: ChangeOutcome = ChangeOutcome.RUNNING
     message: str = ""
-    info: Mapping[str, Any] = field(default_factory=dict)
-    evidence: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    info: ChangeBegin = field(default_factory=ChangeBegin)
+    evidence: Mapping[str, EvidenceRecord] = field(default_factory=dict)
     cause: StopCause | None = None
-    triggers: tuple[Mapping[str, Any], ...] = ()
-    bench: Mapping[str, Any] = field(default_factory=dict)
+    triggers: tuple[TriggerStatus, ...] = ()
+    bench: BenchVerdict | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary."""
@@ -114,12 +164,12 @@ class ChangeStatus:
             "outcome": self.outcome,
             "cause": self.cause,
             "message": self.message,
-            "promotion": self.info.get("promotion"),
+            "promotion": self.info.promotion.data() if self.info.promotion else None,
             "nodes": [s.to_dict() for s in self.nodes.values()],
-            "evidence": {k: dict(v) for k, v in self.evidence.items()},
-            "triggers": [dict(t) for t in self.triggers],
-            "stage": self.info.get("stage"),
-            "bench": dict(self.bench) or None,
+            "evidence": {k: v.summary() for k, v in self.evidence.items()},
+            "triggers": [t.to_dict() for t in self.triggers],
+            "stage": self.info.stage.data() if self.info.stage else None,
+            "bench": self.bench.summary() if self.bench else None,
         }
 
 
@@ -158,30 +208,31 @@ class Projection:
         self._dirty: set[str] = set()
         self.outcome, self.message = ChangeOutcome.RUNNING, ""
         self.cause: StopCause | None = None
-        self.info: dict[str, Any] = {}
-        self.evidence: dict[str, dict[str, Any]] = {}
+        self.info = ChangeBegin()
+        self.evidence: dict[str, EvidenceRecord] = {}
         # trigger id (or the record's position, for a gate's) -> what it asked and how it ended
-        self.triggers: dict[str, dict[str, Any]] = {}
-        self.bench: dict[str, Any] = {}
+        self.triggers: dict[str, TriggerStatus] = {}
+        self.bench: BenchVerdict | None = None
 
     def add(self, e: Entry) -> None:
         self.count += 1
         self.change = self.change or e.change
         if e.node is None:
             if e.step == EVIDENCE_STEP:
-                self.evidence[str(e.data.get("label", ""))] = _evidence_summary(e.data)
+                ev = EvidenceRecord.read(e.data)
+                self.evidence[ev.label] = ev
             elif e.step == TRIGGER_STEP:
                 self._trigger(e)
             elif e.step == Kind.BENCH_VERDICT:
-                self.bench = _bench_summary(e.data)
+                self.bench = BenchVerdict.read(e.data)
             elif e.step == CHANGE_STEP and e.phase is Phase.BEGIN:
-                self.info = dict(e.data)
+                self.info = ChangeBegin.read(e.data)
                 self.outcome, self.cause = ChangeOutcome.RUNNING, None
-                for n in e.data.get("nodes", ()):
+                for n in self.info.nodes:
                     self._fields_of(n)
             elif e.step == CHANGE_STEP:
                 self.outcome = outcome_of(e)
-                self.message = str(e.data.get("message", ""))
+                self.message = ChangeEnd.read(e.data).message
                 self.cause = cause_of(e)
             return
         f = self._fields_of(e.node)
@@ -192,16 +243,20 @@ class Projection:
 
     def _trigger(self, e: Entry) -> None:
         """A ``trigger`` record: a new trigger, or (``outcome``) how the one of that id ended."""
-        d = e.data
-        key = str(d.get("id") or f"#{len(self.triggers)}")
-        t = self.triggers.setdefault(key, {"trigger": d.get("trigger"), "at": e.ts})
-        if "outcome" in d:
-            t.update(outcome=d.get("outcome"), ended=e.ts, detail=d.get("detail") or "")
+        d = TriggerRecord.read(e.data)
+        key = d.id or f"#{len(self.triggers)}"
+        t = self.triggers.get(key)
+        if t is None:
+            t = self.triggers[key] = TriggerStatus(trigger=d.trigger, at=e.ts)
+        if d.ends:
+            t.outcome, t.ended, t.detail = d.outcome, e.ts, d.detail
             return
-        t.update(
-            {k: d[k] for k in ("id", "alert", "fingerprint", "reason") if d.get(k) is not None}
-        )
-        t["nodes"] = d.get("nodes")
+        t.started = True  # a field a later record of the same id leaves out is kept
+        t.id = d.id if d.id is not None else t.id
+        t.alert = d.alert if d.alert is not None else t.alert
+        t.fingerprint = d.fingerprint if d.fingerprint is not None else t.fingerprint
+        t.reason = d.reason if d.reason is not None else t.reason
+        t.nodes = d.nodes
 
     def _fields_of(self, node: str) -> dict[str, Any]:
         f = self._fields.get(node)
@@ -225,11 +280,11 @@ class Projection:
             nodes=dict(self.nodes),
             outcome=self.outcome,
             message=self.message,
-            info=dict(self.info),
+            info=self.info,
             evidence=dict(self.evidence),
             cause=self.cause,
-            triggers=tuple(dict(t) for t in self.triggers.values()),
-            bench=dict(self.bench),
+            triggers=tuple(replace(t) for t in self.triggers.values()),
+            bench=self.bench,
         )
 
 
@@ -253,23 +308,6 @@ def status_of(journal: Journal) -> ChangeStatus:
         return p.status(journal.change_id)
 
 
-def _bench_summary(data: Mapping[str, Any]) -> dict[str, Any]:
-    """A ``bench-verdict`` entry as status shows it: each verdict's outcome and reason."""
-    out: dict[str, Any] = {"allowsTightening": bool(data.get("allowsTightening"))}
-    for key in ("regression", "tightening"):
-        v = data.get(key) or {}
-        out[key] = {"outcome": v.get("outcome"), "reason": v.get("reason")}
-    return out
-
-
-def _evidence_summary(data: Mapping[str, Any]) -> dict[str, Any]:
-    out = {k: data[k] for k in ("overall", "nodes", "file", "error") if k in data}
-    out["checks"] = [
-        {k: c.get(k) for k in ("name", "status", "summary")} for c in data.get("checks") or ()
-    ]
-    return out
-
-
 _STEPS = {s.value: s for s in Step}
 
 
@@ -290,29 +328,35 @@ def _changes(s: Mapping[str, Any], e: Entry) -> dict[str, Any] | None:
     # every change of this entry gathered first, the status copied once: replaying a
     # 5,000-node change is 70,000 entries (tests/unit/test_journal.py::test_replay_states)
     u: dict[str, Any] = {"step": step, "phase": phase, "path": path}
-    d = e.data
+    # the payload is read (NodeStep) only by the entries that carry what a status keeps: most
+    # entries carry nothing of it, and a 5,000-node change replays 70,000 of them
     if step is Step.PREFLIGHT and phase is Phase.DONE:
-        u["prior_config"] = dict(d.get("configz", {}))
-        u["prior_allocatable"] = dict(d.get("allocatable", {}))
-        u["prior_slices"] = {str(k): dict(v) for k, v in (d.get("slices") or {}).items()}
+        d = NodeStep(e.data)
+        u["prior_config"] = d.configz
+        u["prior_allocatable"] = d.allocatable
+        u["prior_slices"] = d.slices
     elif step is Step.CORDON:
+        d = NodeStep(e.data)
         if phase is Phase.BEGIN and s["prior_cordoned"] is None:
-            u["prior_cordoned"] = bool(d.get("priorCordoned", False))
-        if phase is Phase.DONE and d.get("cordonedByUs"):
+            u["prior_cordoned"] = d.prior_cordoned
+        if phase is Phase.DONE and d.cordoned_by_us:
             u["we_cordoned"] = True
-    elif step is Step.UNCORDON and phase is Phase.DONE and d.get("uncordoned"):
+    elif step is Step.UNCORDON and phase is Phase.DONE and NodeStep(e.data).uncordoned:
         u["we_cordoned"] = False
     elif step is Step.BACKUP and phase is Phase.DONE:
-        u["backups"] = tuple(FileBackup(**b) for b in d.get("files", ()))
-        u["record"] = dict(d.get("change", {}))
+        d = NodeStep(e.data)
+        u["backups"] = d.backups
+        u["record"] = d.record
     elif step in WRITES and phase is Phase.BEGIN:
         u["files_touched"] = True
-    elif step in WRITES and phase is Phase.FAILED and d.get("filesWritten") is False:
+    elif step in WRITES and phase is Phase.FAILED and NodeStep(e.data).nothing_written:
         u["files_touched"] = False  # compare-and-swap refused: nothing was written
-    elif phase is Phase.DONE and path is StepPath.FORWARD and "change" in d:
-        u["record"] = dict(d["change"])  # another kind's record (``KindSteps.prepare``)
+    elif phase is Phase.DONE and path is StepPath.FORWARD:
+        record = record_of(e.data)  # another kind's record (``KindSteps.prepare``)
+        if record is not None:
+            u["record"] = record
     if phase is Phase.FAILED:
-        u["message"] = str(d.get("message", ""))
+        u["message"] = NodeStep(e.data).message
     if path is StepPath.FORWARD:
         if step is Step.UNCORDON and phase is Phase.DONE:
             u["state"] = NodeState.APPLIED
@@ -349,20 +393,21 @@ def _copy_with(s: NodeStatus, changes: Mapping[str, Any]) -> NodeStatus:
 def cause_of(entry: Entry) -> StopCause | None:
     """The cause a change-level end records; None when it records none, or one this version
     does not know (its exit code is then the outcome's alone)."""
+    cause = ChangeEnd.read(entry.data).cause
     try:
-        return StopCause(str(entry.data["cause"]))
-    except (KeyError, ValueError):
+        return None if cause is None else StopCause(cause)
+    except ValueError:
         return None
 
 
 def outcome_of(entry: Entry) -> ChangeOutcome:
     """The outcome a change-level ``done`` or ``failed`` entry records; one without an outcome
     (no version of rollout wrote one) reads as ``stopped`` when failed, else ``completed``."""
-    recorded = entry.data.get("outcome")
+    recorded = ChangeEnd.read(entry.data).outcome
     if recorded is None:
         return ChangeOutcome.STOPPED if entry.phase is Phase.FAILED else ChangeOutcome.COMPLETED
     try:
-        return ChangeOutcome(str(recorded))
+        return ChangeOutcome(recorded)
     except ValueError:
         raise InputError(
             f"change {entry.change}: journal outcome {recorded!r} is not one this version of "

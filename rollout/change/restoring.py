@@ -17,6 +17,14 @@ from typing import Any
 
 from rollout.change.context import Context, RestoreBracket
 from rollout.change.draining import drain
+from rollout.change.entries import (
+    cordon_begin,
+    cordon_done,
+    drain_done,
+    step_failed,
+    uncordon_begin,
+    uncordon_done,
+)
 from rollout.change.kinds import kind_of
 from rollout.change.parallel import in_parallel, wrap
 from rollout.change.replaying import NodeStatus, status_of
@@ -96,7 +104,7 @@ def _restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, Ro
             last = status_of(ctx.journal).nodes[node]
             open_step = last.path is StepPath.RESTORE and last.phase is Phase.BEGIN
             step = last.step if open_step and last.step is not None else Step.RESTORE
-        ctx.record(node, step, Phase.FAILED, StepPath.RESTORE, {"message": str(e)})
+        ctx.record(node, step, Phase.FAILED, StepPath.RESTORE, step_failed(str(e)))
         failed[node] = NodeOperationError(f"restore of node {node} failed at {step.value}: {e}")
 
     step_of: dict[str, Step | None] = {}
@@ -119,20 +127,18 @@ def _restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, Ro
         step_of[node] = Step.CORDON
         info = ctx.cluster.node(node)
         ctx.record(
-            node, Step.CORDON, Phase.BEGIN, StepPath.RESTORE, {"priorCordoned": info.unschedulable}
+            node, Step.CORDON, Phase.BEGIN, StepPath.RESTORE, cordon_begin(info.unschedulable)
         )
         if not info.unschedulable:
             ctx.cluster.cordon(node)
             ours[node] = True
-        ctx.record(node, Step.CORDON, Phase.DONE, StepPath.RESTORE, {"cordonedByUs": ours[node]})
+        ctx.record(node, Step.CORDON, Phase.DONE, StepPath.RESTORE, cordon_done(ours[node]))
         step_of[node] = None
         kind.restore_before_drain(ctx, status, works[node])
         step_of[node] = Step.DRAIN
         ctx.record(node, Step.DRAIN, Phase.BEGIN, StepPath.RESTORE)
         report = drain(ctx.cluster, node, ctx.drain, ctx.clock, ctx.on_event)
-        ctx.record(
-            node, Step.DRAIN, Phase.DONE, StepPath.RESTORE, {"evicted": list(report.evicted)}
-        )
+        ctx.record(node, Step.DRAIN, Phase.DONE, StepPath.RESTORE, drain_done(report.evicted))
         step_of[node] = None  # its own restore steps (the kubelet-config change: restore)
         prepared[node] = kind.restore_prepare(ctx, status, works[node])
 
@@ -161,10 +167,10 @@ def _restore_nodes(ctx: Context, statuses: Sequence[NodeStatus]) -> dict[str, Ro
             ctx.record(node, Step.RESTORE_VERIFY, Phase.DONE, StepPath.RESTORE)
         step_of[node] = Step.UNCORDON
         mine = ours[node]
-        ctx.record(node, Step.UNCORDON, Phase.BEGIN, StepPath.RESTORE, {"weCordoned": mine})
+        ctx.record(node, Step.UNCORDON, Phase.BEGIN, StepPath.RESTORE, uncordon_begin(mine))
         if mine:
             ctx.cluster.uncordon(node)
-        ctx.record(node, Step.UNCORDON, Phase.DONE, StepPath.RESTORE, {"uncordoned": mine})
+        ctx.record(node, Step.UNCORDON, Phase.DONE, StepPath.RESTORE, uncordon_done(mine))
         ctx.on_event(f"{node}: restored" + ("" if mine else " (cordon state left as it was)"))
 
     in_parallel([n for n in by_node if n not in failed], guarded(Step.UNCORDON, finish), ctx.forks)

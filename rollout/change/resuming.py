@@ -14,12 +14,12 @@ from enum import Enum
 
 from rollout.change.applying import apply_and_verify
 from rollout.change.context import Context
+from rollout.change.entries import GateRecord, RequestRecord, TriggerRecord, step_failed
 from rollout.change.journal import CHANGE_STEP, Entry, Kind
 from rollout.change.kinds import kind_of
 from rollout.change.orchestrator import (
     GATE_STEP,
     REQUEST_STEP,
-    ROLLBACK_INFO,
     UnfinishedGate,
     end_change,
     rollback_targets,
@@ -47,18 +47,25 @@ def unfinished_gate(entries: Sequence[Entry], has_gate: bool) -> UnfinishedGate 
     if status.outcome != ChangeOutcome.RUNNING:
         return None
     info = status.info
-    canary = tuple(info.get("canary", ()))
-    promotion = info.get("promotion")
+    canary = info.canary
+    promotion = info.promotion
     if promotion:
-        points = [tuple(b) for b in promotion.get("batches", ())] if has_gate else []
+        points = list(promotion.batches) if has_gate else []
     else:
         points = [canary] if canary else []
     verdicts = {
-        tuple(e.data.get("nodes") or ()): e
-        for e in entries
-        if e.step == GATE_STEP and e.phase is Phase.DONE
+        g.nodes: g
+        for g in (
+            GateRecord.read(e.data)
+            for e in entries
+            if e.step == GATE_STEP and e.phase is Phase.DONE
+        )
     }
-    triggers = [e for e in entries if e.step == Kind.TRIGGER and e.data.get("trigger") == "gate"]
+    triggers = [
+        t
+        for t in (TriggerRecord.read(e.data) for e in entries if e.step == Kind.TRIGGER)
+        if t.trigger == "gate"
+    ]
     for point in reversed(points):
         if not point or any(
             n not in status.nodes or status.nodes[n].state is not NodeState.APPLIED for n in point
@@ -67,11 +74,11 @@ def unfinished_gate(entries: Sequence[Entry], has_gate: bool) -> UnfinishedGate 
         recorded = verdicts.get(point)
         if recorded is None:
             return UnfinishedGate(point, point == canary)
-        outcome = VerdictStatus(str(recorded.data.get("status")))
+        outcome = VerdictStatus(recorded.status)
         if outcome is VerdictStatus.SUCCESSFUL:
             return None
-        failed = tuple(triggers[-1].data.get("nodes") or ()) if triggers else ()
-        verdict = Verdict(outcome, str(recorded.data.get("reason", "")), failed_nodes=failed)
+        failed = (triggers[-1].nodes or ()) if triggers else ()
+        verdict = Verdict(outcome, recorded.reason, failed_nodes=failed)
         return UnfinishedGate(point, point == canary, verdict)
     return None
 
@@ -123,7 +130,7 @@ def settle_node(ctx: Context, s: NodeStatus) -> None:
             current = status_of(ctx.journal).nodes[s.node]
             step = current.step or Step.VERIFY
             if current.phase is not Phase.FAILED:  # a refused apply journaled its own failure
-                ctx.record(s.node, step, Phase.FAILED, StepPath.FORWARD, {"message": str(err)})
+                ctx.record(s.node, step, Phase.FAILED, StepPath.FORWARD, step_failed(str(err)))
             ctx.on_event(f"{s.node}: {step.value} failed on resume: {err}; restoring the node")
             s = status_of(ctx.journal).nodes[s.node]
         restore_node(ctx, s)
@@ -194,23 +201,23 @@ def unfinished_rollback(entries: Sequence[Entry]) -> PendingRollback | None:
     """The rollback an interrupted change still owes (pure), or None.
 
     Owed while the change has no end: when its latest ``begin`` is a rollback's
-    (``rollout rollback``, :data:`~rollout.change.orchestrator.ROLLBACK_INFO`), or when the owner
+    (``rollout rollback``, its ``ChangeBegin.rollback``), or when the owner
     journaled a handed-over rollback request (``request``) after it and died before ending.
     """
     status = replay(entries)
     if status.outcome != ChangeOutcome.RUNNING:
         return None
-    asked = status.info.get(ROLLBACK_INFO)
+    asked = status.info.rollback
     if asked:
-        nodes = asked.get("nodes")
-        return PendingRollback(tuple(nodes) if nodes else None, bool(asked.get("force")))
+        return PendingRollback(asked.nodes, asked.force)
     requests = [e for e in _since_last_begin(entries) if e.step == REQUEST_STEP]
     if not requests:
         return None
-    named = [list(r.data.get("nodes") or ()) for r in requests]
+    asked_by = [RequestRecord.read(r.data) for r in requests]
+    named = [r.nodes or () for r in asked_by]
     nodes = None if not all(named) else tuple(dict.fromkeys(x for n in named for x in n))
-    force = any(bool(r.data.get("force")) for r in requests)
-    return PendingRollback(nodes, force, str(requests[0].data.get("by", "")))
+    force = any(r.force for r in asked_by)
+    return PendingRollback(nodes, force, asked_by[0].by)
 
 
 def resume_rollback(ctx: Context, pending: PendingRollback) -> ChangeStatus:
@@ -358,7 +365,7 @@ def resume_preview(entries: Sequence[Entry], change: str, has_gate: bool) -> Res
         b
         for b in (
             tuple(n for n in batch if status.nodes[n].state is NodeState.PENDING or n in cut)
-            for batch in status.info.get("batches", ())
+            for batch in status.info.batches
         )
         if b
     )

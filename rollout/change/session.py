@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rollout.change.context import Context
+from rollout.change.entries import DrainOverridesUsed
 from rollout.change.journal import Journal, Kind
 from rollout.change.kinds import recorded_kind
 from rollout.change.options import ChangeOptions
@@ -240,10 +241,10 @@ OVERRIDES_STEP = Kind.DRAIN_OVERRIDES
 def journaled_overrides(journal: Journal) -> DrainOverrides:
     """The drain overrides every part of the change was started with (their union)."""
     flags = {
-        str(f)
+        f
         for e in journal.entries()
         if e.step == OVERRIDES_STEP
-        for f in e.data.get("flags") or ()
+        for f in DrainOverridesUsed.read(e.data).flags
     }
     return DrainOverrides.from_flags(flags)
 
@@ -254,8 +255,7 @@ def info_path(journal: Journal, key: str, given: str | None) -> Path:
     Raises:
         InputError: neither is there.
     """
-    info = status_of(journal).info
-    value = given or info.get(key)
+    value = given or status_of(journal).info.path_of(key)
     if not value:
         raise InputError(f"no {key} recorded for change {journal.change_id}; pass it")
     return Path(str(value))
@@ -547,7 +547,7 @@ def _resume_later_batches(
         return end_resumed(ctx)
     pending = [
         [n for n in b if settled.nodes[n].state is NodeState.PENDING or n in cut]
-        for b in info.get("batches", ())
+        for b in info.batches
     ]
     todo = [b for b in pending if b]
     plan = recorded_plan(info, before.change)
@@ -562,7 +562,7 @@ def _resume_later_batches(
     if plan is None:
         # names what is missing
         plan = load_plan(str(info_path(ctx.journal, "plan", None))).for_change(info)
-    if info.get("intentSha256") and info["intentSha256"] != intent_digest(plan):
+    if info.intent_sha256 and info.intent_sha256 != intent_digest(plan):
         raise PreflightError(
             f"the plan {plan.path} renders another intent than change {before.change} "
             "started with; its settled nodes stay as they are, the rest is not started"
@@ -572,7 +572,7 @@ def _resume_later_batches(
     forced = any(e.step == Kind.PREFLIGHT_FORCED for e in ctx.journal.entries())
     # and one started with --force-serving, that consent (apply's entry, promote's record)
     serving_forced = any(e.step == Kind.SERVING_FORCED for e in ctx.journal.entries()) or bool(
-        (info.get("promotion") or {}).get("forcedServing")
+        info.promotion and info.promotion.forced_serving
     )
     moved = {n for n, s in settled.nodes.items() if s.state is not NodeState.PENDING}
     if ctx.kind is not None and ctx.kind.name != "kubelet-config":  # another kind's own works
@@ -580,20 +580,20 @@ def _resume_later_batches(
 
         works = works_of(plan, inv, claims_consent(ctx.journal.entries()))
         gate = make_gate(plan, inv, None)
-        canary = set(info.get("canary", ()))
+        canary = set(info.canary)
         batches = [Batch(tuple(b), bool(canary & set(b))) for b in todo]
         last = max((i for i, b in enumerate(batches) if b.canary), default=None)
         gate_at = {last: tuple(canary)} if last is not None else {}
-        if info.get("promotion"):
+        if info.promotion:
             gate_at = {i: b.nodes for i, b in enumerate(batches)} if has_gate else {}
         return continue_change(
             ctx,
             {n: works[n] for b in todo for n in b},
             batches,
             gate,
-            {**info, "resumed": True},
+            replace(info, resumed=True),
             gate_at=gate_at,
-            canary_only=bool(info.get("canaryOnly")),
+            canary_only=info.canary_only,
             regate=regate,
         )
     prepared = (
@@ -611,9 +611,9 @@ def _resume_later_batches(
         if todo
         else None
     )
-    canary = set(info.get("canary", ()))
+    canary = set(info.canary)
     batches = [Batch(tuple(b), bool(canary & set(b))) for b in todo]
-    if info.get("promotion"):  # promote gates after each batch when the plan has a gate
+    if info.promotion:  # promote gates after each batch when the plan has a gate
         gate_at = {i: b.nodes for i, b in enumerate(batches)} if has_gate else {}
     else:  # apply gates once, after its last canary batch, over the whole canary
         last = max((i for i, b in enumerate(batches) if b.canary), default=None)
@@ -627,8 +627,8 @@ def _resume_later_batches(
         prepared.changes if prepared is not None else {},
         batches,
         gate,
-        {**info, "resumed": True},
+        replace(info, resumed=True),
         gate_at=gate_at,
-        canary_only=bool(info.get("canaryOnly")),
+        canary_only=info.canary_only,
         regate=regate,
     )

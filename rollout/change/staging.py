@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rollout.change.entries import BenchVerdict, ChangeBegin, Stage
 from rollout.change.journal import CHANGE_STEP, Entry, Kind
 from rollout.change.plan import Plan
 
@@ -73,16 +74,11 @@ class StageChoice:
     history: tuple[str, ...] = ()
 
 
-def stage_info(plan: Plan) -> dict[str, Any] | None:
-    """What a staged change records in its ``begin`` (``info["stage"]``)."""
+def stage_info(plan: Plan) -> Stage | None:
+    """What a staged change records in its ``begin`` (``ChangeBegin.stage``)."""
     if plan.stage is None:
         return None
-    return {
-        "plan": plan.name,
-        "index": plan.stage,
-        "name": plan.stages[plan.stage].name,
-        "count": len(plan.stages),
-    }
+    return Stage(plan.name, plan.stage, plan.stages[plan.stage].name, len(plan.stages))
 
 
 def _label(plan: Plan, i: int) -> str:
@@ -129,7 +125,7 @@ def choose_stage(plan: Plan, runs: Iterable[StageRun]) -> StageChoice:
     )
 
 
-def begin_stage(lines: Iterable[str]) -> Mapping[str, Any] | None:
+def begin_stage(lines: Iterable[str]) -> Stage | None:
     """The ``stage`` a change's ``begin`` recorded, from its journal's lines (None: not staged,
     or no ``begin`` among them)."""
     for line in lines:
@@ -138,28 +134,32 @@ def begin_stage(lines: Iterable[str]) -> Mapping[str, Any] | None:
         except ValueError:
             continue
         if doc.get("step") == CHANGE_STEP and doc.get("phase") == "begin" and not doc.get("node"):
-            stage = (doc.get("data") or {}).get("stage")
-            return stage if isinstance(stage, Mapping) else None
+            data = doc.get("data")
+            return ChangeBegin.read(data).stage if isinstance(data, Mapping) else None
     return None
 
 
-def run_of(change: str, stage: Mapping[str, Any], entries: Sequence[Entry]) -> StageRun:
+def run_of(change: str, stage: Stage, entries: Sequence[Entry]) -> StageRun:
     """A staged change's :class:`StageRun` from its journal."""
     from rollout.change.replaying import replay
 
     status = replay(entries, change)
     verdict = next(
-        (e.data for e in reversed(entries) if e.node is None and e.step == Kind.BENCH_VERDICT),
-        None,
+        (
+            BenchVerdict.read(e.data)
+            for e in reversed(entries)
+            if e.node is None and e.step == Kind.BENCH_VERDICT
+        ),
+        BenchVerdict(),
     )
-    tight = (verdict or {}).get("tightening") or {}
+    tight = verdict.tightening
     return StageRun(
         change=change,
-        index=int(stage.get("index", -1)),
-        name=str(stage.get("name", "")),
+        index=stage.index if stage.index is not None else -1,
+        name=stage.name,
         outcome=str(status.outcome),
-        tightening=str(tight.get("outcome", "")),
-        reason=str(tight.get("reason", "")),
+        tightening=tight.outcome or "",
+        reason=tight.reason or "",
     )
 
 
@@ -178,7 +178,7 @@ def stage_history(
     out = []
     for change, text in sorted(first_chunks(api, namespace).items()):
         stage = begin_stage(text.splitlines())
-        if stage is None or stage.get("plan") != plan.name:
+        if stage is None or stage.plan != plan.name:
             continue
         journal = existing_journal(change, api, namespace, say)
         out.append(run_of(change, stage, journal.entries()))

@@ -185,6 +185,7 @@ def bench_cmd(
     the record names the exclusive CPUs and the GPU the kubelet gave it (podresources) and has
     one run, "placed", instead of the local and remote ones.
     """
+    from rollout.change.entries import ChangeBegin
     from rollout.change.inventory import read_inventory
     from rollout.change.record import existing_journal
     from rollout.change.replaying import replay
@@ -240,16 +241,16 @@ def bench_cmd(
         raise InputError("--image is read with --mode pod only", Location(field="--image"))
     api = connect(kubeconfig, context)
     journal = None
-    recorded: dict[str, Any] = {}
+    recorded = ChangeBegin()
     if change:
         journal = existing_journal(change, api, lock_namespace)
-        recorded = dict(replay(journal.entries()).info)
-    inv_path = inventory or recorded.get("inventory")
+        recorded = replay(journal.entries()).info
+    inv_path = inventory or recorded.inventory
     if not inv_path:
         raise InputError("no inventory: pass -i or set ROLLOUT_INVENTORY", Location(field="-i"))
     inv = read_inventory(Path(str(inv_path)))
     if node is None:
-        canary = list(recorded.get("canary") or ()) or list(recorded.get("nodes") or ())
+        canary = list(recorded.canary) or list(recorded.nodes)
         node = canary[0] if canary else inv.node_of(inv.hosts[0])
     req = benching.BenchRequest(
         command=command or "",

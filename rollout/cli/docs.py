@@ -11,12 +11,16 @@ import os
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from rollout.errors import InputError, Location
 
 from .options import inventory_option, kube_options, output_option, plan_option
+
+if TYPE_CHECKING:
+    from rollout.change.entries import ChangeBegin
 
 
 def _write(text: str, out: str | None) -> None:
@@ -214,6 +218,7 @@ def evidence_cmd(
     """
     import json
 
+    from rollout.change.entries import ChangeBegin
     from rollout.change.inventory import read_inventory
     from rollout.change.record import existing_journal
     from rollout.change.replaying import replay
@@ -222,7 +227,7 @@ def evidence_cmd(
     from rollout.evidence.report import EVIDENCE_FILE
     from rollout.kube.client import connect
 
-    recorded: dict[str, object] = {}
+    recorded = ChangeBegin()
     paths: dict[str, object] | None = None
     nodes: list[str] = []
     target = Path(out) if out else None
@@ -231,13 +236,13 @@ def evidence_cmd(
     if change:
         journal = existing_journal(change, api, lock_namespace)
         status = replay(journal.entries())
-        recorded, nodes = dict(status.info), list(status.nodes)
+        recorded, nodes = status.info, list(status.nodes)
         # a migration: each node's allocation path too (rollout.evidence.gpu_paths)
         paths = path_settings({n: s.record for n, s in status.nodes.items()})
         target = target or journal.dir / EVIDENCE_FILE
     elif target is None:
         raise InputError("without --change, pass --out FILE", Location(field="--out"))
-    inv_path = inventory or recorded.get("inventory")
+    inv_path = inventory or recorded.inventory
     if not inv_path:
         raise InputError("no inventory: pass -i or set ROLLOUT_INVENTORY", Location(field="-i"))
     inv = read_inventory(Path(str(inv_path)))
@@ -259,12 +264,12 @@ def evidence_cmd(
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
 
 
-def _tenancy_of(recorded: dict[str, object]) -> str | None:
+def _tenancy_of(recorded: ChangeBegin) -> str | None:
     """The tenancy file of the change's plan (``tenancy:``), when the plan is still there."""
     from rollout.change.plan import load_plan
 
-    plan = recorded.get("plan")
-    if not plan or not Path(str(plan)).is_file():
+    plan = recorded.plan
+    if not plan or not Path(plan).is_file():
         return None
     try:
         return load_plan(str(plan)).tenancy

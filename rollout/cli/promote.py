@@ -212,10 +212,9 @@ def promote_cmd(
 
 def _is_migration(journal: Journal) -> bool:
     from rollout.change.allocation_path import ALLOCATION_PATH
-    from rollout.change.context import KIND_INFO
     from rollout.change.replaying import status_of
 
-    return status_of(journal).info.get(KIND_INFO) == ALLOCATION_PATH.name
+    return status_of(journal).info.kind == ALLOCATION_PATH.name
 
 
 def _promote_migration(

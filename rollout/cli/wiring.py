@@ -47,32 +47,33 @@ def print_status(status: ChangeStatus, output: str) -> None:
     click.echo(f"change {status.change}: {status.outcome}")
     if status.message:
         click.echo(f"  {status.message}")
-    stage = status.info.get("stage")
+    stage = status.info.stage
     if stage:
         click.echo(
-            f"  stage {int(stage['index']) + 1}/{stage.get('count')} ({stage.get('name')}) of "
-            f"plan {stage.get('plan')}"
+            f"  stage {(stage.index or 0) + 1}/{stage.count} ({stage.name}) of plan {stage.plan}"
         )
     if status.bench:
-        for key, what in (("regression", "regression"), ("tightening", "aligned advantage")):
-            v = status.bench[key]
-            click.echo(f"  bench {what}: {v['outcome']}: {v['reason']}")
-        nxt = "may start" if status.bench["allowsTightening"] else "is held"
+        for v, what in (
+            (status.bench.regression, "regression"),
+            (status.bench.tightening, "aligned advantage"),
+        ):
+            click.echo(f"  bench {what}: {v.outcome}: {v.reason}")
+        nxt = "may start" if status.bench.allows_tightening else "is held"
         click.echo(f"  bench: a tighter next stage {nxt} once this change is promoted")
-    promotion = status.info.get("promotion")
+    promotion = status.info.promotion
     if promotion:
-        forced = f"; forced: {promotion['forced']}" if promotion.get("forced") else ""
-        click.echo(f"  promoted by {promotion.get('by')} at {promotion.get('at')}{forced}")
+        forced = f"; forced: {promotion.forced}" if promotion.forced else ""
+        click.echo(f"  promoted by {promotion.by} at {promotion.at}{forced}")
     for label, ev in status.evidence.items():
-        failed = [c["name"] for c in ev.get("checks") or () if c.get("status") == "fail"]
-        why = f": {ev['error']}" if ev.get("error") else f" ({', '.join(failed)})" if failed else ""
-        nodes = ", ".join(ev.get("nodes") or ())
-        click.echo(f"  evidence {label} ({nodes}): {ev.get('overall')}{why}")
+        failed = [str(c.name) for c in ev.checks if c.status == "fail"]
+        why = f": {ev.error}" if ev.error else f" ({', '.join(failed)})" if failed else ""
+        nodes = ", ".join(ev.nodes)
+        click.echo(f"  evidence {label} ({nodes}): {ev.overall}{why}")
     for t in status.triggers:
-        what = f"alert {t['alert']} (trigger {t.get('id')})" if t.get("alert") else t["trigger"]
-        on = ", ".join(t.get("nodes") or ()) or "every node"
-        ended = f": {t['outcome']}" if t.get("outcome") else ""
-        click.echo(f"  rollback asked by {what} at {t['at']} for {on}{ended}")
+        what = f"alert {t.alert} (trigger {t.id})" if t.alert else str(t.trigger)
+        on = ", ".join(t.nodes or ()) or "every node"
+        ended = f": {t.outcome}" if t.outcome else ""
+        click.echo(f"  rollback asked by {what} at {t.at} for {on}{ended}")
     click.echo(summary(status))
 
 

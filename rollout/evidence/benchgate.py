@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rollout.change.entries import BenchRun, trigger_data
 from rollout.change.journal import Journal, Kind
 from rollout.errors import ExternalError, InputError
 from rollout.evidence import benching, benchpod
@@ -197,13 +198,7 @@ class BenchGate:
                 Kind.TRIGGER,
                 Phase.DONE,
                 now=now,
-                data={
-                    "change": change_id,
-                    "trigger": "gate",
-                    "nodes": targets,
-                    "source": "bench",
-                    "reason": why,
-                },
+                data=trigger_data(change_id, "gate", targets, why, source="bench"),
             )
         elif regression.holds:
             self._verdict = replace(
@@ -225,11 +220,8 @@ class BenchGate:
 
 def journaled_before(journal: Journal) -> Results:
     """The canary's ``before`` benches as the interrupted apply journaled them."""
-    return {
-        str(e.data.get("node")): dict(e.data)
-        for e in journal.entries()
-        if e.step == Kind.BENCH and e.data.get("label") == "before"
-    }
+    runs = (BenchRun.read(e.data) for e in journal.entries() if e.step == Kind.BENCH)
+    return {run.node: dict(run.record) for run in runs if run.label == "before"}
 
 
 def resumed_gate(
@@ -247,7 +239,7 @@ def resumed_gate(
     holds, never a plain soak that passes)."""
     from rollout.change.replaying import replay
 
-    if policy is None or replay(journal.entries()).info.get("promotion"):
+    if policy is None or replay(journal.entries()).info.promotion:
         return gate
     runner = CanaryBench(policy, inv, api, {}, say)
     return BenchGate(gate, journal, runner, journaled_before(journal), group, say)

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rollout.change.entries import EvidenceRecord, evidence_data
 from rollout.change.journal import EVIDENCE_STEP, Journal
 from rollout.change.planning import DrainPolicy
 from rollout.change.promoting import check_failures
@@ -199,15 +200,6 @@ def tenancy_audit(path: str, api: Api) -> dict[str, Any]:
         return {"file": path, "result": "not-collected", "error": str(e) or type(e).__name__}
 
 
-def tenancy_summary(audit: Mapping[str, Any]) -> dict[str, Any]:
-    """The journal's account of a collection's tenancy audit: verdict and counts, no rows."""
-    keys = ("file", "policy", "result", "failed", "untested", "error")
-    return {
-        **{k: audit[k] for k in keys if k in audit},
-        "checks": len(audit.get("rows") or ()),
-    }
-
-
 def checks_of(collection: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every check over one collection, JSON-ready."""
     from rollout.evidence.checks import CHECKS, parse_collections
@@ -228,40 +220,36 @@ def journal_evidence(
     that stopped the collection); returns its data."""
     from rollout.evidence.checks import Status, overall_of
 
-    data: dict[str, Any] = {"label": label, "nodes": sorted(nodes), "file": str(file)}
     if error is not None:
-        data["error"] = error
-        data["overall"] = str(Status.NOT_COLLECTED)
+        data = evidence_data(label, nodes, str(file), str(Status.NOT_COLLECTED), error=error)
     else:
         checks = checks_of(collection or {})
-        data["overall"] = str(overall_of(c["status"] for c in checks))
-        data["checks"] = checks
-        if (collection or {}).get("tenancy"):
-            data["tenancy"] = tenancy_summary((collection or {})["tenancy"])
+        overall = str(overall_of(c["status"] for c in checks))
+        tenancy = (collection or {}).get("tenancy")
+        data = evidence_data(label, nodes, str(file), overall, checks, tenancy=tenancy)
     journal.append(EVIDENCE_STEP, Phase.DONE, now=datetime.now(UTC), data=data)
     return data
 
 
 def describe(data: Mapping[str, Any]) -> str:
-    """One line for a person: ``evidence after: pass (5 checks)`` or what failed."""
-    head = f"evidence {data.get('label')}: {data.get('overall')}"
-    if data.get("error"):
-        return f"{head}: not collected: {data['error']}"
-    failed = [c for c in data.get("checks") or () if c.get("status") == "fail"]
-    t = data.get("tenancy")
+    """One line for a person: ``evidence after: pass (5 checks)`` or what failed (``data``:
+    the ``evidence`` entry's payload, :func:`journal_evidence`'s)."""
+    ev = EvidenceRecord.read(data)
+    head = f"evidence {ev.label}: {ev.overall}"
+    if ev.error:
+        return f"{head}: not collected: {ev.error}"
+    failed = [c for c in ev.checks if c.status == "fail"]
+    t = ev.tenancy
     audit = ""
     if t:
-        audit = f"; tenancy audit of {t.get('policy') or t.get('file')}: {t.get('result')}" + (
-            f": {t['error']}"
-            if t.get("error")
-            else f" ({t.get('checks')} checks, {t.get('failed', 0)} failed)"
+        audit = f"; tenancy audit of {t.policy or t.file}: {t.result}" + (
+            f": {t.error}" if t.error else f" ({t.checks} checks, {t.failed} failed)"
         )
     if failed:
         return head + ": " + "; ".join(check_failures(failed)) + audit
-    checks = data.get("checks") or ()
-    unjudged = sum(1 for c in checks if c.get("status") == "not-judged")
+    unjudged = sum(1 for c in ev.checks if c.status == "not-judged")
     some = f", {unjudged} with nothing to judge" if unjudged else ""
-    return f"{head} ({len(checks)} checks{some}, {data.get('file')}){audit}"
+    return f"{head} ({len(ev.checks)} checks{some}, {ev.file}){audit}"
 
 
 class ChangeEvidence:

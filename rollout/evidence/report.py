@@ -18,7 +18,17 @@ from datetime import datetime
 from pathlib import Path as FsPath
 from typing import Any
 
+from rollout.change.entries import (
+    BenchRun,
+    BenchVerdict,
+    ChangeBegin,
+    GateRecord,
+    NodeStep,
+    Recovery,
+    VerdictRecord,
+)
 from rollout.change.journal import CHANGE_STEP, Entry, Journal, Kind
+from rollout.change.node_records import NodeRecord
 from rollout.change.replaying import NodeStatus, apply_entry, replay
 from rollout.errors import InputError, Location
 from rollout.evidence.checks import Check, Collection, evaluate, overall, parse_collections
@@ -86,7 +96,7 @@ class Report:
     message: str
     started: str
     ended: str
-    info: Mapping[str, Any]
+    info: ChangeBegin
     nodes: Mapping[str, str]
     events: tuple[NodeEvent, ...]
     decisions: tuple[GateDecision, ...]
@@ -95,7 +105,7 @@ class Report:
     evidence_source: str
     window: Mapping[str, Any] = field(default_factory=dict)
     bench: tuple[Mapping[str, Any], ...] = ()
-    bench_verdict: Mapping[str, Any] = field(default_factory=dict)
+    bench_verdict: BenchVerdict | None = None
     tenancy: tuple[Mapping[str, Any], ...] = ()
 
     @property
@@ -111,7 +121,7 @@ class Report:
             "started": self.started,
             "ended": self.ended,
             "window": dict(self.window),
-            "promotion": self.info.get("promotion"),
+            "promotion": self.info.promotion.data() if self.info.promotion else None,
             "nodes": dict(self.nodes),
             "timeline": [vars(e) for e in self.events],
             "gateDecisions": [{**vars(d), "nodes": list(d.nodes)} for d in self.decisions],
@@ -122,58 +132,51 @@ class Report:
                 "checks": [c.as_dict() for c in self.checks],
             },
             "bench": [dict(b) for b in self.bench],
-            "stage": self.info.get("stage"),
-            "benchVerdict": dict(self.bench_verdict) or None,
+            "stage": self.info.stage.data() if self.info.stage else None,
+            "benchVerdict": self.bench_verdict.summary() if self.bench_verdict else None,
             "tenancy": [dict(t) for t in self.tenancy],
         }
 
 
-def _counts(inputs: Mapping[str, Any]) -> tuple[str, int, int] | None:
+def _counts(verdict: VerdictRecord) -> tuple[str, int, int] | None:
     """(signal, admissions, rejections) of the signal with the highest rejection rate."""
     best: tuple[float, str, int, int] | None = None
-    for name, sig in (inputs.get("signals") or {}).items():
-        nodes = (sig or {}).get("nodes") or {}
-        adm = sum(int(n.get("admissions", 0)) for n in nodes.values())
-        rej = sum(sum(int(v) for v in (n.get("rejections") or {}).values()) for n in nodes.values())
+    for name, adm, rej in verdict.signals():
         rate = rej / adm if adm else 0.0
         if best is None or rate > best[0]:
-            best = (rate, str(name), adm, rej)
+            best = (rate, name, adm, rej)
     return None if best is None else (best[1], best[2], best[3])
 
 
 def _decision(e: Entry) -> GateDecision | None:
-    d = e.data
     if e.step == Kind.GATE:
         if e.phase is not Phase.DONE:
             return None  # the soak began; the verdict is the done entry
-        return GateDecision(
-            e.ts, "gate", str(d.get("status", "")), str(d.get("reason", "")),
-            tuple(d.get("nodes") or ()),
-        )  # fmt: skip
+        g = GateRecord.read(e.data)
+        return GateDecision(e.ts, "gate", g.status, g.reason, g.nodes)
     if e.step == Kind.RECOVERY:  # after an automatic rollback: do the rejected owners run again?
-        down = [str(o) for o in d.get("notRunning") or ()]
-        up = [str(o) for o in d.get("running") or ()]
+        r = Recovery.read(e.data)
+        down, up = r.not_running, r.running
         said = [f"Running again: {', '.join(up)}"] if up else []
-        said += [f"NOT Running after {d.get('waited', 0):g}s: {', '.join(down)}"] if down else []
+        said += [f"NOT Running after {r.waited:g}s: {', '.join(down)}"] if down else []
         status = "workload NOT running" if down else "workload running"
         return GateDecision(e.ts, "recovery", status, "; ".join(said))
     if e.step != Kind.VERDICT:
         return None
-    inputs = d.get("inputs") or {}
-    threshold = (inputs.get("config") or {}).get("threshold")
-    counts = _counts(inputs)
+    v = VerdictRecord.read(e.data)
+    counts = _counts(v)
     signal, adm, rej = counts if counts else ("", None, None)
     rate = (rej / adm if adm else 0.0) if adm is not None and rej is not None else None
     return GateDecision(
         ts=e.ts,
         source="verdict",
-        status=str(d.get("outcome", d.get("status", ""))),
-        reason=str(d.get("reason", "")),
-        nodes=tuple(d.get("nodes") or ()),
+        status=v.status,
+        reason=v.reason,
+        nodes=v.nodes,
         admissions=adm,
         rejections=rej,
         rate=rate,
-        threshold=float(threshold) if threshold is not None else None,
+        threshold=v.threshold,
         signal=signal,
     )
 
@@ -195,7 +198,8 @@ def build_report(
     """
     status = replay(entries)
     states: dict[str, NodeStatus] = {n: NodeStatus(node=n) for n in status.nodes}
-    events, decisions, window = [], [], {}
+    events, decisions = [], []
+    window: dict[str, Any] = {}
     files: dict[tuple[str, str], FileChange] = {}
     # per node and label (gate.bench journals a "before" and an "after" run of each canary)
     benched: dict[tuple[str, str], Mapping[str, Any]] = {
@@ -203,11 +207,13 @@ def build_report(
     }
     for e in entries:
         if e.node is None and e.step == Kind.BENCH:
-            benched[(str(e.data.get("node", "")), str(e.data.get("label") or ""))] = dict(e.data)
+            run = BenchRun.read(e.data)
+            benched[(run.node, run.label)] = run.record
             continue
         if e.node is None:
-            if e.step == CHANGE_STEP and "window" in e.data:
-                window = dict(e.data["window"])
+            if e.step == CHANGE_STEP and e.phase is Phase.BEGIN:
+                begin = ChangeBegin.read(e.data)
+                window = dict(begin.window) if begin.window is not None else window
             dec = _decision(e)
             if dec is not None:
                 decisions.append(dec)
@@ -217,20 +223,21 @@ def build_report(
         events.append(
             NodeEvent(
                 e.ts, e.node, e.step, e.phase.value, (e.path.value if e.path else "forward"),
-                s.state.value, str(e.data.get("message", "")),
+                s.state.value, NodeStep(e.data).message,
             )
         )  # fmt: skip
         if e.step == "backup" and e.phase.value == "done":
-            after = {f["path"]: f for f in (e.data.get("change") or {}).get("files", ())}
-            for b in e.data.get("files", ()):
-                a = after.get(b["path"], {})
-                files[(e.node, b["path"])] = FileChange(
+            step = NodeStep(e.data)
+            after = {f.path: f for f in NodeRecord.read(step.record).files}
+            for b in step.backups:
+                a = after.get(b.path)
+                files[(e.node, b.path)] = FileChange(
                     node=e.node,
-                    path=b["path"],
-                    existed=bool(b.get("existed")),
-                    before_sha256=str(b.get("sha256", "")),
-                    after_sha256=str(a.get("sha256", "")),
-                    mode=str(a.get("mode", b.get("mode", ""))),
+                    path=b.path,
+                    existed=b.existed,
+                    before_sha256=b.sha256,
+                    after_sha256=a.sha256 if a else "",
+                    mode=a.mode if a else b.mode,
                 )
     return Report(
         change=status.change,
@@ -238,7 +245,7 @@ def build_report(
         message=status.message,
         started=entries[0].ts if entries else "",
         ended=entries[-1].ts if entries else "",
-        info=dict(status.info),
+        info=status.info,
         nodes={n: s.state.value for n, s in status.nodes.items()},
         events=tuple(events),
         decisions=tuple(decisions),
@@ -247,7 +254,7 @@ def build_report(
         evidence_source=evidence_source,
         window=window,
         bench=tuple(benched.values()),
-        bench_verdict=dict(status.bench),
+        bench_verdict=status.bench,
         tenancy=tenancy_audits(collections),
     )
 

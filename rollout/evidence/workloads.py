@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rollout.change.draining import evict_pods
+from rollout.change.entries import NodeStep, Recreation
 from rollout.change.journal import Journal, Kind
 from rollout.change.planning import DrainPolicy
 from rollout.errors import ExternalError
@@ -184,7 +185,7 @@ class RecreatedWorkloads:
         evicted: set[str] = set()
         for e in journal.entries():
             if e.step == "drain" and e.node == node and e.phase is Phase.DONE:
-                evicted.update(str(k) for k in e.data.get("evicted") or ())
+                evicted.update(NodeStep(e.data).evicted)
         namespaces = sorted({k.split("/", 1)[0] for k in evicted if "/" in k})
         if not namespaces:
             return
@@ -218,8 +219,8 @@ class RecreatedWorkloads:
         changed: set[str],
     ) -> Recreated:
         keys = tuple(_key(p) for p in pods)
-        data: dict[str, Any] = {"node": node, "owner": owner, "pods": list(keys)}
-        journal.append(Kind.RECREATE, Phase.BEGIN, now=self.clock.now(), data=data)
+        rec = Recreation(node, owner, keys)
+        journal.append(Kind.RECREATE, Phase.BEGIN, now=self.clock.now(), data=rec.begun())
         try:
             before = {str((p.get("metadata") or {}).get("uid")) for p in self.pods.of_owner(owner)}
             self.say(f"{node}: recreating {owner}: evicting {', '.join(keys)}")
@@ -228,7 +229,7 @@ class RecreatedWorkloads:
             placed = self._replacements(node, owner, before, len(pods))
         except Exception as e:
             journal.append(
-                Kind.RECREATE, Phase.FAILED, now=self.clock.now(), data={**data, "error": str(e)}
+                Kind.RECREATE, Phase.FAILED, now=self.clock.now(), data=rec.failed(str(e))
             )
             raise
         off = sorted(k for k, n in placed.items() if n not in changed)
@@ -243,7 +244,7 @@ class RecreatedWorkloads:
             Kind.RECREATE,
             Phase.DONE,
             now=self.clock.now(),
-            data={**data, "replacements": dict(placed), "offChangedNodes": off},
+            data=rec.done(placed, off),
         )
         return Recreated(node, owner, keys, placed)
 

@@ -188,7 +188,7 @@ def owner_of(
 
 def _batch_of(change: ChangeStatus, node: str) -> list[str]:
     """The node's batch in the change (from its ``begin`` record), owned nodes only."""
-    for batch in change.info.get("batches") or ():
+    for batch in change.info.batches:
         if node in batch:
             return [
                 n

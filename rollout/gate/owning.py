@@ -148,9 +148,13 @@ def export_node_states(
         for node, state in current.items():
             metrics.set_node_state(node, state, states)
         for c in change_statuses(root):  # gate.bench decisions, per change
-            stage = str((c.info.get("stage") or {}).get("name", ""))
-            for key, check in (("regression", "regression"), ("tightening", "aligned-advantage")):
-                if c.bench.get(key):
-                    metrics.set_bench_verdict(c.change, stage, check, str(c.bench[key]["outcome"]))
+            stage = c.info.stage.name if c.info.stage else ""
+            if c.bench is None:
+                continue
+            for v, check in (
+                (c.bench.regression, "regression"),
+                (c.bench.tightening, "aligned-advantage"),
+            ):
+                metrics.set_bench_verdict(c.change, stage, check, str(v.outcome))
 
     return refresh

@@ -64,6 +64,7 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from rollout.change.entries import alert_trigger_data, trigger_ended_data
 from rollout.errors import InputError, Location, RolloutError
 from rollout.gate.alerting import Owner
 from rollout.gate.payloads import BadBody, parse_alerts
@@ -396,19 +397,18 @@ class AlertReceiver:
             if self._record is not None:
                 self._record(
                     change,
-                    {
-                        "change": change,
-                        "trigger": "alert",
-                        "id": run.id,
-                        "alert": name,
-                        "fingerprint": fp,
-                        "node": node,
-                        "nodes": list(nodes) if nodes else None,
-                        "labels": dict(labels),
-                        "startsAt": alert.get("startsAt"),
-                        "ownerLive": owner.live if owner else None,
-                        "reason": reason,
-                    },
+                    alert_trigger_data(
+                        change,
+                        run.id,
+                        name,
+                        fp,
+                        node,
+                        nodes,
+                        labels,
+                        alert.get("startsAt"),
+                        owner.live if owner else None,
+                        reason,
+                    ),
                 )
         except (RolloutError, OSError) as e:
             self._forget(fp, marks)
@@ -449,14 +449,9 @@ class AlertReceiver:
             with contextlib.suppress(RolloutError, OSError):
                 self._record(
                     run.change,
-                    {
-                        "change": run.change,
-                        "trigger": "alert",
-                        "id": run.id,
-                        "outcome": state,
-                        "detail": detail,
-                        "seconds": round(ended - run.started, 3),
-                    },
+                    trigger_ended_data(
+                        run.change, run.id, state, detail, round(ended - run.started, 3)
+                    ),
                 )
         run.detail, run.ended, run.state = detail, ended, state
         with self._lock:

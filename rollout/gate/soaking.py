@@ -21,6 +21,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from rollout.change.entries import recovery_data, trigger_data, verdict_data
 from rollout.change.journal import Kind
 from rollout.errors import RolloutError
 from rollout.gate.analysis import Baseline, GateConfig, OnFailure, Predicted, evaluate
@@ -195,9 +196,7 @@ class SoakGate:
         if self.metrics is not None:
             self.metrics.observe(verdict)
         if self.record is not None:
-            self.record(
-                Kind.VERDICT, {"change": change_id, "nodes": list(nodes), **verdict.as_dict()}
-            )
+            self.record(Kind.VERDICT, verdict_data(change_id, nodes, verdict.as_dict()))
         if self.events is not None:
             when = datetime.fromtimestamp(verdict.at, UTC)
             reason = EVENT_REASONS[verdict.status]
@@ -342,13 +341,13 @@ class RollbackPolicyGate:
             if self.record is not None:
                 self.record(
                     Kind.TRIGGER,
-                    {
-                        "change": change_id,
-                        "trigger": "gate",
-                        "nodes": targets,
-                        "policy": str(self.gate.cfg.on_failure),
-                        "reason": verdict.reason,
-                    },
+                    trigger_data(
+                        change_id,
+                        "gate",
+                        targets,
+                        verdict.reason,
+                        policy=str(self.gate.cfg.on_failure),
+                    ),
                 )
             verdict = replace(verdict, failed_nodes=tuple(targets))
         if self.verdict is None or self.verdict.status is not Outcome.FAILED:
@@ -393,15 +392,7 @@ class RollbackPolicyGate:
         up = [o for o in owners if state[o]]
         down = [o for o in owners if not state[o]]
         if self.record is not None:
-            self.record(
-                Kind.RECOVERY,
-                {
-                    "change": change_id,
-                    "running": up,
-                    "notRunning": down,
-                    "waited": self.gate.cfg.recovery,
-                },
-            )
+            self.record(Kind.RECOVERY, recovery_data(change_id, up, down, self.gate.cfg.recovery))
         parts = []
         if up:
             parts.append(f"Running again after the rollback: {', '.join(up)}")

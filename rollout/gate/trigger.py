@@ -155,6 +155,7 @@ def watch_change(
         InputError: ``listen`` without ``token_file``, or no applied node.
         RolloutError: the rollback failed.
     """
+    from rollout.change.entries import trigger_data
     from rollout.change.journal import Kind
     from rollout.gate.assembly import build_soak_gate
     from rollout.gate.serve import AlertReceiver, GateMetrics, make_server, parse_listen, read_token
@@ -190,7 +191,7 @@ def watch_change(
         decided(done)
     targets = done.targets
     if verdict.status is Outcome.FAILED and not no_rollback:
-        record(Kind.TRIGGER, {"trigger": "gate", "nodes": targets, "reason": verdict.reason})
+        record(Kind.TRIGGER, trigger_data(None, "gate", targets, verdict.reason))
         metrics.rollbacks.labels(trigger="gate").inc()
         trigger_rollback(change_id, targets, "rollout watch: gate Failed", kube, say=say)
     return done

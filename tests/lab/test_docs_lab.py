@@ -124,7 +124,8 @@ def test_windows_runbook_and_report_on_a_lab_change(
         assert f" {canary} forward {step}\n" in forced.stderr, forced.stderr
     journal = Journal.open(state, change)
     begin = replay(journal.entries()).info
-    assert begin["window"]["forced"] is True and begin["window"]["forceReason"] == "lab test 42"
+    assert begin.window is not None
+    assert begin.window["forced"] is True and begin.window["forceReason"] == "lab test 42"
 
     pod = guaranteed_pod(kube, namespace, canary)
     after = rollout(

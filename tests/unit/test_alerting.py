@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from rollout.change.entries import ChangeBegin
 from rollout.change.replaying import ChangeStatus, NodeStatus
 from rollout.errors import InputError
 from rollout.gate.alerting import (
@@ -86,7 +87,9 @@ def test_bad_rule_files_name_file_field_and_line(text: str, line: int, words: st
 
 def change(cid: str, info: dict[str, Any] | None = None, **nodes: NodeState) -> ChangeStatus:
     return ChangeStatus(
-        cid, {n: NodeStatus(node=n, state=s) for n, s in nodes.items()}, info=info or {}
+        cid,
+        {n: NodeStatus(node=n, state=s) for n, s in nodes.items()},
+        info=ChangeBegin.read(info or {}),
     )
 
 

@@ -23,6 +23,7 @@ from rollout.change.allocation_path import (
     parse_path_plan,
 )
 from rollout.change.context import Context
+from rollout.change.entries import ChangeBegin
 from rollout.change.journal import Journal
 from rollout.change.kinds import recorded_kind
 from rollout.change.orchestrator import NoGate, rollback, run_change
@@ -155,7 +156,7 @@ def _setup(tmp_path: Path, dra: tuple[str, ...] = ()) -> tuple[Context, FakeGpuC
     ctx = fake_context(cluster, FakeGpuRunner(cluster), journal)
     ctx.clock = clock
     ctx.verify_timeout_s = 60
-    ctx.kind = recorded_kind({"kind": "allocation-path"})
+    ctx.kind = recorded_kind(ChangeBegin(kind="allocation-path"))
     return ctx, cluster
 
 
@@ -189,7 +190,7 @@ def test_a_canary_moves_to_dra_in_order_and_holds_never_serving_through_both(
     ctx, cluster = _setup(tmp_path)
     status = _run(ctx)
     assert status.outcome == "held"
-    assert status.info["kind"] == "allocation-path"
+    assert status.info.kind == "allocation-path"
     assert [s.split()[0] for s in _steps(ctx, "n1") if s.endswith("begin")] == [
         "preflight",
         "cordon",
@@ -426,7 +427,10 @@ def test_consent_given_after_the_canary_moved_carries_to_its_rollback(tmp_path: 
     """``--terminate-claims`` given to ``promote`` (a ``change`` begin with ``terminateClaims``,
     as ``run_migration_promotion`` writes it) reaches the canary whose own record says no:
     a rollback from any process reads the change record (``claims_consent``)."""
-    from rollout.change.allocation_path import CONSENT_INFO, claims_consent
+    from dataclasses import replace
+
+    from rollout.change.allocation_path import claims_consent
+    from rollout.change.entries import Promotion
     from rollout.change.journal import CHANGE_STEP
     from rollout.models import Phase
 
@@ -438,7 +442,11 @@ def test_consent_given_after_the_canary_moved_carries_to_its_rollback(tmp_path: 
         CHANGE_STEP,
         Phase.BEGIN,
         now=ctx.clock.now(),
-        data={**status_of(ctx.journal).info, CONSENT_INFO: True, "promotion": {"batches": []}},
+        data=replace(
+            status_of(ctx.journal).info,
+            terminate_claims=True,
+            promotion=Promotion(by="ops", at="", batches=(), terminate_claims=True),
+        ).data(),
     )
     assert claims_consent(ctx.journal.entries())
     cluster.nodes["n1"].pods.append(PodRef("ml", "train-claim", node="n1", uid="c1"))

@@ -77,7 +77,7 @@ def test_a_p99_regression_fails_the_gate_and_restores_the_canary(tmp_path: Path)
     assert verdict["regression"]["outcome"] == "Failed"
     benches = [(e.data["node"], e.data.get("label")) for e in entries if e.step == "bench"]
     assert benches == [("n1", "after")]
-    assert replay(entries).bench["regression"]["outcome"] == "Failed"  # status shows it
+    assert replay(entries).to_dict()["bench"]["regression"]["outcome"] == "Failed"  # status
 
 
 def test_a_bench_that_cannot_run_holds_the_canary(tmp_path: Path) -> None:
@@ -93,8 +93,8 @@ def test_no_regression_holds_the_canary_as_a_successful_gate_does(tmp_path: Path
     ctx, status, _, _ = _run(tmp_path, {"n1": rec((10.5, 25.0), remote=(20.0, 10.0))})
     assert status.outcome == "held" and "canary applied; holding" in status.message
     s = replay(ctx.journal.entries())
-    assert s.bench["regression"]["outcome"] == "Successful"
-    assert s.bench["allowsTightening"] is True  # aligned 10.5 ms vs mismatched 20 ms
+    assert s.bench is not None and s.bench.regression.outcome == "Successful"
+    assert s.bench.allows_tightening is True  # aligned 10.5 ms vs mismatched 20 ms
 
 
 def test_a_soak_that_did_not_pass_runs_no_bench(tmp_path: Path) -> None:

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from rollout.change.context import KIND_INFO, Context
+from rollout.change.context import Context
+from rollout.change.entries import ChangeBegin
 from rollout.change.journal import Journal
 from rollout.change.kinds import KNOWN, kind_of, recorded_kind
 from rollout.change.kubelet_config import KUBELET_CONFIG
@@ -143,7 +144,7 @@ def test_a_second_kind_runs_through_the_engines_skeleton_and_the_journal_names_i
     ctx, cluster, kind = _setup(tmp_path)
     status = _run(ctx)
     assert status.outcome == "held"  # the canary applied, the engine held
-    assert status.info[KIND_INFO] == "paint"
+    assert status.info.kind == "paint"
     assert kind.labels == {"n1": "red", "n2": "blue", "n3": "blue"}
     assert [s.split()[1] for s in _steps(ctx, "n1") if s.endswith("begin")] == [
         "preflight",
@@ -165,11 +166,11 @@ def test_the_kubelet_config_change_journals_no_kind_and_old_journals_read_as_it(
     tmp_path: Path,
 ) -> None:
     assert kind_of(fake_context(*(None,) * 3)) is KUBELET_CONFIG
-    assert recorded_kind({}) is KUBELET_CONFIG
-    assert recorded_kind({KIND_INFO: "kubelet-config"}) is KUBELET_CONFIG
+    assert recorded_kind(ChangeBegin.read({})) is KUBELET_CONFIG
+    assert recorded_kind(ChangeBegin.read({"kind": "kubelet-config"})) is KUBELET_CONFIG
     assert KNOWN["kubelet-config"] is KUBELET_CONFIG
     with pytest.raises(InputError, match="names kind 'paint', which this version"):
-        recorded_kind({KIND_INFO: "paint"})
+        recorded_kind(ChangeBegin.read({"kind": "paint"}))
 
 
 def test_a_failed_verify_restores_the_node_through_the_kinds_restore_steps(

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from rollout.change.context import Context
+from rollout.change.entries import ChangeBegin
 from rollout.change.journal import Journal
 from rollout.change.orchestrator import continue_change, node_pool, run_change
 from rollout.change.plan import load_plan
@@ -220,7 +221,9 @@ def test_rollback_group_reaches_the_batches_promoted_before(tmp_path: Path) -> N
     ctx.journal.append("change", Phase.BEGIN, now=ctx.clock.now(), data={"nodes": NODES})
     gate.gate.signals = [Signal(lambda _i: {"n3": NodeCounts(5, {TAE: 3})})]
     ended(
-        continue_change(ctx, {}, [], gate, {"nodes": NODES}, regate=_Regate(("n3",))),
+        continue_change(
+            ctx, {}, [], gate, ChangeBegin(nodes=tuple(NODES)), regate=_Regate(("n3",))
+        ),
         5,
         "restored n1, n2, n3",
     )

@@ -324,7 +324,7 @@ def test_a_replaced_journal_file_is_read_again_from_the_start(tmp_path: Path) ->
 
 
 def test_an_entry_of_a_newer_schema_is_refused(tmp_path: Path) -> None:
-    from rollout.change.journal import SCHEMA_VERSION
+    from rollout.change.entries import SCHEMA_VERSION
 
     j = Journal.create(tmp_path, "c")
     j.append("cordon", Phase.BEGIN, now=T, node="n1", path=StepPath.FORWARD)

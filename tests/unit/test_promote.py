@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rollout.change.context import Context
+from rollout.change.entries import ChangeBegin
 from rollout.change.journal import Journal
 from rollout.change.orchestrator import continue_change, rollback, run_change
 from rollout.change.planning import Batch, DrainPolicy, Strategy, make_batches
@@ -42,13 +43,17 @@ def _held(tmp_path: Path, gate: VerdictStatus = VerdictStatus.SUCCESSFUL) -> Con
     )
     batches = make_batches(NODES, ["n1", "n2"], Strategy(max_unavailable=2), True)
     changes = {n: make_change(n) for n in NODES}
-    run_change(ctx, changes, batches, ScriptedGate(gate), True, info={"plan": "p.yaml"})
+    run_change(ctx, changes, batches, ScriptedGate(gate), True, info=ChangeBegin(plan="p.yaml"))
     return ctx
 
 
 def _info(ctx: Context) -> dict[str, object]:
     st = replay(ctx.journal.entries())
-    return {**st.info, "nodes": NODES, "promotion": {"by": "me", "batches": [["n3"], ["n4"]]}}
+    return {
+        **st.info.data(),
+        "nodes": NODES,
+        "promotion": {"by": "me", "batches": [["n3"], ["n4"]]},
+    }
 
 
 def test_promote_applies_the_rest_in_the_same_change_with_the_gate_after_each_batch(
@@ -59,12 +64,12 @@ def test_promote_applies_the_rest_in_the_same_change_with_the_gate_after_each_ba
     assert status.outcome == "held" and promote_refusal(status, last_gate(ctx.journal)) is None
     gate = ScriptedGate(VerdictStatus.SUCCESSFUL)
     changes = {n: make_change(n) for n in NODES}
-    final = continue_change(ctx, changes, REST, gate, _info(ctx))
+    final = continue_change(ctx, changes, REST, gate, ChangeBegin.read(_info(ctx)))
     assert final.outcome == "completed"
     assert gate.seen == [["n3"], ["n4"]]  # after each batch, over that batch
     assert {n: s.state for n, s in final.nodes.items()} == dict.fromkeys(NODES, NodeState.APPLIED)
     assert final.to_dict()["promotion"]["by"] == "me"
-    assert final.info["plan"] == "p.yaml"  # the canary's record kept
+    assert final.info.plan == "p.yaml"  # the canary's record kept
     # one rollback restores every node of the change, canary and fleet
     done = rollback(ctx)
     assert {s.state for s in done.nodes.values()} == {NodeState.RESTORED}
@@ -78,7 +83,9 @@ def test_a_failed_gate_after_a_promoted_batch_restores_that_batch_and_stops(
     ctx = _held(tmp_path)
     changes = {n: make_change(n) for n in NODES}
     ended(
-        continue_change(ctx, changes, REST, ScriptedGate(VerdictStatus.FAILED), _info(ctx)),
+        continue_change(
+            ctx, changes, REST, ScriptedGate(VerdictStatus.FAILED), ChangeBegin.read(_info(ctx))
+        ),
         5,
         "gate failed batch 1",
     )
@@ -109,7 +116,7 @@ def test_report_shows_the_promotion(tmp_path: Path) -> None:
     ctx = _held(tmp_path)
     changes = {n: make_change(n) for n in NODES}
     info = {**_info(ctx), "promotion": {"by": "me", "at": "t", "batches": [["n3"], ["n4"]]}}
-    continue_change(ctx, changes, REST, None, info)
+    continue_change(ctx, changes, REST, None, ChangeBegin.read(info))
     report = build_report(ctx.journal.entries(), (), "not collected")
     md = render(report, "markdown")
     assert "| Promotion | by me at t: n3; n4 |\n| Evidence |" in md

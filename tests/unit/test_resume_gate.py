@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rollout.change.context import Context
+from rollout.change.entries import ChangeBegin
 from rollout.change.journal import Journal
 from rollout.change.orchestrator import UnfinishedGate, continue_change, run_change
 from rollout.change.planning import Batch, DrainPolicy, Strategy, make_batches
@@ -70,7 +71,7 @@ def test_a_soak_cut_by_a_crash_is_owed_and_soaked_again_before_later_batches(
     assert owed == UnfinishedGate(("n1", "n2"), canary=True)
     resume(ctx)  # nothing in flight: the canary is applied
     gate = ScriptedGate(VerdictStatus.SUCCESSFUL)
-    info = {**replay(ctx.journal.entries()).info, "resumed": True}
+    info = ChangeBegin.read({**replay(ctx.journal.entries()).info.data(), "resumed": True})
     rest = [] if canary_only else REST
     final = continue_change(
         ctx,
@@ -94,7 +95,7 @@ def test_a_soak_cut_by_a_crash_is_owed_and_soaked_again_before_later_batches(
 def test_a_regate_that_does_not_pass_holds_and_starts_nothing(tmp_path: Path) -> None:
     ctx = _crashed_in_soak(tmp_path, canary_only=False)
     owed = unfinished_gate(ctx.journal.entries(), has_gate=True)
-    info = {**replay(ctx.journal.entries()).info, "resumed": True}
+    info = ChangeBegin.read({**replay(ctx.journal.entries()).info.data(), "resumed": True})
     gate = ScriptedGate(VerdictStatus.INCONCLUSIVE)
     changes = {n: make_change(n) for n in NODES}
     final = continue_change(ctx, changes, REST, gate, info, gate_at={}, regate=owed)
@@ -111,7 +112,7 @@ def test_a_failed_verdict_the_dead_process_never_acted_on_restores_the_canary(
     owed = unfinished_gate(ctx.journal.entries(), has_gate=True)
     assert owed is not None and owed.verdict is not None
     assert owed.verdict.status is VerdictStatus.FAILED
-    info = {**replay(ctx.journal.entries()).info, "resumed": True}
+    info = ChangeBegin.read({**replay(ctx.journal.entries()).info.data(), "resumed": True})
     gate = ScriptedGate(VerdictStatus.SUCCESSFUL)
     changes = {n: make_change(n) for n in NODES}
     ended(
@@ -151,10 +152,12 @@ def test_a_promotion_owes_the_gate_of_its_last_applied_batch_only_with_a_plan_ga
     ok = {"status": "Successful", "reason": "ok", "nodes": ["n1", "n2"]}
     j.append("gate", Phase.DONE, now=now, data=ok)
     j.append("change", Phase.DONE, now=now, data={"outcome": "held"})
-    info = {
-        **replay(j.entries()).info,
-        "promotion": {"by": "me", "batches": [["n3"], ["n4"]]},
-    }
+    info = ChangeBegin.read(
+        {
+            **replay(j.entries()).info.data(),
+            "promotion": {"by": "me", "batches": [["n3"], ["n4"]]},
+        }
+    )
     with pytest.raises(Killed):
         continue_change(ctx, {n: make_change(n) for n in NODES}, REST, DyingGate(), info)  # type: ignore[arg-type]
     assert unfinished_gate(j.entries(), has_gate=True) == UnfinishedGate(("n3",), canary=False)

@@ -57,7 +57,7 @@ def test_a_node_cut_in_its_drain_is_uncordoned_and_run_again_with_the_batches_le
     assert p.outcome == "running" and p.rollback is None and p.stops == ""
     assert p.nodes == {"n1": ("applying", "restore: nothing written, undo the cordon")}
     assert p.rerun == ("n1",)
-    assert p.batches == tuple(tuple(b) for b in replay(ctx.journal.entries()).info["batches"])
+    assert p.batches == tuple(tuple(b) for b in replay(ctx.journal.entries()).info.batches)
     assert p.batches[0] == ("n1",)
     _agrees(p, ctx.journal, cluster)
 

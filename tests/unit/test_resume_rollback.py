@@ -6,6 +6,7 @@ lab proves both through the CLI (tests/lab/test_crash_lab.py, the ``rollback-*``
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,7 @@ def test_rollback_journals_its_start_with_the_change_info_and_what_it_restores(
 ) -> None:
     ctx, _ = _setup(tmp_path)
     _run(ctx)
-    batches = replay(ctx.journal.entries()).info["batches"]
+    batches = [list(b) for b in replay(ctx.journal.entries()).info.batches]
     rollback(ctx, ["n2", "n3"], force=True)
     begins = [e for e in ctx.journal.entries() if e.step == CHANGE_STEP and e.phase is Phase.BEGIN]
     assert begins[-1].data["rollback"] == {"nodes": ["n2", "n3"], "force": True}
@@ -230,4 +231,4 @@ def _run_again(ctx: Context, nodes: list[str]) -> Any:
     info = replay(ctx.journal.entries()).info
     batches = [Batch(tuple(nodes), True)]
     changes = {n: make_change(n) for n in nodes}
-    return continue_change(ctx, changes, batches, None, {**info, "resumed": True})
+    return continue_change(ctx, changes, batches, None, replace(info, resumed=True))

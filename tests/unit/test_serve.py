@@ -473,10 +473,11 @@ def test_the_triggers_and_their_outcomes_are_in_the_changes_status(
     (run,) = settled(receiver)
     status = replay(Journal.open(root, A).entries(), A)
     (t,) = status.triggers
-    assert t["id"] == run.id == body["alerts"][0]["trigger"]
-    assert t["trigger"] == "alert" and t["alert"] == "KubeletTopologyAffinityRejections"
-    assert t["nodes"] == ["n1"] and t["outcome"] == "rolled-back" and t["ended"] >= t["at"]
-    assert status.to_dict()["triggers"] == [t]
+    assert t.id == run.id == body["alerts"][0]["trigger"]
+    assert t.trigger == "alert" and t.alert == "KubeletTopologyAffinityRejections"
+    assert t.nodes == ("n1",) and t.outcome == "rolled-back" and str(t.ended) >= t.at
+    shown = status.to_dict()["triggers"]
+    assert shown == [t.to_dict()] and shown[0]["nodes"] == ["n1"] and shown[0]["id"] == run.id
     print_status(status, "text")
     line = next(x for x in capsys.readouterr().out.splitlines() if "rollback asked by" in x)
     assert line.startswith(

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from rollout.change.entries import ChangeBegin, Stage
 from rollout.change.plan import parse_plan
 from rollout.change.staging import StageRun, begin_stage, choose_stage, stage_info
 from rollout.errors import InputError
@@ -45,15 +46,12 @@ def test_each_stage_merges_its_kubelet_over_the_plans() -> None:
         "topologyManagerPolicy": "single-numa-node",
     }
     assert second.kubelet_for("gpu-1")["topologyManagerScope"] == "container"  # node override
-    assert stage_info(second) == {
-        "plan": "tighten",
-        "index": 1,
-        "name": "single-numa-node",
-        "count": 2,
-    }
+    stage = stage_info(second)
+    assert stage == Stage("tighten", 1, "single-numa-node", 2)
+    assert stage.data() == {"plan": "tighten", "index": 1, "name": "single-numa-node", "count": 2}
     # a change that recorded its stage gets the same plan back (promote, resume, rollback)
-    assert PLAN.for_change({"stage": {"index": 1}}).kubelet == second.kubelet
-    assert PLAN.for_change({}).kubelet == PLAN.kubelet and stage_info(PLAN) is None
+    assert PLAN.for_change(ChangeBegin.read({"stage": {"index": 1}})).kubelet == second.kubelet
+    assert PLAN.for_change(ChangeBegin()).kubelet == PLAN.kubelet and stage_info(PLAN) is None
     with pytest.raises(InputError, match="no stage 3"):
         PLAN.at_stage(2)
 
@@ -143,5 +141,6 @@ def test_begin_stage_reads_the_first_change_begin() -> None:
         "not json",
         json.dumps({"step": "change", "phase": "begin", "data": {"stage": {"index": 0}}}),
     ]
-    assert begin_stage(lines) == {"index": 0}
+    assert begin_stage(lines) == Stage.read({"index": 0})
+    assert begin_stage(lines) == Stage(plan="", index=0, name="", count=0)
     assert begin_stage([json.dumps({"step": "change", "phase": "begin", "data": {}})]) is None

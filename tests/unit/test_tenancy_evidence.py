@@ -189,16 +189,17 @@ def test_the_runbooks_preflight_shows_the_audits_table() -> None:
 def test_rollout_evidence_audits_the_tenancy_file_of_the_changes_recorded_plan(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from rollout.change.entries import ChangeBegin
     from rollout.cli.docs import _tenancy_of
 
     plan = tmp_path / "plan.yaml"
     plan.write_text(PLAN + "tenancy: tenancy.yaml\n")
-    assert _tenancy_of({"plan": str(plan)}) == str(tmp_path / "tenancy.yaml")
+    assert _tenancy_of(ChangeBegin(plan=str(plan))) == str(tmp_path / "tenancy.yaml")
     plan.write_text(PLAN)
-    assert _tenancy_of({"plan": str(plan)}) is None
-    assert _tenancy_of({"plan": str(tmp_path / "gone.yaml")}) is None
-    assert _tenancy_of({}) is None
+    assert _tenancy_of(ChangeBegin(plan=str(plan))) is None
+    assert _tenancy_of(ChangeBegin(plan=str(tmp_path / "gone.yaml"))) is None
+    assert _tenancy_of(ChangeBegin()) is None
     plan.write_text(PLAN + "tenancy: 3\n")
-    assert _tenancy_of({"plan": str(plan)}) is None
+    assert _tenancy_of(ChangeBegin(plan=str(plan))) is None
     err = capsys.readouterr().err
     assert "warning: no tenancy audit:" in err and "tenancy" in err and str(plan) in err
