@@ -41,6 +41,13 @@ RUN = "lab.rollout.dev/run-containers"
 NS = "rollout-probes"
 
 
+def _allocatable(lab: Lab, node: str) -> int:
+    code, body = lab.api.request("GET", f"/api/v1/nodes/{node}")
+    if code != 200 or not isinstance(body, dict):
+        return -1
+    return int((body.get("status") or {}).get("allocatable", {}).get(GPU, "0"))
+
+
 def _bench_pods(lab: Lab) -> list[str]:
     code, body = lab.api.request(
         "GET", f"/api/v1/namespaces/{NS}/pods?labelSelector=rollout.io%2Fbench%3Dtrue"
@@ -167,7 +174,10 @@ def test_bench_in_a_pod_the_kubelet_placed_names_its_cpus_and_gpu_and_gates_a_re
     assert f"bench pod {NS}/{rec['pod']['name']} on {node}" in r.stderr
     assert _bench_pods(lab) == []  # deleted, and gone before the command returned
 
-    # 2. the gate in pod mode: a regression under single-numa-node rolls the canary back
+    # 2. the gate in pod mode: a regression under single-numa-node rolls the canary back.
+    # All 8 GPUs advertised first: a full-suite run once saw the apply's preflight find the
+    # node advertising fewer here (refused, exit 3), cause not found; wait and say so if not
+    ck.wait_for(lambda: _allocatable(lab, node) == 8, 90, "all 8 GPUs advertised before the canary")
     sc.write_text(json.dumps({"single-numa-node": {"placed": 8}, "*": {"placed": 1}}))
     inv = ck.inventory(lab, [node], [node], tmp_path / "inv.ini")
     text = inv.read_text().replace(
