@@ -280,15 +280,7 @@ def bench_cmd(
             if journal is not None:
                 benching.journal_bench(journal, node, None, str(e), req.describe())
             raise
-    if journal is not None:
-        benching.journal_bench(journal, node, result)
-    from rollout.evidence.report import EVIDENCE_FILE
-
-    target = Path(out) if out else (journal.dir / EVIDENCE_FILE if journal else None)
-    if target is not None:
-        benching.add_to_evidence(target, result)
-    if metrics_out:
-        benching.write_metrics(Path(metrics_out), [result])
+    _keep(result, node, journal, out, metrics_out)
     if output == "json":
         click.echo(json.dumps(result, indent=2, sort_keys=True))
     else:
@@ -365,7 +357,6 @@ def _bench_pod(
 
     from rollout.evidence import benching, benchpod
     from rollout.evidence.bench import BenchError
-    from rollout.evidence.report import EVIDENCE_FILE
 
     change = journal.change_id if journal else None
     if dry_run:
@@ -380,13 +371,7 @@ def _bench_pod(
         if journal is not None:
             benching.journal_bench(journal, node, None, str(e), benchpod.describe(pod, command))
         raise
-    if journal is not None:
-        benching.journal_bench(journal, node, result)
-    target = Path(out) if out else (journal.dir / EVIDENCE_FILE if journal else None)
-    if target is not None:
-        benching.add_to_evidence(target, result)
-    if metrics_out:
-        benching.write_metrics(Path(metrics_out), [result])
+    _keep(result, node, journal, out, metrics_out)
     if output == "json":
         click.echo(json.dumps(result, indent=2, sort_keys=True))
     else:
@@ -402,6 +387,23 @@ def _bench_pod(
             click.echo(f"problem: {p}")
     if result["status"] != "pass":
         raise BenchError(f"bench on {node}: " + "; ".join(result["problems"]))
+
+
+def _keep(
+    result: dict[str, Any], node: str, journal: Any, out: str | None, metrics_out: str | None
+) -> None:
+    """Journal a bench's result on its change, add it to the evidence file (``--out``, else the
+    change's) and write its metrics (``--metrics-out``): the same for both modes."""
+    from rollout.evidence import benching
+    from rollout.evidence.report import EVIDENCE_FILE
+
+    if journal is not None:
+        benching.journal_bench(journal, node, result)
+    target = Path(out) if out else (journal.dir / EVIDENCE_FILE if journal else None)
+    if target is not None:
+        benching.add_to_evidence(target, result)
+    if metrics_out:
+        benching.write_metrics(Path(metrics_out), [result])
 
 
 def _say(message: str) -> None:
