@@ -29,6 +29,7 @@ from rollout.change import claim_freeze as cf
 from rollout.lab import daemonsets as ds
 from rollout.lab.cluster import Lab
 from tests.lab import changekit as ck
+from tests.lab.test_migrate_lab import _plan as migration_plan
 
 pytestmark = [pytest.mark.lab]
 GPU = "nvidia.com/gpu"
@@ -52,26 +53,7 @@ def pool(lab: Lab) -> Iterator[list[str]]:
 
 
 def _plan(path: Path, *extra: str) -> Path:
-    lines = [
-        "apiVersion: rollout.dev/v1alpha1",
-        "kind: RolloutPlan",
-        "allocationPath:",
-        "  groups:",
-        "    nodes: dra",
-        f"  driver: {ds.DRIVER}",
-        f"  deviceClass: {ds.DEVICE_CLASS}",
-        "  timeout: 90s",
-        *extra,
-        "strategy:",
-        "  canaryGroup: canary",
-        "  maxUnavailable: 1",
-        "  drain:",
-        "    timeout: 30s",
-        "    backoffCap: 1s",
-        "",
-    ]
-    path.write_text("\n".join(lines))
-    return path
+    return migration_plan(path, claim_limit=None, extra=extra)
 
 
 def _labels(lab: Lab, node: str) -> dict[str, str]:

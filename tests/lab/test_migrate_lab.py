@@ -91,29 +91,35 @@ def _ds(name: str, label: str) -> dict[str, Any]:
     }
 
 
-def _plan(path: Path, to: str = "dra", timeout: str = "90s", claim_limit: str = "5m") -> Path:
-    path.write_text(
-        "\n".join(
-            [
-                "apiVersion: rollout.dev/v1alpha1",
-                "kind: RolloutPlan",
-                "allocationPath:",
-                "  groups:",
-                f"    nodes: {to}",
-                f"  driver: {ds.DRIVER}",
-                f"  deviceClass: {ds.DEVICE_CLASS}",
-                f"  timeout: {timeout}",
-                f"  claimLimit: {claim_limit}",
-                "strategy:",
-                "  canaryGroup: canary",
-                "  maxUnavailable: 1",
-                "  drain:",
-                "    timeout: 30s",
-                "    backoffCap: 1s",
-                "",
-            ]
-        )
-    )
+def _plan(
+    path: Path,
+    to: str = "dra",
+    timeout: str = "90s",
+    claim_limit: str | None = "5m",
+    extra: tuple[str, ...] = (),
+) -> Path:
+    """The allocation-path plan of the migration lab tests (the freeze and evidence tests too):
+    ``extra`` lines go into the ``allocationPath`` section."""
+    lines = [
+        "apiVersion: rollout.dev/v1alpha1",
+        "kind: RolloutPlan",
+        "allocationPath:",
+        "  groups:",
+        f"    nodes: {to}",
+        f"  driver: {ds.DRIVER}",
+        f"  deviceClass: {ds.DEVICE_CLASS}",
+        f"  timeout: {timeout}",
+        *([f"  claimLimit: {claim_limit}"] if claim_limit else []),
+        *extra,
+        "strategy:",
+        "  canaryGroup: canary",
+        "  maxUnavailable: 1",
+        "  drain:",
+        "    timeout: 30s",
+        "    backoffCap: 1s",
+        "",
+    ]
+    path.write_text("\n".join(lines))
     return path
 
 

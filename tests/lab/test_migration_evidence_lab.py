@@ -23,6 +23,7 @@ import pytest
 from rollout.lab import daemonsets as ds
 from rollout.lab.cluster import Lab
 from tests.lab import changekit as ck
+from tests.lab.test_migrate_lab import _plan as migration_plan
 
 pytestmark = [pytest.mark.lab]
 GPU = "nvidia.com/gpu"
@@ -97,28 +98,7 @@ def test_the_evidence_holds_across_a_move_to_dra(
         lambda: _running(lab, namespace), 120, "the gpu-user pod Running", every=0.5
     )
     inv = ck.inventory(lab, pool, [NODE], tmp_path / "inv.ini")
-    plan = tmp_path / "plan.yaml"
-    plan.write_text(
-        "\n".join(
-            [
-                "apiVersion: rollout.dev/v1alpha1",
-                "kind: RolloutPlan",
-                "allocationPath:",
-                "  groups:",
-                "    nodes: dra",
-                f"  driver: {ds.DRIVER}",
-                f"  deviceClass: {ds.DEVICE_CLASS}",
-                "  timeout: 90s",
-                "strategy:",
-                "  canaryGroup: canary",
-                "  maxUnavailable: 1",
-                "  drain:",
-                "    timeout: 30s",
-                "    backoffCap: 1s",
-                "",
-            ]
-        )
-    )
+    plan = migration_plan(tmp_path / "plan.yaml", claim_limit=None)
     state = tmp_path / "state"
     env = ck.env(lab, state)
     r = ck.cli(["migrate", "--plan", str(plan), "-i", str(inv), "--yes", "-o", "json"], env, 600)
