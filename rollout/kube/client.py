@@ -25,6 +25,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from rollout.errors import ExternalError, InputError, Location, truncate
 from rollout.kube.rest import AppsV1, CoordinationV1, CoreV1, Custom, Discovery, PolicyV1, Rest
+from rollout.retrying import Backoff, retry
 
 T = TypeVar("T")
 
@@ -36,6 +37,9 @@ REQUEST_TIMEOUT_S = 30.0
 that hangs past it counts as a transient failure and is retried until ``RETRY_S``."""
 
 _TRANSIENT = (500, 502, 503, 504)
+
+BACKOFF = Backoff(0.2, 2.0)
+"""The wait between two tries of :func:`call`: 0.2 s, doubling, at most 2 s."""
 
 
 @dataclass(frozen=True)
@@ -169,19 +173,15 @@ def call(
         ApiException: a non-transient API answer (the caller decides).
         ExternalError: still failing after ``retry_s``; ``what`` names the call.
     """
-    deadline = time.monotonic() + retry_s
-    delay = 0.2
     kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT_S)
-    while True:
-        try:
-            return fn(*args, **kwargs)
-        except Exception as e:
-            if not is_transient(e):
-                raise
-            if time.monotonic() >= deadline:
-                raise ExternalError(f"{what}: API server unavailable: {describe(e)}") from e
-            sleep(delay)
-            delay = min(delay * 2, 2.0)
+    return retry(
+        lambda: fn(*args, **kwargs),
+        is_transient,
+        backoff=BACKOFF,
+        within_s=retry_s,
+        give_up=lambda e: ExternalError(f"{what}: API server unavailable: {describe(e)}"),
+        sleep=sleep,
+    )
 
 
 def describe(e: BaseException) -> str:
