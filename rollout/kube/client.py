@@ -20,11 +20,19 @@ import yaml
 from kubernetes import config
 from kubernetes.client.api_client import ApiClient
 from kubernetes.client.configuration import Configuration
-from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from rollout.errors import ExternalError, InputError, Location, truncate
-from rollout.kube.rest import AppsV1, CoordinationV1, CoreV1, Custom, Discovery, PolicyV1, Rest
+from rollout.kube.rest import (
+    AnswerError,
+    AppsV1,
+    CoordinationV1,
+    CoreV1,
+    Custom,
+    Discovery,
+    PolicyV1,
+    Rest,
+)
 from rollout.retrying import Backoff, retry
 
 T = TypeVar("T")
@@ -153,7 +161,7 @@ def for_client(api_client: ApiClient, gzip: bool = True) -> Api:
 
 def is_transient(e: BaseException) -> bool:
     """Connection trouble or a 5xx answer: worth another try."""
-    if isinstance(e, ApiException):
+    if isinstance(e, AnswerError):
         return e.status in _TRANSIENT or e.status == 0
     return isinstance(e, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
 
@@ -170,7 +178,7 @@ def call(
     :data:`REQUEST_TIMEOUT_S`); retry transient failures for up to ``retry_s`` seconds.
 
     Raises:
-        ApiException: a non-transient API answer (the caller decides).
+        AnswerError: a non-transient API answer (the caller decides).
         ExternalError: still failing after ``retry_s``; ``what`` names the call.
     """
     kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT_S)
@@ -186,7 +194,7 @@ def call(
 
 def describe(e: BaseException) -> str:
     """A short message for an API error (its ``message`` field, truncated)."""
-    if isinstance(e, ApiException):
+    if isinstance(e, AnswerError):
         import json
 
         try:

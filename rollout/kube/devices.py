@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from rollout.errors import ExternalError, NodeFilesChangedError
 from rollout.kube.client import Api, call, describe
 from rollout.kube.nodes import pod_objects_on, pod_refs, resource_api_versions, resource_objects
+from rollout.kube.rest import AnswerError
 from rollout.models import PodRef
 from rollout.retrying import retry
 
@@ -59,7 +58,7 @@ def patch_labels(
         body = {"metadata": {"labels": dict(labels), "resourceVersion": rv}}
         try:
             call(f"label node {node}", api.core.patch_node, node, body)
-        except ApiException as e:
+        except AnswerError as e:
             if e.status != 409:
                 raise ExternalError(f"label node {node}: {describe(e)}") from e
             raise
@@ -77,7 +76,7 @@ def patch_labels(
 
 def _conflict(e: Exception) -> bool:
     """A 409 Conflict: the Node's resourceVersion moved between the read and the write."""
-    return isinstance(e, ApiException) and e.status == 409
+    return isinstance(e, AnswerError) and e.status == 409
 
 
 def slice_devices(api: Api, driver: str, node: str) -> list[str]:

@@ -206,7 +206,7 @@ class _Watch(threading.Thread):
         self.relists += 1
 
     def run(self) -> None:
-        from kubernetes.client.exceptions import ApiException
+        from rollout.kube.rest import AnswerError
 
         failures = 0  # since the last event: the backoff's attempt
         while not self.stop_event.is_set():
@@ -232,7 +232,7 @@ class _Watch(threading.Thread):
                         self.handle(raw)
                     self.on_ok()
                     failures = 0
-            except ApiException as e:
+            except AnswerError as e:
                 if e.status == 410:
                     self.rv = None  # compacted: list again (the tracker drops what it has seen)
                     continue
