@@ -44,6 +44,7 @@ from rollout.errors import InputError, Location, NodeOperationError, PreflightEr
 from rollout.kubelet.holdings import Account, claim_account, device_account
 from rollout.models import NodeInfo, Phase, PodRef, Step, StepPath
 from rollout.protocols import Clock
+from rollout.retrying import Poll, wait_until
 
 DEVICE_PLUGIN_LABEL = "nvidia.com/gpu.deploy.device-plugin"
 """The default label the device plugin's DaemonSet selects on (NVIDIA's GPU Operator)."""
@@ -272,13 +273,16 @@ def _wait(
     """Wait until ``problem`` says None, or raise with its last word. Asks every
     ``_FAST_POLL_S`` for the first ``_FAST_FOR_S``, then every ``poll_s`` (two GETs a second per
     node after that, whatever the batch's size)."""
-    start = clock.monotonic()
-    deadline = start + timeout_s
-    while (p := problem()) is not None:
-        now = clock.monotonic()
-        if now >= deadline:
-            raise NodeOperationError(f"{what}: still {p} after {timeout_s:g}s")
-        clock.sleep(_FAST_POLL_S if now - start < _FAST_FOR_S else poll_s)
+    last: str | None = None
+
+    def settled() -> bool:
+        nonlocal last
+        last = problem()
+        return last is None
+
+    poll = Poll(_FAST_POLL_S, _FAST_FOR_S, poll_s)
+    if not wait_until(settled, timeout_s, poll, clock.sleep, clock.monotonic):
+        raise NodeOperationError(f"{what}: still {last} after {timeout_s:g}s")
 
 
 def _count(info: NodeInfo, resource: str) -> int:

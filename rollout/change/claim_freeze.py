@@ -32,6 +32,7 @@ from rollout.change.context import Context
 from rollout.change.journal import Entry, Kind
 from rollout.errors import InputError, NodeOperationError
 from rollout.models import Phase
+from rollout.retrying import Poll, wait_until
 
 PREFIX = "rollout-claim-freeze."
 """The policy's and the binding's name: this prefix and the DeviceClass's name."""
@@ -199,18 +200,20 @@ def freeze(ctx: Context, device_class: str, timeout_s: float, poll_s: float = 0.
     ctx.on_event(f"freezing new ResourceClaims of DeviceClass {device_class} ({name})")
     try:
         world.apply_objects(render(device_class, change))
-        deadline = ctx.clock.monotonic() + timeout_s
-        while True:
+        refusal: str | None = None
+
+        def refused_by_ours() -> bool:
+            nonlocal refusal
             refusal = world.dry_run_create(probe_claim(device_class))
-            if refusal is not None and f"'{name}'" in refusal:
-                break
-            if ctx.clock.monotonic() >= deadline:
-                what = f"refused by something else: {refusal}" if refusal else "admitted"
-                raise NodeOperationError(
-                    f"a dry-run ResourceClaim of DeviceClass {device_class} was still {what} "
-                    f"{timeout_s:g}s after ValidatingAdmissionPolicy {name} was applied"
-                )
-            ctx.clock.sleep(poll_s)
+            return refusal is not None and f"'{name}'" in refusal
+
+        poll = Poll.every(poll_s)
+        if not wait_until(refused_by_ours, timeout_s, poll, ctx.clock.sleep, ctx.clock.monotonic):
+            what = f"refused by something else: {refusal}" if refusal else "admitted"
+            raise NodeOperationError(
+                f"a dry-run ResourceClaim of DeviceClass {device_class} was still {what} "
+                f"{timeout_s:g}s after ValidatingAdmissionPolicy {name} was applied"
+            )
     except Exception as e:
         _append(ctx, Phase.FAILED, {**data, "message": str(e)})
         raise NodeOperationError(f"claim freeze of DeviceClass {device_class}: {e}") from e

@@ -13,16 +13,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from rollout.change.planning import DrainPolicy, backoff_delay, evictable
+from rollout.change.planning import DrainPolicy, evictable
 from rollout.errors import EvictionBlockedError
 from rollout.models import PodRef
 from rollout.protocols import Clock, Cluster, Eviction
+from rollout.retrying import Backoff
 
-_POLL_S = 0.25
-"""The longest wait between two looks at the evicted pods; the first looks come sooner
-(:data:`_FIRST_POLL_S`, doubling), since a pod with a short grace period is gone in well under a
-quarter of a second and every batch waits for its slowest drain."""
-_FIRST_POLL_S = 0.05
+_LOOKS = Backoff(0.05, 0.25)
+"""The wait between two looks at the evicted pods: 0.05 s, doubling, at most 0.25 s, since a pod
+with a short grace period is gone in well under a quarter of a second and every batch waits for
+its slowest drain."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,8 @@ def evict_pods(
     waiting: dict[str, PodRef] = {}
     evicted: list[str] = []
     refusals = 0
-    poll = _FIRST_POLL_S
+    refusal_backoff = Backoff(policy.backoff_initial_s, policy.backoff_cap_s)
+    looks = 0
     while pending or waiting:
         now = clock.monotonic()
         for key, pod in list(pending.items()):
@@ -89,9 +90,9 @@ def evict_pods(
             if outcome is Eviction.BLOCKED:
                 refusals += 1
                 refused[key] = message
-                delay = backoff_delay(attempts[key], policy.backoff_initial_s, policy.backoff_cap_s)
+                # the API server sends no Retry-After on a PDB refusal (kubernetes #36409)
+                next_try[key] = now + refusal_backoff.delay(attempts[key])
                 attempts[key] += 1
-                next_try[key] = now + delay
                 if attempts[key] == 1:
                     on_event(f"{node}: eviction of {key} refused ({message}); retrying")
                 continue
@@ -109,8 +110,8 @@ def evict_pods(
             raise EvictionBlockedError(
                 _blocked_message(cluster, node, policy, pending, waiting, refused, what)
             )
-        wake = min([next_try[k] for k in pending] + [now + poll])
-        poll = min(poll * 2, _POLL_S)
+        wake = min([next_try[k] for k in pending] + [now + _LOOKS.delay(looks)])
+        looks += 1
         clock.sleep(max(0.0, min(wake, deadline) - now))
     return DrainReport(tuple(evicted), refusals)
 

@@ -148,9 +148,7 @@ def run_change(
         window=window.as_dict() if window else info.window,
     )
     ctx.journal.append(CHANGE_STEP, Phase.BEGIN, now=ctx.clock.now(), data=begin.data())
-    canary = [n for b in batches if b.canary for n in b.nodes]
-    last = max((i for i, b in enumerate(batches) if b.canary), default=None)
-    gate_at = {last: canary} if last is not None else {}
+    gate_at = gate_points(batches, begin.canary, promoted=False, has_gate=True)
     try:
         return _batches(ctx, changes, batches, gate, canary_only, gate_at, forward)
     except StopRequested as e:
@@ -184,7 +182,7 @@ def continue_change(
     begin = replace(info, kind=kind_name(kind_of(ctx)) or info.kind)
     ctx.journal.append(CHANGE_STEP, Phase.BEGIN, now=ctx.clock.now(), data=begin.data())
     if gate_at is None:
-        gate_at = {i: tuple(b.nodes) for i, b in enumerate(batches)} if gate is not None else {}
+        gate_at = gate_points(batches, (), promoted=True, has_gate=gate is not None)
     try:
         return _batches(
             ctx, changes, batches, gate or NoGate(), canary_only, gate_at, forward, regate
@@ -369,6 +367,22 @@ def node_pool(status: ChangeStatus) -> list[str]:
 def _last_reason(ctx: Context) -> str:
     done = [e for e in ctx.journal.entries() if e.step == GATE_STEP and e.phase is Phase.DONE]
     return GateRecord.read(done[-1].data).reason if done else ""
+
+
+def gate_points(
+    batches: Sequence[Batch], canary: Sequence[str], promoted: bool, has_gate: bool
+) -> dict[int, tuple[str, ...]]:
+    """Where the gate runs (pure): batch index -> the nodes it soaks over, as the command that
+    runs ``batches`` places it. ``apply`` (``promoted`` False) gates once, after its last canary
+    batch, over the whole ``canary`` (also without a ``gate`` section: the default gate journals
+    a Successful verdict there); ``promote`` gates after each batch, over that batch, when the
+    change has a gate (``has_gate``), else never. The one derivation: ``apply``, ``promote``,
+    ``resume`` and the gate a crash cut short (:func:`rollout.change.resuming.unfinished_gate`)
+    all read it from here."""
+    if promoted:
+        return {i: tuple(b.nodes) for i, b in enumerate(batches)} if has_gate else {}
+    last = max((i for i, b in enumerate(batches) if b.canary), default=None)
+    return {last: tuple(canary)} if last is not None else {}
 
 
 @dataclass(frozen=True)

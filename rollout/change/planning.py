@@ -275,14 +275,6 @@ def one_control_plane_at_a_time(
     return out, warnings
 
 
-def backoff_delay(attempt: int, initial_s: float, cap_s: float) -> float:
-    """Capped exponential backoff: the wait before retry ``attempt`` (0-based) of an eviction.
-
-    The API server sends no Retry-After on a PDB refusal (kubernetes #36409), so we pick our own.
-    """
-    return float(min(cap_s, initial_s * (2 ** max(0, attempt))))
-
-
 # ---------------------------------------------------------------------------------------------
 # Preflight checks: each returns human-readable problems; empty means fine.
 

@@ -22,10 +22,12 @@ from rollout.change.orchestrator import (
     REQUEST_STEP,
     UnfinishedGate,
     end_change,
+    gate_points,
     rollback_targets,
 )
 from rollout.change.outcomes import ChangeOutcome, StopCause
 from rollout.change.parallel import in_parallel, wrap
+from rollout.change.planning import Batch
 from rollout.change.replaying import ChangeStatus, NodeStatus, replay, status_of
 from rollout.change.restoring import restore_node, restore_nodes
 from rollout.errors import NodeFilesChangedError
@@ -49,10 +51,9 @@ def unfinished_gate(entries: Sequence[Entry], has_gate: bool) -> UnfinishedGate 
     info = status.info
     canary = info.canary
     promotion = info.promotion
-    if promotion:
-        points = list(promotion.batches) if has_gate else []
-    else:
-        points = [canary] if canary else []
+    ran = promotion.batches if promotion else info.batches
+    batches = [Batch(tuple(b), bool(set(canary) & set(b))) for b in ran]
+    points = list(gate_points(batches, canary, bool(promotion), has_gate).values())
     verdicts = {
         g.nodes: g
         for g in (

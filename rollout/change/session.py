@@ -527,7 +527,7 @@ def _resume_later_batches(
     """The batches an interrupted apply / promote had not started: rendered again from the plan
     (its intent checked unchanged), the gate where that command would have run it."""
     from rollout.change.inventory import read_inventory
-    from rollout.change.orchestrator import continue_change
+    from rollout.change.orchestrator import continue_change, gate_points
     from rollout.change.plan import load_plan
     from rollout.change.planning import Batch
     from rollout.change.previewing import predicted_rejections
@@ -582,10 +582,7 @@ def _resume_later_batches(
         gate = make_gate(plan, inv, None)
         canary = set(info.canary)
         batches = [Batch(tuple(b), bool(canary & set(b))) for b in todo]
-        last = max((i for i, b in enumerate(batches) if b.canary), default=None)
-        gate_at = {last: tuple(canary)} if last is not None else {}
-        if info.promotion:
-            gate_at = {i: b.nodes for i, b in enumerate(batches)} if has_gate else {}
+        gate_at = gate_points(batches, info.canary, bool(info.promotion), has_gate)
         return continue_change(
             ctx,
             {n: works[n] for b in todo for n in b},
@@ -613,11 +610,7 @@ def _resume_later_batches(
     )
     canary = set(info.canary)
     batches = [Batch(tuple(b), bool(canary & set(b))) for b in todo]
-    if info.promotion:  # promote gates after each batch when the plan has a gate
-        gate_at = {i: b.nodes for i, b in enumerate(batches)} if has_gate else {}
-    else:  # apply gates once, after its last canary batch, over the whole canary
-        last = max((i for i, b in enumerate(batches) if b.canary), default=None)
-        gate_at = {last: tuple(canary)} if last is not None else {}
+    gate_at = gate_points(batches, info.canary, bool(info.promotion), has_gate)
     predicted = predicted_rejections(prepared.previews) if prepared is not None else None
     gate = make_gate(plan, inv, predicted)
     if todo:

@@ -393,6 +393,17 @@ def _connection_vars(v: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: role variables (from the inventory) -> the node step module's arguments: every option of the
+#: node step's defaults but ``force`` (a direct restore forces on ``rollback --force`` only;
+#: ``tests/unit/test_node_step_defaults.py``)
+_ROLE_VARS = {
+    "rollout_kubelet_healthz_retries": "healthz_retries",
+    "rollout_kubelet_healthz_delay": "healthz_delay",
+    "rollout_kubelet_healthz_timeout": "healthz_timeout",
+    "rollout_kubelet_systemctl_timeout": "systemctl_timeout",
+    "rollout_kubelet_daemon_reload": "daemon_reload",
+}
+
 _KEPT = (
     "ansible_connection",
     "ansible_host",
@@ -406,22 +417,9 @@ _KEPT = (
     "ansible_ssh_common_args",
     "ansible_ssh_extra_args",
     "ansible_python_interpreter",
-    "rollout_kubelet_healthz_retries",
-    "rollout_kubelet_healthz_delay",
-    "rollout_kubelet_healthz_timeout",
-    "rollout_kubelet_systemctl_timeout",
-    "rollout_kubelet_daemon_reload",
+    *_ROLE_VARS,
 )
 _SECRET_OR_FLAG = ("ansible_become", "ansible_ssh_pass", "ansible_password")
-
-#: role variables (from the inventory) -> the node step module's arguments
-_ROLE_VARS = {
-    "rollout_kubelet_healthz_retries": "healthz_retries",
-    "rollout_kubelet_healthz_delay": "healthz_delay",
-    "rollout_kubelet_healthz_timeout": "healthz_timeout",
-    "rollout_kubelet_systemctl_timeout": "systemctl_timeout",
-    "rollout_kubelet_daemon_reload": "daemon_reload",
-}
 
 
 def _direct_timeout(args: Mapping[str, Any]) -> float:

@@ -22,6 +22,7 @@ from rollout.change.planning import device_resources
 from rollout.errors import NodeOperationError, RolloutError
 from rollout.kubelet.cpuset import CPUSetError, parse
 from rollout.protocols import Clock, Cluster
+from rollout.retrying import Poll, wait_until
 
 WATCHED = (
     "cpuManagerPolicy",
@@ -138,8 +139,10 @@ def verify(
         NodeOperationError: still not right at the timeout; the last problems are named.
     """
     start = clock.monotonic()
-    deadline = start + timeout_s
-    while True:
+    problems: list[str] = []
+
+    def healthy() -> bool:
+        nonlocal problems
         problems = _problems(cluster, node, expected, devices_before)
         if not problems and slices_before:
             try:
@@ -147,13 +150,12 @@ def verify(
                 problems = slice_mismatches(slices_before, now, clock.monotonic() - start)
             except RolloutError as e:
                 problems = [str(e)]
-        if not problems:
-            return
-        if clock.monotonic() >= deadline:
-            raise NodeOperationError(
-                f"verify of node {node} failed after {timeout_s:g}s: " + "; ".join(problems)
-            )
-        clock.sleep(poll_s)
+        return not problems
+
+    if not wait_until(healthy, timeout_s, Poll.every(poll_s), clock.sleep, clock.monotonic, start):
+        raise NodeOperationError(
+            f"verify of node {node} failed after {timeout_s:g}s: " + "; ".join(problems)
+        )
 
 
 def _problems(

@@ -28,9 +28,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from kubernetes.client.exceptions import ApiException
-
 from rollout.errors import truncate
+from rollout.kube.rest import AnswerError
 from rollout.models import ServingReads, requirement_holds
 
 if TYPE_CHECKING:
@@ -177,7 +176,7 @@ def serving_reads(api: Api) -> ServingReads:
     what could not be read."""
     try:
         served = {g.get("name") for g in (api.apis.get_api_versions().get("groups") or [])}
-    except ApiException as e:
+    except AnswerError as e:
         return ServingReads(
             unread=(f"could not list API groups to look for model-serving canaries: {e.status}",)
         )
@@ -188,7 +187,7 @@ def serving_reads(api: Api) -> ServingReads:
             continue
         try:
             items = api.custom.list_cluster_custom_object(group, version, plural).get("items", [])
-        except ApiException as e:
+        except AnswerError as e:
             unread.append(
                 f"could not list {plural}.{group} ({e.status} {truncate(str(e.reason))}); "
                 "a model-serving canary may be in progress"
@@ -205,7 +204,7 @@ def serving_reads(api: Api) -> ServingReads:
     try:
         listed = api.apps.list_deployment_for_all_namespaces().get("items") or []
         deployments = [d for d in listed if deployment_rollout(d) is not None]
-    except ApiException as e:
+    except AnswerError as e:
         unread.append(
             f"could not list deployments.apps ({e.status} {truncate(str(e.reason))}); a "
             "Deployment may be rolling out on the nodes"

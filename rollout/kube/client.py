@@ -20,11 +20,20 @@ import yaml
 from kubernetes import config
 from kubernetes.client.api_client import ApiClient
 from kubernetes.client.configuration import Configuration
-from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from rollout.errors import ExternalError, InputError, Location, truncate
-from rollout.kube.rest import AppsV1, CoordinationV1, CoreV1, Custom, Discovery, PolicyV1, Rest
+from rollout.kube.rest import (
+    AnswerError,
+    AppsV1,
+    CoordinationV1,
+    CoreV1,
+    Custom,
+    Discovery,
+    PolicyV1,
+    Rest,
+)
+from rollout.retrying import Backoff, retry
 
 T = TypeVar("T")
 
@@ -36,6 +45,9 @@ REQUEST_TIMEOUT_S = 30.0
 that hangs past it counts as a transient failure and is retried until ``RETRY_S``."""
 
 _TRANSIENT = (500, 502, 503, 504)
+
+BACKOFF = Backoff(0.2, 2.0)
+"""The wait between two tries of :func:`call`: 0.2 s, doubling, at most 2 s."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +161,7 @@ def for_client(api_client: ApiClient, gzip: bool = True) -> Api:
 
 def is_transient(e: BaseException) -> bool:
     """Connection trouble or a 5xx answer: worth another try."""
-    if isinstance(e, ApiException):
+    if isinstance(e, AnswerError):
         return e.status in _TRANSIENT or e.status == 0
     return isinstance(e, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
 
@@ -166,27 +178,23 @@ def call(
     :data:`REQUEST_TIMEOUT_S`); retry transient failures for up to ``retry_s`` seconds.
 
     Raises:
-        ApiException: a non-transient API answer (the caller decides).
+        AnswerError: a non-transient API answer (the caller decides).
         ExternalError: still failing after ``retry_s``; ``what`` names the call.
     """
-    deadline = time.monotonic() + retry_s
-    delay = 0.2
     kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT_S)
-    while True:
-        try:
-            return fn(*args, **kwargs)
-        except Exception as e:
-            if not is_transient(e):
-                raise
-            if time.monotonic() >= deadline:
-                raise ExternalError(f"{what}: API server unavailable: {describe(e)}") from e
-            sleep(delay)
-            delay = min(delay * 2, 2.0)
+    return retry(
+        lambda: fn(*args, **kwargs),
+        is_transient,
+        backoff=BACKOFF,
+        within_s=retry_s,
+        give_up=lambda e: ExternalError(f"{what}: API server unavailable: {describe(e)}"),
+        sleep=sleep,
+    )
 
 
 def describe(e: BaseException) -> str:
     """A short message for an API error (its ``message`` field, truncated)."""
-    if isinstance(e, ApiException):
+    if isinstance(e, AnswerError):
         import json
 
         try:

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from rollout.errors import ExternalError, NodeFilesChangedError
 from rollout.kube.client import Api, call, describe
 from rollout.kube.nodes import pod_objects_on, pod_refs, resource_api_versions, resource_objects
+from rollout.kube.rest import AnswerError
 from rollout.models import PodRef
+from rollout.retrying import retry
 
 
 def _versions(api: Api) -> list[str]:
@@ -43,7 +43,8 @@ def patch_labels(
         NodeFilesChangedError: a label differs from ``expect``, or the Node changed between each
             read and its write, every time.
     """
-    for attempt in range(1, LABEL_ATTEMPTS + 1):
+
+    def write() -> None:
         obj: Any = call(f"read node {node}", api.core.read_node, node)
         meta = obj.get("metadata") or {}
         now = meta.get("labels") or {}
@@ -57,15 +58,25 @@ def patch_labels(
         body = {"metadata": {"labels": dict(labels), "resourceVersion": rv}}
         try:
             call(f"label node {node}", api.core.patch_node, node, body)
-            return
-        except ApiException as e:
+        except AnswerError as e:
             if e.status != 409:
                 raise ExternalError(f"label node {node}: {describe(e)}") from e
-            if attempt == LABEL_ATTEMPTS:
-                raise NodeFilesChangedError(
-                    f"node {node}: the Node changed between rollout's read and its label write "
-                    f"{LABEL_ATTEMPTS} times ({describe(e)}); nothing written"
-                ) from e
+            raise
+
+    retry(
+        write,
+        _conflict,
+        attempts=LABEL_ATTEMPTS,
+        give_up=lambda e: NodeFilesChangedError(
+            f"node {node}: the Node changed between rollout's read and its label write "
+            f"{LABEL_ATTEMPTS} times ({describe(e)}); nothing written"
+        ),
+    )
+
+
+def _conflict(e: Exception) -> bool:
+    """A 409 Conflict: the Node's resourceVersion moved between the read and the write."""
+    return isinstance(e, AnswerError) and e.status == 409
 
 
 def slice_devices(api: Api, driver: str, node: str) -> list[str]:

@@ -14,10 +14,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from rollout.errors import ExternalError
 from rollout.kube.client import Api, call, describe
+from rollout.kube.rest import AnswerError
 from rollout.models import PodRef
 from rollout.protocols import Eviction, EvictionResult
 
@@ -45,7 +44,7 @@ def evict(api: Api, pod: PodRef, grace_period_s: int | None) -> EvictionResult:
             body,
             retry_s=20.0,
         )
-    except ApiException as e:
+    except AnswerError as e:
         if e.status == 429:
             return EvictionResult(Eviction.BLOCKED, describe(e).split(" ", 1)[-1])
         if e.status == 404:
@@ -56,7 +55,7 @@ def evict(api: Api, pod: PodRef, grace_period_s: int | None) -> EvictionResult:
     return EvictionResult(Eviction.EVICTED)
 
 
-def _namespace_terminating(e: ApiException) -> bool:
+def _namespace_terminating(e: AnswerError) -> bool:
     """The Status carries the cause ``NamespaceTerminating`` (k8s.io/api core/v1)."""
     try:
         causes = (json.loads(e.body or "{}").get("details") or {}).get("causes") or []
@@ -75,6 +74,6 @@ def delete(api: Api, pod: PodRef, grace_period_s: int | None) -> None:
             pod.namespace,
             grace_period_seconds=grace_period_s,
         )
-    except ApiException as e:
+    except AnswerError as e:
         if e.status != 404:
             raise ExternalError(f"delete pod {pod.key}: {describe(e)}") from e

@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from rollout.errors import ExternalError
 from rollout.kube.client import Api, call, describe
 from rollout.kube.rest import JSON, AnswerError, Rest
@@ -37,8 +35,8 @@ PLURALS = {
 BASE = "/apis/admissionregistration.k8s.io/v1"
 
 
-def _message(e: ApiException) -> str:
-    return str(AnswerError.of(e))
+def _message(e: AnswerError) -> str:
+    return str(e)
 
 
 def _json(api: Api) -> Any:
@@ -73,7 +71,7 @@ def apply_objects(api: Api, objects: Sequence[Mapping[str, Any]]) -> None:
                 body=dict(obj),
                 content_type=APPLY_PATCH,
             )
-        except ApiException as e:
+        except AnswerError as e:
             raise ExternalError(f"apply {obj['kind']} {name}: {describe(e)}") from e
 
 
@@ -87,7 +85,7 @@ def delete_object(api: Api, kind: str, name: str) -> bool:
     path = f"{BASE}/{PLURALS[kind]}/{name}"
     try:
         call(f"delete {kind} {name}", send, "DELETE", path)
-    except ApiException as e:
+    except AnswerError as e:
         if e.status == 404:
             return False
         raise ExternalError(f"delete {kind} {name}: {describe(e)}") from e
@@ -116,6 +114,6 @@ def dry_run_create(api: Api, obj: Mapping[str, Any]) -> str | None:
             body=dict(obj),
             content_type=JSON,
         )
-    except ApiException as e:
+    except AnswerError as e:
         return _message(e)
     return None

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from rollout.errors import ExternalError, LockHeldError
 from rollout.kube.client import Api, describe
 from rollout.kube.lease_objects import (
@@ -35,6 +33,7 @@ from rollout.kube.lease_objects import (
     watch_lease,
     write_lease,
 )
+from rollout.kube.rest import AnswerError
 
 
 @dataclass(frozen=True)
@@ -106,7 +105,7 @@ def hand_over(
         lease["metadata"]["annotations"] = annotations
         try:
             written = write_lease(api, namespace, lease, create=False)
-        except ApiException as e:
+        except AnswerError as e:
             if e.status in (404, 409):
                 continue
             raise ExternalError(f"write Lease {namespace}/{NAME}: {describe(e)}") from e

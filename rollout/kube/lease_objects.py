@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from rollout.errors import ExternalError
 from rollout.kube.client import Api, call, describe
+from rollout.kube.rest import AnswerError
 
 NAME = "rollout-lock"
 CHANGE_ANNOTATION = "rollout.dev/change-id"
@@ -168,7 +167,7 @@ def read_lease(api: Api, namespace: str) -> dict[str, Any] | None:
             _request_timeout=REQUEST_TIMEOUT_S,
             retry_s=REQUEST_TIMEOUT_S,
         )
-    except ApiException as e:
+    except AnswerError as e:
         if e.status == 404:
             return None
         raise ExternalError(f"read Lease {namespace}/{NAME}: {describe(e)}") from e
@@ -176,7 +175,7 @@ def read_lease(api: Api, namespace: str) -> dict[str, Any] | None:
 
 
 def write_lease(api: Api, namespace: str, body: dict[str, Any], create: bool) -> dict[str, Any]:
-    """Create or replace (compare-and-swap on ``metadata.resourceVersion``); ApiException 409
+    """Create or replace (compare-and-swap on ``metadata.resourceVersion``); AnswerError 409
     when someone wrote the Lease in between."""
     out: dict[str, Any]
     if create:

@@ -10,11 +10,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from rollout.errors import ExternalError
 from rollout.kube.client import Api, call, describe
 from rollout.kube.lease_objects import CHANGE_ANNOTATION, NAME, annotations_of, renewed_at
+from rollout.kube.rest import AnswerError
 
 
 def live_lease_change(
@@ -27,7 +26,7 @@ def live_lease_change(
     """
     try:
         lease: Any = call("read Lease", api.coordination.read_namespaced_lease, NAME, namespace)
-    except ApiException as e:
+    except AnswerError as e:
         if e.status == 404:
             return None
         raise ExternalError(f"read Lease {namespace}/{NAME}: {describe(e)}") from e

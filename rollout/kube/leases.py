@@ -34,8 +34,6 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from rollout.errors import ExternalError, LockHeldError
 from rollout.interrupt import Interrupt, StopReason
 from rollout.kube.client import Api, describe
@@ -57,6 +55,7 @@ from rollout.kube.lease_objects import (
     watch_lease,
     write_lease,
 )
+from rollout.kube.rest import AnswerError
 
 # what callers of rollout.kube.leases import from here, though it now lives beside it
 __all__ = [
@@ -117,7 +116,7 @@ class LeaseLock:
             body = self._body(change_id, now, lease)
             try:
                 written = write_lease(self.api, self.namespace, body, create=lease is None)
-            except ApiException as e:
+            except AnswerError as e:
                 if e.status == 409:
                     continue  # someone else wrote it meanwhile: read again
                 raise ExternalError(f"write Lease {self.namespace}/{NAME}: {describe(e)}") from e
@@ -244,7 +243,7 @@ class LeaseLock:
             body.setdefault("spec", {})["renewTime"] = _micro(datetime.now(UTC))
             try:
                 written = write_lease(self.api, self.namespace, body, create=False)
-            except ApiException as e:
+            except AnswerError as e:
                 if e.status == 404:
                     self._lose("the Lease was deleted by someone else")
                     return False
@@ -291,7 +290,7 @@ class LeaseLock:
             try:
                 write_lease(self.api, self.namespace, lease, create=False)
                 return
-            except ApiException as e:
+            except AnswerError as e:
                 if e.status != 409:
                     return
             except Exception:
@@ -319,7 +318,7 @@ class LeaseLock:
             try:
                 delete_lease(self.api, self.namespace, rv_of(lease))
                 return
-            except ApiException as e:
+            except AnswerError as e:
                 if e.status == 404:
                     return
                 if e.status != 409:

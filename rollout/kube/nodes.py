@@ -11,12 +11,12 @@ import functools
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 
 from rollout.errors import ExternalError, PreflightError
 from rollout.kube import briefs
 from rollout.kube.client import Api, call, describe
+from rollout.kube.rest import AnswerError
 from rollout.models import NodeInfo, PdbRef, PodListing, PodRef, Requests
 
 MIRROR = "kubernetes.io/config.mirror"
@@ -80,7 +80,7 @@ def node_info(api: Api, name: str) -> NodeInfo:
     """
     try:
         return to_node_info(call(f"read node {name}", api.core.read_node, name))
-    except ApiException as e:
+    except AnswerError as e:
         if e.status == 404:
             raise PreflightError(f"no Node named {name!r} in the cluster") from e
         raise ExternalError(f"read node {name}: {describe(e)}") from e
@@ -95,7 +95,7 @@ def set_unschedulable(api: Api, name: str, value: bool) -> None:
             name,
             {"spec": {"unschedulable": value or None}},
         )
-    except ApiException as e:
+    except AnswerError as e:
         raise ExternalError(f"patch node {name}: {describe(e)}") from e
 
 
@@ -222,7 +222,7 @@ def pods_by_node(api: Api, keep: Collection[str] | None = None, page: int = POD_
                 token = (listing.metadata.cont if listing.metadata else None) or None
                 if token is None:
                     break
-        except ApiException as e:
+        except AnswerError as e:
             if e.status == 410 and token is not None:
                 continue  # the snapshot the pages came from is gone: list again, whole
             raise
@@ -271,7 +271,7 @@ def pod_gone(api: Api, pod: PodRef) -> bool:
     """Whether this pod (same uid) no longer exists."""
     try:
         p: Any = call(f"read pod {pod.key}", api.core.read_namespaced_pod, pod.name, pod.namespace)
-    except ApiException as e:
+    except AnswerError as e:
         if e.status == 404:
             return True
         raise ExternalError(f"read pod {pod.key}: {describe(e)}") from e
@@ -333,7 +333,7 @@ def _resource_objects(api: Api, versions: list[str], plural: str, what: str) -> 
             versions[0],
             plural,
         )
-    except ApiException as e:
+    except AnswerError as e:
         raise ExternalError(f"list {what}: {describe(e)}") from e
     return list(listing.get("items", []))
 
@@ -368,7 +368,7 @@ def dra_slices_on(api: Api, versions: list[str], node: str) -> dict[str, dict[st
             "resourceslices",
             field_selector=f"spec.nodeName={node}",
         )
-    except ApiException as e:
+    except AnswerError as e:
         raise ExternalError(f"list ResourceSlices of node {node}: {describe(e)}") from e
     out: dict[str, dict[str, int]] = {}
     for s in listing.get("items", []):

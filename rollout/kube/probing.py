@@ -86,13 +86,13 @@ class ProbePods:
 
     def ensure_namespace(self) -> None:
         """Create the probes' namespace when it is missing."""
-        from kubernetes.client.exceptions import ApiException
+        from rollout.kube.rest import AnswerError
 
         try:
             self._core.create_namespace(
                 {"metadata": {"name": self.namespace, "labels": MANAGED_BY}}
             )
-        except ApiException as e:
+        except AnswerError as e:
             if e.status != 409:
                 raise ExternalError(
                     f"create namespace {self.namespace}: {e.status} {e.reason}"
@@ -100,12 +100,12 @@ class ProbePods:
 
     def create(self, manifest: dict[str, Any]) -> str:
         """Create one probe from its manifest (deleted by :meth:`cleanup`); returns its name."""
-        from kubernetes.client.exceptions import ApiException
+        from rollout.kube.rest import AnswerError
 
         name = str(manifest["metadata"]["name"])
         try:
             self._core.create_namespaced_pod(self.namespace, manifest)
-        except ApiException as e:
+        except AnswerError as e:
             node = manifest["spec"].get("nodeName", "")
             raise ExternalError(
                 f"create probe pod on {node}: {e.status} {e.reason}: {truncate(str(e.body))}"
@@ -115,21 +115,21 @@ class ProbePods:
 
     def delete(self, name: str) -> None:
         """Delete one probe at once (grace 0; already gone is fine)."""
-        from kubernetes.client.exceptions import ApiException
+        from rollout.kube.rest import AnswerError
 
         try:
             self._core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
-        except ApiException as e:
+        except AnswerError as e:
             if e.status != 404:
                 raise ExternalError(f"delete probe pod {name}: {e.status} {e.reason}") from e
 
     def state(self, name: str) -> dict[str, str] | None:
         """The probe's ``phase``, ``reason``, ``message`` and ``node``; None once it is gone."""
-        from kubernetes.client.exceptions import ApiException
+        from rollout.kube.rest import AnswerError
 
         try:
             pod = self._core.read_namespaced_pod(name, self.namespace)
-        except ApiException as e:
+        except AnswerError as e:
             if e.status == 404:
                 return None
             raise ExternalError(f"read probe pod {name}: {e.status} {e.reason}") from e
@@ -143,11 +143,11 @@ class ProbePods:
 
     def status(self, name: str) -> dict[str, Any] | None:
         """The pod's whole ``status``; None once it is gone (the bench pod's wait)."""
-        from kubernetes.client.exceptions import ApiException
+        from rollout.kube.rest import AnswerError
 
         try:
             pod = self._core.read_namespaced_pod(name, self.namespace)
-        except ApiException as e:
+        except AnswerError as e:
             if e.status == 404:
                 return None
             raise ExternalError(f"read pod {self.namespace}/{name}: {e.status} {e.reason}") from e
@@ -156,11 +156,11 @@ class ProbePods:
     def log(self, name: str, container: str) -> str:
         """The container's log through the API server's ``pods/log`` (the kubelet serves it);
         empty while the container has not started."""
-        from kubernetes.client.exceptions import ApiException
+        from rollout.kube.rest import AnswerError
 
         try:
             return self._core.read_namespaced_pod_log(name, self.namespace, container)
-        except ApiException as e:
+        except AnswerError as e:
             if e.status in (400, 404):  # "ContainerCreating", or not there yet
                 return ""
             raise ExternalError(
@@ -169,7 +169,7 @@ class ProbePods:
 
     def launch(self, change_id: str, nodes: Sequence[str], per_node: int) -> list[str]:
         """Create ``per_node`` probes on each node; returns their names."""
-        from kubernetes.client.exceptions import ApiException
+        from rollout.kube.rest import AnswerError
 
         self.ensure_namespace()
         names = []
@@ -184,7 +184,7 @@ class ProbePods:
                 )
                 try:
                     self._core.create_namespaced_pod(self.namespace, m)
-                except ApiException as e:
+                except AnswerError as e:
                     raise ExternalError(
                         f"create probe pod on {node}: {e.status} {e.reason}: "
                         f"{truncate(str(e.body))}"
@@ -210,7 +210,7 @@ class NodeEvents:
 
     def post(self, node: str, reason: str, message: str, warning: bool, now: datetime) -> None:
         """One Event: involvedObject the Node, source component ``rollout``."""
-        from kubernetes.client.exceptions import ApiException
+        from rollout.kube.rest import AnswerError
 
         stamp = now.astimezone(UTC).isoformat().replace("+00:00", "Z")
         body = {
@@ -226,5 +226,5 @@ class NodeEvents:
         }
         try:
             self._core.create_namespaced_event(self.namespace, body)
-        except ApiException as e:
+        except AnswerError as e:
             raise ExternalError(f"post Event on node {node}: {e.status} {e.reason}") from e

@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from rollout.errors import ExternalError
 from rollout.kube.client import Api, call
+from rollout.kube.rest import AnswerError
 
 
 def get(api: Api, node: str, path: str, retry_s: float = 10.0) -> tuple[int, bytes]:
@@ -26,7 +25,7 @@ def get(api: Api, node: str, path: str, retry_s: float = 10.0) -> tuple[int, byt
             path,
             retry_s=retry_s,
         )
-    except ApiException as e:
+    except AnswerError as e:
         return e.status, (e.body or "").encode() if isinstance(e.body, str) else (e.body or b"")
 
 

@@ -81,13 +81,13 @@ class NodeProxyFetcher:
         self._timeout = timeout
 
     def fetch(self, node: str) -> str:
-        from kubernetes.client.exceptions import ApiException
+        from rollout.kube.rest import AnswerError
 
         try:
             _, body = self._core.connect_get_node_proxy_with_path(
                 node, "metrics", _request_timeout=self._timeout
             )
-        except ApiException as e:
+        except AnswerError as e:
             raise ExternalError(
                 f"GET nodes/{node}/proxy/metrics: {e.status} {e.reason}: {truncate(str(e.body))}"
             ) from e

@@ -17,12 +17,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
 from urllib3 import HTTPHeaderDict
 
 from rollout.errors import ExternalError
 from rollout.kube.client import Api, call, describe
-from rollout.kube.rest import JSON, MERGE_PATCH, AnswerError, Rest
+from rollout.kube.rest import JSON, MERGE_PATCH, AnswerError, Rest, exchange
 
 APPLY_PATCH = "application/apply-patch+yaml"
 FIELD_MANAGER = "rollout-tenancy"
@@ -70,7 +69,7 @@ class Answer:
         return 200 <= self.status <= 299
 
 
-def _message(e: ApiException) -> str:
+def _message(e: AnswerError) -> str:
     try:
         body = json.loads(e.body or "{}")
         return str(body.get("message") or e.reason or "")
@@ -94,7 +93,7 @@ class TenancyApi:
         """GET ``path``; None when it answers 404."""
         try:
             return call(f"GET {path}", self._json, "GET", path)
-        except ApiException as e:
+        except AnswerError as e:
             if e.status == 404:
                 return None
             raise ExternalError(f"GET {path}: {describe(e)}") from e
@@ -103,7 +102,7 @@ class TenancyApi:
         query = {"labelSelector": label_selector} if label_selector else None
         try:
             out = call(f"GET {path}", self._json, "GET", path, query=query)
-        except ApiException as e:
+        except AnswerError as e:
             raise ExternalError(f"GET {path}: {describe(e)}") from e
         return list((out or {}).get("items") or [])
 
@@ -141,7 +140,7 @@ class TenancyApi:
                 "/apis/authorization.k8s.io/v1/subjectaccessreviews",
                 body=body,
             )
-        except ApiException as e:
+        except AnswerError as e:
             raise ExternalError(f"SubjectAccessReview: {describe(e)}") from e
         status = (out or {}).get("status") or {}
         return bool(status.get("allowed")), str(status.get("reason") or "")
@@ -164,7 +163,7 @@ class TenancyApi:
                 body=obj,
                 content_type=APPLY_PATCH,
             )
-        except ApiException as e:
+        except AnswerError as e:
             return Answer(e.status, _message(e))
         return Answer(200)
 
@@ -210,7 +209,7 @@ class TenancyApi:
     ) -> Answer:
         try:
             resp = call(f"{method} {path}", self._raw, who, method, path, body, content_type, True)
-        except ApiException as e:
+        except AnswerError as e:
             return Answer(e.status, _message(e))
         return Answer(int(resp.status))
 
@@ -240,14 +239,7 @@ class TenancyApi:
             h["Impersonate-User"] = user
             for g in groups:
                 h.add("Impersonate-Group", g)
-        try:
-            resp = client.call_api(m, url, h, data, post, _request_timeout=_request_timeout)
-        except ApiException as e:
-            raise AnswerError.of(e) from e
-        if not 200 <= resp.status <= 299:
-            resp.read()  # type: ignore[no-untyped-call]
-            raise AnswerError.of(ApiException(http_resp=resp))
-        return resp
+        return exchange(client, m, url, h, data, post, timeout=_request_timeout)
 
 
 def explain(e: BaseException) -> str:

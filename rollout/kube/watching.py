@@ -29,8 +29,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rollout.kube.client import Api
 
+from rollout.retrying import Backoff
 from rollout.samples import AdmissionSample, count_window, group_counts, is_admission_reason
 from rollout.verdicts import SignalState
+
+BACKOFF = Backoff(0.2, 5.0)
+"""The wait before a watch lists or watches again after an error: 0.2 s, doubling, at most 5 s;
+back to 0.2 s once an event arrives."""
 
 
 def _ts(value: Any) -> float | None:
@@ -201,9 +206,9 @@ class _Watch(threading.Thread):
         self.relists += 1
 
     def run(self) -> None:
-        from kubernetes.client.exceptions import ApiException
+        from rollout.kube.rest import AnswerError
 
-        backoff = 0.2
+        failures = 0  # since the last event: the backoff's attempt
         while not self.stop_event.is_set():
             try:
                 if self.rv is None:
@@ -226,18 +231,18 @@ class _Watch(threading.Thread):
                     if ev.get("type") != "BOOKMARK":
                         self.handle(raw)
                     self.on_ok()
-                    backoff = 0.2
-            except ApiException as e:
+                    failures = 0
+            except AnswerError as e:
                 if e.status == 410:
                     self.rv = None  # compacted: list again (the tracker drops what it has seen)
                     continue
                 self.on_error(f"{self.name}: {e.status} {e.reason}")
-                self.stop_event.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
+                self.stop_event.wait(BACKOFF.delay(failures))
+                failures += 1
             except Exception as e:  # connection refused / reset while the API server restarts
                 self.on_error(f"{self.name}: {type(e).__name__}: {e}")
-                self.stop_event.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
+                self.stop_event.wait(BACKOFF.delay(failures))
+                failures += 1
 
 
 class ApiSignal:

@@ -8,10 +8,10 @@ import json
 from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from rollout.errors import ExternalError
 from rollout.kube.evicting import evict
+from rollout.kube.rest import AnswerError
 from rollout.models import PodRef
 from rollout.protocols import Eviction
 
@@ -42,9 +42,7 @@ class Core:
         self.status, self.body = status, body
 
     def create_namespaced_pod_eviction(self, *args: Any, **kwargs: Any) -> Any:
-        e = ApiException(status=self.status, reason="Forbidden")
-        e.body = json.dumps(self.body)
-        raise e
+        raise AnswerError(self.status, "Forbidden", json.dumps(self.body))
 
 
 class Api:

@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from rollout.errors import NodeFilesChangedError
 from rollout.kube import devices
+from rollout.kube.rest import AnswerError
 
 DP = "nvidia.com/gpu.deploy.device-plugin"
 
@@ -31,7 +31,7 @@ class Core:
             self.bumps -= 1
             self.rv += 1
         if body["metadata"]["resourceVersion"] != str(self.rv):
-            raise ApiException(status=409, reason="Conflict")
+            raise AnswerError(409, "Conflict")
         self.labels.update(body["metadata"]["labels"])
         self.rv += 1
         self.writes.append(body)

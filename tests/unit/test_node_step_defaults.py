@@ -84,6 +84,9 @@ def test_the_direct_paths_role_variables_and_bound_follow_them() -> None:
     for var, arg in shipping._ROLE_VARS.items():
         assert var == f"{direct.ROLE_PREFIX}{arg}" and var in role, var
         assert arg in direct.step_defaults(), arg
+    # every option an inventory may set reaches a direct run, and is kept for a direct restore
+    assert set(shipping._ROLE_VARS.values()) == set(direct.step_defaults()) - {"force"}
+    assert set(shipping._ROLE_VARS) <= set(shipping._KEPT)
     d = direct.step_defaults()
     bound = (
         3 * d["systemctl_timeout"]

@@ -1,4 +1,4 @@
-"""Strategy parsing, batches, backoff and the preflight checks (pure, table-driven)."""
+"""Strategy parsing, batches and the preflight checks (pure, table-driven)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import pytest
 
 from rollout.change.planning import (
     Strategy,
-    backoff_delay,
     blocking_pdbs,
     check_capacity,
     check_homogeneous,
@@ -68,10 +67,6 @@ def test_batches_canary_first_then_rest() -> None:
     got = [(b.nodes, b.canary) for b in make_batches(nodes, ["d", "b"], s, canary_only=False)]
     assert got == [(("b", "d"), True), (("a",), False), (("c", "e"), False)]
     assert [b.nodes for b in make_batches(nodes, ["d", "b"], s, canary_only=True)] == [("b", "d")]
-
-
-def test_backoff_is_exponential_and_capped() -> None:
-    assert [backoff_delay(i, 0.5, 3) for i in range(5)] == [0.5, 1, 2, 3, 3]
 
 
 def test_homogeneity_names_the_odd_node() -> None:

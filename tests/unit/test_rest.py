@@ -1,5 +1,5 @@
 """The thin JSON client (rollout/kube/rest.py) against a loopback HTTP server: paths, query
-encoding, bodies and content types as sent, errors as the client's ApiException, and a watch
+encoding, bodies and content types as sent, errors as the project's AnswerError, and a watch
 stream split at arbitrary bytes read back as whole events. (The lab tests run it against the real
 kube-apiserver; this pins the transport details that the lab would only show as a symptom.)"""
 
@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from packaging.requirements import Requirement
 
 from rollout.kube.client import Api, call, for_client
+from rollout.kube.rest import AnswerError
 
 SEEN: list[dict[str, Any]] = []
 WATCH_EVENTS = [
@@ -141,12 +142,12 @@ def test_an_eviction_posts_its_body(api: Api) -> None:
     assert SEEN[0]["contentType"] == "application/json"
 
 
-def test_errors_are_api_exceptions_with_status_and_body(api: Api) -> None:
-    with pytest.raises(ApiException) as e:
+def test_errors_are_answer_errors_with_status_and_body(api: Api) -> None:
+    with pytest.raises(AnswerError) as e:
         api.core.read_node("missing")
     assert e.value.status == 404
     assert 'nodes \\"missing\\" not found' in str(e.value.body)
-    with pytest.raises(ApiException) as e:
+    with pytest.raises(AnswerError) as e:
         api.coordination.replace_namespaced_lease("rollout-lock", "kube-system", {"x": 1})
     assert e.value.status == 409
 
