@@ -715,18 +715,18 @@ class AllocationPathKind:
 
 
 def path_plan_of(plan: Plan) -> PathPlan:
-    """The plan's ``allocationPath`` section.
+    """The plan's ``allocationPath`` section (parsed with the plan).
 
     Raises:
-        InputError: the plan has none, or it is bad (file, field and line named).
+        InputError: the plan has none (file, field and line named).
     """
-    if not plan.allocation_path:
+    if plan.allocation_path is None:
         raise InputError(
             "the plan has no allocationPath section: rollout migrate moves GPU nodes between "
             "the device plugin and DRA (rollout apply changes kubelet configuration)",
             plan.location("allocationPath"),
         )
-    return parse_path_plan(plan.allocation_path, plan.location)
+    return plan.allocation_path
 
 
 def targets_of(inv: Inventory, pp: PathPlan, plan: Plan) -> dict[str, AllocationPath]:
