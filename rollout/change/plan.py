@@ -272,6 +272,17 @@ def parse_plan(text: str, path: str) -> Plan:
     if tenancy is not None and (not isinstance(tenancy, str) or not tenancy):
         raise InputError("must be the path of a tenancy file", loc("tenancy"))
     stages = _stages(data.get("stages"), path, lines)
+    strategy = parse_strategy(_mapping(data.get("strategy"), "strategy", path, lines), location)
+    gate = None
+    if "gate" in data:  # an empty gate: the gate's defaults
+        raw_gate = _mapping(data["gate"], "gate", path, lines) or None
+        gate = parse_gate_config(raw_gate, file=path, line_of=line_of)
+    if len(stages) > 1 and (gate is None or gate.bench is None):
+        raise InputError(
+            "a plan with more than one stage needs gate.bench: the next stage starts only when "
+            "the previous one's benchmark allows tightening (docs/plan-file.md)",
+            location("stages"),
+        )
     return Plan(
         path=path,
         name=name,
@@ -279,14 +290,8 @@ def parse_plan(text: str, path: str) -> Plan:
         method=method,
         kubelet=kubelet,
         nodes=nodes,
-        strategy=parse_strategy(_mapping(data.get("strategy"), "strategy", path, lines), location),
-        gate=(
-            parse_gate_config(
-                _mapping(data["gate"], "gate", path, lines) or None, file=path, line_of=line_of
-            )
-            if "gate" in data
-            else None
-        ),
+        strategy=strategy,
+        gate=gate,
         windows=parse_windows(windows, file=path, line_of=line_of),
         lines=lines,
         allocation_path=_allocation_path(data.get("allocationPath"), path, lines, location),

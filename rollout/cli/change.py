@@ -182,12 +182,6 @@ def apply_cmd(
     cfg = plan.gate
     require_evidence = cfg is not None and cfg.require_evidence
     policy = cfg.bench if cfg is not None else None
-    if len(plan.stages) > 1 and policy is None:
-        raise InputError(
-            "a plan with more than one stage needs gate.bench: the next stage starts only when "
-            "the previous one's benchmark allows tightening (docs/plan-file.md)",
-            plan.location("stages"),
-        )
     if recreate_probes and no_evidence:
         raise InputError(
             "--recreate-probes collects evidence; --no-evidence contradicts it",
