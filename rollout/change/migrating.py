@@ -17,14 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from rollout.change.allocation_path import (
     ALLOCATION_PATH,
-    AllocationPath,
     PathChange,
-    PathPlan,
     claims_consent,
     path_plan_of,
     targets_of,
     works_of,
 )
+from rollout.change.allocation_plan import AllocationPath, PathPlan
 from rollout.change.allocation_preflight import PathWorld, path_refusals
 from rollout.change.entries import ChangeBegin, PreflightForced, Promotion
 from rollout.change.hooks import EvidenceHooks

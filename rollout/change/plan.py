@@ -7,7 +7,7 @@ way, before anything reads a cluster or a node, with the file, the field and its
 (``Plan.location``). The sections' parsers stay with the values they build
 (:func:`rollout.change.planning.parse_strategy`, :func:`rollout.change.windows.parse_windows`,
 :func:`rollout.change.gate_config.parse_gate_config`,
-:func:`rollout.change.allocation_path.parse_path_plan`); only :func:`parse_plan` calls them
+:func:`rollout.change.allocation_plan.parse_path_plan`); only :func:`parse_plan` calls them
 (``tests/unit/test_plan_typed.py`` holds that). The kubelet intent is per node (its overrides, its
 facts): :meth:`Plan.intent_for` builds it from the plan with the plan's lines.
 
@@ -22,8 +22,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from rollout.change.allocation_plan import PathPlan, parse_path_plan
 from rollout.change.entries import ChangeBegin
 from rollout.change.gate_config import GateConfig, parse_gate_config
 from rollout.change.planning import Strategy, parse_strategy
@@ -32,9 +33,6 @@ from rollout.errors import InputError, Location, suggest
 from rollout.kubelet.distributions import DISTRIBUTIONS
 from rollout.kubelet.documents import parse_document
 from rollout.kubelet.intent import Intent, build_intent
-
-if TYPE_CHECKING:
-    from rollout.change.allocation_path import PathPlan
 
 API_VERSION = "rollout.dev/v1alpha1"
 KIND = "RolloutPlan"
@@ -322,9 +320,6 @@ def _allocation_path(
     section = _mapping(raw, "allocationPath", path, lines)
     if not section:
         return None
-    # the kind's module reads Plan; it is imported once a plan has its section
-    from rollout.change.allocation_path import parse_path_plan
-
     return parse_path_plan(section, location)
 
 

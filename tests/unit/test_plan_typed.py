@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-import rollout.change.allocation_path as allocation_path
+import rollout.change.allocation_plan as allocation_plan
 import rollout.change.gate_config as gate_config
 import rollout.change.plan as plan_module
 import rollout.change.planning as planning
 import rollout.change.windows as windows
-from rollout.change.allocation_path import AllocationPath, PathPlan
+from rollout.change.allocation_plan import AllocationPath, PathPlan
 from rollout.change.gate_config import BenchPolicy, GateConfig, OnFailure
 from rollout.change.journal import read_entries
 from rollout.change.plan import load_plan, parse_plan, recorded_plan
@@ -247,7 +247,7 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
         (windows, "parse_windows"),
         (gate_config, "parse_gate_config"),
         (gate_config, "parse_bench_policy"),
-        (allocation_path, "parse_path_plan"),
+        (allocation_plan, "parse_path_plan"),
     ]:
         counted = wrap(name, getattr(module, name))
         monkeypatch.setattr(module, name, counted)
