@@ -24,7 +24,8 @@ import time
 import tracemalloc
 from typing import Any
 
-from rollout.gate.analysis import GateConfig, evaluate
+from rollout.change.gate_config import GateConfig
+from rollout.gate.analysis import evaluate
 from rollout.kube.watching import AdmissionTracker
 from rollout.samples import count_window
 from rollout.verdicts import Outcome, SignalState

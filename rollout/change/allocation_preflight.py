@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.change.allocation_path import AllocationPath, PathSettings
+from rollout.change.allocation_plan import AllocationPath, PathSettings
 from rollout.models import NodeInfo, PodRef
 
 

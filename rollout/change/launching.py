@@ -106,12 +106,10 @@ def prepare_apply(
     from rollout.change.inventory import start_inventory
     from rollout.change.session import FactsGathering, run_preflight
     from rollout.change.staging import choose_stage, stage_history
-    from rollout.change.windows import guard, parse_windows
+    from rollout.change.windows import guard
     from rollout.errors import PreflightError
 
-    window_check = guard(
-        parse_windows(plan.windows, file=plan.path, line_of=plan.line_of), opts.force_window
-    )
+    window_check = guard(plan.windows, opts.force_window)
     if not opts.dry_run and not (window := window_check(datetime.now(UTC))).allowed:
         raise PreflightError(window.reason)
     inv = start_inventory(inventory())()

@@ -17,24 +17,23 @@ from typing import TYPE_CHECKING, Any
 
 from rollout.change.allocation_path import (
     ALLOCATION_PATH,
-    AllocationPath,
     PathChange,
-    PathPlan,
     claims_consent,
     path_plan_of,
     targets_of,
     works_of,
 )
+from rollout.change.allocation_plan import AllocationPath, PathPlan
 from rollout.change.allocation_preflight import PathWorld, path_refusals
 from rollout.change.entries import ChangeBegin, PreflightForced, Promotion
 from rollout.change.hooks import EvidenceHooks
 from rollout.change.journal import Journal, Kind
 from rollout.change.migration_evidence import collect_before, record_after
 from rollout.change.plan import Plan, load_plan
-from rollout.change.planning import Batch, DrainPolicy, make_batches, parse_strategy
+from rollout.change.planning import Batch, DrainPolicy, make_batches
 from rollout.change.replaying import ChangeStatus
 from rollout.change.tenancy_audit import Audit, audit_plan_tenancy, change_refusals
-from rollout.change.windows import Decision, guard, parse_windows
+from rollout.change.windows import Decision, guard
 from rollout.errors import PreflightError
 from rollout.models import Phase, PodRef
 from rollout.protocols import Gate
@@ -159,16 +158,14 @@ def prepare_migration(
 
     plan = load_plan(plan_path)
     pp = path_plan_of(plan)
-    window_check = guard(
-        parse_windows(plan.windows, file=plan.path, line_of=plan.line_of), force_window
-    )
+    window_check = guard(plan.windows, force_window)
     if not dry_run and not (window := window_check(datetime.now(UTC))).allowed:
         raise PreflightError(window.reason)
     if terminate_claims:
         pp = replace(pp, settings=replace(pp.settings, terminate_claims=True))
     inv = read_inventory(inventory)
     targets = targets_of(inv, pp, plan)
-    strategy = parse_strategy(plan.strategy, plan.location)
+    strategy = plan.strategy
     canary = [inv.node_of(h) for h in inv.groups.get(strategy.canary_group, ())]
     batches = make_batches(list(targets), canary, strategy, canary_only)
     world = read_world(api, pp.settings.driver)
@@ -326,15 +323,13 @@ def prepare_migration_promotion(
     plan = recorded_plan(status.info, journal.change_id)
     if plan is None:
         raise PreflightError(f"change {journal.change_id} recorded no plan")
-    window_check = guard(
-        parse_windows(plan.windows, file=plan.path, line_of=plan.line_of), force_window
-    )
+    window_check = guard(plan.windows, force_window)
     if not dry_run and not (window := window_check(datetime.now(UTC))).allowed:
         raise PreflightError(window.reason)
     inv = read_inventory(info_path(journal, "inventory", inventory))
     consent = terminate_claims or claims_consent(journal.entries())
     works = works_of(plan, inv, consent)
-    strategy = parse_strategy(plan.strategy, plan.location)
+    strategy = plan.strategy
     done = {n for n, s in status.nodes.items() if s.state is not NodeState.PENDING}
     rest = [n for n in works if n not in done]
     remaining = make_batches(rest, [], strategy, False)
@@ -388,7 +383,7 @@ def run_migration_promotion(
         mirrored(journal, api, lock_namespace, say)
         if progress is not None:
             progress.nodes(info.nodes)
-        strategy = parse_strategy(promo.plan.strategy, promo.plan.location)
+        strategy = promo.plan.strategy
         ctx = open_context(
             api,
             journal,

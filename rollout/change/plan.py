@@ -1,22 +1,38 @@
-"""The plan file: what to change (the kubelet fragment), where (distribution, method, per-node
-overrides), and the sections other parts of the tool own (strategy, gate, windows).
+"""The plan file, parsed once: what to change (the kubelet fragment), where (distribution, method,
+per-node overrides), and every section the rest of the tool reads (strategy, windows, gate, the
+allocation path's section), each as a typed value.
 
-This module parses only the envelope and the kubelet intent; ``strategy``, ``gate`` and ``windows``
-are
-kept raw so their owners parse them, and ``Plan.line_of`` lets them name the line of a bad value.
+Why one parse: a plan is the operator's input, and a bad value must stop every command the same
+way, before anything reads a cluster or a node, with the file, the field and its line
+(``Plan.location``). The sections' parsers stay with the values they build
+(:func:`rollout.change.planning.parse_strategy`, :func:`rollout.change.windows.parse_windows`,
+:func:`rollout.change.gate_config.parse_gate_config`,
+:func:`rollout.change.allocation_plan.parse_path_plan`); only :func:`parse_plan` calls them
+(``tests/unit/test_plan_typed.py`` holds that). The kubelet intent is per node (its overrides, its
+facts): :meth:`Plan.intent_for` builds it from the plan with the plan's lines.
+
+A new kind of change adds its own section here: a top-level key in ``TOP_LEVEL``, a field on
+``Plan`` holding its typed value (None: the plan has none) and one call of the kind's parser in
+:func:`parse_plan`, as ``allocationPath`` does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from rollout.change.allocation_plan import PathPlan, parse_path_plan
 from rollout.change.entries import ChangeBegin
+from rollout.change.gate_config import GateConfig, parse_gate_config
+from rollout.change.planning import Strategy, parse_strategy
+from rollout.change.windows import Window, parse_windows
 from rollout.errors import InputError, Location, suggest
 from rollout.kubelet.distributions import DISTRIBUTIONS
 from rollout.kubelet.documents import parse_document
+from rollout.kubelet.intent import Intent, build_intent
 
 API_VERSION = "rollout.dev/v1alpha1"
 KIND = "RolloutPlan"
@@ -81,10 +97,14 @@ class Plan:
         distribution, method: defaults for every node (None: from node facts / per distribution).
         kubelet: the KubeletConfiguration fragment (the intent).
         nodes: per-host overrides, by inventory hostname.
-        strategy, gate, windows: raw sections, parsed by their owners.
+        strategy: the ``strategy`` section (defaults when the plan has none); a percentage
+            ``maxUnavailable`` is resolved by ``Strategy.for_nodes``.
+        gate: the ``gate`` section (an empty one: the gate's defaults); None: the plan has no
+            gate (``apply`` then runs none).
+        windows: the ``windows`` (empty: always open).
         lines: 1-based line of each dotted field.
-        allocation_path: the raw ``allocationPath`` section, parsed by the allocation-path
-            change (``rollout.change.allocation_path.parse_path_plan``); empty: none.
+        allocation_path: the ``allocationPath`` section (the allocation-path change's); None:
+            the plan has none (or an empty one).
         tenancy: the pool's tenancy file (``rollout tenancy``), relative paths resolved
             against the plan's directory; None when the plan names none.
         stages: the plan's ``stages:`` (empty: one change, the plan's kubelet).
@@ -98,11 +118,11 @@ class Plan:
     method: str | None
     kubelet: Mapping[str, Any]
     nodes: Mapping[str, NodeOverride]
-    strategy: Mapping[str, Any]
-    gate: Mapping[str, Any]
-    windows: tuple[Any, ...]
+    strategy: Strategy
+    gate: GateConfig | None
+    windows: tuple[Window, ...]
     lines: Mapping[str, int]
-    allocation_path: Mapping[str, Any] = field(default_factory=dict)
+    allocation_path: PathPlan | None = None
     tenancy: str | None = None
     stages: tuple[Stage, ...] = ()
     stage: int | None = None
@@ -132,18 +152,12 @@ class Plan:
     @property
     def has_gate(self) -> bool:
         """Whether the plan has a ``gate:`` section (an empty one too: the gate's defaults)."""
-        return bool(self.gate) or "gate" in self.lines
+        return self.gate is not None
 
     def line_of(self, dotted_field: str) -> int | None:
         """The line of ``dotted_field`` (``strategy.maxUnavailable``, ``windows[0].start``), or of
         the nearest enclosing field that has one."""
-        f = dotted_field
-        while f:
-            if f in self.lines:
-                return self.lines[f]
-            cut = max(f.rfind("."), f.rfind("["))
-            f = f[:cut] if cut > 0 else ""
-        return None
+        return _line_of(self.lines, dotted_field)
 
     def location(self, dotted_field: str) -> Location:
         return Location(file=self.path, field=dotted_field, line=self.line_of(dotted_field))
@@ -154,6 +168,30 @@ class Plan:
         if host is not None and host in self.nodes:
             return _merged(self.kubelet, self.nodes[host].kubelet)
         return dict(self.kubelet)
+
+    def intent_for(
+        self,
+        host: str | None,
+        *,
+        existing_reservation: bool = False,
+        flags: Mapping[str, Any] | None = None,
+        sets: Iterable[tuple[str, Any]] = (),
+    ) -> Intent:
+        """The kubelet intent for one node (``host``; None: the plan's own fragment): its
+        fragment (:meth:`kubelet_for`) over the defaults, then ``flags`` and ``sets``
+        (``rollout kubelet render``), a bad value named by the plan's file, field and line.
+
+        Raises:
+            InputError: as :func:`rollout.kubelet.intent.build_intent`.
+        """
+        return build_intent(
+            self.kubelet_for(host),
+            flags=flags,
+            sets=sets,
+            plan_file=self.path,
+            plan_lines=self.lines,
+            existing_reservation=existing_reservation,
+        )
 
     def distribution_for(self, host: str | None) -> str | None:
         o = self.nodes.get(host) if host is not None else None
@@ -226,10 +264,23 @@ def parse_plan(text: str, path: str) -> Plan:
     windows = data.get("windows") or []
     if not isinstance(windows, list):
         raise InputError("must be a list", loc("windows"))
+    location = partial(_location, path, lines)
+    line_of = partial(_line_of, lines)
     tenancy = data.get("tenancy")
     if tenancy is not None and (not isinstance(tenancy, str) or not tenancy):
         raise InputError("must be the path of a tenancy file", loc("tenancy"))
     stages = _stages(data.get("stages"), path, lines)
+    strategy = parse_strategy(_mapping(data.get("strategy"), "strategy", path, lines), location)
+    gate = None
+    if "gate" in data:  # an empty gate: the gate's defaults
+        raw_gate = _mapping(data["gate"], "gate", path, lines) or None
+        gate = parse_gate_config(raw_gate, file=path, line_of=line_of)
+    if len(stages) > 1 and (gate is None or gate.bench is None):
+        raise InputError(
+            "a plan with more than one stage needs gate.bench: the next stage starts only when "
+            "the previous one's benchmark allows tightening (docs/plan-file.md)",
+            location("stages"),
+        )
     return Plan(
         path=path,
         name=name,
@@ -237,14 +288,39 @@ def parse_plan(text: str, path: str) -> Plan:
         method=method,
         kubelet=kubelet,
         nodes=nodes,
-        strategy=_mapping(data.get("strategy"), "strategy", path, lines),
-        gate=_mapping(data.get("gate"), "gate", path, lines),
-        windows=tuple(windows),
+        strategy=strategy,
+        gate=gate,
+        windows=parse_windows(windows, file=path, line_of=line_of),
         lines=lines,
-        allocation_path=_mapping(data.get("allocationPath"), "allocationPath", path, lines),
+        allocation_path=_allocation_path(data.get("allocationPath"), path, lines, location),
         tenancy=str(Path(path).parent / tenancy) if tenancy else None,
         stages=stages,
     )
+
+
+def _line_of(lines: Mapping[str, int], dotted_field: str) -> int | None:
+    """The line of ``dotted_field``, or of the nearest enclosing field that has one."""
+    f = dotted_field
+    while f:
+        if f in lines:
+            return lines[f]
+        cut = max(f.rfind("."), f.rfind("["))
+        f = f[:cut] if cut > 0 else ""
+    return None
+
+
+def _location(path: str, lines: Mapping[str, int], dotted_field: str) -> Location:
+    return Location(file=path, field=dotted_field, line=_line_of(lines, dotted_field))
+
+
+def _allocation_path(
+    raw: Any, path: str, lines: Mapping[str, int], location: Callable[[str], Location]
+) -> PathPlan | None:
+    """The ``allocationPath`` section, parsed by its kind (None when absent or empty)."""
+    section = _mapping(raw, "allocationPath", path, lines)
+    if not section:
+        return None
+    return parse_path_plan(section, location)
 
 
 def _stages(raw: Any, path: str, lines: Mapping[str, int]) -> tuple[Stage, ...]:

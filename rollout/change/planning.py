@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rollout.change.previewing import lands_on
@@ -93,12 +93,23 @@ class Strategy:
         max_unavailable: how many nodes are changed at once.
         drain: drain policy.
         batches: optional sizes of the batches after the canary (default: ``max_unavailable``).
+        max_unavailable_percent: ``maxUnavailable`` as the plan wrote a percentage (None: a
+            count); :meth:`for_nodes` resolves it against the change's node count (until then
+            ``max_unavailable`` is the percentage of one node, at least 1).
     """
 
     canary_group: str = "canary"
     max_unavailable: int = 1
     drain: DrainPolicy = field(default_factory=DrainPolicy)
     batches: tuple[int, ...] = ()
+    max_unavailable_percent: float | None = field(default=None, compare=False)
+
+    def for_nodes(self, node_count: int) -> Strategy:
+        """The strategy for a change of ``node_count`` nodes: a percentage ``maxUnavailable``
+        resolved (rounded down, at least 1); a count as written."""
+        if self.max_unavailable_percent is None:
+            return self
+        return replace(self, max_unavailable=_percent_of(self.max_unavailable_percent, node_count))
 
 
 def parse_duration(value: Any, where: Location) -> float:
@@ -146,7 +157,7 @@ def parse_strategy(
     group = raw.get("canaryGroup", "canary")
     if not isinstance(group, str) or not group:
         raise InputError("must be a non-empty string", location("strategy.canaryGroup"))
-    mu = _max_unavailable(raw.get("maxUnavailable", 1), location, node_count)
+    mu, percent = _max_unavailable(raw.get("maxUnavailable", 1), location, node_count)
     drain_raw = raw.get("drain") or {}
     if not isinstance(drain_raw, Mapping):
         raise InputError("must be a mapping", location("strategy.drain"))
@@ -184,17 +195,23 @@ def parse_strategy(
             grace_period_s=grace,
         ),
         batches=tuple(batches_raw),
+        max_unavailable_percent=percent,
     )
+
+
+def _percent_of(pct: float, node_count: int | None) -> int:
+    return max(1, int((node_count or 1) * pct / 100))
 
 
 def _max_unavailable(
     value: Any, location: Callable[[str], Location], node_count: int | None
-) -> int:
+) -> tuple[int, float | None]:
+    """``maxUnavailable`` as a count, and the percentage it was written as (None: a count)."""
     where = location("strategy.maxUnavailable")
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 1:
             raise InputError(f"must be at least 1, got {value}", where)
-        return value
+        return value, None
     if isinstance(value, str) and value.endswith("%"):
         try:
             pct = float(value[:-1])
@@ -202,7 +219,7 @@ def _max_unavailable(
             raise InputError(f"not a percentage: {value!r}", where) from e
         if not 0 < pct <= 100:
             raise InputError(f"must be between 0% and 100%, got {value}", where)
-        return max(1, int((node_count or 1) * pct / 100))
+        return _percent_of(pct, node_count), pct
     raise InputError(f"must be a positive integer or a percentage, got {value!r}", where)
 
 

@@ -31,7 +31,6 @@ from rollout.change.planning import (
     evictable,
     make_batches,
     one_control_plane_at_a_time,
-    parse_strategy,
     undrainable,
 )
 from rollout.change.previewing import (
@@ -303,10 +302,9 @@ def prepare(
 
     Raises:
         PreflightError: one or more checks failed (all of them listed).
-        InputError: the plan's strategy is malformed.
     """
     overrides = overrides or DrainOverrides()
-    strategy = parse_strategy(plan.strategy, plan.location, len(inv.hosts))
+    strategy = plan.strategy.for_nodes(len(inv.hosts))
     strategy = replace(
         strategy,
         drain=replace(

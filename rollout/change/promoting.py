@@ -144,7 +144,7 @@ def prepare_promotion(
     from rollout.change.inventory import read_inventory
     from rollout.change.replaying import replay
     from rollout.change.session import info_path, intent_digest, run_preflight
-    from rollout.change.windows import guard, parse_windows
+    from rollout.change.windows import guard
     from rollout.errors import PreflightError
     from rollout.models import NodeState
 
@@ -170,9 +170,7 @@ def prepare_promotion(
             f"the plan {plan.path} renders another intent than change {change} applied to its "
             "canary (kubelet settings or node overrides changed); start a new change instead"
         )
-    window_check = guard(
-        parse_windows(plan.windows, file=plan.path, line_of=plan.line_of), opts.force_window
-    )
+    window_check = guard(plan.windows, opts.force_window)
     if not opts.dry_run and not (window := window_check(datetime.now(UTC))).allowed:
         raise PreflightError(window.reason)
     inv = read_inventory(info_path(journal, "inventory", opts.inventory))

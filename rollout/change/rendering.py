@@ -26,7 +26,6 @@ from rollout.errors import InputError, Location, PreflightError
 from rollout.kubelet.checkpoints import gate_flip_findings
 from rollout.kubelet.facts import node_facts_from_dict
 from rollout.kubelet.findings import Severity
-from rollout.kubelet.intent import build_intent
 from rollout.kubelet.loading import effective, node_from_files
 from rollout.kubelet.render import render
 from rollout.kubelet.validation import validate
@@ -62,12 +61,7 @@ def node_change(
         str((before.config.get(s) or {}).get("cpu", "")).strip() not in ("", "0", "0m")
         for s in ("kubeReserved", "systemReserved")
     )
-    intent = build_intent(
-        plan.kubelet_for(host),
-        plan_file=plan.path,
-        plan_lines=plan.lines,
-        existing_reservation=existing,
-    )
+    intent = plan.intent_for(host, existing_reservation=existing)
     r = render(node_files, intent, plan.method_for(host), plan.name)
     hw = node_facts_from_dict(raw, file=str(facts_dir / f"{host}.json"))
     findings = validate(

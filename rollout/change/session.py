@@ -33,7 +33,7 @@ from rollout.change.kinds import recorded_kind
 from rollout.change.options import ChangeOptions
 from rollout.change.outcomes import ENDED_BY_ROLLBACK, ChangeOutcome
 from rollout.change.plan import Plan, recorded_plan
-from rollout.change.planning import DrainOverrides, DrainPolicy, parse_strategy
+from rollout.change.planning import DrainOverrides, DrainPolicy
 from rollout.change.progress import Progress
 from rollout.change.record import existing_journal, mirrored, to_stderr
 from rollout.change.replaying import ChangeStatus, status_of
@@ -296,7 +296,7 @@ def settle(
     plan = recorded_plan(status_of(journal).info, journal.change_id)
     drain = DrainPolicy()
     if plan is not None:
-        drain = parse_strategy(plan.strategy, plan.location).drain
+        drain = plan.strategy.drain
     allowed = journaled_overrides(journal)  # what the change's drains were allowed to lose
     drain = replace(
         drain,

@@ -202,7 +202,7 @@ def bench_cmd(
     env = _env(env_pairs)
     pod = None
     if mode == "pod":
-        from rollout.gate.performance import parse_pod
+        from rollout.change.gate_config import parse_pod
 
         if standin:
             raise InputError(

@@ -18,7 +18,7 @@ from rollout.change.journal import Journal
 from rollout.change.options import ApplyOptions
 from rollout.change.outcomes import GATE_HOLDS_EXIT
 from rollout.change.plan import load_plan
-from rollout.change.planning import DrainOverrides, parse_strategy
+from rollout.change.planning import DrainOverrides
 from rollout.change.previewing import render_text
 from rollout.change.progress import Progress
 from rollout.change.record import existing_journal
@@ -37,7 +37,7 @@ from rollout.cli.wiring import (
     verify_timeout_option,
 )
 from rollout.errors import InputError, Location
-from rollout.gate.assembly import gate_config, gate_for
+from rollout.gate.assembly import gate_for
 from rollout.protocols import Gate
 
 from .options import (
@@ -51,12 +51,12 @@ from .options import (
 from .record import optional_api
 
 if TYPE_CHECKING:
+    from rollout.change.gate_config import BenchPolicy
     from rollout.change.inventory import Inventory
     from rollout.change.launching import PreparedApply
     from rollout.evidence.benchgate import CanaryBench, Results
     from rollout.evidence.workloads import Selection
     from rollout.gate.analysis import Predicted
-    from rollout.gate.performance import BenchPolicy
 
 __all__ = ["COMMANDS"]
 
@@ -178,17 +178,10 @@ def apply_cmd(
         raise InputError(
             "--force-serving needs a REASON (it is journaled)", Location(field="--force-serving")
         )
-    plan = load_plan(plan_path)
-    parse_strategy(plan.strategy, plan.location)  # bad input fails before any I/O
-    cfg = gate_config(plan)  # the gate: section too
+    plan = load_plan(plan_path)  # every section parsed: bad input fails before any I/O
+    cfg = plan.gate
     require_evidence = cfg is not None and cfg.require_evidence
     policy = cfg.bench if cfg is not None else None
-    if len(plan.stages) > 1 and policy is None:
-        raise InputError(
-            "a plan with more than one stage needs gate.bench: the next stage starts only when "
-            "the previous one's benchmark allows tightening (docs/plan-file.md)",
-            plan.location("stages"),
-        )
     if recreate_probes and no_evidence:
         raise InputError(
             "--recreate-probes collects evidence; --no-evidence contradicts it",

@@ -92,10 +92,9 @@ def runbook_cmd(
         raise InputError("no plan: pass --plan or set ROLLOUT_PLAN", Location(field="--plan"))
     if not inventory:
         raise InputError("no inventory: pass -i or set ROLLOUT_INVENTORY", Location(field="-i"))
-    plan = load_plan(plan_path)
+    plan = load_plan(plan_path)  # every section parsed: bad input fails before any I/O
     inv = read_inventory(Path(inventory))
     now = datetime.now(UTC)
-    build_runbook(plan, inv, now, Preflight(ran=False))  # bad plan sections fail before any I/O
     warnings: list[str] = []
     preflight = Preflight(ran=False)
     if not offline:

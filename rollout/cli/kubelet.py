@@ -113,13 +113,11 @@ def render(
         str((before.config.get(s) or {}).get("cpu", "")).strip() not in ("", "0", "0m")
         for s in ("kubeReserved", "systemReserved")
     )
-    intent = build_intent(
-        plan.kubelet_for(host) if plan else None,
-        flags=flags,
-        sets=_parse_set(sets),
-        plan_file=plan.path if plan else None,
-        plan_lines=plan.lines if plan else None,
-        existing_reservation=existing,
+    sets_given = _parse_set(sets)
+    intent = (
+        plan.intent_for(host, flags=flags, sets=sets_given, existing_reservation=existing)
+        if plan
+        else build_intent(None, flags=flags, sets=sets_given, existing_reservation=existing)
     )
     result = render_node(
         node,

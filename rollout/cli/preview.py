@@ -11,7 +11,6 @@ import json
 import click
 
 from rollout.change.plan import load_plan
-from rollout.change.planning import parse_strategy
 from rollout.change.previewing import fleet_misfits, render_text
 from rollout.errors import InputError, Location
 
@@ -52,8 +51,7 @@ def preview_cmd(
 
     if not plan_path:
         raise InputError("no plan: pass --plan or set ROLLOUT_PLAN", Location(field="--plan"))
-    plan = load_plan(plan_path)
-    parse_strategy(plan.strategy, plan.location)
+    plan = load_plan(plan_path)  # every section parsed: bad input fails before any I/O
     inv = read_inventory(inventory_path(inventory))
     api = connect(kubeconfig, context)
     prepared = run_preflight(plan, inv, api, canary, True)

@@ -24,7 +24,7 @@ from rollout.cli.wiring import (
     verify_timeout_option,
 )
 from rollout.errors import RolloutError
-from rollout.gate.assembly import gate_config, gate_for
+from rollout.gate.assembly import gate_for
 from rollout.protocols import Gate, Lock
 
 from .options import inventory_option, kube_options, output_option
@@ -96,7 +96,7 @@ def resume_cmd(
             gate = gate_for(
                 plan, api, ctx.journal, output, inv, ctx.on_event, ctx.interrupt, predicted
             )
-            cfg = gate_config(plan)
+            cfg = plan.gate
             if cfg is None or cfg.bench is None:
                 return gate
             from rollout.evidence.benchgate import resumed_gate

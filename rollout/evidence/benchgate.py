@@ -24,16 +24,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rollout.change.entries import BenchRun, trigger_data
+from rollout.change.gate_config import BenchPolicy
 from rollout.change.journal import Journal, Kind
 from rollout.errors import ExternalError, InputError
 from rollout.evidence import benching, benchpod
 from rollout.evidence.bench import BenchError
-from rollout.gate.performance import (
-    BenchPolicy,
-    decision_record,
-    judge_regression,
-    judge_tightening,
-)
+from rollout.gate.performance import decision_record, judge_regression, judge_tightening
 from rollout.models import Phase
 from rollout.protocols import Gate
 from rollout.verdicts import Outcome, Verdict

@@ -36,9 +36,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rollout.change.gate_config import PodBench
 from rollout.errors import ExternalError, InputError, Location
 from rollout.evidence.bench import LAB_LABEL, PRODUCT_LABEL, BenchError, parse_output
-from rollout.gate.performance import PodBench
 from rollout.kubelet.cpuset import CPUSetError, parse
 
 if TYPE_CHECKING:

@@ -18,12 +18,12 @@ from datetime import time as dtime
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from rollout.change.gate_config import GateConfig
 from rollout.change.plan import Plan
-from rollout.change.planning import Batch, Strategy, make_batches, parse_strategy
+from rollout.change.planning import Batch, Strategy, make_batches
 from rollout.change.previewing import NodePreview, fleet_misfits
-from rollout.change.windows import Window, forward_allowed, parse_windows
+from rollout.change.windows import Window, forward_allowed
 from rollout.evidence.templating import render_template
-from rollout.gate.analysis import GateConfig, parse_gate_config
 
 if TYPE_CHECKING:
     from rollout.change.inventory import Inventory
@@ -293,12 +293,12 @@ def build_runbook(
         warnings: application canaries in progress and other warnings.
         gpu_resource: the device resource name shown in the inspection commands.
 
-    Raises:
-        InputError: the plan's strategy, gate or windows are malformed (file, field, line).
+    The plan's sections were parsed with it (``rollout.change.plan``): a plan without a
+    ``gate:`` shows the gate's defaults.
     """
-    strategy = parse_strategy(plan.strategy, plan.location, len(inventory.hosts))
-    gate = parse_gate_config(plan.gate, file=plan.path, line_of=plan.line_of)
-    windows = parse_windows(plan.windows, file=plan.path, line_of=plan.line_of)
+    strategy = plan.strategy.for_nodes(len(inventory.hosts))
+    gate = plan.gate or GateConfig()
+    windows = plan.windows
     order = [inventory.node_of(h) for h in inventory.hosts]
     canary = [inventory.node_of(h) for h in inventory.groups.get(strategy.canary_group, ())]
     batches = tuple(make_batches(order, canary, strategy, canary_only=False))

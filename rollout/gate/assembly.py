@@ -14,11 +14,12 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from rollout.change.gate_config import GateConfig
 from rollout.change.journal import Journal
 from rollout.change.orchestrator import NoGate, node_pool
 from rollout.change.plan import Plan
 from rollout.change.replaying import status_of
-from rollout.gate.analysis import GateConfig, Predicted, parse_gate_config
+from rollout.gate.analysis import Predicted
 from rollout.gate.soaking import RollbackPolicyGate, SoakGate
 from rollout.interrupt import Interrupt
 from rollout.models import Phase
@@ -27,17 +28,6 @@ from rollout.protocols import Gate
 if TYPE_CHECKING:
     from rollout.change.inventory import Inventory
     from rollout.kube.client import Api
-
-
-def gate_config(plan: Any) -> GateConfig | None:
-    """The plan's ``gate:`` section parsed, or None when the plan has none (no gate in apply).
-
-    Raises:
-        InputError: the section is invalid (file, field and line named).
-    """
-    if not plan.has_gate:
-        return None
-    return parse_gate_config(plan.gate or None, file=plan.path, line_of=plan.line_of)
 
 
 def gate_progress(output: str, to: Callable[[str], None] | None) -> Callable[[str], None]:
@@ -129,7 +119,7 @@ def gate_for(
     verdict says which rejections were expected
     (``rollout.change.previewing.predicted_rejections``)."""
 
-    cfg = gate_config(plan)
+    cfg = plan.gate
     if cfg is None:
         return NoGate()
 

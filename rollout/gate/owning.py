@@ -47,16 +47,15 @@ def rolls_back_group(status: ChangeStatus) -> bool:
     ``gate.onFailure: rollback-group`` (False when neither is there or it is unreadable: an alert
     then rolls back only its own node, the smaller act)."""
     from rollout.change.plan import recorded_plan
-    from rollout.gate.analysis import parse_gate_config
 
     try:
         plan = recorded_plan(status.info, status.change)
-        if plan is None or not plan.gate:
-            return False
-        cfg = parse_gate_config(plan.gate, file=plan.path, line_of=plan.line_of)
     except RolloutError:
         return False
-    return cfg.on_failure.value == "rollback-group"
+    # an empty ``gate:`` counts as none here, as it always has (its default is rollback-group)
+    if plan is None or plan.gate is None or not any(f.startswith("gate.") for f in plan.lines):
+        return False
+    return plan.gate.on_failure.value == "rollback-group"
 
 
 class JournalOwners:

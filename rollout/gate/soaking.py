@@ -22,9 +22,10 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from rollout.change.entries import recovery_data, trigger_data, verdict_data
+from rollout.change.gate_config import Baseline, GateConfig, OnFailure
 from rollout.change.journal import Kind
 from rollout.errors import RolloutError
-from rollout.gate.analysis import Baseline, GateConfig, OnFailure, Predicted, evaluate
+from rollout.gate.analysis import Predicted, evaluate
 from rollout.interrupt import Interrupt
 from rollout.verdicts import Outcome, SignalState, Verdict
 

@@ -18,10 +18,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rollout.change.gate_config import GateConfig
 from rollout.change.outcomes import ChangeOutcome, exit_code
 from rollout.change.record import to_stderr
 from rollout.errors import InputError, Location, NodeOperationError, RolloutError
-from rollout.gate.analysis import GateConfig, parse_gate_config
 from rollout.verdicts import Outcome, Verdict
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def watch_config(plan_file: str | None) -> GateConfig:
     from rollout.change.plan import load_plan
 
     plan = load_plan(plan_file)
-    return parse_gate_config(plan.gate or None, file=plan.path, line_of=plan.line_of)
+    return plan.gate or GateConfig()
 
 
 def applied_nodes(change_id: str, api: Api, lock_namespace: str) -> tuple[list[str], float, Any]:

@@ -27,8 +27,9 @@ from typing import Any
 
 import pytest
 
+from rollout.change.gate_config import GateConfig
 from rollout.change.journal import Journal
-from rollout.gate.analysis import GateConfig, evaluate
+from rollout.gate.analysis import evaluate
 from rollout.lab.cluster import Lab
 from rollout.verdicts import Outcome
 from tests.lab import changekit as ck

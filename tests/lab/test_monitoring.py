@@ -31,10 +31,11 @@ from typing import Any
 
 import pytest
 
+from rollout.change.gate_config import GateConfig, PrometheusSource
 from rollout.change.journal import Journal
 from rollout.change.replaying import replay
 from rollout.gate.alerting import rules_file, shipped_rule_text
-from rollout.gate.analysis import GateConfig, PrometheusSource, evaluate
+from rollout.gate.analysis import evaluate
 from rollout.gate.prometheus import PrometheusSignal
 from rollout.lab import monitoring as mon
 from rollout.lab.cluster import Lab

@@ -13,12 +13,11 @@ from typing import Any
 
 import pytest
 
-from rollout.change.allocation_path import (
+from rollout.change.allocation_path import OutOfOrderError, PathChange
+from rollout.change.allocation_plan import (
     DEVICE_PLUGIN_LABEL,
     DRA_LABEL,
     AllocationPath,
-    OutOfOrderError,
-    PathChange,
     PathSettings,
     parse_path_plan,
 )

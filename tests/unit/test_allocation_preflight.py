@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollout.change.allocation_path import (
+from rollout.change.allocation_plan import (
     DEVICE_PLUGIN_LABEL,
     DRA_LABEL,
     AllocationPath,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from rollout.change.gate_config import Baseline, GateConfig, OnFailure, parse_gate_config
 from rollout.errors import InputError
-from rollout.gate.analysis import Baseline, GateConfig, OnFailure, evaluate, parse_gate_config
+from rollout.gate.analysis import evaluate
 from rollout.samples import (
     AdmissionSample,
     CounterReading,

@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rollout.change.gate_config import BenchPolicy
 from rollout.change.journal import Journal
 from rollout.change.orchestrator import run_change
 from rollout.change.planning import Strategy, make_batches
 from rollout.change.replaying import replay
 from rollout.evidence.benchgate import BenchGate, Results
-from rollout.gate.performance import BenchPolicy
 from rollout.models import NodeState
 from rollout.verdicts import VerdictStatus
 from tests.unit.ending import ended

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from rollout.change.gate_config import PodBench
 from rollout.change.journal import Journal, Kind
 from rollout.evidence.bench import BenchError, metrics_text
 from rollout.evidence.benchpod import EXIT_MARK, bench_manifest, read_result
 from rollout.evidence.report import build_report, render
-from rollout.gate.performance import PodBench
 from rollout.models import Phase
 
 POD = PodBench(image="r/bench:1", cpus=4, memory="8Gi", annotations={"a": "b"})

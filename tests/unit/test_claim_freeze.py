@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from rollout.change import claim_freeze as cf
-from rollout.change.allocation_path import AllocationPath, parse_path_plan
+from rollout.change.allocation_plan import AllocationPath, parse_path_plan
 from rollout.change.journal import Journal, Kind
 from rollout.change.kinds import recorded_kind
 from rollout.change.orchestrator import rollback

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rollout.change.gate_config import parse_gate_config
 from rollout.change.planning import parse_strategy
 from rollout.durations import is_go_duration, parse_go_duration
 from rollout.errors import InputError, Location
-from rollout.gate.analysis import parse_gate_config
 
 
 @pytest.mark.parametrize(

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
+from rollout.change.gate_config import parse_gate_config
 from rollout.change.journal import EVIDENCE_STEP, Journal
 from rollout.change.launching import EvidenceGate
 from rollout.change.orchestrator import run_change
 from rollout.change.planning import Strategy, make_batches
 from rollout.errors import InputError
 from rollout.evidence.collecting import journal_evidence
-from rollout.gate.analysis import parse_gate_config
 from rollout.models import NodeState
 from rollout.verdicts import VerdictStatus
 from tests.unit.ending import ended

@@ -13,12 +13,13 @@ import pytest
 
 from rollout.change.context import Context
 from rollout.change.entries import ChangeBegin
+from rollout.change.gate_config import GateConfig, OnFailure
 from rollout.change.journal import Journal
 from rollout.change.orchestrator import continue_change, node_pool, run_change
 from rollout.change.plan import load_plan
 from rollout.change.planning import DrainPolicy, Strategy, make_batches
 from rollout.change.replaying import replay
-from rollout.gate.analysis import GateConfig, NodeCounts, OnFailure
+from rollout.gate.analysis import NodeCounts
 from rollout.gate.soaking import RollbackPolicyGate, SoakGate
 from rollout.lab.inventory import plan_text
 from rollout.lab.nodefiles import LabNode
@@ -135,7 +136,7 @@ def test_failed_verdict_restores_by_policy_after_journaling_the_trigger(
 
 
 def test_the_default_policy_restores_the_node_pool() -> None:
-    from rollout.gate.analysis import parse_gate_config
+    from rollout.change.gate_config import parse_gate_config
 
     assert parse_gate_config({}).on_failure is OnFailure.ROLLBACK_GROUP
     assert GateConfig().on_failure is OnFailure.ROLLBACK_GROUP
@@ -258,19 +259,18 @@ def test_no_traffic_holds_and_says_what_it_waits_for(tmp_path: Path) -> None:
 
 
 def test_lab_plan_has_a_demo_gate(tmp_path: Path) -> None:
-    from rollout.gate.analysis import parse_gate_config
-
     p = tmp_path / "plan.yaml"
     p.write_text(plan_text([LabNode("n1", 1, "kubeadm", "t")], "demo"))
     plan = load_plan(p)
-    cfg = parse_gate_config(plan.gate, file=plan.path, line_of=plan.line_of)
+    cfg = plan.gate
+    assert cfg is not None
     assert (cfg.soak, cfg.window, cfg.threshold, cfg.probes) == (60.0, 60.0, 0.05, True)
     assert cfg.min_admissions >= 1
 
 
 def test_soak_progress_reports_changes_not_every_interval() -> None:
     """A quiet soak prints one line per verdict change, not one per interval."""
-    from rollout.gate.analysis import Baseline, GateConfig
+    from rollout.change.gate_config import Baseline, GateConfig
     from rollout.gate.soaking import SoakGate
     from rollout.verdicts import SignalState
 
@@ -308,7 +308,7 @@ def test_soak_progress_reports_changes_not_every_interval() -> None:
 def test_soak_gate_passes_the_predicted_rejections_to_the_verdict() -> None:
     """apply's gate gets preflight's predicted (node, owner) pairs; the Failed reason says which
     rejection was expected and which was not."""
-    from rollout.gate.analysis import Baseline, GateConfig
+    from rollout.change.gate_config import Baseline, GateConfig
     from rollout.gate.soaking import SoakGate
 
     counts = {

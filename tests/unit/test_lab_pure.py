@@ -104,7 +104,7 @@ def test_lab_plan_is_a_valid_plan(tmp_path: Path) -> None:
     plan = load_plan(p)
     assert plan.kubelet["reservedSystemCPUs"] == "0,32"
     assert plan.kubelet["topologyManagerPolicy"] == "single-numa-node"
-    assert plan.strategy["canaryGroup"] == "canary"
+    assert plan.strategy.canary_group == "canary"
     assert plan.nodes["n2"].distribution == "k3s"
 
 

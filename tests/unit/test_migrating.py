@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from rollout.change.allocation_path import AllocationPath, path_plan_of, targets_of, works_of
+from rollout.change.allocation_path import path_plan_of, targets_of, works_of
+from rollout.change.allocation_plan import AllocationPath
 from rollout.change.allocation_preflight import PathWorld
 from rollout.change.inventory import Inventory
 from rollout.change.migrating import PreparedMigration

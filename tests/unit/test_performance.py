@@ -8,15 +8,9 @@ from typing import Any
 
 import pytest
 
+from rollout.change.gate_config import BenchPolicy, parse_bench_policy, parse_gate_config
 from rollout.errors import InputError
-from rollout.gate.analysis import parse_gate_config
-from rollout.gate.performance import (
-    BenchPolicy,
-    decision_record,
-    judge_regression,
-    judge_tightening,
-    parse_bench_policy,
-)
+from rollout.gate.performance import decision_record, judge_regression, judge_tightening
 from rollout.verdicts import Outcome
 
 POLICY = BenchPolicy(command="./bench.sh", max_p99_regression=0.1, max_bandwidth_regression=0.1)

@@ -13,7 +13,6 @@ from click.testing import CliRunner
 
 from rollout.change.inventory import Inventory
 from rollout.change.plan import parse_plan
-from rollout.change.planning import parse_strategy
 from rollout.change.previewing import NodePreview, preview_node
 from rollout.cli import cli
 from rollout.errors import InputError
@@ -128,10 +127,10 @@ def test_html_runbook_is_one_page_and_escaped() -> None:
 
 
 def test_bad_gate_section_named() -> None:
-    plan = parse_plan(PLAN.replace("threshold: 0.02", "threshold: lots"), "plan.yaml")
-    with pytest.raises(InputError) as e:
-        build_runbook(plan, INV, FRIDAY, Preflight(ran=False))
+    with pytest.raises(InputError) as e:  # the plan's one parse names it, before any runbook
+        parse_plan(PLAN.replace("threshold: 0.02", "threshold: lots"), "plan.yaml")
     assert e.value.location.field == "gate.threshold" and e.value.location.line == 10
+    assert e.value.location.file == "plan.yaml"
 
 
 def test_cli_offline_writes_file_and_bad_input_writes_nothing(tmp_path: Path) -> None:
@@ -299,7 +298,7 @@ def test_cli_runbook_shows_the_preview_preflight_computed(
         if refused:
             raise PreviewedRefusal(f"preflight refused the change:\n  {RUNNING_REJECTED}", previews)
         return Prepared(
-            strategy=parse_strategy(p.strategy, p.location, len(INV.hosts)),
+            strategy=p.strategy.for_nodes(len(INV.hosts)),
             batches=(),
             changes={},
             canary=(),

@@ -10,7 +10,7 @@ import pytest
 from rollout.change.entries import ChangeBegin, Stage
 from rollout.change.plan import parse_plan
 from rollout.change.staging import StageRun, begin_stage, choose_stage, stage_info
-from rollout.errors import InputError
+from rollout.errors import InputError, Location
 
 STAGED = """\
 apiVersion: rollout.dev/v1alpha1
@@ -31,6 +31,8 @@ nodes:
   gpu-1:
     kubelet:
       topologyManagerScope: container
+gate:
+  bench: {standin: true}
 """
 PLAN = parse_plan(STAGED, "plan.yaml")
 
@@ -76,6 +78,21 @@ def test_bad_stages_are_named_by_field_and_line(stages: str, field: str, words: 
     with pytest.raises(InputError, match=words) as e:
         parse_plan(text, "plan.yaml")
     assert e.value.location.field == field and e.value.location.line is not None
+
+
+def test_a_staged_plan_without_gate_bench_is_refused_where_it_is_parsed() -> None:
+    """More than one stage needs ``gate.bench`` (the next stage starts on its verdict): the plan's
+    one parse refuses it, naming ``stages`` and its line, for every command alike."""
+    no_bench = STAGED.replace("gate:\n  bench: {standin: true}\n", "")
+    with pytest.raises(InputError, match=r"more than one stage needs gate\.bench") as e:
+        parse_plan(no_bench, "plan.yaml")
+    assert e.value.location == Location("plan.yaml", "stages", 8)
+    assert str(e.value).startswith("plan.yaml:8, field 'stages': ")
+    empty_gate = no_bench + "gate: {}\n"  # a gate without a bench is no better
+    with pytest.raises(InputError, match="more than one stage"):
+        parse_plan(empty_gate, "plan.yaml")
+    one = parse_plan(no_bench.split("  - name: single-numa-node")[0], "plan.yaml")
+    assert len(one.stages) == 1 and one.gate is None  # one stage needs no benchmark
 
 
 def run(change: str, index: int, outcome: str, tightening: str = "", reason: str = "") -> StageRun:

@@ -130,7 +130,7 @@ def test_plan_windows_parse_with_yaml_times_and_lines() -> None:
         "    end: '01:00'\n"
     )
     plan = parse_plan(text, "plan.yaml")
-    (w,) = parse_windows(plan.windows, file=plan.path, line_of=plan.line_of)
+    (w,) = plan.windows
     assert sorted(w.days) == [0, 4, 5, 6]
     assert (w.start.hour, w.end.hour) == (23, 1) and w.crosses_midnight
     assert w.describe() == "weekend (mon,fri,sat,sun 23:00-01:00 UTC)"
@@ -163,9 +163,8 @@ BAD = [
 @pytest.mark.parametrize(("body", "field", "line", "message"), BAD, ids=[b[1] + b[3] for b in BAD])
 def test_bad_windows_name_file_field_line(body: str, field: str, line: int, message: str) -> None:
     text = "kind: RolloutPlan\nwindows:\n  - name: x\n    " + body + "\n"
-    plan = parse_plan(text, "plan.yaml")
     with pytest.raises(InputError) as e:
-        parse_windows(plan.windows, file=plan.path, line_of=plan.line_of)
+        parse_plan(text, "plan.yaml")  # the plan's own parse names the window's field
     assert e.value.location.field == field
     assert e.value.location.line == line
     assert e.value.location.file == "plan.yaml"

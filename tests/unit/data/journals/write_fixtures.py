@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.change.context import Context
+from rollout.change.gate_config import BenchPolicy
 from rollout.change.journal import Journal, Kind
 from rollout.change.launching import journal_consents
 from rollout.change.orchestrator import continue_change, rollback, run_change
@@ -38,7 +39,7 @@ from rollout.change.resuming import unfinished_gate, unfinished_rollback
 from rollout.evidence.collecting import journal_evidence
 from rollout.evidence.report import build_report
 from rollout.gate.owning import journal_recorder
-from rollout.gate.performance import BenchPolicy, decision_record
+from rollout.gate.performance import decision_record
 from rollout.interrupt import StopReason
 from rollout.models import Phase
 from rollout.verdicts import Finding, Outcome, Verdict, VerdictStatus
