@@ -55,6 +55,13 @@ class KindSteps(Protocol):
         share one :meth:`write`)."""
         ...
 
+    def ahead(self, ctx: Context, works: Sequence[Any]) -> None:
+        """The works of the next batch, told as a batch begins: open now what takes time to
+        open and changes nothing on those nodes (the kubelet-config change: each node's ssh
+        session for its node step, which runs nothing until the step sends its arguments), so
+        that their batch does not wait for it. May do nothing."""
+        ...
+
     def baseline(self, ctx: Context, work: Any, info: NodeInfo) -> dict[str, Any]:
         """What the node is before the change (``info``: its Node as read before the cordon):
         journaled with ``preflight`` done (read-only)."""
@@ -151,6 +158,10 @@ class Context:
     force_restore: bool = False
     #: the kind of change (None: the kubelet-config change; ``rollout.change.kinds.kind_of``)
     kind: KindSteps | None = None
+    #: told as each batch begins which nodes the next batch holds (empty: this is the last);
+    #: the caller readies what it needs after them (``apply``'s ``after`` evidence opens its
+    #: facts sessions as the last batch begins). Reads and opens only: it changes no node.
+    next_batch: Callable[[Sequence[str]], None] = lambda _nodes: None
     #: restores running under this context between ``RestoreBracket.restore_begin`` and
     #: ``restore_end`` (resume settles nodes side by side; the last one out ends the bracket)
     restores: int = 0

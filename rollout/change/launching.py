@@ -386,6 +386,8 @@ def run_apply(
                 opts.forks,
             )
             ctx.interrupt = lock.interrupt
+            if evidence is not None:  # the ``after`` facts sessions open as the last batch begins
+                ctx.next_batch = lambda later: None if later else evidence.open_sessions(moving)
             gate = make_gate(journal, inv, predicted_rejections(prepared.previews), progress)
         finally:
             before = before_collection.result()
