@@ -328,7 +328,7 @@ def run_apply(
         LockHeldError: another process took the Lease meanwhile.
     """
     from rollout.change.journal import new_change_id, state_dir
-    from rollout.change.orchestrator import ahead, run_change
+    from rollout.change.orchestrator import run_change
     from rollout.change.previewing import predicted_rejections
     from rollout.change.record import mirrored
     from rollout.change.replaying import replay
@@ -388,8 +388,6 @@ def run_apply(
             ctx.interrupt = lock.interrupt
             if evidence is not None:  # the ``after`` facts sessions open as the last batch begins
                 ctx.next_batch = lambda later: None if later else evidence.open_sessions(moving)
-            if prepared.batches:  # the first batch's sessions open beside the ``before`` evidence
-                ahead(ctx, prepared.changes, prepared.batches[0].nodes)
             gate = make_gate(journal, inv, predicted_rejections(prepared.previews), progress)
         finally:
             before = before_collection.result()

@@ -225,7 +225,7 @@ def _batches(
             return end_change(
                 ctx, ChangeOutcome.HELD, f"change window closed; holding: {window.reason}"
             )
-        ahead(ctx, changes, batches[i + 1].nodes if i + 1 < len(batches) else ())
+        _ahead(ctx, changes, batches[i + 1].nodes if i + 1 < len(batches) else ())
         failures = _apply_in_waves(ctx, changes, batch.nodes, f"batch {i + 1}/{len(batches)}")
         ctx.interrupt.check()  # the batch's failures are the interrupt's doing: settle below
         if failures:
@@ -247,11 +247,10 @@ def _batches(
     return end_change(ctx, ChangeOutcome.COMPLETED, f"{len(changes)} node(s) applied")
 
 
-def ahead(ctx: Context, changes: Mapping[str, Any], later: Sequence[str]) -> None:
+def _ahead(ctx: Context, changes: Mapping[str, Any], later: Sequence[str]) -> None:
     """As a batch begins: the kind opens what the next batch's nodes (``later``) will need and
-    the caller hears which they are (none: this batch is the last); ``apply`` also asks it for
-    the first batch while its ``before`` evidence is collected. Nothing changes on a node here;
-    a failure only means the batch opens its own (``KindSteps.ahead``)."""
+    the caller hears which they are (none: this batch is the last). Nothing changes on a node
+    here; a failure only means the next batch opens its own (``KindSteps.ahead``)."""
     try:
         kind_of(ctx).ahead(ctx, [changes[n] for n in later if n in changes])
         ctx.next_batch(tuple(later))
