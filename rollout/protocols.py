@@ -151,11 +151,6 @@ class NodeRunner(Protocol):
         session for its node step then."""
         ...
 
-    def warm(self, hosts: Sequence[str]) -> None:
-        """Open each host's session for its node step now, ahead of its batch (nothing runs on
-        a node until its step sends the arguments); a runner without sessions does nothing."""
-        ...
-
     def apply_many(self, changes: Sequence[NodeChange], change_id: str) -> Mapping[str, RunResult]:
         """On every node of ``changes``: back up, write the files, reset checkpoints, restart the
         kubelet, wait for healthz; the result of each, by node name."""

@@ -436,9 +436,6 @@ class AllocationPathKind:
     def per_node(self, ctx: Context, works: Sequence[Any]) -> bool:
         return True  # each node waits on its own driver and plugin
 
-    def ahead(self, ctx: Context, works: Sequence[Any]) -> None:
-        return None  # its steps are API calls: nothing to open ahead
-
     def baseline(self, ctx: Context, work: Any, info: NodeInfo) -> dict[str, Any]:
         c: PathChange = work
         s = c.settings

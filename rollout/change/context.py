@@ -55,13 +55,6 @@ class KindSteps(Protocol):
         share one :meth:`write`)."""
         ...
 
-    def ahead(self, ctx: Context, works: Sequence[Any]) -> None:
-        """The works of the next batch, told as a batch begins: open now what takes time to
-        open and changes nothing on those nodes (the kubelet-config change: each node's ssh
-        session for its node step, which runs nothing until the step sends its arguments), so
-        that their batch does not wait for it. May do nothing."""
-        ...
-
     def baseline(self, ctx: Context, work: Any, info: NodeInfo) -> dict[str, Any]:
         """What the node is before the change (``info``: its Node as read before the cordon):
         journaled with ``preflight`` done (read-only)."""

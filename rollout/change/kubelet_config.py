@@ -36,9 +36,6 @@ class KubeletConfig:
     def per_node(self, ctx: Context, works: Sequence[Any]) -> bool:
         return ctx.runner.per_node([c.host for c in works])
 
-    def ahead(self, ctx: Context, works: Sequence[Any]) -> None:
-        ctx.runner.warm([c.host for c in works])
-
     def baseline(self, ctx: Context, work: Any, info: NodeInfo) -> dict[str, Any]:
         change: NodeChange = work
         keys = tuple(dict.fromkeys((*WATCHED, *change.expected)))

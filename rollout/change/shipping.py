@@ -112,20 +112,10 @@ class PlaybookNodeRunner:
             return False
         # the orchestrator asks at the start of a batch: open each node's session for its node
         # step now (ssh, Python, the module loaded), while the node is cordoned and drained;
-        # the apply (or a restore, if the drain fails) then only sends its arguments. A session
-        # ``warm`` opened during the batch before is taken as it is
+        # the apply (or a restore, if the drain fails) then only sends its arguments
         for t, _ in targets.values():
             direct.start(t)
         return True
-
-    def warm(self, hosts: Sequence[str]) -> None:
-        """See ``NodeRunner.warm``: the next batch's sessions open while this batch runs (an
-        8-node apply at load 6 waited 0.5-1.3 s per batch for sessions opened at its start:
-        ``benchmarks/README.md``, node_step_bench)."""
-        if hosts and self.direct_apply:
-            targets = self._direct_targets(sorted(hosts))
-            for t, _ in (targets or {}).values():
-                direct.start(t)
 
     def apply_many(self, changes: Sequence[NodeChange], change_id: str) -> Mapping[str, RunResult]:
         """See ``NodeRunner.apply_many``.

@@ -111,14 +111,9 @@ class FakeRunner:
         self.runs: list[tuple[str, tuple[str, ...]]] = []
         #: (node, force) of every restore, as ``restore_many`` was called
         self.forced: list[tuple[str, bool]] = []
-        #: the hosts of every ``warm`` (the next batch's, as each batch began)
-        self.warmed: list[tuple[str, ...]] = []
 
     def per_node(self, hosts: Sequence[str]) -> bool:
         return self.pipelined
-
-    def warm(self, hosts: Sequence[str]) -> None:
-        self.warmed.append(tuple(hosts))
 
     def apply(self, change: NodeChange, change_id: str, backup_dir: str) -> RunResult:
         self.applied.append(change.node)

@@ -63,9 +63,6 @@ class Paint:
     def per_node(self, ctx: Context, works: Sequence[Any]) -> bool:
         return True
 
-    def ahead(self, ctx: Context, works: Sequence[Any]) -> None:
-        return None
-
     def baseline(self, ctx: Context, work: Any, info: NodeInfo) -> dict[str, Any]:
         return {"allocatable": dict(info.allocatable)}
 
