@@ -42,6 +42,28 @@ def role_defaults(playbook_dir: Path) -> dict[str, Any]:
     return dict(data) if isinstance(data, Mapping) else {}
 
 
+def open_facts(
+    hosts: Sequence[str],
+    hostvars: Mapping[str, Mapping[str, Any]],
+    forks: int = DEFAULT_FORKS,
+) -> None:
+    """Open the facts sessions of the first ``forks`` of ``hosts`` (the calls
+    :func:`facts_direct` starts first) ahead of it: ssh, Python and the module up on each node,
+    waiting; nothing is read on a node until the call sends its arguments, so what the call
+    reads is the node as it is then. Does nothing when :func:`facts_direct` would not run over
+    plain ssh (the playbook runs then).
+
+    Why: over a fresh session the facts call is mostly its start-up (8 nodes at load 6: 1.7-2.1 s
+    cold, 0.12 s over open sessions; ``benchmarks/README.md``, node_step_bench), and ``apply``'s
+    ``after`` evidence can open them while its last batch runs."""
+    targets = [direct.target(h, hostvars.get(h, {})) for h in hosts]
+    if any(t is None for t in targets):
+        return
+    for t in targets[: max(1, forks)]:
+        if t is not None:
+            direct.start(t, direct.FACTS)
+
+
 def facts_direct(
     hosts: Sequence[str],
     hostvars: Mapping[str, Mapping[str, Any]],

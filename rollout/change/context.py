@@ -151,6 +151,10 @@ class Context:
     force_restore: bool = False
     #: the kind of change (None: the kubelet-config change; ``rollout.change.kinds.kind_of``)
     kind: KindSteps | None = None
+    #: told as each batch begins which nodes the next batch holds (empty: this is the last);
+    #: the caller readies what it needs after them (``apply``'s ``after`` evidence opens its
+    #: facts sessions as the last batch begins). Reads and opens only: it changes no node.
+    next_batch: Callable[[Sequence[str]], None] = lambda _nodes: None
     #: restores running under this context between ``RestoreBracket.restore_begin`` and
     #: ``restore_end`` (resume settles nodes side by side; the last one out ends the bracket)
     restores: int = 0

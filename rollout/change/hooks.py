@@ -17,6 +17,11 @@ class EvidenceHooks(Protocol):
         never raises (a failed collection never stops the change)."""
         ...
 
+    def open_sessions(self, nodes: list[str]) -> None:
+        """Open what a later :meth:`collect` of ``nodes`` connects with (their facts sessions),
+        reading nothing yet; never raises."""
+        ...
+
     def record(self, journal: Journal, label: str, nodes: list[str], collected: Any) -> None:
         """Journal what a collection showed (and say it)."""
         ...

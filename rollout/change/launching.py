@@ -386,6 +386,10 @@ def run_apply(
                 opts.forks,
             )
             ctx.interrupt = lock.interrupt
+            if evidence is not None:  # the ``after`` facts sessions open as the last batch begins
+                runs = {n for b in prepared.batches for n in b.nodes}  # not those --canary leaves
+                after = [n for n in moving if n in runs]
+                ctx.next_batch = lambda later: None if later else evidence.open_sessions(after)
             gate = make_gate(journal, inv, predicted_rejections(prepared.previews), progress)
         finally:
             before = before_collection.result()

@@ -14,7 +14,10 @@ confirmed. A crash between the local append and the mirror write leaves the mirr
 behind until the next append (``resume`` or ``rollback`` from any machine that has the entry).
 The node threads of a batch take turns on the mirror: each write reads the journal's tail when
 its turn comes, so the record never goes back to an older copy
-(``tests/unit/test_mirroring.py::test_concurrent_appends_never_leave_an_older_copy_last``).
+(``tests/unit/test_mirroring.py::test_concurrent_appends_never_leave_an_older_copy_last``); a
+thread whose entry the previous write already carried (appended before that write read the
+tail) does not write it again
+(``tests/unit/test_mirroring.py::test_an_entry_another_write_carried_is_not_written_again``).
 
 :func:`fetch_change` is the other direction: a machine whose state directory has no journal for
 a change rebuilds ``changes/<id>/`` from the cluster and then proceeds as with a local journal.
@@ -54,6 +57,9 @@ class ClusterMirror:
         # the journal's tail under this lock, so a write never lands older bytes after newer
         # ones, and the projection and chunk counters change in one thread at a time
         self._writing = threading.Lock()
+        # journal.jsonl's length the cluster holds (the last write's end; -1: none yet): a
+        # thread whose entry another thread's write already carried writes nothing again
+        self.confirmed = -1
 
     def attach(self, journal: Journal) -> Journal:
         """Start mirroring ``journal`` (its existing entries are the starting projection)."""
@@ -102,6 +108,9 @@ class ClusterMirror:
         with open(journal.file, "rb") as f:
             f.seek(self.base)
             tail = f.read()
+        end = self.base + len(tail)
+        if end == self.confirmed:  # every byte, this entry's too, is in the cluster already
+            return
         chunks = split_chunks(tail, km.CHUNK_BYTES)
         for i, data in enumerate(chunks, start=self.sealed):
             km.put_journal_chunk(
@@ -111,6 +120,7 @@ class ClusterMirror:
         if len(chunks) > 1:  # every chunk but the last is full: never written again
             self.base += sum(len(c) for c in chunks[:-1])
             self.sealed += len(chunks) - 1
+        self.confirmed = end
 
     def _failed(self, what: str, e: BaseException) -> None:
         self.failures += 1

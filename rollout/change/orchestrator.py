@@ -225,6 +225,7 @@ def _batches(
             return end_change(
                 ctx, ChangeOutcome.HELD, f"change window closed; holding: {window.reason}"
             )
+        _ahead(ctx, batches[i + 1].nodes if i + 1 < len(batches) else ())
         failures = _apply_in_waves(ctx, changes, batch.nodes, f"batch {i + 1}/{len(batches)}")
         ctx.interrupt.check()  # the batch's failures are the interrupt's doing: settle below
         if failures:
@@ -244,6 +245,16 @@ def _batches(
             )
     ctx.interrupt.check()
     return end_change(ctx, ChangeOutcome.COMPLETED, f"{len(changes)} node(s) applied")
+
+
+def _ahead(ctx: Context, later: Sequence[str]) -> None:
+    """As a batch begins, the caller hears which nodes the next batch holds (none: this batch
+    is the last; ``Context.next_batch``). Nothing changes on a node here; a failure only means
+    that what the caller would open ahead opens later."""
+    try:
+        ctx.next_batch(tuple(later))
+    except Exception as e:  # an optimisation: never a reason to stop the change
+        ctx.on_event(f"warning: could not ready the next batch ahead: {e}")
 
 
 def _apply_in_waves(

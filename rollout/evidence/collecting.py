@@ -275,6 +275,18 @@ class ChangeEvidence:
         self.tenancy = tenancy
         self.gpu_paths = gpu_paths
 
+    def open_sessions(self, nodes: Sequence[str]) -> None:
+        """Open the facts sessions of ``nodes`` for a later collection (at most ``forks``;
+        :func:`rollout.ansible.gathering.open_facts`): nothing is read until it runs. Best
+        effort: a session that could not open leaves that node's call to open its own."""
+        from rollout.ansible.gathering import open_facts
+        from rollout.change.inventory import hosts_for
+
+        try:
+            open_facts(hosts_for(self.inv, list(nodes)), self.inv.hostvars, self.forks)
+        except Exception as e:  # an optimisation: the collection opens its own sessions
+            self.say(f"warning: facts sessions for the evidence not opened ahead: {e}")
+
     def collect(
         self, journal: Journal, label: str, nodes: list[str], raw_facts: Any = None
     ) -> tuple[Any, str | None]:

@@ -220,6 +220,39 @@ def test_facts_over_ssh_are_what_the_module_reads(
     assert declined is None
 
 
+def test_facts_sessions_opened_ahead_read_the_node_only_when_the_call_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``open_facts`` (apply's ``after`` evidence, as the last batch begins) leaves the facts
+    module waiting on the node; the facts are what the file holds when ``facts_direct`` runs
+    through that session, not when it opened. At most ``forks`` open; a host that needs more
+    than plain ssh opens none (the playbook will run)."""
+    from rollout import assets
+    from rollout.ansible.gathering import facts_direct, open_facts
+
+    _local(monkeypatch)
+    config = tmp_path / "config.yaml"
+    config.write_bytes(b"a: 1\n")
+    hv = {
+        "ansible_python_interpreter": f"{sys.executable} -S",
+        "rollout_kubelet_files": [str(config)],
+        "rollout_kubelet_machine_file": "",
+    }
+    t = direct.target("h1", hv)
+    assert t is not None
+    open_facts(["h1", "h2"], {"h1": hv, "h2": hv | {"ansible_host": "h2"}}, forks=1)
+    waiting = direct._started[(t, direct.FACTS)]
+    assert waiting.alive() and len(direct._started) == 1  # forks=1: the first host only
+    config.write_bytes(b"a: 2\n")  # the change lands after the session opened
+    facts = facts_direct(["h1"], {"h1": hv}, tmp_path / "facts", assets.playbooks())
+    assert facts is not None and (t, direct.FACTS) not in direct._started  # it was used
+    meta = facts["h1"]["kubeletFileMeta"][str(config)]
+    assert meta["sha256"] == hashlib.sha256(b"a: 2\n").hexdigest()
+    open_facts(["h1"], {"h1": {**hv, "ansible_become": True}})
+    assert not direct._started
+    direct.cancel_started()
+
+
 def test_a_started_session_acts_only_on_its_arguments(
     tmp_path: Path, healthz: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

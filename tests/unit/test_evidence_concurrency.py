@@ -170,3 +170,29 @@ def test_apply_s_background_collection_starts_at_once_and_is_waited_for() -> Non
 
     with pytest.raises(RuntimeError, match="no evidence"):
         _Background(fails).result()
+
+
+def test_the_after_evidence_opens_its_facts_sessions_for_the_nodes_asked_and_never_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``apply`` asks, as its last batch begins, for the facts sessions of the nodes it will
+    collect ``after`` evidence of: those hosts, the inventory's variables and ``--forks`` go to
+    ``open_facts``; a failure to open is said as a warning and stops nothing."""
+    from rollout.ansible import gathering
+
+    inv = _inventory(tmp_path, ("a", "b", "c"))
+    opened: list[tuple[list[str], int]] = []
+    monkeypatch.setattr(
+        gathering, "open_facts", lambda hosts, hv, forks: opened.append((list(hosts), forks))
+    )
+    said: list[str] = []
+    evidence = collecting.ChangeEvidence(object(), inv, forks=2, say=said.append)  # type: ignore[arg-type]
+    evidence.open_sessions(["c", "a"])
+    assert opened == [(["c", "a"], 2)] and said == []
+
+    def broken(hosts: Any, hv: Any, forks: int) -> None:
+        raise OSError("ssh: not found")
+
+    monkeypatch.setattr(gathering, "open_facts", broken)
+    evidence.open_sessions(["a"])
+    assert said == ["warning: facts sessions for the evidence not opened ahead: ssh: not found"]

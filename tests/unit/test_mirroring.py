@@ -6,6 +6,7 @@ directory rebuilt from the record replays and restores the same bytes."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -306,3 +307,53 @@ def test_concurrent_appends_never_leave_an_older_copy_last(
     assert data == journal.file.read_bytes()
     assert [e.node for e in journal.entries()][-2:] == ["n1", "n2"]
     assert warnings == []
+
+
+def test_an_entry_another_write_carried_is_not_written_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two node threads append while a third write is in flight: the first of them to get its
+    turn writes the tail holding both entries; the second finds its entry in the cluster
+    already and writes nothing (one write, not two); the record equals the journal. A write
+    that failed is never taken as carried: the next append writes again."""
+    import threading
+
+    api, warnings = FakeApi(), []
+    journal = _change(tmp_path, api, warnings)
+    mirror = journal.mirror
+    assert isinstance(mirror, ClusterMirror)
+    written: list[int] = []
+    put = km.put_journal_chunk
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        written.append(len(args[4]))
+        return put(*args, **kwargs)
+
+    monkeypatch.setattr(km, "put_journal_chunk", counted)
+    before = api.core.replaced
+    with mirror._writing:  # a write in flight: both threads append, then wait their turn
+        threads = [
+            threading.Thread(
+                target=journal.append,
+                args=(Step.CORDON.value, Phase.BEGIN),
+                kwargs={"now": NOW, "node": n, "path": StepPath.FORWARD},
+            )
+            for n in ("n1", "n2")
+        ]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 10
+        while len(journal.entries()) < 3 and time.monotonic() < deadline:  # both appended
+            time.sleep(0.01)
+    for t in threads:
+        t.join(10)
+    assert len(written) == 1 and api.core.replaced == before + 1
+    data, _ = km.fetch(api, "kube-system", CHANGE)  # type: ignore[misc]
+    assert data == journal.file.read_bytes()
+
+    api.core.down = True
+    journal.append(Step.DRAIN.value, Phase.BEGIN, now=NOW, node="n1", path=StepPath.FORWARD)
+    api.core.down = False
+    mirror.entry(journal, journal.entries()[-1])  # same bytes, but never confirmed: written
+    data, _ = km.fetch(api, "kube-system", CHANGE)  # type: ignore[misc]
+    assert data == journal.file.read_bytes() and len(written) == 3

@@ -329,3 +329,26 @@ def test_pod_no_controller_recreates_refuses_the_node_before_its_cordon(tmp_path
     cluster2.nodes["n1"].pods.append(PodRef("default", "debug", node="n1", unmanaged=True))
     _run(ctx2)
     assert ("evict", "default/debug") in cluster2.calls
+
+
+def test_each_batch_readies_the_next_as_it_begins(tmp_path: Path) -> None:
+    """As a batch begins, the caller hears which nodes come next (none: the last batch),
+    before any of them is touched; a failure there is said and never stops the change."""
+    ctx, _, runner = _setup(tmp_path, pipelined=True)
+    heard: list[tuple[tuple[str, ...], list[str]]] = []
+    ctx.next_batch = lambda later: heard.append((tuple(later), sorted(runner.applied)))
+    status = _run(ctx, canary_only=False)
+    assert status.outcome == "completed"  # type: ignore[attr-defined]
+    assert heard == [(("n3", "n4"), []), ((), ["n1", "n2"])]
+
+    ctx, _, runner = _setup(tmp_path / "again", pipelined=True)
+    events: list[str] = []
+    ctx.on_event = events.append
+
+    def broken(later: object) -> None:
+        raise OSError("no ssh")
+
+    ctx.next_batch = broken
+    status = _run(ctx, canary_only=False)
+    assert status.outcome == "completed"  # type: ignore[attr-defined]
+    assert "warning: could not ready the next batch ahead: no ssh" in events

@@ -288,6 +288,9 @@ class FakeHooks:
     def collect(self, journal: Journal, label: str, nodes: list[str], raw_facts: Any = None) -> Any:
         self.calls.append(("collect", label))
 
+    def open_sessions(self, nodes: list[str]) -> None:
+        return None
+
     def record(self, journal: Journal, label: str, nodes: list[str], collected: Any) -> None:
         self.calls.append(("record", label))
 
