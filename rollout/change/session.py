@@ -7,9 +7,11 @@ path whoever pulls the trigger and no command line to spawn and parse. The CLI p
 calls this module and prints; nothing here prints to stdout (progress and notices go to the
 ``Progress`` and ``say`` callables the caller passes).
 
-The adapters are built here: the Lease lock (``rollout.kube.leases``), the journal and its
-cluster mirror (``rollout.change.record``), the playbook runner (``rollout.change.shipping``),
-the engine's :class:`~rollout.change.context.Context`.
+The adapters are built here, once, by :class:`ChangeSession`: the Lease lock
+(``rollout.kube.leases``), the journal and its cluster mirror (``rollout.change.record``), the
+playbook runner (``rollout.change.shipping``), the engine's
+:class:`~rollout.change.context.Context` with the Lease's interrupt. Read-only commands open the
+record with ``rollout.change.record.existing_journal`` and never build a session.
 """
 
 from __future__ import annotations
@@ -144,12 +146,13 @@ class ChangeSession:
     engine's context is built over it with the Lease's interrupt installed (a rollback handed
     over or the Lease lost stops forward work). On exit, however the block ends (an outcome,
     an error, ``KeyboardInterrupt``): the mirror is detached, then the Lease is released, so
-    this process writes the cluster record only while it owns the change; an entry fails to
-    happen before the Lease or after it (``tests/unit/test_change_session.py``).
+    this process writes the cluster record only while it owns the change, and no entry is
+    journaled in the session before the Lease is taken or after it is released
+    (``tests/unit/test_change_session.py``).
 
     Read-only commands (``status``, ``report``, ``runbook``, ``resume --dry-run``) open the
     record with :func:`rollout.change.record.existing_journal` and never build a session: they
-    take no Lease and write nothing.
+    take no Lease and journal nothing.
 
     Attributes:
         lock: the Lease. journal: the change's journal, mirrored (entries journaled here do not
@@ -224,9 +227,9 @@ class ChangeSession:
         self.lock.acquire(change_id)
         self._held, self.change_id = True, change_id
         try:
-            created = self._given is None
-            journal = Journal.create(state_dir(), change_id) if created else self._given
-            assert journal is not None
+            journal, created = self._given, self._given is None
+            if journal is None:
+                journal = Journal.create(state_dir(), change_id)
             self._journal = mirrored(journal, self.api, self.opts.lock_namespace, self.say)
             if created:
                 self.say(f"change {change_id}: journal {journal.file}")
