@@ -327,18 +327,10 @@ def run_apply(
     Raises:
         LockHeldError: another process took the Lease meanwhile.
     """
-    from rollout.change.journal import new_change_id, state_dir
     from rollout.change.orchestrator import run_change
     from rollout.change.previewing import predicted_rejections
-    from rollout.change.record import mirrored
     from rollout.change.replaying import replay
-    from rollout.change.session import (
-        OVERRIDES_STEP,
-        holding,
-        intent_digest,
-        open_context,
-        reported,
-    )
+    from rollout.change.session import OVERRIDES_STEP, ChangeSession, RunSetup, intent_digest
     from rollout.change.staging import stage_info
     from rollout.kube.lease_objects import holder_identity
 
@@ -353,10 +345,9 @@ def run_apply(
     drain = prepared.strategy.drain
     if opts.disable_eviction:
         drain = replace(drain, disable_eviction=True)
-    change_id = new_change_id(datetime.now(UTC))
-    with holding(lock, change_id):
-        journal = mirrored(Journal.create(state_dir(), change_id), api, opts.lock_namespace, say)
-        say(f"change {change_id}: journal {journal.file}")
+    setup = RunSetup(inv.path, drain, inv.hostvars)
+    with ChangeSession(api, lock, opts, setup, progress=progress, say=say) as session:
+        journal, ctx = session.journal, session.ctx
         used = ready.overrides.used()
         if used:  # what the drains were allowed to lose, and which pods that is
             journal.append(
@@ -367,7 +358,7 @@ def run_apply(
             )
         moving = ready.nodes
         # the ``before`` evidence (reads only) goes on while the consents are journaled and the
-        # context and gate are built; it is complete before the first node step
+        # gate is built; it is complete before the first node step
         # (``tests/unit/test_evidence_concurrency.py``)
         before_collection = _Background(
             None if evidence is None else _collecting(evidence, journal, moving, prepared.raw_facts)
@@ -375,17 +366,6 @@ def run_apply(
         try:
             journal_consents(journal, prepared, opts.force, datetime.now(UTC), opts.force_serving)
             progress.nodes(tuple(moving))
-            ctx = open_context(
-                api,
-                journal,
-                inv.path,
-                drain,
-                opts.verify_timeout,
-                progress,
-                inv.hostvars,
-                opts.forks,
-            )
-            ctx.interrupt = lock.interrupt
             if evidence is not None:  # the ``after`` facts sessions open as the last batch begins
                 runs = {n for b in prepared.batches for n in b.nodes}  # not those --canary leaves
                 after = [n for n in moving if n in runs]
@@ -406,9 +386,7 @@ def run_apply(
             by=holder_identity(),  # who ran it, in the cluster record too
             stage=stage_info(plan),  # a staged plan's stage (change.staging)
         )
-        status = reported(
-            journal,
-            lock,
+        status = session.run(
             lambda: run_change(
                 ctx,
                 prepared.changes,

@@ -210,16 +210,15 @@ def run_migration(
 ) -> ChangeStatus:
     """Start the change under the Lease and run it through the engine; with ``evidence``, the
     moving nodes' ``before`` and ``after`` evidence (:mod:`rollout.change.migration_evidence`)."""
-    from rollout.change.journal import new_change_id, state_dir
+    from rollout.change.options import ChangeOptions
     from rollout.change.orchestrator import run_change
-    from rollout.change.record import mirrored
-    from rollout.change.session import holding, open_context, reported
+    from rollout.change.session import ChangeSession, RunSetup
     from rollout.kube.lease_objects import holder_identity
 
-    change_id = new_change_id(datetime.now(UTC))
-    with holding(lock, change_id):
-        journal = mirrored(Journal.create(state_dir(), change_id), api, lock_namespace, say)
-        say(f"change {change_id}: journal {journal.file}")
+    opts = ChangeOptions(lock_namespace=lock_namespace, verify_timeout=verify_timeout, forks=forks)
+    setup = RunSetup(ready.inventory.path, ready.drain, ready.inventory.hostvars, ALLOCATION_PATH)
+    with ChangeSession(api, lock, opts, setup, progress=progress, say=say) as session:
+        journal, ctx = session.journal, session.ctx
         if ready.forced:
             journal.append(
                 Kind.PREFLIGHT_FORCED,
@@ -231,19 +230,6 @@ def run_migration(
         before = collect_before(evidence, journal, moving)
         if progress is not None:
             progress.nodes(tuple(moving))
-        ctx = open_context(
-            api,
-            journal,
-            ready.inventory.path,
-            ready.drain,
-            verify_timeout,
-            progress,
-            ready.inventory.hostvars,
-            forks,
-            say,
-        )
-        ctx.kind = ALLOCATION_PATH
-        ctx.interrupt = lock.interrupt
         info = ChangeBegin(
             plan=str(Path(ready.plan.path).resolve()),
             plan_text=Path(ready.plan.path).read_text(encoding="utf-8"),
@@ -253,9 +239,7 @@ def run_migration(
             # from any machine or the webhook receiver read it (claims_consent)
             terminate_claims=ready.path_plan.settings.terminate_claims,
         )
-        status = reported(
-            journal,
-            lock,
+        status = session.run(
             lambda: run_change(
                 ctx,
                 ready.works,
@@ -355,9 +339,9 @@ def run_migration_promotion(
     """Run the batches left in the same change under its Lease, the gate (``make_gate``: the DRA
     pool's signals over the plan's gate) after each batch, the change windows asked before
     each."""
+    from rollout.change.options import ChangeOptions
     from rollout.change.orchestrator import continue_change
-    from rollout.change.record import mirrored
-    from rollout.change.session import holding, open_context, reported
+    from rollout.change.session import ChangeSession, RunSetup
     from rollout.kube.lease_objects import holder_identity
 
     status = promo.status
@@ -379,29 +363,17 @@ def run_migration_promotion(
             terminate_claims=promo.terminate_claims,
         ),
     )
-    with holding(lock, journal.change_id):
-        mirrored(journal, api, lock_namespace, say)
+    opts = ChangeOptions(lock_namespace=lock_namespace, verify_timeout=verify_timeout, forks=forks)
+    setup = RunSetup(promo.inventory.path, promo.plan.strategy.drain, promo.inventory.hostvars)
+    with ChangeSession(
+        api, lock, opts, setup, journal=journal, progress=progress, say=say
+    ) as session:
         if progress is not None:
             progress.nodes(info.nodes)
-        strategy = promo.plan.strategy
-        ctx = open_context(
-            api,
-            journal,
-            promo.inventory.path,
-            strategy.drain,
-            verify_timeout,
-            progress,
-            promo.inventory.hostvars,
-            forks,
-            say,
-        )
-        ctx.interrupt = lock.interrupt
         gate = make_gate(journal)  # the DRA pool's signals need no gate section
-        return reported(
-            journal,
-            lock,
+        return session.run(
             lambda: continue_change(
-                ctx,
+                session.ctx,
                 {n: promo.works[n] for n in nodes},
                 promo.remaining,
                 gate,

@@ -226,9 +226,8 @@ def run_promotion(
     from rollout.change.orchestrator import continue_change
     from rollout.change.outcomes import ended_exit
     from rollout.change.previewing import predicted_rejections
-    from rollout.change.record import mirrored
     from rollout.change.replaying import replay
-    from rollout.change.session import OVERRIDES_STEP, holding, open_context, reported
+    from rollout.change.session import OVERRIDES_STEP, ChangeSession, RunSetup
     from rollout.kube.lease_objects import holder_identity
     from rollout.models import NodeState
 
@@ -254,8 +253,11 @@ def run_promotion(
         canary_only=False,
         promotion=promotion,
     )
-    with holding(lock, journal.change_id):
-        mirrored(journal, api, promo.options.lock_namespace)
+    setup = RunSetup(promo.inventory.path, prepared.strategy.drain, promo.inventory.hostvars)
+    with ChangeSession(
+        api, lock, promo.options, setup, journal=journal, progress=progress
+    ) as session:
+        ctx = session.ctx
         used = promo.overrides.used()
         if used:  # what this part's drains may lose, and which pods that is
             journal.append(
@@ -265,17 +267,6 @@ def run_promotion(
                 data=DrainOverridesUsed(tuple(used), tuple(prepared.losses)).data(),
             )
         progress.nodes(tuple(all_nodes))
-        ctx = open_context(
-            api,
-            journal,
-            promo.inventory.path,
-            prepared.strategy.drain,
-            promo.options.verify_timeout,
-            progress,
-            promo.inventory.hostvars,
-            promo.options.forks,
-        )
-        ctx.interrupt = lock.interrupt
         predicted = predicted_rejections(prepared.previews)
         gate = make_gate(promo.plan, promo.inventory, predicted, progress)
         before = (
@@ -283,9 +274,7 @@ def run_promotion(
             if evidence is None
             else evidence.collect(journal, "before", nodes, prepared.raw_facts)
         )
-        status = reported(
-            journal,
-            lock,
+        status = session.run(
             lambda: continue_change(
                 ctx,
                 prepared.changes,

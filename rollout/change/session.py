@@ -7,9 +7,11 @@ path whoever pulls the trigger and no command line to spawn and parse. The CLI p
 calls this module and prints; nothing here prints to stdout (progress and notices go to the
 ``Progress`` and ``say`` callables the caller passes).
 
-The adapters are built here: the Lease lock (``rollout.kube.leases``), the journal and its
-cluster mirror (``rollout.change.record``), the playbook runner (``rollout.change.shipping``),
-the engine's :class:`~rollout.change.context.Context`.
+The adapters are built here, once, by :class:`ChangeSession`: the Lease lock
+(``rollout.kube.leases``), the journal and its cluster mirror (``rollout.change.record``), the
+playbook runner (``rollout.change.shipping``), the engine's
+:class:`~rollout.change.context.Context` with the Lease's interrupt. Read-only commands open the
+record with ``rollout.change.record.existing_journal`` and never build a session.
 """
 
 from __future__ import annotations
@@ -19,14 +21,13 @@ import json
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from rollout.change.context import Context
+from rollout.change.context import Context, KindSteps
 from rollout.change.entries import DrainOverridesUsed
 from rollout.change.journal import Journal, Kind
 from rollout.change.kinds import recorded_kind
@@ -39,6 +40,7 @@ from rollout.change.record import existing_journal, mirrored, to_stderr
 from rollout.change.replaying import ChangeStatus, status_of
 from rollout.errors import InputError, PreflightError, RolloutError
 from rollout.fanout import DEFAULT_FORKS
+from rollout.interrupt import Interrupt
 from rollout.protocols import Gate, Lock
 
 if TYPE_CHECKING:
@@ -60,14 +62,15 @@ class SystemClock:
         time.sleep(seconds)
 
 
-@contextmanager
-def holding(lock: Lock, change_id: str) -> Iterator[None]:
-    """The change's Lease, held for the block (``LockHeldError`` when a live process has it)."""
-    lock.acquire(change_id)
-    try:
-        yield
-    finally:
-        lock.release()
+class OwnerLock(Lock, Protocol):
+    """The Lease as a session holds it: the :class:`~rollout.protocols.Lock` and the interrupt
+    its watch sets when a rollback is handed over or the Lease is lost
+    (``rollout.kube.leases.LeaseLock``)."""
+
+    @property
+    def interrupt(self) -> Interrupt:
+        """Set by the Lease's watch; the engine stops forward work on it."""
+        ...
 
 
 def open_context(
@@ -85,7 +88,7 @@ def open_context(
     (without, events go to ``say``); ``hostvars``: the inventory's variables when the caller has
     read them already; ``forks``: at most this many nodes at once (``--forks``). The kind of
     change is the one the journal's ``begin`` names (a new change: the kubelet-config change;
-    the caller sets another)."""
+    the caller sets another). :class:`ChangeSession` builds it; nothing else needs to."""
     from rollout.change.progress import ObservedJournal
     from rollout.change.shipping import PlaybookNodeRunner
     from rollout.kube.cluster import KubeCluster
@@ -104,6 +107,166 @@ def open_context(
         forks=forks,
         kind=recorded_kind(status_of(journal).info),
     )
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """What a session's engine context is built from, known before the Lease is taken.
+
+    Attributes:
+        inventory: the inventory file the playbooks run with.
+        drain: the drain policy (the plan's strategy, with the drain flags' allowances).
+        hostvars: the inventory's variables when the caller has read them (None: read later).
+        kind: the kind of change (None: the one the journal's ``begin`` names; a new journal
+            names none: the kubelet-config change).
+    """
+
+    inventory: Path
+    drain: DrainPolicy
+    hostvars: Mapping[str, Mapping[str, Any]] | None = None
+    kind: KindSteps | None = None
+
+
+ContextFactory = Callable[
+    [Journal, RunSetup, ChangeOptions, "Progress | None", Callable[[str], None]], Context
+]
+"""Builds the engine's context over the mirrored journal (default: :func:`open_context` with the
+cluster through ``api`` and the playbook runner); unit tests pass one over fakes."""
+
+
+class ChangeSession:
+    """One change's session, as a context manager: what every command that changes nodes
+    (``apply``, ``promote``, ``resume``, ``rollback``, ``migrate``, and the rollbacks ``watch``
+    and ``serve`` run in process) holds while the engine runs, assembled in one place.
+
+    On entry, in this order: the Lease is taken for the change (one owner: ``LockHeldError``
+    when a live process has it, and nothing else happens); the journal is created (a new
+    change, ``journal`` None) or the existing one taken as given; the cluster mirror is
+    attached to it (each later append and backup is also written into the cluster record); the
+    engine's context is built over it with the Lease's interrupt installed (a rollback handed
+    over or the Lease lost stops forward work). On exit, however the block ends (an outcome,
+    an error, ``KeyboardInterrupt``): the mirror is detached, then the Lease is released, so
+    this process writes the cluster record only while it owns the change, and no entry is
+    journaled in the session before the Lease is taken or after it is released
+    (``tests/unit/test_change_session.py``).
+
+    Read-only commands (``status``, ``report``, ``runbook``, ``resume --dry-run``) open the
+    record with :func:`rollout.change.record.existing_journal` and never build a session: they
+    take no Lease and journal nothing.
+
+    Attributes:
+        lock: the Lease. journal: the change's journal, mirrored (entries journaled here do not
+        feed ``progress``). ctx: the engine's context (its journal feeds ``progress``).
+        change_id: the change's id (a new change's is chosen on entry).
+    """
+
+    def __init__(
+        self,
+        api: Api,
+        lock: OwnerLock,
+        opts: ChangeOptions,
+        setup: RunSetup,
+        *,
+        journal: Journal | None = None,
+        progress: Progress | None = None,
+        say: Callable[[str], None] = to_stderr,
+        context: ContextFactory | None = None,
+    ) -> None:
+        self.api, self.lock, self.opts, self.setup = api, lock, opts, setup
+        self.progress, self.say = progress, say
+        self._given = journal
+        self._context = context or self._open_context
+        self.change_id: str | None = journal.change_id if journal is not None else None
+        self._journal: Journal | None = None
+        self._ctx: Context | None = None
+        self._held = False
+
+    def _open_context(
+        self,
+        journal: Journal,
+        setup: RunSetup,
+        opts: ChangeOptions,
+        progress: Progress | None,
+        say: Callable[[str], None],
+    ) -> Context:
+        return open_context(
+            self.api,
+            journal,
+            setup.inventory,
+            setup.drain,
+            opts.verify_timeout,
+            progress,
+            setup.hostvars,
+            opts.forks,
+            say,
+        )
+
+    @property
+    def journal(self) -> Journal:
+        """The change's journal, mirrored into the cluster record (only inside the block)."""
+        if self._journal is None:
+            raise RuntimeError("the change session is not open")
+        return self._journal
+
+    @property
+    def ctx(self) -> Context:
+        """The engine's context (only inside the block)."""
+        if self._ctx is None:
+            raise RuntimeError("the change session is not open")
+        return self._ctx
+
+    @property
+    def interrupt(self) -> Interrupt:
+        """The Lease's interrupt: what the gate's soak and the engine's waits stop on."""
+        return self.lock.interrupt
+
+    def __enter__(self) -> ChangeSession:
+        from rollout.change.journal import new_change_id, state_dir
+
+        change_id = self.change_id or new_change_id(datetime.now(UTC))
+        self.lock.acquire(change_id)
+        self._held, self.change_id = True, change_id
+        try:
+            journal, created = self._given, self._given is None
+            if journal is None:
+                journal = Journal.create(state_dir(), change_id)
+            self._journal = mirrored(journal, self.api, self.opts.lock_namespace, self.say)
+            if created:
+                self.say(f"change {change_id}: journal {journal.file}")
+            ctx = self._context(self._journal, self.setup, self.opts, self.progress, self.say)
+            ctx.interrupt = self.lock.interrupt
+            if self.setup.kind is not None:
+                ctx.kind = self.setup.kind
+            self._ctx = ctx
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Detach the mirror, then release the Lease (idempotent)."""
+        try:
+            for journal in (self._journal, self._ctx.journal if self._ctx else None):
+                if journal is not None:
+                    journal.mirror = None
+        finally:
+            self._ctx, self._journal = None, None
+            if self._held:
+                self._held = False
+                self.lock.release()
+
+    def run(
+        self,
+        call: Callable[[], ChangeStatus],
+        failed: Callable[[ChangeStatus], None] | None = None,
+    ) -> ChangeStatus:
+        """Run the engine call ``call`` under the Lease (:func:`reported`: a requester waiting
+        on the Lease is told how a rolled-back change ended; ``failed`` sees the status when
+        ``call`` raises)."""
+        return reported(self.journal, self.lock, call, failed)
 
 
 def reported(
@@ -275,12 +438,14 @@ def settle(
     progress: Progress | None = None,
     failed: Callable[[ChangeStatus], None] | None = None,
     say: Callable[[str], None] = to_stderr,
+    context: ContextFactory | None = None,
 ) -> ChangeStatus:
-    """Run ``work`` on an existing change under its Lease (``resume``, ``rollback``): the journal
-    fetched from or brought up to the cluster record, the inventory and drain allowances the
-    change recorded, the context's interrupt wired to the Lease.
+    """Run ``work`` on an existing change in its :class:`ChangeSession` (``resume``,
+    ``rollback``): the journal fetched from or brought up to the cluster record, the inventory
+    and drain allowances the change recorded.
 
-    ``failed`` sees the change's status when ``work`` raises (``-o json`` prints it).
+    ``failed`` sees the change's status when ``work`` raises (``-o json`` prints it);
+    ``context``: the session's context factory (default: the cluster and the playbooks).
 
     Returns:
         The change's status as ``work`` ended it.
@@ -304,15 +469,13 @@ def settle(
         delete_emptydir_data=allowed.delete_emptydir_data,
     )
     lock = LeaseLock(api, opts.lock_namespace)
-    with holding(lock, journal.change_id):
-        mirrored(journal, api, opts.lock_namespace, say)
+    setup = RunSetup(inv, drain)
+    with ChangeSession(
+        api, lock, opts, setup, journal=journal, progress=progress, say=say, context=context
+    ) as session:
         if progress is not None:
             progress.nodes(tuple(status_of(journal).nodes))
-        ctx = open_context(
-            api, journal, inv, drain, opts.verify_timeout, progress, forks=opts.forks, say=say
-        )
-        ctx.interrupt = lock.interrupt
-        return reported(journal, lock, lambda: work(ctx, lock), failed)
+        return session.run(lambda: work(session.ctx, lock), failed)
 
 
 @dataclass(frozen=True, kw_only=True)

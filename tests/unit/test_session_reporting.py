@@ -1,20 +1,27 @@
-"""The session's Lease handling over a Lock double (``rollout.protocols.Lock``): the Lease is
-released however the work ends, and a requester waiting on it is told how a rolled-back change
-ended, whether the engine returned that end or raised after journaling it."""
+"""The session's Lease handling over a Lock double (``rollout.protocols.Lock``), through
+:class:`rollout.change.session.ChangeSession`: the Lease is released however the work ends, and
+a requester waiting on it is told how a rolled-back change ended, whether the engine returned
+that end or raised after journaling it."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from rollout.change import session as session_mod
 from rollout.change.journal import CHANGE_STEP, Journal
+from rollout.change.options import ChangeOptions
 from rollout.change.outcomes import ChangeOutcome, StopCause
+from rollout.change.planning import DrainPolicy
 from rollout.change.replaying import ChangeStatus, status_of
-from rollout.change.session import holding, reported
+from rollout.change.session import ChangeSession, RunSetup, reported
 from rollout.errors import LockHeldError, RolloutError
+from rollout.interrupt import Interrupt
 from rollout.models import Phase
+from tests.unit.fakes_change import FakeCluster, FakeRunner, fake_context
 
 NOW = datetime(2026, 12, 4, tzinfo=UTC)
 
@@ -25,6 +32,7 @@ class RecordingLock:
     def __init__(self, held_by: str | None = None) -> None:
         self.held_by = held_by
         self.calls: list[tuple[str, ...]] = []
+        self.interrupt = Interrupt()
 
     def acquire(self, change_id: str) -> None:
         if self.held_by is not None:
@@ -36,6 +44,22 @@ class RecordingLock:
 
     def report(self, outcome: str, message: str) -> None:
         self.calls.append(("report", outcome, message))
+
+
+@pytest.fixture(autouse=True)
+def _no_cluster_mirror(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(session_mod, "mirrored", lambda journal, *_a: journal)
+
+
+def holding(lock: RecordingLock, journal: Journal) -> ChangeSession:
+    """The change's session over fakes, on ``journal``."""
+
+    def context(j: Journal, *_a: Any) -> Any:
+        cluster = FakeCluster({})
+        return fake_context(cluster, FakeRunner(cluster), j)
+
+    setup = RunSetup(Path("inventory.ini"), DrainPolicy())
+    return ChangeSession(None, lock, ChangeOptions(), setup, journal=journal, context=context)
 
 
 def _journal(tmp_path: Path) -> Journal:
@@ -54,7 +78,7 @@ def test_a_rolled_back_end_is_reported_to_the_requester_and_a_held_one_is_not(
     tmp_path: Path,
 ) -> None:
     journal, lock = _journal(tmp_path), RecordingLock()
-    with holding(lock, "c1"):
+    with holding(lock, journal):
         got = reported(journal, lock, lambda: _end(journal, ChangeOutcome.ROLLED_BACK, "by a"))
     assert got.outcome is ChangeOutcome.ROLLED_BACK
     assert lock.calls == [("acquire", "c1"), ("report", "rolled-back", "by a"), ("release",)]
@@ -73,7 +97,7 @@ def test_an_error_after_the_end_was_journaled_still_reports_it_and_hands_the_sta
         _end(journal, ChangeOutcome.ROLLBACK_FAILED, "n1 unreachable")
         raise RolloutError("the API server went away")
 
-    with pytest.raises(RolloutError, match="went away"), holding(lock, "c1"):
+    with pytest.raises(RolloutError, match="went away"), holding(lock, journal):
         reported(journal, lock, work, seen.append)
     assert ("report", "rollback-failed", "n1 unreachable") in lock.calls
     assert lock.calls[-1] == ("release",)  # released on the way out
@@ -82,6 +106,6 @@ def test_an_error_after_the_end_was_journaled_still_reports_it_and_hands_the_sta
 
 def test_a_lease_held_elsewhere_runs_nothing(tmp_path: Path) -> None:
     lock, ran = RecordingLock(held_by="bob@h pid 7"), []
-    with pytest.raises(LockHeldError, match="bob"), holding(lock, "c1"):
+    with pytest.raises(LockHeldError, match="bob"), holding(lock, _journal(tmp_path)):
         ran.append(True)
     assert ran == [] and lock.calls == []
