@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rollout.change.journal import Journal
+from rollout.change.record.journal import Journal
 from rollout.lab.cluster import Lab
 from rollout.lab.monitoring import INTERVALS
 from tests.lab import changekit as ck

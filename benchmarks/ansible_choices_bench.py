@@ -41,8 +41,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from rollout.ansible import direct  # noqa: E402
+from rollout.ansible.hosts import read_inventory  # noqa: E402
 from rollout.ansible.runner import ENV, AnsibleRunner  # noqa: E402
-from rollout.change.inventory import read_inventory  # noqa: E402
 from rollout.lab.cluster import Lab  # noqa: E402
 from tests.lab import changekit as ck  # noqa: E402
 

@@ -33,9 +33,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from rollout.ansible.payloads import ApplyPayload, FileWrite  # noqa: E402
-from rollout.change.journal import Journal  # noqa: E402
-from rollout.change.node_records import change_from_record  # noqa: E402
-from rollout.change.replaying import replay  # noqa: E402
+from rollout.change.kinds.kubelet_record import change_from_record  # noqa: E402
+from rollout.change.record.journal import Journal  # noqa: E402
+from rollout.change.record.replay import replay  # noqa: E402
 from rollout.lab.binaries import find_bin_dir  # noqa: E402
 from rollout.lab.cluster import Lab  # noqa: E402
 from tests.lab import changekit as ck  # noqa: E402

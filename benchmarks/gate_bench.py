@@ -24,7 +24,7 @@ import time
 import tracemalloc
 from typing import Any
 
-from rollout.change.gate_config import GateConfig
+from rollout.change.plan.gate_section import GateConfig
 from rollout.gate.analysis import evaluate
 from rollout.kube.watching import AdmissionTracker
 from rollout.samples import count_window

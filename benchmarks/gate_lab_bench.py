@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from rollout.change.gate_config import GateConfig
+from rollout.change.plan.gate_section import GateConfig
 from rollout.gate.assembly import build_soak_gate
 from rollout.kube.client import connect
 from rollout.kubelet import checkpoints

@@ -51,7 +51,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from rollout.change.journal import Journal  # noqa: E402
+from rollout.change.record.journal import Journal  # noqa: E402
 from rollout.lab import daemonsets as ds  # noqa: E402
 from rollout.lab.cluster import Lab  # noqa: E402
 from tests.lab import changekit as ck  # noqa: E402

@@ -1,6 +1,6 @@
 """Preflight's per-node work for 1,000 nodes: render and lint exactly as ``rollout apply`` does
-(``rollout.change.rendering.node_change``: the node's files from the facts module's record, render,
-effective config, validation against the node's CPUs/NUMA, the node change with its
+(``rollout.change.preflight.node_change.node_change``: the node's files from the facts module's
+record, render, effective config, validation against the node's CPUs/NUMA, the node change with its
 compare-and-swap digests), CPU time.
 
     .venv/bin/python benchmarks/preflight_bench.py [N]
@@ -19,9 +19,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from rollout.change.inventory import Inventory  # noqa: E402
-from rollout.change.plan import load_plan  # noqa: E402
-from rollout.change.rendering import node_change  # noqa: E402
+from rollout.ansible.hosts import Inventory  # noqa: E402
+from rollout.change.plan.schema import load_plan  # noqa: E402
+from rollout.change.preflight.node_change import node_change  # noqa: E402
 from rollout.lab.inventory import LAB_INTENT  # noqa: E402
 
 FIXTURE = REPO / "tests/fixtures/kubelet/kubeadm-var-lib-kubelet-config.yaml"

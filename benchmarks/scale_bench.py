@@ -78,10 +78,10 @@ INVENTORY = 8
 def _template(tmp: Path) -> tuple[list[dict[str, Any]], Path]:
     """The journal a real change of 4 nodes writes (canary of 2, then 2), through the engine and
     the unit fakes; and its directory (the backups)."""
-    from rollout.change.entries import ChangeBegin
-    from rollout.change.journal import Journal
-    from rollout.change.orchestrator import NoGate, run_change
-    from rollout.change.planning import Batch
+    from rollout.change.engine.orchestrator import NoGate, run_change
+    from rollout.change.plan.batches import Batch
+    from rollout.change.record.entries import ChangeBegin
+    from rollout.change.record.journal import Journal
     from tests.unit.fakes_change import (
         FakeCluster,
         FakeRunner,
@@ -272,7 +272,7 @@ def _prefetch_child(strategy: str, url: str) -> None:
     """In a fresh process: preflight's reads ahead of the facts, the ``before`` or ``after`` way;
     prints CPU seconds, wall and peak RSS."""
     t0, c0 = time.monotonic(), time.process_time()
-    from rollout.change.preparing import ClusterReader
+    from rollout.change.preflight.checking import ClusterReader
     from rollout.kube import nodes as kn
     from tests.unit.fake_apiserver import api_for, node_name
 

@@ -2,7 +2,7 @@
 
 Why one bound: every pool that grows with the fleet (the ssh calls of
 :func:`rollout.ansible.direct.run_all`, the playbooks' ``forks``, the per-node threads of
-:func:`rollout.change.parallel.in_parallel`) opens processes, sockets or API connections per
+:func:`rollout.change.engine.parallel.in_parallel`) opens processes, sockets or API connections per
 node. Unbounded, facts for 1,000 hosts are 1,000 concurrent ssh processes against a default
 open-file limit of 1,024. All of them take their limit from here, and a batch wider than it runs
 in waves of at most that many nodes (:func:`waves`).

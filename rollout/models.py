@@ -30,7 +30,7 @@ class Step(StrEnum):
     UNCORDON = "uncordon"
     RESTORE = "restore"
     RESTORE_VERIFY = "restore-verify"
-    # the allocation-path change's own steps (rollout.change.allocation_path)
+    # the allocation-path change's own steps (rollout.change.kinds.allocation_path)
     RELEASE = "release"
     CLAIMS = "claims"
     SWITCH = "switch"
@@ -42,8 +42,8 @@ class Step(StrEnum):
 
 WRITES = frozenset({Step.APPLY, Step.SWITCH, Step.STOP_DRIVER, Step.START_DRIVER})
 """The steps whose ``begin`` means the node may differ from before (a kind's write; see
-``rollout.change.context.KindSteps``): replay sets ``files_touched`` on it, a restore then runs
-the kind's restore steps (before it, only the cordon is undone), and ``resume`` runs the step
+``rollout.change.engine.context.KindSteps``): replay sets ``files_touched`` on it, a restore then
+runs the kind's restore steps (before it, only the cordon is undone), and ``resume`` runs the step
 again when it has no end."""
 
 WRITE_PHASE = frozenset(

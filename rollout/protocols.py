@@ -170,9 +170,9 @@ class NodeRunner(Protocol):
 
 
 class PreflightReads(Protocol):
-    """What preflight reads from the API server (``rollout.change.preparing.prepare``). The real
-    one is ``rollout.change.preparing.ClusterReader`` (one listing each, prefetched while the
-    facts are gathered); unit tests pass one from memory."""
+    """What preflight reads from the API server (``rollout.change.preflight.checking.prepare``). The
+    real one is ``rollout.change.preflight.checking.ClusterReader`` (one listing each, prefetched
+    while the facts are gathered); unit tests pass one from memory."""
 
     def version(self) -> str:
         """The server's ``gitVersion``."""

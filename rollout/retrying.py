@@ -4,10 +4,10 @@ and a condition waited for (:func:`wait_until`).
 
 Why one module: the tool retries an API call on connection trouble and 5xx
 (``rollout.kube.client.call``), a watch after an error (``rollout.kube.watching``), an eviction a
-PodDisruptionBudget refused (``rollout.change.draining``), a Node label write the kubelet's own
+PodDisruptionBudget refused (``rollout.change.engine.drain``), a Node label write the kubelet's own
 status write raced (``rollout.kube.devices``), and waits for the DRA driver's republish
-(``rollout.change.allocation_path``). Each keeps its own policy (what it retries, for how long,
-how often); the arithmetic and the loop are written once here, with the clock a parameter, and
+(``rollout.change.kinds.allocation_path``). Each keeps its own policy (what it retries, for how
+long, how often); the arithmetic and the loop are written once here, with the clock a parameter, and
 tested once (``tests/unit/test_retrying.py``). No jitter: one process retries each resource, so
 there is no herd to spread.
 """

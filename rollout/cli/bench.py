@@ -1,5 +1,5 @@
 """``rollout bench``: performance evidence on a canary node, bound to the GPU's NUMA node and
-deliberately to another one (:mod:`rollout.evidence.benching`; docs/bench.md)."""
+deliberately to another one (:mod:`rollout.bench.on_node`; docs/bench.md)."""
 
 from __future__ import annotations
 
@@ -185,12 +185,12 @@ def bench_cmd(
     the record names the exclusive CPUs and the GPU the kubelet gave it (podresources) and has
     one run, "placed", instead of the local and remote ones.
     """
-    from rollout.change.entries import ChangeBegin
-    from rollout.change.inventory import read_inventory
-    from rollout.change.record import existing_journal
-    from rollout.change.replaying import replay
-    from rollout.evidence import benching
-    from rollout.evidence.bench import BenchError
+    from rollout.ansible.hosts import read_inventory
+    from rollout.bench import on_node as benching
+    from rollout.bench.results import BenchError
+    from rollout.change.record.entries import ChangeBegin
+    from rollout.change.record.opening import existing_journal
+    from rollout.change.record.replay import replay
     from rollout.kube.client import connect
 
     if standin == bool(command):
@@ -202,7 +202,7 @@ def bench_cmd(
     env = _env(env_pairs)
     pod = None
     if mode == "pod":
-        from rollout.change.gate_config import parse_pod
+        from rollout.change.plan.gate_section import parse_pod
 
         if standin:
             raise InputError(
@@ -355,8 +355,9 @@ def _bench_pod(
     mode's record is."""
     import time
 
-    from rollout.evidence import benching, benchpod
-    from rollout.evidence.bench import BenchError
+    from rollout.bench import in_pod as benchpod
+    from rollout.bench import on_node as benching
+    from rollout.bench.results import BenchError
 
     change = journal.change_id if journal else None
     if dry_run:
@@ -394,7 +395,7 @@ def _keep(
 ) -> None:
     """Journal a bench's result on its change, add it to the evidence file (``--out``, else the
     change's) and write its metrics (``--metrics-out``): the same for both modes."""
-    from rollout.evidence import benching
+    from rollout.bench import on_node as benching
     from rollout.evidence.report import EVIDENCE_FILE
 
     if journal is not None:

@@ -14,15 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from rollout.change.journal import Journal
-from rollout.change.options import ApplyOptions
-from rollout.change.outcomes import GATE_HOLDS_EXIT
-from rollout.change.plan import load_plan
-from rollout.change.planning import DrainOverrides
-from rollout.change.previewing import render_text
-from rollout.change.progress import Progress
-from rollout.change.record import existing_journal
-from rollout.change.replaying import replay
+from rollout.change.commands.change_options import ApplyOptions
+from rollout.change.commands.progress import Progress
+from rollout.change.plan.batches import DrainOverrides
+from rollout.change.plan.schema import load_plan
+from rollout.change.record.change_outcomes import GATE_HOLDS_EXIT
+from rollout.change.record.journal import Journal
+from rollout.change.record.opening import existing_journal
+from rollout.change.record.replay import replay
 from rollout.cli.wiring import (
     confirm,
     echo_err,
@@ -38,6 +37,7 @@ from rollout.cli.wiring import (
 )
 from rollout.errors import InputError, Location
 from rollout.gate.assembly import gate_for
+from rollout.kubelet.admission.node_preview import render_text
 from rollout.protocols import Gate
 
 from .options import (
@@ -51,11 +51,11 @@ from .options import (
 from .record import optional_api
 
 if TYPE_CHECKING:
-    from rollout.change.gate_config import BenchPolicy
-    from rollout.change.inventory import Inventory
-    from rollout.change.launching import PreparedApply
-    from rollout.evidence.benchgate import CanaryBench, Results
-    from rollout.evidence.workloads import Selection
+    from rollout.ansible.hosts import Inventory
+    from rollout.bench.canary_gate import CanaryBench, Results
+    from rollout.change.commands.apply_change import PreparedApply
+    from rollout.change.commands.recreate_workloads import Selection
+    from rollout.change.plan.gate_section import BenchPolicy
     from rollout.gate.analysis import Predicted
 
 __all__ = ["COMMANDS"]
@@ -167,7 +167,7 @@ def apply_cmd(
     # not the API client (rollout.kube: the kubernetes package, 0.5 s and more of imports):
     # prepare_apply imports it once the facts calls are under way
     # (tests/unit/test_cli_lazy.py::test_apply_imports_the_api_client_after_the_facts_start)
-    from rollout.change.launching import prepare_apply, run_apply
+    from rollout.change.commands.apply_change import prepare_apply, run_apply
     from rollout.evidence.collecting import ChangeEvidence
 
     if not plan_path:
@@ -271,7 +271,7 @@ def apply_cmd(
                     "\n  --recreate-workloads, once applied: the GPU and Guaranteed pods of a "
                     "controller on it then; on it now:"
                 )
-                from rollout.evidence.workloads import describe_selection
+                from rollout.change.commands.recreate_workloads import describe_selection
 
                 for line in describe_selection(n, recreating[n]):
                     click.echo(line)
@@ -290,7 +290,7 @@ def apply_cmd(
         )
         if bench is None:
             return gate
-        from rollout.evidence.benchgate import BenchGate, journal_results
+        from rollout.bench.canary_gate import BenchGate, journal_results
 
         runner, before = bench
         journal_results(journal, before, "before", runner.describe())
@@ -324,8 +324,8 @@ def canary_bench(
     Raises:
         BenchError: the before bench cannot serve as the baseline (exit 1, nothing changed).
     """
-    from rollout.evidence.bench import BenchError
-    from rollout.evidence.benchgate import CanaryBench
+    from rollout.bench.canary_gate import CanaryBench
+    from rollout.bench.results import BenchError
     from rollout.gate.performance import judge_regression
 
     batches = ready.prepared.batches
@@ -349,7 +349,7 @@ def _connect(kubeconfig: str | None, context: str | None) -> Any:
 
 def _recreate_preview(api: Any, nodes: list[str]) -> dict[str, Selection]:
     """What ``--recreate-workloads`` would recreate on each node, from its pods now."""
-    from rollout.evidence.workloads import KubeWorkloadPods, select
+    from rollout.change.commands.recreate_workloads import KubeWorkloadPods, select
 
     pods = KubeWorkloadPods(api)
     return {n: select(pods.on_node(n)) for n in nodes}

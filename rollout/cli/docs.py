@@ -20,7 +20,7 @@ from rollout.errors import InputError, Location
 from .options import inventory_option, kube_options, output_option, plan_option
 
 if TYPE_CHECKING:
-    from rollout.change.entries import ChangeBegin
+    from rollout.change.record.entries import ChangeBegin
 
 
 def _write(text: str, out: str | None) -> None:
@@ -84,8 +84,8 @@ def runbook_cmd(
       rollout runbook -o html --out runbook.html
       rollout runbook --offline -o json | jq '.batches'
     """
-    from rollout.change.inventory import read_inventory
-    from rollout.change.plan import load_plan
+    from rollout.ansible.hosts import read_inventory
+    from rollout.change.plan.schema import load_plan
     from rollout.evidence.runbook import Preflight, build_runbook, render
 
     if not plan_path:
@@ -148,7 +148,7 @@ def report_cmd(
       rollout report -o html --out report.html
       rollout report -o json | jq .evidence
     """
-    from rollout.change.record import existing_journal
+    from rollout.change.record.opening import existing_journal
     from rollout.cli.record import optional_api
     from rollout.evidence.report import load_report, render
 
@@ -217,10 +217,10 @@ def evidence_cmd(
     """
     import json
 
-    from rollout.change.entries import ChangeBegin
-    from rollout.change.inventory import read_inventory
-    from rollout.change.record import existing_journal
-    from rollout.change.replaying import replay
+    from rollout.ansible.hosts import read_inventory
+    from rollout.change.record.entries import ChangeBegin
+    from rollout.change.record.opening import existing_journal
+    from rollout.change.record.replay import replay
     from rollout.evidence.collecting import checks_of, collect, journal_evidence
     from rollout.evidence.gpu_paths import path_settings
     from rollout.evidence.report import EVIDENCE_FILE
@@ -265,7 +265,7 @@ def evidence_cmd(
 
 def _tenancy_of(recorded: ChangeBegin) -> str | None:
     """The tenancy file of the change's plan (``tenancy:``), when the plan is still there."""
-    from rollout.change.plan import load_plan
+    from rollout.change.plan.schema import load_plan
 
     plan = recorded.plan
     if not plan or not Path(plan).is_file():

@@ -1,7 +1,7 @@
 """``rollout nodes``: the fleet as it is, and where it drifted from what its changes left.
 
-Thin: ``rollout.change.fleet.survey`` reads the Nodes' marks, the changes' journals, each node's
-files and ``/configz``, and ``rollout.change.drift`` says what differs; this prints it.
+Thin: ``rollout.fleet.survey.survey`` reads the Nodes' marks, the changes' journals, each node's
+files and ``/configz``, and ``rollout.fleet.drift`` says what differs; this prints it.
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ def nodes_cmd(
       rollout nodes -i inventory.ini -o json | jq '.nodes[] | select(.drifted)'
       rollout nodes --context prod-east || echo "drift: see above"
     """
-    from rollout.change.fleet import survey
-    from rollout.change.inventory import read_inventory
+    from rollout.ansible.hosts import read_inventory
+    from rollout.fleet.survey import survey
     from rollout.kube.client import connect
 
     api = connect(kubeconfig, context)

@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from rollout.change.outcomes import GATE_HOLDS_EXIT
+from rollout.change.record.change_outcomes import GATE_HOLDS_EXIT
 from rollout.cli.options import kube_options, output_option
 from rollout.errors import NodeOperationError
 from rollout.verdicts import Outcome

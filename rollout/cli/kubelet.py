@@ -13,7 +13,7 @@ from typing import Any
 import click
 import yaml
 
-from rollout.change.plan import load_plan
+from rollout.change.plan.schema import load_plan
 from rollout.cli.options import output_option
 from rollout.errors import InputError, Location
 from rollout.kubelet.distributions import DISTRIBUTIONS

@@ -1,7 +1,7 @@
 """``rollout migrate``: move GPU nodes between the device plugin and DRA, a node at a time.
 
-Parse options, call ``rollout.change.migrating`` (the allocation-path change through the same
-engine as ``apply``), print. ``status``, ``resume``, ``rollback`` and ``promote`` carry a
+Parse options, call ``rollout.change.commands.migrate_pool`` (the allocation-path change through the
+same engine as ``apply``), print. ``status``, ``resume``, ``rollback`` and ``promote`` carry a
 migration as they carry a kubelet-config change: the journal names its kind.
 """
 
@@ -30,10 +30,10 @@ from .options import inventory_option, kube_options, output_option, plan_option
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from rollout.change.inventory import Inventory
-    from rollout.change.journal import Journal
-    from rollout.change.migrating import PreparedMigration
-    from rollout.change.plan import Plan
+    from rollout.ansible.hosts import Inventory
+    from rollout.change.commands.migrate_pool import PreparedMigration
+    from rollout.change.plan.schema import Plan
+    from rollout.change.record.journal import Journal
     from rollout.interrupt import Interrupt
     from rollout.kube.client import Api
     from rollout.protocols import Gate
@@ -55,7 +55,7 @@ def pool_gate(
     Unhealthy, past the plan's ``allocationPath.claimLimit``. ``migrate``, ``promote`` and
     ``resume`` of a migration build it alike (``interrupt``: resume's soak ends on a handed-over
     rollback)."""
-    from rollout.change.allocation_path import path_plan_of
+    from rollout.change.kinds.allocation_path import path_plan_of
     from rollout.gate.assembly import gate_for
     from rollout.gate.dra_pool import DraPoolGate, PoolSignals, read_pool
 
@@ -159,7 +159,7 @@ def migrate_cmd(
       rollout migrate --plan gpu-pool.yaml -i inventory.ini --dry-run
       rollout migrate --plan gpu-pool.yaml -i inventory.ini --canary --yes -o json
     """
-    from rollout.change.migrating import prepare_migration, run_migration
+    from rollout.change.commands.migrate_pool import prepare_migration, run_migration
     from rollout.kube.client import connect
     from rollout.kube.leases import LeaseLock
 

@@ -1,7 +1,7 @@
 """``rollout preview``: which pods each node in scope will admit or reject under the new config.
 
 The same preflight as ``rollout apply`` (facts gathered, files rendered), then the admission
-preview of ``rollout.change.previewing``; nothing is changed.
+preview of ``rollout.kubelet.admission.node_preview``; nothing is changed.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import json
 
 import click
 
-from rollout.change.plan import load_plan
-from rollout.change.previewing import fleet_misfits, render_text
+from rollout.change.plan.schema import load_plan
 from rollout.errors import InputError, Location
+from rollout.kubelet.admission.node_preview import fleet_misfits, render_text
 
 from .options import inventory_option, kube_options, output_option, plan_option
 
@@ -44,8 +44,8 @@ def preview_cmd(
       rollout preview --plan plan.yaml -i inventory.ini -o json
       rollout preview -o json | jq '.nodes[].pods[] | select(.verdict == "rejected")'
     """
-    from rollout.change.inventory import read_inventory
-    from rollout.change.session import run_preflight
+    from rollout.ansible.hosts import read_inventory
+    from rollout.change.commands.session import run_preflight
     from rollout.cli.wiring import inventory_path
     from rollout.kube.client import connect
 

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from rollout.change.options import PromoteOptions
-from rollout.change.plan import Plan
-from rollout.change.planning import DrainOverrides
-from rollout.change.progress import Progress
-from rollout.change.record import existing_journal
+from rollout.change.commands.change_options import PromoteOptions
+from rollout.change.commands.progress import Progress
+from rollout.change.plan.batches import DrainOverrides
+from rollout.change.plan.schema import Plan
+from rollout.change.record.opening import existing_journal
 from rollout.cli.wiring import (
     change_required,
     confirm,
@@ -37,8 +37,8 @@ from .options import (
 )
 
 if TYPE_CHECKING:
-    from rollout.change.inventory import Inventory
-    from rollout.change.journal import Journal
+    from rollout.ansible.hosts import Inventory
+    from rollout.change.record.journal import Journal
     from rollout.gate.analysis import Predicted
     from rollout.kube.client import Api
     from rollout.kube.leases import LeaseLock
@@ -131,7 +131,7 @@ def promote_cmd(
       rollout promote --change 20261130T214802Z-a1b2c3 --yes -o json
       rollout promote --change 20261130T214802Z-a1b2c3 --yes --force "gate had no traffic"
     """
-    from rollout.change.promoting import prepare_promotion, run_promotion
+    from rollout.change.commands.promote_change import prepare_promotion, run_promotion
     from rollout.evidence.collecting import ChangeEvidence
     from rollout.kube.client import connect
     from rollout.kube.leases import LeaseLock
@@ -211,8 +211,8 @@ def promote_cmd(
 
 
 def _is_migration(journal: Journal) -> bool:
-    from rollout.change.allocation_path import ALLOCATION_PATH
-    from rollout.change.replaying import status_of
+    from rollout.change.kinds.allocation_path import ALLOCATION_PATH
+    from rollout.change.record.replay import status_of
 
     return status_of(journal).info.kind == ALLOCATION_PATH.name
 
@@ -236,7 +236,10 @@ def _promote_migration(
     """``promote`` of a held migration (``rollout migrate --canary``): the batches left, the
     DRA pool's gate after each; ``terminate_claims`` (or the consent the change recorded)
     carried by every node promoted and recorded again."""
-    from rollout.change.migrating import prepare_migration_promotion, run_migration_promotion
+    from rollout.change.commands.migrate_pool import (
+        prepare_migration_promotion,
+        run_migration_promotion,
+    )
     from rollout.cli.migrate import pool_gate
 
     promo = prepare_migration_promotion(

@@ -1,5 +1,6 @@
 """An optional API connection for the commands that read a change (``status``, ``report``,
-``evidence``, ``nodes``): the change's record itself is opened by ``rollout.change.record``."""
+``evidence``, ``nodes``): the change's record itself is opened by
+``rollout.change.record.opening``."""
 
 from __future__ import annotations
 

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from rollout.change.context import Context
-from rollout.change.options import ChangeOptions
-from rollout.change.plan import Plan
-from rollout.change.replaying import ChangeStatus
-from rollout.change.session import settle
+from rollout.change.commands.change_options import ChangeOptions
+from rollout.change.commands.session import settle
+from rollout.change.engine.context import Context
+from rollout.change.plan.schema import Plan
+from rollout.change.record.replay import ChangeStatus
 from rollout.cli.wiring import (
     change_required,
     confirm,
@@ -30,7 +30,7 @@ from rollout.protocols import Gate, Lock
 from .options import inventory_option, kube_options, output_option
 
 if TYPE_CHECKING:
-    from rollout.change.inventory import Inventory
+    from rollout.ansible.hosts import Inventory
     from rollout.gate.analysis import Predicted
 
 
@@ -79,7 +79,7 @@ def resume_cmd(
     if dry_run:
         _preview(change, lock_namespace, output, kubeconfig, context)
         return
-    from rollout.change.session import resume_change
+    from rollout.change.commands.session import resume_change
     from rollout.kube.client import connect
 
     confirm(yes, f"resume change {change}")
@@ -99,7 +99,7 @@ def resume_cmd(
             cfg = plan.gate
             if cfg is None or cfg.bench is None:
                 return gate
-            from rollout.evidence.benchgate import resumed_gate
+            from rollout.bench.canary_gate import resumed_gate
 
             # the canary's gate as apply wired it: the soak, then the benchmark (gate.bench)
             group = str(cfg.on_failure) == "rollback-group"
@@ -127,10 +127,10 @@ def _preview(
     kubeconfig loads) and what resume would do with it, printed."""
     import json
 
-    from rollout.change.plan import recorded_plan
-    from rollout.change.record import existing_journal
-    from rollout.change.replaying import replay
-    from rollout.change.resuming import resume_preview
+    from rollout.change.engine.resumption import resume_preview
+    from rollout.change.plan.schema import recorded_plan
+    from rollout.change.record.opening import existing_journal
+    from rollout.change.record.replay import replay
 
     from .record import optional_api
 

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from rollout.change.outcomes import ChangeOutcome, exit_code
+from rollout.change.record.change_outcomes import ChangeOutcome, exit_code
 from rollout.errors import NodeOperationError
 
 from .options import inventory_option, kube_options, output_option
@@ -90,7 +90,7 @@ def rollback_cmd(
       rollout rollback --change 20261130T214802Z-a1b2c3 --yes --no-wait
       rollout rollback --change 20261130T214802Z-a1b2c3 --node gpu-7 --force --yes
     """
-    from rollout.change.session import RollbackRequest, roll_back
+    from rollout.change.commands.session import RollbackRequest, roll_back
     from rollout.kube.client import connect
 
     confirm(yes, f"roll back change {change}")

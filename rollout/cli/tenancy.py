@@ -1,8 +1,8 @@
 """``rollout tenancy render|audit``: the GPU pool's tenant isolation policy, rendered from a
 tenancy file, and proven against the live API server by trying what it forbids.
 
-Thin: ``rollout.change.tenancy`` parses and renders, ``rollout.change.tenancy_checks`` checks
-the file against the cluster, ``rollout.change.tenancy_audit`` tries; this prints.
+Thin: ``rollout.change.tenancy.policy`` parses and renders, ``rollout.change.tenancy.live_checks``
+checks the file against the cluster, ``rollout.change.tenancy.audit`` tries; this prints.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from rollout.errors import InputError, Location
 from .options import kube_options
 
 if TYPE_CHECKING:
-    from rollout.change.tenancy_audit import Audit
+    from rollout.change.tenancy.audit import Audit
     from rollout.kube.tenancy import TenancyApi
 
 file_option = click.option(
@@ -99,7 +99,7 @@ def render_cmd(
       rollout tenancy render -f tenancy.yaml --apply --dry-run
       rollout tenancy render -f tenancy.yaml --apply --yes
     """
-    from rollout.change.tenancy import load, render
+    from rollout.change.tenancy.policy import load, render
 
     if do_apply and offline:
         raise InputError("--apply needs the cluster; drop --offline", Location(field="--offline"))
@@ -119,7 +119,7 @@ def render_cmd(
             err=True,
         )
     else:
-        from rollout.change.tenancy_checks import read_facts
+        from rollout.change.tenancy.live_checks import read_facts
         from rollout.kube.client import connect
         from rollout.kube.tenancy import TenancyApi
 
@@ -224,9 +224,9 @@ def audit_cmd(
       rollout tenancy audit -f tenancy.yaml --tenant team-a --user alice --group team-a
       rollout tenancy audit -f tenancy.yaml --tenant team-a --service-account team-a/ci -o json
     """
-    from rollout.change.tenancy import Identity, load
-    from rollout.change.tenancy_audit import run_audit
-    from rollout.change.tenancy_checks import read_facts
+    from rollout.change.tenancy.audit import run_audit
+    from rollout.change.tenancy.live_checks import read_facts
+    from rollout.change.tenancy.policy import Identity, load
     from rollout.kube.client import connect
     from rollout.kube.tenancy import TenancyApi
 

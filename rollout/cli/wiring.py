@@ -2,9 +2,9 @@
 they build from them, confirmation and printing.
 
 The session below them (Lease, journal, runner, context, preflight) is
-``rollout.change.session``; ``apply`` (``change.py``), ``promote``, ``resume`` and ``rollback``
-parse their options, call it and print. Errors become exit codes in ``rollout.cli`` (see
-docs/exit-codes.md).
+``rollout.change.commands.session``; ``apply`` (``change.py``), ``promote``, ``resume`` and
+``rollback`` parse their options, call it and print. Errors become exit codes in ``rollout.cli``
+(see docs/exit-codes.md).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import click
 
-from rollout.change.orchestrator import failure_text, summary
-from rollout.change.outcomes import ended_exit
-from rollout.change.progress import Progress
-from rollout.change.replaying import ChangeStatus
+from rollout.change.commands.progress import Progress
+from rollout.change.engine.orchestrator import failure_text, summary
+from rollout.change.record.change_outcomes import ended_exit
+from rollout.change.record.replay import ChangeStatus
 from rollout.errors import InputError, Location
 from rollout.fanout import DEFAULT_FORKS
 
@@ -111,7 +111,7 @@ def progress_for(mode: str) -> Progress:
     import os
     import shutil
 
-    from rollout.change.progress import for_stream
+    from rollout.change.commands.progress import for_stream
 
     width = shutil.get_terminal_size((100, 24)).columns
     return for_stream(sys.stderr, mode, os.environ, width)

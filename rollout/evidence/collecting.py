@@ -6,8 +6,8 @@ proxy's ``/configz``) that the evidence layer may use (it sits above ``change``,
 ``ansible``); the checks themselves are pure (:mod:`rollout.evidence.checks`). The collection
 goes into ``evidence.json`` beside the change's journal; the journal gets an ``evidence`` entry
 with the label, the nodes, the file and every check's result, which ``promote`` reads
-(``rollout.change.promoting.evidence_refusal``). With the plan's ``tenancy:`` file, each
-collection carries the tenancy audit too (``tenancy``: every row), and the journal entry its
+(``rollout.change.commands.promote_change.evidence_refusal``). With the plan's ``tenancy:`` file,
+each collection carries the tenancy audit too (``tenancy``: every row), and the journal entry its
 verdict and counts: the audit before and after the change, beside the node data.
 """
 
@@ -22,16 +22,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rollout.change.entries import EvidenceRecord, evidence_data
-from rollout.change.journal import EVIDENCE_STEP, Journal
-from rollout.change.planning import DrainPolicy
-from rollout.change.promoting import check_failures
+from rollout.change.commands.promote_change import check_failures
+from rollout.change.plan.batches import DrainPolicy
+from rollout.change.record.entries import EvidenceRecord, evidence_data
+from rollout.change.record.journal import EVIDENCE_STEP, Journal
 from rollout.errors import InputError, Location
 from rollout.fanout import DEFAULT_FORKS, workers
 from rollout.models import Phase
 
 if TYPE_CHECKING:
-    from rollout.change.inventory import Inventory
+    from rollout.ansible.hosts import Inventory
     from rollout.kube.client import Api
 
 __all__ = ["collect", "journal_evidence"]
@@ -57,8 +57,8 @@ def collect(
     ``tenancy``: the plan's tenancy file; its audit (:func:`tenancy_audit`) is the
     collection's ``tenancy``. ``gpu_paths``: a migration's recorded allocation-path settings;
     each node then carries its ``gpuPath`` (:mod:`rollout.evidence.gpu_paths`)."""
+    from rollout.ansible.hosts import hosts_for
     from rollout.ansible.runner import AnsibleRunner
-    from rollout.change.inventory import hosts_for
     from rollout.evidence.checks import build_collection, merge_collection, registered_devices
     from rollout.kube import proxy
     from rollout.kube.collecting import evidence_pods
@@ -192,7 +192,7 @@ def tenancy_audit(path: str, api: Api) -> dict[str, Any]:
     """The tenancy audit of the plan's tenancy file as ``rollout tenancy audit -o json`` prints
     it, with the file (``file``); when it could not run (the file unreadable, the API server
     unreachable), ``result: not-collected`` and ``error``: never a pass."""
-    from rollout.change.tenancy_audit import audit_plan_tenancy
+    from rollout.change.tenancy.audit import audit_plan_tenancy
 
     try:
         return {"file": path, **audit_plan_tenancy(path, api).to_json()}
@@ -253,9 +253,9 @@ def describe(data: Mapping[str, Any]) -> str:
 
 
 class ChangeEvidence:
-    """``apply``'s evidence hooks (``rollout.change.hooks.EvidenceHooks``): collections into
-    ``evidence.json`` beside the journal (at most ``forks`` hosts at once), journaled and said
-    through ``say`` (a warning when one was not collected)."""
+    """``apply``'s evidence hooks (``rollout.change.commands.evidence_hooks.EvidenceHooks``):
+    collections into ``evidence.json`` beside the journal (at most ``forks`` hosts at once),
+    journaled and said through ``say`` (a warning when one was not collected)."""
 
     def __init__(
         self,
@@ -280,7 +280,7 @@ class ChangeEvidence:
         :func:`rollout.ansible.gathering.open_facts`): nothing is read until it runs. Best
         effort: a session that could not open leaves that node's call to open its own."""
         from rollout.ansible.gathering import open_facts
-        from rollout.change.inventory import hosts_for
+        from rollout.ansible.hosts import hosts_for
 
         try:
             open_facts(hosts_for(self.inv, list(nodes)), self.inv.hostvars, self.forks)
@@ -320,14 +320,14 @@ class ChangeEvidence:
     ) -> tuple[Any, str | None]:
         """``after-recreate``: with ``workloads`` (``--recreate-workloads``, the drain's
         policy), the operator's GPU and Guaranteed pods of ``nodes`` recreated first, one
-        controller at a time (:mod:`rollout.evidence.workloads`); with ``probes``
+        controller at a time (:mod:`rollout.change.commands.recreate_workloads`); with ``probes``
         (``--recreate-probes``), one device probe per node that advertises the GPU resource,
         run, deleted and run again (:mod:`rollout.evidence.recreating`), the collection taken
         while the second runs. None and why when an eviction stayed blocked, a replacement or a
         probe was rejected, or the collection failed."""
-        from rollout.change.session import SystemClock
+        from rollout.change.commands.recreate_workloads import KubeWorkloadPods, RecreatedWorkloads
+        from rollout.change.commands.session import SystemClock
         from rollout.evidence.recreating import RecreatedProbes
-        from rollout.evidence.workloads import KubeWorkloadPods, RecreatedWorkloads
         from rollout.kube.cluster import KubeCluster
         from rollout.kube.nodes import node_info
 

@@ -18,7 +18,8 @@ from datetime import datetime
 from pathlib import Path as FsPath
 from typing import Any
 
-from rollout.change.entries import (
+from rollout.change.kinds.kubelet_record import NodeRecord
+from rollout.change.record.entries import (
     BenchRun,
     BenchVerdict,
     ChangeBegin,
@@ -27,9 +28,8 @@ from rollout.change.entries import (
     Recovery,
     VerdictRecord,
 )
-from rollout.change.journal import CHANGE_STEP, Entry, Journal, Kind
-from rollout.change.node_records import NodeRecord
-from rollout.change.replaying import NodeStatus, apply_entry, replay
+from rollout.change.record.journal import CHANGE_STEP, Entry, Journal, Kind
+from rollout.change.record.replay import NodeStatus, apply_entry, replay
 from rollout.errors import InputError, Location
 from rollout.evidence.checks import Check, Collection, evaluate, overall, parse_collections
 from rollout.evidence.svg import rejection_chart, state_timeline

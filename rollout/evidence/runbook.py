@@ -18,15 +18,15 @@ from datetime import time as dtime
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from rollout.change.gate_config import GateConfig
-from rollout.change.plan import Plan
-from rollout.change.planning import Batch, Strategy, make_batches
-from rollout.change.previewing import NodePreview, fleet_misfits
-from rollout.change.windows import Window, forward_allowed
+from rollout.change.plan.batches import Batch, Strategy, make_batches
+from rollout.change.plan.gate_section import GateConfig
+from rollout.change.plan.schema import Plan
+from rollout.change.plan.windows import Window, forward_allowed
 from rollout.evidence.templating import render_template
+from rollout.kubelet.admission.node_preview import NodePreview, fleet_misfits
 
 if TYPE_CHECKING:
-    from rollout.change.inventory import Inventory
+    from rollout.ansible.hosts import Inventory
     from rollout.kube.client import Api
 
 IGNORED_GROUPS = ("all", "ungrouped")
@@ -81,14 +81,14 @@ def live_preflight(plan: Plan, inv: Inventory, api: Api) -> tuple[Preflight, lis
     from pathlib import Path
 
     from rollout.ansible.runner import AnsibleRunner
-    from rollout.change.preparing import ClusterReader, PreviewedRefusal, prepare
+    from rollout.change.preflight.checking import ClusterReader, PreviewedRefusal, prepare
     from rollout.errors import PreflightError
     from rollout.kube.canaries import canaries_in_progress
 
     warnings = canaries_in_progress(api)
     audit = None
     if plan.tenancy:
-        from rollout.change.tenancy_audit import audit_plan_tenancy
+        from rollout.change.tenancy.audit import audit_plan_tenancy
 
         audit = audit_plan_tenancy(plan.tenancy, api)
     table = {"file": plan.tenancy, **audit.to_json()} if audit else None
@@ -287,13 +287,13 @@ def build_runbook(
 
     Args:
         plan: the parsed plan.
-        inventory: a ``rollout.change.inventory.Inventory`` (hosts, groups, ``node_of``).
+        inventory: a ``rollout.ansible.hosts.Inventory`` (hosts, groups, ``node_of``).
         now: generation time (timezone-aware); decides what the window section says.
         preflight: preflight results, or ``Preflight(ran=False)`` offline.
         warnings: application canaries in progress and other warnings.
         gpu_resource: the device resource name shown in the inspection commands.
 
-    The plan's sections were parsed with it (``rollout.change.plan``): a plan without a
+    The plan's sections were parsed with it (``rollout.change.plan.schema``): a plan without a
     ``gate:`` shows the gate's defaults.
     """
     strategy = plan.strategy.for_nodes(len(inventory.hosts))

@@ -25,7 +25,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from rollout.change.replaying import ChangeStatus
+from rollout.change.record.replay import ChangeStatus
 from rollout.errors import InputError, Location, ParseError
 from rollout.models import NodeState
 

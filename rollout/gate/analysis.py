@@ -22,8 +22,8 @@ The rules, in the order they are applied:
 Across nodes and signals the worst wins: Failed > Error > Inconclusive > Successful.
 
 A Failed reason names the owners of the rejected pods. Given the (node, owner) pairs preflight's
-admission preview predicted rejected (``rollout.change.previewing.predicted_rejections``), each
-owner is
+admission preview predicted rejected
+(``rollout.kubelet.admission.node_preview.predicted_rejections``), each owner is
 marked "expected: predicted by the preview" or "not predicted: investigate": a surprise is worth
 more attention than an expected rejection. Without a preview (``rollout watch``) they are listed
 unmarked.
@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable
 
-from rollout.change.gate_config import GateConfig
+from rollout.change.plan.gate_section import GateConfig
 from rollout.samples import NodeCounts, group_counts
 from rollout.verdicts import Finding, Outcome, SignalState, Verdict
 

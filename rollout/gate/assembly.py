@@ -14,11 +14,11 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from rollout.change.gate_config import GateConfig
-from rollout.change.journal import Journal
-from rollout.change.orchestrator import NoGate, node_pool
-from rollout.change.plan import Plan
-from rollout.change.replaying import status_of
+from rollout.change.engine.orchestrator import NoGate, node_pool
+from rollout.change.plan.gate_section import GateConfig
+from rollout.change.plan.schema import Plan
+from rollout.change.record.journal import Journal
+from rollout.change.record.replay import status_of
 from rollout.gate.analysis import Predicted
 from rollout.gate.soaking import RollbackPolicyGate, SoakGate
 from rollout.interrupt import Interrupt
@@ -26,7 +26,7 @@ from rollout.models import Phase
 from rollout.protocols import Gate
 
 if TYPE_CHECKING:
-    from rollout.change.inventory import Inventory
+    from rollout.ansible.hosts import Inventory
     from rollout.kube.client import Api
 
 
@@ -117,7 +117,7 @@ def gate_for(
     With ``interrupt``, the soak ends the moment it is set (a rollback handed to this owner).
     ``predicted``: (node, owner) pairs the admission preview predicted rejected, so a Failed
     verdict says which rejections were expected
-    (``rollout.change.previewing.predicted_rejections``)."""
+    (``rollout.kubelet.admission.node_preview.predicted_rejections``)."""
 
     cfg = plan.gate
     if cfg is None:

@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rollout.change.journal import Journal, Kind, read_entries
-from rollout.change.replaying import ChangeStatus, replay
+from rollout.change.record.journal import Journal, Kind, read_entries
+from rollout.change.record.replay import ChangeStatus, replay
 from rollout.errors import RolloutError
 from rollout.gate.alerting import Owner, owner_of
 from rollout.models import NodeState, Phase
@@ -46,7 +46,7 @@ def rolls_back_group(status: ChangeStatus) -> bool:
     """Whether the change's plan (its file, else the text the change recorded) says
     ``gate.onFailure: rollback-group`` (False when neither is there or it is unreadable: an alert
     then rolls back only its own node, the smaller act)."""
-    from rollout.change.plan import recorded_plan
+    from rollout.change.plan.schema import recorded_plan
 
     try:
         plan = recorded_plan(status.info, status.change)
@@ -62,7 +62,7 @@ class JournalOwners:
     """``rollout.gate.serve.OwnerResolver`` over the journals in ``root`` and the cluster Lease.
 
     Args:
-        root: the state directory (``rollout.change.journal.state_dir()``).
+        root: the state directory (``rollout.change.record.journal.state_dir()``).
         lease: returns the change id the live Lease names (None: no live Lease, or unknown).
         refresh: called with the alert's node first: ``rollout serve`` fetches the change the
             Node's ``rollout.dev/change`` label names from the cluster record into ``root``.

@@ -8,7 +8,7 @@ the shape Alertmanager sends: the webhook receiver's ``{"version": "4", "alerts"
 fields of Alertmanager's ``notify/webhook`` message) or the API's bare list of postable alerts
 (``POST /api/v2/alerts``). Unknown fields are refused rather than ignored: a misrouted
 notification or a typo (``change-id``) must not pass as an alert that names nothing. A
-``change_id`` must look like the ids :func:`rollout.change.journal.new_change_id` makes and a
+``change_id`` must look like the ids :func:`rollout.change.record.journal.new_change_id` makes and a
 ``node`` like a Kubernetes Node name, so neither can ever reach the file system as ``../x``.
 """
 

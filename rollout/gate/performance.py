@@ -4,7 +4,7 @@ Why pure: "a P99 regression rolls the canary back" and "aligned placement beats 
 run, so the next stage may tighten" are decisions over numbers, and a decision over numbers is
 table-tested (``tests/unit/test_performance.py``). The runs themselves (``rollout bench``'s
 machinery, on the canary before the change and once its pods are recreated) are
-:mod:`rollout.evidence.benchgate`; the records are :func:`rollout.evidence.bench.build_result`'s.
+:mod:`rollout.bench.canary_gate`; the records are :func:`rollout.bench.results.build_result`'s.
 
 Two verdicts, each four-valued (Successful / Failed / Inconclusive / Error), the worst finding
 wins, as in :mod:`rollout.gate.analysis`:
@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rollout.change.gate_config import BenchPolicy
+from rollout.change.plan.gate_section import BenchPolicy
 from rollout.verdicts import Finding, Outcome, Verdict
 
 REGRESSION = "bench-regression"

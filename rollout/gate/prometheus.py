@@ -22,7 +22,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rollout.change.gate_config import PrometheusSource
+from rollout.change.plan.gate_section import PrometheusSource
 from rollout.samples import NodeCounts
 from rollout.verdicts import SignalState
 

@@ -64,7 +64,7 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from rollout.change.entries import alert_trigger_data, trigger_ended_data
+from rollout.change.record.entries import alert_trigger_data, trigger_ended_data
 from rollout.errors import InputError, Location, RolloutError
 from rollout.gate.alerting import Owner
 from rollout.gate.payloads import BadBody, parse_alerts

@@ -21,9 +21,9 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from rollout.change.entries import recovery_data, trigger_data, verdict_data
-from rollout.change.gate_config import Baseline, GateConfig, OnFailure
-from rollout.change.journal import Kind
+from rollout.change.plan.gate_section import Baseline, GateConfig, OnFailure
+from rollout.change.record.entries import recovery_data, trigger_data, verdict_data
+from rollout.change.record.journal import Kind
 from rollout.errors import RolloutError
 from rollout.gate.analysis import Predicted, evaluate
 from rollout.interrupt import Interrupt

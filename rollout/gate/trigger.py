@@ -3,8 +3,8 @@ below the CLI: the soak over a change already applied, the Alertmanager webhook 
 rollback either pulls.
 
 Why one trigger: a Failed verdict or an alert rolls back in this process through
-``rollout.change.session.roll_back``, the call ``rollout rollback`` makes, so there is exactly one
-rollback path whoever pulls the trigger.
+``rollout.change.commands.session.roll_back``, the call ``rollout rollback`` makes, so there is
+exactly one rollback path whoever pulls the trigger.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rollout.change.gate_config import GateConfig
-from rollout.change.outcomes import ChangeOutcome, exit_code
-from rollout.change.record import to_stderr
+from rollout.change.plan.gate_section import GateConfig
+from rollout.change.record.change_outcomes import ChangeOutcome, exit_code
+from rollout.change.record.opening import to_stderr
 from rollout.errors import InputError, Location, NodeOperationError, RolloutError
 from rollout.verdicts import Outcome, Verdict
 
@@ -55,7 +55,7 @@ def trigger_rollback(
     say: Callable[[str], None] = to_stderr,
 ) -> str:
     """Trigger a rollback in this process, as ``rollout rollback`` runs it
-    (``rollout.change.session.roll_back``: the same request, hand-over and restore path).
+    (``rollout.change.commands.session.roll_back``: the same request, hand-over and restore path).
     ``reason`` is who asks, as the change's owner reports it. While a live process owns the
     change, the rollback is handed to it; with ``wait`` False this returns once handed over.
     The inventory is the one the change recorded, or ``$ROLLOUT_INVENTORY``.
@@ -70,7 +70,7 @@ def trigger_rollback(
     """
     import os
 
-    from rollout.change.session import RollbackRequest, roll_back
+    from rollout.change.commands.session import RollbackRequest, roll_back
 
     say(f"rollback of {change_id} ({', '.join(nodes) if nodes else 'all nodes'}): {reason}")
     request = RollbackRequest(
@@ -95,7 +95,7 @@ def watch_config(plan_file: str | None) -> GateConfig:
     """The gate ``rollout watch`` runs: the plan's ``gate:`` section, or the defaults."""
     if not plan_file:
         return GateConfig()
-    from rollout.change.plan import load_plan
+    from rollout.change.plan.schema import load_plan
 
     plan = load_plan(plan_file)
     return plan.gate or GateConfig()
@@ -108,8 +108,8 @@ def applied_nodes(change_id: str, api: Api, lock_namespace: str) -> tuple[list[s
     Raises:
         InputError: the change has no applied node.
     """
-    from rollout.change.record import existing_journal, mirrored
-    from rollout.change.replaying import replay
+    from rollout.change.record.opening import existing_journal, mirrored
+    from rollout.change.record.replay import replay
 
     journal = mirrored(existing_journal(change_id, api, lock_namespace), api, lock_namespace)
     entries = journal.entries()
@@ -155,8 +155,8 @@ def watch_change(
         InputError: ``listen`` without ``token_file``, or no applied node.
         RolloutError: the rollback failed.
     """
-    from rollout.change.entries import trigger_data
-    from rollout.change.journal import Kind
+    from rollout.change.record.entries import trigger_data
+    from rollout.change.record.journal import Kind
     from rollout.gate.assembly import build_soak_gate
     from rollout.gate.serve import AlertReceiver, GateMetrics, make_server, parse_listen, read_token
     from rollout.gate.soaking import rollback_targets
@@ -224,8 +224,8 @@ def alert_server(
     Raises:
         InputError: a bad ``--listen``, token file, or TLS certificate / key (or only one).
     """
-    from rollout.change.journal import state_dir
-    from rollout.change.record import existing_journal, mirrored
+    from rollout.change.record.journal import state_dir
+    from rollout.change.record.opening import existing_journal, mirrored
     from rollout.gate.owning import JournalOwners, export_node_states, journal_recorder
     from rollout.gate.serve import (
         AlertReceiver,
@@ -305,7 +305,7 @@ def drift_loop(
 ) -> None:
     """``rollout nodes``' drift on /configz of every marked Node, every ``interval`` seconds,
     into ``rollout_node_drifted``; a failed round is logged and tried again next time."""
-    from rollout.change.fleet import survey
+    from rollout.fleet.survey import survey
 
     while True:
         try:

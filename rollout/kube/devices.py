@@ -2,7 +2,7 @@
 labels (compare-and-swap), the DRA driver's ResourceSlices, the ResourceClaims allocated from a
 node's pool, and the pods that hold devices.
 
-Why here: the change layer decides over names and counts (``rollout.change.allocation_path``)
+Why here: the change layer decides over names and counts (``rollout.change.kinds.allocation_path``)
 and never sees the API server's objects.
 """
 

@@ -1,9 +1,9 @@
 """One eviction: the Eviction API request and its outcome, named.
 
 Why one request per call: the retry loop (capped backoff, timeout, naming the blocking pods)
-belongs to ``rollout.change.draining``, which owns the timers (kubernetes #117492). Here a 429 is an
-expected answer (a PodDisruptionBudget says not now), not a crash; a 500 (e.g. more than one PDB
-selects the pod) is a misconfiguration and is raised with the API server's words. A 403 whose
+belongs to ``rollout.change.engine.drain``, which owns the timers (kubernetes #117492). Here a 429
+is an expected answer (a PodDisruptionBudget says not now), not a crash; a 500 (e.g. more than one
+PDB selects the pod) is a misconfiguration and is raised with the API server's words. A 403 whose
 cause is ``NamespaceTerminating`` (the pod's namespace is being deleted: the API server creates no
 Eviction there) is retried like a 429, as ``kubectl drain`` does: the namespace controller deletes
 the pod, and the next request answers 404.

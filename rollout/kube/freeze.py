@@ -1,4 +1,4 @@
-"""The API calls of the claim freeze (``rollout.change.claim_freeze``): server-side apply of a
+"""The API calls of the claim freeze (``rollout.change.kinds.claim_freeze``): server-side apply of a
 ValidatingAdmissionPolicy and its binding, their deletion, and the server-side dry-run claim
 that proves the freeze in force.
 

@@ -3,7 +3,8 @@
 Why: the journal and the backups (the original bytes a rollback writes back) used to live only on
 the machine that ran ``apply``. If that disk is lost mid-soak, nothing could list, roll back or
 resume the change. So every journal append and every backup is also written here, and any machine
-with the kubeconfig rebuilds its local cache from these objects (``rollout.change.mirroring``).
+with the kubeconfig rebuilds its local cache from these objects
+(``rollout.change.record.cluster_mirror``).
 
 Objects, all labelled ``rollout.dev/change=<id>`` and ``app.kubernetes.io/managed-by=rollout``:
 
@@ -225,8 +226,8 @@ def latest_change(api: Api, namespace: str, retry_s: float = RETRY_S) -> str | N
 
 def first_chunks(api: Api, namespace: str, retry_s: float = RETRY_S) -> dict[str, str]:
     """Each change's first journal chunk (its ``begin`` is there), by change id: what
-    ``rollout.change.staging`` reads to find a staged plan's earlier changes without fetching
-    every journal in full."""
+    ``rollout.change.commands.stages`` reads to find a staged plan's earlier changes without
+    fetching every journal in full."""
     out: dict[str, str] = {}
     for cm in _items(api, namespace, f"{RECORD_KEY}=journal,{CHUNK_KEY}=0", retry_s):
         change = (cm.get("metadata") or {}).get("labels", {}).get(CHANGE_KEY)

@@ -1,8 +1,8 @@
 """Read-only reads for the admission preview: controllers as plain dicts (the Nodes and pods
 come from the listings in ``rollout.kube.nodes``: ``nodes_listed``, ``pods_by_node``).
 
-Why dicts: ``rollout.change.previewing`` is pure and reads objects as the API serves them
-(camelCase),
+Why dicts: ``rollout.kubelet.admission.node_preview`` is pure and reads objects as the API serves
+them (camelCase),
 so the client's models are serialized here and nothing else sees them.
 """
 

@@ -223,7 +223,7 @@ class Lab:
         ``state_dir``: the journals ``rollout serve`` reads (default: ``$ROLLOUT_STATE_DIR`` or
         ``~/.local/state/rollout``, what ``rollout apply`` in this shell would use).
         """
-        from rollout.change.journal import state_dir as default_state_dir
+        from rollout.change.record.journal import state_dir as default_state_dir
 
         cp = self._require_cp()
         if self.monitoring is not None:

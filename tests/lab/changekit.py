@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rollout.change.journal import Journal
-from rollout.change.replaying import replay
+from rollout.change.record.journal import Journal
+from rollout.change.record.replay import replay
 from rollout.lab.cluster import Lab
 from rollout.lab.inventory import LAB_INTENT
 

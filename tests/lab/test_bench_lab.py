@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from rollout.ansible.hosts import read_inventory
 from rollout.ansible.runner import AnsibleRunner
-from rollout.change.inventory import read_inventory
-from rollout.evidence.bench import BENCH_METRICS
+from rollout.bench.results import BENCH_METRICS
 from rollout.lab.cluster import Lab
 from rollout.lab.hardware import NodeShape
 from tests.lab import changekit as ck

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from rollout.change.journal import Journal
+from rollout.change.record.journal import Journal
 from rollout.kubelet.cpuset import parse as parse_cpuset
 from rollout.lab.cluster import Lab
 from tests.lab import changekit as ck

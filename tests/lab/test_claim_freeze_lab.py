@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from rollout.change import claim_freeze as cf
+from rollout.change.kinds import claim_freeze as cf
 from rollout.lab import daemonsets as ds
 from rollout.lab.cluster import Lab
 from tests.lab import changekit as ck

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from rollout.change.journal import FAILPOINT_ENV
+from rollout.change.record.journal import FAILPOINT_ENV
 from rollout.lab.cluster import Lab
 from tests.lab import changekit as ck
 
@@ -178,7 +178,7 @@ def test_resume_from_a_second_machine_after_the_first_died_mid_apply(
 def _restores(env: dict[str, str], change: str) -> dict[str, int]:
     """How many times each node's restore ended, in the journal as the cluster record holds it
     (fetched into ``env``'s state directory by ``rollout status``)."""
-    from rollout.change.journal import Journal
+    from rollout.change.record.journal import Journal
 
     out: dict[str, int] = {}
     for e in Journal.open(Path(env["ROLLOUT_STATE_DIR"]), change).entries():

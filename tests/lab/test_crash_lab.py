@@ -2,7 +2,7 @@
 
 For every journal entry (step and phase) that ``apply --canary``, ``promote``, ``rollback`` and
 ``resume`` write, the command runs with ``ROLLOUT_FAILPOINT=step:phase``, which SIGKILLs it right
-after that entry is fsynced (rollout/change/journal.py); then ``rollout resume`` runs, and:
+after that entry is fsynced (rollout/change/record/journal.py); then ``rollout resume`` runs, and:
 
 * every node is fully on the new config (its files byte-identical to a clean run's, the kubelet
   running it) or fully as before (byte-identical files, the old config running);
@@ -49,9 +49,9 @@ from typing import Any
 
 import pytest
 
-from rollout.change.journal import CHANGE_STEP, EVIDENCE_STEP, FAILPOINT_ENV, Journal
-from rollout.change.orchestrator import GATE_STEP, REQUEST_STEP
-from rollout.change.replaying import replay
+from rollout.change.engine.orchestrator import GATE_STEP, REQUEST_STEP
+from rollout.change.record.journal import CHANGE_STEP, EVIDENCE_STEP, FAILPOINT_ENV, Journal
+from rollout.change.record.replay import replay
 from rollout.lab.cluster import Lab
 from rollout.models import Step, StepPath
 from tests.lab import changekit as ck
@@ -298,7 +298,7 @@ def _put_back_record(w: World, state: Path) -> None:
     """The change's cluster record as the stage's journal was (the record is part of the world
     a case starts from: a command syncs its local journal up to it before acting), written with
     the mirror's own chunking."""
-    from rollout.change.mirroring import split_chunks
+    from rollout.change.record.cluster_mirror import split_chunks
     from rollout.kube import mirror as km
 
     if not w.change:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout.change.journal import Journal
+from rollout.change.record.journal import Journal
 from rollout.lab.binaries import find_bin_dir, missing_binaries
 from rollout.lab.realnode import find_kubelet_bin_dir, missing
 from tests.lab.conftest import IN_CI

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from rollout.change.journal import Journal
-from rollout.change.replaying import replay
-from rollout.change.windows import DAY_NAMES
+from rollout.change.plan.windows import DAY_NAMES
+from rollout.change.record.journal import Journal
+from rollout.change.record.replay import replay
 from rollout.lab.cluster import Lab
 from rollout.lab.inventory import plan_text
 from tests.lab.test_rbac import restricted_kubeconfig as restricted_kubeconfig

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from rollout.change.applying import apply_node
-from rollout.change.context import Context
-from rollout.change.journal import Journal, new_change_id
-from rollout.change.planning import DrainPolicy
-from rollout.change.replaying import replay
+from rollout.change.engine.context import Context
+from rollout.change.engine.forward import apply_node
+from rollout.change.plan.batches import DrainPolicy
+from rollout.change.record.journal import Journal, new_change_id
+from rollout.change.record.replay import replay
 from rollout.errors import NodeOperationError
 from rollout.lab.cluster import Lab
 from rollout.models import NodeState
@@ -231,7 +231,7 @@ def test_kubelet_refusing_new_config_is_restored_automatically(
 ) -> None:
     """The change forgets to reset the CPU manager checkpoint (as a wrong render would): the lab
     kubelet refuses to start, as the real one does; the node is restored and healthy again."""
-    from rollout.change.shipping import PlaybookNodeRunner
+    from rollout.change.engine.node_runner import PlaybookNodeRunner
     from rollout.kube.client import connect
     from rollout.kube.cluster import KubeCluster
     from rollout.models import NodeChange

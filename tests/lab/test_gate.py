@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from rollout.change.gate_config import GateConfig
-from rollout.change.journal import Journal
+from rollout.change.plan.gate_section import GateConfig
+from rollout.change.record.journal import Journal
 from rollout.gate.analysis import evaluate
 from rollout.lab.cluster import Lab
 from rollout.verdicts import Outcome

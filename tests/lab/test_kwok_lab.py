@@ -127,9 +127,9 @@ def test_canary_apply_and_rollback_among_500_kwok_nodes(kwok_lab: Lab, tmp_path:
     assert all(p["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet" for p in pods["items"])
     # the preview's controllers from the real API server: ReplicaSets as metadata only (no
     # pod template), still naming each kwok pod's Deployment
-    from rollout.change.previewing import workload_of
     from rollout.kube.client import connect
     from rollout.kube.workloads import controller_objects
+    from rollout.kubelet.admission.node_preview import workload_of
 
     objects = controller_objects(connect(str(lab.kubeconfig)))
     replica_sets = [o for o in objects if o["kind"] == "ReplicaSet"]

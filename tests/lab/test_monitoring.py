@@ -31,9 +31,9 @@ from typing import Any
 
 import pytest
 
-from rollout.change.gate_config import GateConfig, PrometheusSource
-from rollout.change.journal import Journal
-from rollout.change.replaying import replay
+from rollout.change.plan.gate_section import GateConfig, PrometheusSource
+from rollout.change.record.journal import Journal
+from rollout.change.record.replay import replay
 from rollout.gate.alerting import rules_file, shipped_rule_text
 from rollout.gate.analysis import evaluate
 from rollout.gate.prometheus import PrometheusSignal

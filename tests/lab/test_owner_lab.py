@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from rollout.change.journal import Journal
+from rollout.change.record.journal import Journal
 from rollout.lab.cluster import Lab
 from tests.lab import changekit as ck
 from tests.lab.test_failures import _one_pod_with_pdb

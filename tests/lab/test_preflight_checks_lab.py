@@ -3,12 +3,12 @@ test fails when its check is taken out of preflight (tried: see CHANGELOG, issue
 
 * the canary group must be alike: a canary node with another GPU model (PCI device id) and one
   with another NUMA layout (4 NUMA nodes of 16 CPUs, not 2 of 32) are refused by name by
-  ``apply --canary --dry-run`` (``rollout.change.planning.check_homogeneous``);
+  ``apply --canary --dry-run`` (``rollout.change.plan.batches.check_homogeneous``);
 * one allocation path per device, by vendor domain: a DRA driver ``gpu.nvidia.com`` publishing a
   ResourceSlice for a node whose device plugin advertises ``nvidia.com/gpu``
-  (``rollout.change.devicechecks.check_vendor_domain``): on a node outside the canary it does not
-  block ``apply --canary``; on the canary it is refused naming the node, and ``--force REASON``
-  overrides it: the change runs and the journal holds the reason and the refusal;
+  (``rollout.change.preflight.device_checks.check_vendor_domain``): on a node outside the canary it
+  does not block ``apply --canary``; on the canary it is refused naming the node, and ``--force
+  REASON`` overrides it: the change runs and the journal holds the reason and the refusal;
 * a model-serving canary in progress (``rollout.kube.canaries``), with the projects' real CRDs
   installed (vendored in ``tests/fixtures/crds/``, versions in their headers): an Argo Rollout
   Paused, a Flagger Canary Progressing, a KServe InferenceService splitting its traffic and a

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from rollout.change.journal import FAILPOINT_ENV, Journal
+from rollout.change.record.journal import FAILPOINT_ENV, Journal
 from rollout.lab.cluster import Lab
 from rollout.lab.hardware import NodeShape
 from tests.lab import changekit as ck

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import re
 
-from rollout.change.orchestrator import failure_text
-from rollout.change.outcomes import ended_exit
-from rollout.change.replaying import ChangeStatus
+from rollout.change.engine.orchestrator import failure_text
+from rollout.change.record.change_outcomes import ended_exit
+from rollout.change.record.replay import ChangeStatus
 
 
 def ended(status: ChangeStatus, code: int, match: str | None = None) -> str:

@@ -212,8 +212,8 @@ class Killed(BaseException):
 def fake_context(cluster: FakeCluster, runner: Any, journal: Any, **extra: Any) -> Any:
     """A ``Context`` over the fakes: the fake clock, a short drain and verify (the values every
     unit test of the engine uses), and ``extra`` (``on_event``, ``forks``, ...)."""
-    from rollout.change.context import Context
-    from rollout.change.planning import DrainPolicy
+    from rollout.change.engine.context import Context
+    from rollout.change.plan.batches import DrainPolicy
 
     return Context(
         cluster=cluster,

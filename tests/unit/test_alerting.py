@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from rollout.change.entries import ChangeBegin
-from rollout.change.replaying import ChangeStatus, NodeStatus
+from rollout.change.record.entries import ChangeBegin
+from rollout.change.record.replay import ChangeStatus, NodeStatus
 from rollout.errors import InputError
 from rollout.gate.alerting import (
     ROUTE_LABEL,

@@ -13,22 +13,22 @@ from typing import Any
 
 import pytest
 
-from rollout.change.allocation_path import OutOfOrderError, PathChange
-from rollout.change.allocation_plan import (
+from rollout.change.engine.context import Context
+from rollout.change.engine.orchestrator import NoGate, rollback, run_change
+from rollout.change.engine.resumption import resume
+from rollout.change.kinds.allocation_path import OutOfOrderError, PathChange
+from rollout.change.kinds.registry import recorded_kind
+from rollout.change.plan.allocation_path_section import (
     DEVICE_PLUGIN_LABEL,
     DRA_LABEL,
     AllocationPath,
     PathSettings,
     parse_path_plan,
 )
-from rollout.change.context import Context
-from rollout.change.entries import ChangeBegin
-from rollout.change.journal import Journal
-from rollout.change.kinds import recorded_kind
-from rollout.change.orchestrator import NoGate, rollback, run_change
-from rollout.change.planning import Strategy, make_batches
-from rollout.change.replaying import status_of
-from rollout.change.resuming import resume
+from rollout.change.plan.batches import Strategy, make_batches
+from rollout.change.record.entries import ChangeBegin
+from rollout.change.record.journal import Journal
+from rollout.change.record.replay import status_of
 from rollout.errors import InputError, Location, NodeFilesChangedError
 from rollout.models import NodeState, PodRef
 from rollout.verdicts import VerdictStatus
@@ -271,7 +271,7 @@ def test_rollback_with_consent_terminates_the_claim_holders_then_stops_the_drive
 
 
 def test_each_step_out_of_order_is_refused_by_name(tmp_path: Path) -> None:
-    from rollout.change.allocation_path import _to_device_plugin, _to_dra
+    from rollout.change.kinds.allocation_path import _to_device_plugin, _to_dra
     from rollout.models import StepPath
 
     ctx, cluster = _setup(tmp_path, dra=("n2",))
@@ -392,7 +392,7 @@ def test_the_plan_section_names_field_and_line_on_bad_input() -> None:
 
 
 def test_a_crash_after_every_entry_of_a_rollback_is_finished_by_resume(tmp_path: Path) -> None:
-    from rollout.change.resuming import resume_rollback, unfinished_rollback
+    from rollout.change.engine.resumption import resume_rollback, unfinished_rollback
 
     ctx, _ = _setup(tmp_path / "count")
     _run(ctx)
@@ -428,9 +428,9 @@ def test_consent_given_after_the_canary_moved_carries_to_its_rollback(tmp_path: 
     a rollback from any process reads the change record (``claims_consent``)."""
     from dataclasses import replace
 
-    from rollout.change.allocation_path import claims_consent
-    from rollout.change.entries import Promotion
-    from rollout.change.journal import CHANGE_STEP
+    from rollout.change.kinds.allocation_path import claims_consent
+    from rollout.change.record.entries import Promotion
+    from rollout.change.record.journal import CHANGE_STEP
     from rollout.models import Phase
 
     ctx, cluster = _setup(tmp_path)
@@ -508,7 +508,7 @@ def test_release_journals_the_kubelets_account_it_confirmed(tmp_path: Path) -> N
 def test_the_way_back_refuses_to_stop_the_driver_while_the_kubelet_has_a_claim_prepared(
     tmp_path: Path,
 ) -> None:
-    from rollout.change.allocation_path import _to_device_plugin
+    from rollout.change.kinds.allocation_path import _to_device_plugin
     from rollout.models import StepPath
 
     ctx, cluster = _setup(tmp_path, dra=("n2",))

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollout.change.allocation_plan import (
+from rollout.change.kinds.allocation_preflight import PathWorld, path_refusals
+from rollout.change.plan.allocation_path_section import (
     DEVICE_PLUGIN_LABEL,
     DRA_LABEL,
     AllocationPath,
     PathSettings,
 )
-from rollout.change.allocation_preflight import PathWorld, path_refusals
 from rollout.models import NodeInfo, PodRef
 
 S = PathSettings(driver="gpu.example.com", device_class="gpu.example.com")

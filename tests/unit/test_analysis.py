@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rollout.change.gate_config import Baseline, GateConfig, OnFailure, parse_gate_config
+from rollout.change.plan.gate_section import Baseline, GateConfig, OnFailure, parse_gate_config
 from rollout.errors import InputError
 from rollout.gate.analysis import evaluate
 from rollout.samples import (

@@ -17,11 +17,8 @@ from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
 from rollout import assets
-from rollout.change.journal import Journal, Kind
-from rollout.cli import cli
-from rollout.errors import InputError
-from rollout.evidence import benching
-from rollout.evidence.bench import (
+from rollout.bench import on_node as benching
+from rollout.bench.results import (
     BENCH_METRICS,
     BenchError,
     Target,
@@ -31,6 +28,9 @@ from rollout.evidence.bench import (
     parse_output,
     plan_targets,
 )
+from rollout.change.record.journal import Journal, Kind
+from rollout.cli import cli
+from rollout.errors import InputError
 from rollout.evidence.checks import merge_collection
 from rollout.evidence.report import build_report, load_report, render
 from rollout.models import Phase

@@ -1,4 +1,4 @@
-"""The plan's ``gate.bench`` in the engine (``rollout.evidence.benchgate.BenchGate``): once the
+"""The plan's ``gate.bench`` in the engine (``rollout.bench.canary_gate.BenchGate``): once the
 soak passes the canary is benched again; a regression restores it as a Failed verdict does, a
 bench that cannot decide holds, and the decision is journaled for status, report and stages.
 The engine and the journal are real; the node and the bench runs are fakes (the lab test
@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rollout.change.gate_config import BenchPolicy
-from rollout.change.journal import Journal
-from rollout.change.orchestrator import run_change
-from rollout.change.planning import Strategy, make_batches
-from rollout.change.replaying import replay
-from rollout.evidence.benchgate import BenchGate, Results
+from rollout.bench.canary_gate import BenchGate, Results
+from rollout.change.engine.orchestrator import run_change
+from rollout.change.plan.batches import Strategy, make_batches
+from rollout.change.plan.gate_section import BenchPolicy
+from rollout.change.record.journal import Journal
+from rollout.change.record.replay import replay
 from rollout.models import NodeState
 from rollout.verdicts import VerdictStatus
 from tests.unit.ending import ended
@@ -124,8 +124,8 @@ def test_resume_wires_the_bench_gate_with_the_journaled_before_but_not_for_a_pro
     (``tests/lab/test_stages_lab.py::test_resume_of_a_canary_cut_at_its_gate_runs_the_bench_gate_and_a_regression_rolls_back``)."""
     from datetime import UTC, datetime
 
-    from rollout.change.journal import CHANGE_STEP, Kind
-    from rollout.evidence.benchgate import resumed_gate
+    from rollout.bench.canary_gate import resumed_gate
+    from rollout.change.record.journal import CHANGE_STEP, Kind
     from rollout.models import Phase
 
     now = datetime(2026, 12, 6, 10, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""The bench pod (:mod:`rollout.evidence.benchpod`), pure parts: its manifest (Guaranteed,
+"""The bench pod (:mod:`rollout.bench.in_pod`), pure parts: its manifest (Guaranteed,
 integer CPUs, one GPU, bound to the node, in the tool's namespace) and the record read from its
 log and the kubelet's account of it. The run itself is ``tests/lab/test_bench_pod_lab.py``."""
 
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from rollout.change.gate_config import PodBench
-from rollout.change.journal import Journal, Kind
-from rollout.evidence.bench import BenchError, metrics_text
-from rollout.evidence.benchpod import EXIT_MARK, bench_manifest, read_result
+from rollout.bench.in_pod import EXIT_MARK, bench_manifest, read_result
+from rollout.bench.results import BenchError, metrics_text
+from rollout.change.plan.gate_section import PodBench
+from rollout.change.record.journal import Journal, Kind
 from rollout.evidence.report import build_report, render
 from rollout.models import Phase
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from rollout.change.journal import CHANGE_STEP, Journal
+from rollout.change.record.journal import CHANGE_STEP, Journal
 from rollout.cli import cli
 from rollout.models import Phase, StepPath
 

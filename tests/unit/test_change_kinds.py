@@ -1,7 +1,8 @@
-"""The seam for kinds of change (``rollout.change.context.KindSteps``): a second kind, written
-here as nothing but its own steps, runs through the engine's skeleton (preflight, cordon, drain,
-its steps, verify, uncordon; restore likewise), with the engine's canary, gate, journal, restore
-on failure and resume after a crash; the journal names the kind, and resume picks it from there.
+"""The seam for kinds of change (``rollout.change.engine.context.KindSteps``): a second kind,
+written here as nothing but its own steps, runs through the engine's skeleton (preflight, cordon,
+drain, its steps, verify, uncordon; restore likewise), with the engine's canary, gate, journal,
+restore on failure and resume after a crash; the journal names the kind, and resume picks it from
+there.
 """
 
 from __future__ import annotations
@@ -13,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from rollout.change.context import Context
-from rollout.change.entries import ChangeBegin
-from rollout.change.journal import Journal
-from rollout.change.kinds import KNOWN, kind_of, recorded_kind
-from rollout.change.kubelet_config import KUBELET_CONFIG
-from rollout.change.orchestrator import NoGate, rollback, run_change
-from rollout.change.planning import Strategy, make_batches
-from rollout.change.replaying import NodeStatus, replay, status_of
-from rollout.change.resuming import resume
+from rollout.change.engine.context import Context
+from rollout.change.engine.orchestrator import NoGate, rollback, run_change
+from rollout.change.engine.resumption import resume
+from rollout.change.kinds.kubelet_config import KUBELET_CONFIG
+from rollout.change.kinds.registry import KNOWN, kind_of, recorded_kind
+from rollout.change.plan.batches import Strategy, make_batches
+from rollout.change.record.entries import ChangeBegin
+from rollout.change.record.journal import Journal
+from rollout.change.record.replay import NodeStatus, replay, status_of
 from rollout.errors import InputError, NodeOperationError, RolloutError
 from rollout.models import NodeInfo, NodeState, Phase, Step, StepPath
 from rollout.verdicts import VerdictStatus

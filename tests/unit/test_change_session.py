@@ -1,5 +1,5 @@
-"""The change session (``rollout.change.session.ChangeSession``) over fakes: the Lease is held
-before the first journal entry and released after the last, the cluster mirror writes only
+"""The change session (``rollout.change.commands.session.ChangeSession``) over fakes: the Lease is
+held before the first journal entry and released after the last, the cluster mirror writes only
 between them, a second owner is refused before anything is written, the Lease's interrupt
 reaches the engine, everything is released however the block ends; the session journals
 nothing of its own (an engine run in it journals what it journals on a bare context); and the
@@ -17,16 +17,16 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from rollout.change import session as session_mod
-from rollout.change.context import Context
-from rollout.change.journal import CHANGE_STEP, Entry, Journal
-from rollout.change.options import ChangeOptions
-from rollout.change.orchestrator import NoGate, continue_change, rollback, run_change
-from rollout.change.outcomes import ChangeOutcome
-from rollout.change.planning import DrainPolicy, Strategy, make_batches
-from rollout.change.progress import Progress
-from rollout.change.replaying import ChangeStatus, replay, status_of
-from rollout.change.session import ChangeSession, RunSetup, settle
+from rollout.change.commands import session as session_mod
+from rollout.change.commands.change_options import ChangeOptions
+from rollout.change.commands.progress import Progress
+from rollout.change.commands.session import ChangeSession, RunSetup, settle
+from rollout.change.engine.context import Context
+from rollout.change.engine.orchestrator import NoGate, continue_change, rollback, run_change
+from rollout.change.plan.batches import DrainPolicy, Strategy, make_batches
+from rollout.change.record.change_outcomes import ChangeOutcome
+from rollout.change.record.journal import CHANGE_STEP, Entry, Journal
+from rollout.change.record.replay import ChangeStatus, replay, status_of
 from rollout.errors import LockHeldError, RolloutError
 from rollout.interrupt import Interrupt, StopReason
 from rollout.models import Phase
@@ -265,7 +265,7 @@ def test_settle_runs_work_on_an_existing_change_in_its_session(
         journal = s.journal
     log: Log = world["log"]
     lock = RecordingLock(world["lease"], "me", log)
-    monkeypatch.setattr("rollout.change.session.existing_journal", lambda *a, **k: journal)
+    monkeypatch.setattr("rollout.change.commands.session.existing_journal", lambda *a, **k: journal)
     monkeypatch.setattr("rollout.kube.leases.LeaseLock", lambda api, ns: lock)
     seen: list[Interrupt] = []
 

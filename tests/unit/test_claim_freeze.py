@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 import yaml
 
-from rollout.change import claim_freeze as cf
-from rollout.change.allocation_plan import AllocationPath, parse_path_plan
-from rollout.change.journal import Journal, Kind
-from rollout.change.kinds import recorded_kind
-from rollout.change.orchestrator import rollback
-from rollout.change.replaying import status_of
-from rollout.change.resuming import resume, resume_rollback, unfinished_rollback
+from rollout.change.engine.orchestrator import rollback
+from rollout.change.engine.resumption import resume, resume_rollback, unfinished_rollback
+from rollout.change.kinds import claim_freeze as cf
+from rollout.change.kinds.registry import recorded_kind
+from rollout.change.plan.allocation_path_section import AllocationPath, parse_path_plan
+from rollout.change.record.journal import Journal, Kind
+from rollout.change.record.replay import status_of
 from rollout.errors import InputError, Location
 from rollout.models import NodeState
 from tests.unit.fakes_change import Killed, fake_context
@@ -165,7 +165,7 @@ def test_a_freeze_never_in_force_stops_the_rollback_with_no_node_touched(tmp_pat
 
 
 def test_applying_the_freeze_twice_is_one_freeze() -> None:
-    from rollout.change.journal import Entry
+    from rollout.change.record.journal import Entry
     from rollout.models import Phase
 
     def e(action: str, phase: Phase) -> Entry:

@@ -44,9 +44,9 @@ def test_apply_imports_the_api_client_after_the_facts_start() -> None:
     plan = Path(__file__).resolve().parents[2] / "examples" / "plan.yaml"
     code = (
         "import sys\n"
-        "import rollout.change.launching as launching\n"
-        "import rollout.change.session as session\n"
-        "import rollout.change.inventory as inventory\n"
+        "import rollout.change.commands.apply_change as launching\n"
+        "import rollout.change.commands.session as session\n"
+        "import rollout.ansible.hosts as inventory\n"
         "seen = []\n"
         "class Facts:\n"
         "    def __init__(self, *a, **k):\n"

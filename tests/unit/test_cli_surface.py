@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from rollout import errors
-from rollout.change.outcomes import GATE_HOLDS_EXIT
+from rollout.change.record.change_outcomes import GATE_HOLDS_EXIT
 from rollout.cli import cli
 from rollout.cli.fleet import DRIFT_EXIT, TWO_PATHS_EXIT
 

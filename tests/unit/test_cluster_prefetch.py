@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rollout.change.preparing import ClusterReader
+from rollout.change.preflight.checking import ClusterReader
 from rollout.models import NodeInfo, PodListing, PodRef, Requests, ServingReads
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rollout.change.journal import Journal
-from rollout.change.promoting import evidence_refusal
+from rollout.change.commands.promote_change import evidence_refusal
+from rollout.change.record.journal import Journal
 from rollout.evidence.checks import build_collection
 from rollout.evidence.collecting import describe, journal_evidence
 from rollout.kubelet.device_checkpoint import device_checkpoint, render_device
@@ -106,7 +106,7 @@ def test_an_unhealthy_device_the_kubelet_does_not_advertise_does_not_refuse(
 def test_status_shows_the_last_collection_of_each_label(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from rollout.change.replaying import replay
+    from rollout.change.record.replay import replay
     from rollout.cli import cli
 
     j = _journal(tmp_path / "state")

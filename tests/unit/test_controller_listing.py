@@ -119,7 +119,7 @@ def test_only_the_controllers_whose_pods_land_where_wanted_come_back_whole() -> 
         "kind": "Deployment",
         "metadata": {"name": "other", "namespace": "ml"},
     }
-    from rollout.change.previewing import workload_of
+    from rollout.kubelet.admission.node_preview import workload_of
 
     pod = {
         "metadata": {

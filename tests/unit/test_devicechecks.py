@@ -11,7 +11,10 @@ from typing import Any
 
 import pytest
 
-from rollout.change.devicechecks import (
+from rollout.ansible.hosts import Inventory
+from rollout.change.plan.schema import load_plan
+from rollout.change.preflight.checking import PreviewedRefusal, prepare
+from rollout.change.preflight.device_checks import (
     BOTH_PATHS,
     DEVICE_PLUGIN_PATH,
     DRA_PATH,
@@ -25,9 +28,6 @@ from rollout.change.devicechecks import (
     device_classes,
     dra_topology_warnings,
 )
-from rollout.change.inventory import Inventory
-from rollout.change.plan import load_plan
-from rollout.change.preparing import PreviewedRefusal, prepare
 from rollout.kube.nodes import to_node_info
 from rollout.lab.inventory import LAB_INTENT
 from rollout.models import PodListing, ServingReads
@@ -331,8 +331,8 @@ def test_apply_journals_the_forced_refusals_with_the_reason(tmp_path: Path) -> N
     reads back as the change's consent)."""
     from datetime import UTC, datetime
 
-    from rollout.change.journal import Journal
-    from rollout.change.launching import journal_consents
+    from rollout.change.commands.apply_change import journal_consents
+    from rollout.change.record.journal import Journal
 
     objects = {"n1": _node("n1", {GPU: "8"}, {GPU: "7"}), "n2": _node("n2", {GPU: "8"}, {})}
     prepared = _prepare(tmp_path, Reader(objects), force=True)
@@ -444,8 +444,8 @@ def test_a_serving_canary_refuses_and_force_serving_overrides(tmp_path: Path) ->
 def test_apply_journals_the_forced_serving_canaries_with_the_reason(tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
-    from rollout.change.journal import Journal
-    from rollout.change.launching import journal_consents
+    from rollout.change.commands.apply_change import journal_consents
+    from rollout.change.record.journal import Journal
 
     objects = {n: _node(n, {GPU: "8"}, {GPU: "8"}) for n in ("n1", "n2")}
     serving = ServingReads(canaries=("Flagger Canary ml/llm is Progressing: apart",))

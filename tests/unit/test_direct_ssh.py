@@ -136,7 +136,7 @@ def test_apply_then_restore_over_ssh_through_the_runner(
     manifest kept on the controller; the restore puts the bytes back; an edit made after
     preflight read the file is refused and kept."""
     from rollout.ansible import payloads
-    from rollout.change.shipping import PlaybookNodeRunner
+    from rollout.change.engine.node_runner import PlaybookNodeRunner
     from rollout.models import NodeChange
     from rollout.protocols import RestoreFile
 

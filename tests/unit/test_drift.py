@@ -1,13 +1,13 @@
-"""Drift (rollout/change/drift.py): what differs on a node from what its last change left,
+"""Drift (rollout/fleet/drift.py): what differs on a node from what its last change left,
 file by file and setting by setting; nodes no change settled are never reported."""
 
 from __future__ import annotations
 
 import hashlib
 
-from rollout.change.devicechecks import BOTH_PATHS, DEVICE_PLUGIN_PATH, AllocationPath
-from rollout.change.drift import configz_digest, drift, left_by, report_node
-from rollout.change.replaying import NodeStatus
+from rollout.change.preflight.device_checks import BOTH_PATHS, DEVICE_PLUGIN_PATH, AllocationPath
+from rollout.change.record.replay import NodeStatus
+from rollout.fleet.drift import configz_digest, drift, left_by, report_node
 from rollout.models import FileBackup, NodeState
 
 CONFIG = "/var/lib/kubelet/config.yaml"

@@ -1,5 +1,5 @@
-"""The typed record (``rollout.change.entries``): journals written before it read the same, its
-payloads are the ones the writers wrote before, unknown keys of the same schema version are
+"""The typed record (``rollout.change.record.entries``): journals written before it read the same,
+its payloads are the ones the writers wrote before, unknown keys of the same schema version are
 ignored (and a change's ``begin`` carries them on), a newer version is refused, and nothing
 outside the module reads a payload by string key."""
 
@@ -13,7 +13,11 @@ from typing import Any
 
 import pytest
 
-from rollout.change.entries import (
+from rollout.change.commands.promote_change import evidence_refusal, last_gate, promote_refusal
+from rollout.change.engine.orchestrator import rollback
+from rollout.change.engine.resumption import unfinished_gate, unfinished_rollback
+from rollout.change.plan.batches import DrainPolicy
+from rollout.change.record.entries import (
     SCHEMA_VERSION,
     BenchVerdict,
     ChangeBegin,
@@ -24,12 +28,8 @@ from rollout.change.entries import (
     RequestRecord,
     TriggerRecord,
 )
-from rollout.change.journal import CHANGE_STEP, Entry, Journal, Kind, read_entries
-from rollout.change.orchestrator import rollback
-from rollout.change.planning import DrainPolicy
-from rollout.change.promoting import evidence_refusal, last_gate, promote_refusal
-from rollout.change.replaying import replay
-from rollout.change.resuming import unfinished_gate, unfinished_rollback
+from rollout.change.record.journal import CHANGE_STEP, Entry, Journal, Kind, read_entries
+from rollout.change.record.replay import replay
 from rollout.errors import InputError
 from rollout.evidence.report import build_report
 from rollout.models import Phase
@@ -124,7 +124,7 @@ def test_the_fixtures_carry_every_change_level_kind_but_bench_and_recreate() -> 
     ``recreate`` (their writers run a node's benchmark or evict pods: the lab tests cover them,
     ``tests/lab/test_bench_lab.py`` and ``tests/lab/test_recreate_lab.py``), and ``claim-freeze``,
     newer than the fixtures: the allocation-path change's own step
-    (``rollout/change/claim_freeze.py``, ``tests/unit/test_claim_freeze.py``)."""
+    (``rollout/change/kinds/claim_freeze.py``, ``tests/unit/test_claim_freeze.py``)."""
     kinds = {e.step for n in NAMES for e in _fixture(n)[0] if e.node is None}
     assert set(Kind) - kinds == {Kind.BENCH, Kind.RECREATE, Kind.CLAIM_FREEZE}
 
@@ -178,7 +178,7 @@ def test_unknown_keys_of_the_same_version_are_ignored_and_a_begin_carries_them_o
     assert status.outcome == "held" and status.info.batches == (("n1",), ("n2",))
     assert status.info.extra == {"ticket": "OPS-7"}
     assert GateRecord.read(journal.entries()[1].data) == GateRecord((), "Successful", "")
-    from rollout.change.context import Context
+    from rollout.change.engine.context import Context
 
     ctx = Context(
         cluster=cluster,
@@ -208,13 +208,14 @@ def test_typed_reads_of_missing_keys_take_the_defaults() -> None:
     assert RequestRecord.read({"by": "x", "nodes": []}).nodes is None
 
 
-# -- the house rule: nothing outside rollout.change.entries reads a payload by string key ------
+# -- the house rule: nothing outside rollout.change.record.entries reads a payload by string key
+# ------
 
 ALLOWED = {
     # a kind of change's own step payloads belong to its module (the module docstring says why):
     # the allocation-path change's steps, and its claim freeze's (landed after the typed record)
-    "rollout/change/allocation_path.py",
-    "rollout/change/claim_freeze.py",
+    "rollout/change/kinds/allocation_path.py",
+    "rollout/change/kinds/claim_freeze.py",
 }
 
 
@@ -240,7 +241,7 @@ def test_no_module_but_entries_reads_a_journal_payload_by_key() -> None:
     found = {}
     for path in sorted(ROLLOUT.rglob("*.py")):
         rel = path.relative_to(ROLLOUT.parent).as_posix()
-        if rel == "rollout/change/entries.py" or rel in ALLOWED:
+        if rel == "rollout/change/record/entries.py" or rel in ALLOWED:
             continue
         source = path.read_text()
         if "journal" not in source and "Entry" not in source and ".info" not in source:

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from rollout.ansible.hosts import Inventory
 from rollout.ansible.runner import AnsibleRunner
-from rollout.change.inventory import Inventory
-from rollout.change.launching import _Background
+from rollout.change.commands.apply_change import _Background
 from rollout.evidence import collecting
 from rollout.evidence.collecting import collect, concurrently
 from rollout.kube import collecting as kube_collecting

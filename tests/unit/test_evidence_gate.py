@@ -1,6 +1,6 @@
 """The plan's ``gate.requireEvidence``: the canary's gate collects its ``after`` evidence once the
-soak is Successful and acts on it (``rollout.change.launching.EvidenceGate``): a failed check
-restores the canary as a Failed verdict does, evidence that could not be collected holds."""
+soak is Successful and acts on it (``rollout.change.commands.apply_change.EvidenceGate``): a failed
+check restores the canary as a Failed verdict does, evidence that could not be collected holds."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from rollout.change.gate_config import parse_gate_config
-from rollout.change.journal import EVIDENCE_STEP, Journal
-from rollout.change.launching import EvidenceGate
-from rollout.change.orchestrator import run_change
-from rollout.change.planning import Strategy, make_batches
+from rollout.change.commands.apply_change import EvidenceGate
+from rollout.change.engine.orchestrator import run_change
+from rollout.change.plan.batches import Strategy, make_batches
+from rollout.change.plan.gate_section import parse_gate_config
+from rollout.change.record.journal import EVIDENCE_STEP, Journal
 from rollout.errors import InputError
 from rollout.evidence.collecting import journal_evidence
 from rollout.models import NodeState

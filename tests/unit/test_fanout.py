@@ -24,11 +24,11 @@ import pytest
 
 from rollout import assets
 from rollout.ansible import direct
-from rollout.change.context import Context
-from rollout.change.journal import Journal
-from rollout.change.orchestrator import NoGate, run_change
-from rollout.change.parallel import in_parallel
-from rollout.change.planning import Batch
+from rollout.change.engine.context import Context
+from rollout.change.engine.orchestrator import NoGate, run_change
+from rollout.change.engine.parallel import in_parallel
+from rollout.change.plan.batches import Batch
+from rollout.change.record.journal import Journal
 from rollout.fanout import DEFAULT_FORKS, waves, workers
 from tests.unit.ending import ended
 from tests.unit.fakes_change import (
@@ -139,7 +139,7 @@ def test_in_parallel_runs_at_most_forks_nodes_at_once(forks: int) -> None:
 
 
 def test_in_parallel_pools_are_sized_by_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rollout.change import parallel
+    from rollout.change.engine import parallel
 
     seen: list[int] = []
     real = futures.ThreadPoolExecutor
@@ -252,7 +252,7 @@ def test_a_failed_wave_leaves_the_later_waves_untouched(tmp_path: Path) -> None:
         5,
         "n1",
     )
-    from rollout.change.replaying import replay
+    from rollout.change.record.replay import replay
 
     states = {n: s.state for n, s in replay(ctx.journal.entries()).nodes.items()}
     assert states["n0"] is NodeState.APPLIED and states["n1"] is NodeState.RESTORED
@@ -263,7 +263,7 @@ def test_a_failed_wave_leaves_the_later_waves_untouched(tmp_path: Path) -> None:
 
 def test_a_restore_of_many_nodes_is_bounded_too(tmp_path: Path) -> None:
     """A rollback's per-node steps go through in_parallel with the context's bound."""
-    from rollout.change import restoring
+    from rollout.change.engine import restore as restoring
 
     nodes = [f"n{i}" for i in range(6)]
     ctx = _ctx(tmp_path, nodes, forks=3, pipelined=False)
@@ -277,7 +277,7 @@ def test_a_restore_of_many_nodes_is_bounded_too(tmp_path: Path) -> None:
         seen.append(forks)
         return real(ns, work, forks)
 
-    from rollout.change.orchestrator import rollback
+    from rollout.change.engine.orchestrator import rollback
 
     mp = pytest.MonkeyPatch()
     mp.setattr(restoring, "in_parallel", spy)

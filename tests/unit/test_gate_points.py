@@ -1,14 +1,14 @@
-"""Where the gate runs, derived once (``rollout.change.orchestrator.gate_points``): apply gates
-once after its last canary batch over the whole canary, in the canary's recorded order; promote
-after each batch when the change has a gate, else never. Pure; runtime well under 1 s.
+"""Where the gate runs, derived once (``rollout.change.engine.orchestrator.gate_points``): apply
+gates once after its last canary batch over the whole canary, in the canary's recorded order;
+promote after each batch when the change has a gate, else never. Pure; runtime well under 1 s.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from rollout.change.orchestrator import gate_points
-from rollout.change.planning import Batch
+from rollout.change.engine.orchestrator import gate_points
+from rollout.change.plan.batches import Batch
 
 BATCHES = [Batch(("c2", "c1"), True), Batch(("c3",), True), Batch(("a", "b"), False)]
 CANARY = ("c2", "c1", "c3")

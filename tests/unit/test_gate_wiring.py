@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from rollout.change.context import Context
-from rollout.change.entries import ChangeBegin
-from rollout.change.gate_config import GateConfig, OnFailure
-from rollout.change.journal import Journal
-from rollout.change.orchestrator import continue_change, node_pool, run_change
-from rollout.change.plan import load_plan
-from rollout.change.planning import DrainPolicy, Strategy, make_batches
-from rollout.change.replaying import replay
+from rollout.change.engine.context import Context
+from rollout.change.engine.orchestrator import continue_change, node_pool, run_change
+from rollout.change.plan.batches import DrainPolicy, Strategy, make_batches
+from rollout.change.plan.gate_section import GateConfig, OnFailure
+from rollout.change.plan.schema import load_plan
+from rollout.change.record.entries import ChangeBegin
+from rollout.change.record.journal import Journal
+from rollout.change.record.replay import replay
 from rollout.gate.analysis import NodeCounts
 from rollout.gate.soaking import RollbackPolicyGate, SoakGate
 from rollout.lab.inventory import plan_text
@@ -136,7 +136,7 @@ def test_failed_verdict_restores_by_policy_after_journaling_the_trigger(
 
 
 def test_the_default_policy_restores_the_node_pool() -> None:
-    from rollout.change.gate_config import parse_gate_config
+    from rollout.change.plan.gate_section import parse_gate_config
 
     assert parse_gate_config({}).on_failure is OnFailure.ROLLBACK_GROUP
     assert GateConfig().on_failure is OnFailure.ROLLBACK_GROUP
@@ -270,7 +270,7 @@ def test_lab_plan_has_a_demo_gate(tmp_path: Path) -> None:
 
 def test_soak_progress_reports_changes_not_every_interval() -> None:
     """A quiet soak prints one line per verdict change, not one per interval."""
-    from rollout.change.gate_config import Baseline, GateConfig
+    from rollout.change.plan.gate_section import Baseline, GateConfig
     from rollout.gate.soaking import SoakGate
     from rollout.verdicts import SignalState
 
@@ -308,7 +308,7 @@ def test_soak_progress_reports_changes_not_every_interval() -> None:
 def test_soak_gate_passes_the_predicted_rejections_to_the_verdict() -> None:
     """apply's gate gets preflight's predicted (node, owner) pairs; the Failed reason says which
     rejection was expected and which was not."""
-    from rollout.change.gate_config import Baseline, GateConfig
+    from rollout.change.plan.gate_section import Baseline, GateConfig
     from rollout.gate.soaking import SoakGate
 
     counts = {

@@ -37,7 +37,7 @@ def test_house_tool_is_clean(cmd: list[str]) -> None:
 def test_import_contracts_cover_every_module_without_loopholes() -> None:
     """ "Only rollout.kube imports kubernetes" and "only rollout.ansible imports ansible_runner"
     hold for the whole package, indirect chains included (a mutation check, done by hand when
-    this was written: `import kubernetes` in rollout/change/restoring.py breaks the first
+    this was written: `import kubernetes` in rollout/change/engine/restore.py breaks the first
     contract)."""
     import tomllib
 

@@ -115,7 +115,7 @@ def test_rollout_has_no_import_circle_counting_type_only_imports() -> None:
 def test_no_module_outside_the_cli_imports_it() -> None:
     """``rollout/cli/`` parses and prints; nothing below it imports it (a command's logic that
     another package needs lives below the CLI: ``rollout.gate.trigger`` for ``watch`` and
-    ``serve``, ``rollout.change.session`` for the change commands)."""
+    ``serve``, ``rollout.change.commands.session`` for the change commands)."""
     graph = import_graph(typing_too=True)
     into_cli = sorted(
         (m, t)

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from rollout.ansible.hosts import _parse_inventory
 from rollout.ansible.inventory import read_plain
-from rollout.change.inventory import _parse_inventory
 from rollout.lab.inventory import inventory_text
 
 BIN = Path(sys.executable).parent

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout.change.inventory import start_inventory
+from rollout.ansible.hosts import start_inventory
 from rollout.errors import InputError
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout.change.journal import (
+from rollout.change.record.journal import (
     CHANGE_STEP,
     Entry,
     Journal,
@@ -18,7 +18,7 @@ from rollout.change.journal import (
     new_change_id,
     state_dir,
 )
-from rollout.change.replaying import replay
+from rollout.change.record.replay import replay
 from rollout.errors import InputError
 from rollout.models import NodeState, Phase, Step, StepPath
 
@@ -130,7 +130,7 @@ def test_failpoint_kills_the_process_right_after_the_named_entry_is_on_disk(
 
     code = (
         "import sys; from datetime import UTC, datetime; from pathlib import Path\n"
-        "from rollout.change.journal import Journal; from rollout.models import Phase\n"
+        "from rollout.change.record.journal import Journal; from rollout.models import Phase\n"
         "j = Journal.create(Path(sys.argv[1]), 'c'); now = datetime.now(UTC)\n"
         "for step in ('cordon', 'drain', 'backup'):\n"
         "    j.append(step, Phase.BEGIN, now=now, node='n1')\n"
@@ -244,8 +244,8 @@ def _node_steps(j: Journal, node: str) -> None:
 def test_entries_parse_each_line_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The engine asks for the status after every step of every node: each line is parsed once
     over the whole change (O(entries)), not once per question (O(entries^2))."""
-    from rollout.change import journal as jm
-    from rollout.change.replaying import status_of
+    from rollout.change.record import journal as jm
+    from rollout.change.record.replay import status_of
 
     parsed = []
     real = jm.Entry.from_json.__func__  # type: ignore[attr-defined]
@@ -262,7 +262,7 @@ def test_entries_parse_each_line_once(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_the_live_projection_equals_a_full_replay(tmp_path: Path) -> None:
-    from rollout.change.replaying import status_of
+    from rollout.change.record.replay import status_of
 
     j = Journal.create(tmp_path, "c")
     j.append(CHANGE_STEP, Phase.BEGIN, now=T, data={"nodes": ["a", "b"], "plan": "p"})
@@ -282,7 +282,7 @@ def test_the_live_projection_equals_a_full_replay(tmp_path: Path) -> None:
 def test_a_status_handed_out_never_changes_as_the_projection_folds_on(tmp_path: Path) -> None:
     """The projection folds each node's fields in place; what it handed out before must stay
     the status of the entries it had then (the engine keeps them across later steps)."""
-    from rollout.change.replaying import status_of
+    from rollout.change.record.replay import status_of
 
     j = Journal.create(tmp_path, "c")
     j.append(CHANGE_STEP, Phase.BEGIN, now=T, data={"nodes": ["a", "b"], "plan": "p"})
@@ -297,13 +297,13 @@ def test_a_status_handed_out_never_changes_as_the_projection_folds_on(tmp_path: 
 
 
 def read_all(file: Path) -> list[Entry]:
-    from rollout.change.journal import read_entries
+    from rollout.change.record.journal import read_entries
 
     return read_entries(file)
 
 
 def test_a_replaced_journal_file_is_read_again_from_the_start(tmp_path: Path) -> None:
-    from rollout.change.replaying import status_of
+    from rollout.change.record.replay import status_of
 
     j = Journal.create(tmp_path, "c")
     _node_steps(j, "a")
@@ -324,7 +324,7 @@ def test_a_replaced_journal_file_is_read_again_from_the_start(tmp_path: Path) ->
 
 
 def test_an_entry_of_a_newer_schema_is_refused(tmp_path: Path) -> None:
-    from rollout.change.entries import SCHEMA_VERSION
+    from rollout.change.record.entries import SCHEMA_VERSION
 
     j = Journal.create(tmp_path, "c")
     j.append("cordon", Phase.BEGIN, now=T, node="n1", path=StepPath.FORWARD)
@@ -341,11 +341,11 @@ def test_an_entry_of_a_newer_schema_is_refused(tmp_path: Path) -> None:
 def test_every_entry_kind_is_named_from_the_catalogue() -> None:
     """No module spells a change-level entry's step name itself: the names written
     (``append``/``record``'s first argument) and compared (``e.step == ...``) come from
-    ``rollout.change.journal.Kind``, so a renamed or new kind is one edit, and the replay, the
-    crash matrix and the report read the same names."""
+    ``rollout.change.record.journal.Kind``, so a renamed or new kind is one edit, and the replay,
+    the crash matrix and the report read the same names."""
     import ast
 
-    from rollout.change.journal import Kind
+    from rollout.change.record.journal import Kind
 
     names = {k.value for k in Kind}
     root = Path(__file__).resolve().parents[2] / "rollout"

@@ -1,6 +1,6 @@
 """Two processes appending to one change's journal (``apply`` and ``serve``, or a rollback handed
 in while a resume runs): every entry whole, none lost. The appenders serialise on an exclusive
-``flock`` of ``journal.jsonl`` (rollout/change/journal.py)."""
+``flock`` of ``journal.jsonl`` (rollout/change/record/journal.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rollout.change.journal import Entry, Journal
+from rollout.change.record.journal import Entry, Journal
 from rollout.models import Phase
 
 T = datetime(2026, 11, 30, 21, 48, 2, tzinfo=UTC)
@@ -61,7 +61,7 @@ APPENDER = """
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from rollout.change.journal import Journal
+from rollout.change.record.journal import Journal
 from rollout.models import Phase
 root, who, n, go = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
 journal = Journal.open(root, "c")

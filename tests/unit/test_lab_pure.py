@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout.change.plan import load_plan
+from rollout.change.plan.schema import load_plan
 from rollout.kubelet import distributions as dist
 from rollout.kubelet.cpuset import format_cpus as cpulist
 from rollout.lab import shim

@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from rollout.change.allocation_path import path_plan_of, targets_of, works_of
-from rollout.change.allocation_plan import AllocationPath
-from rollout.change.allocation_preflight import PathWorld
-from rollout.change.inventory import Inventory
-from rollout.change.migrating import PreparedMigration
-from rollout.change.plan import parse_plan
-from rollout.change.planning import DrainPolicy, Strategy, make_batches
-from rollout.change.windows import guard
+from rollout.ansible.hosts import Inventory
+from rollout.change.commands.migrate_pool import PreparedMigration
+from rollout.change.kinds.allocation_path import path_plan_of, targets_of, works_of
+from rollout.change.kinds.allocation_preflight import PathWorld
+from rollout.change.plan.allocation_path_section import AllocationPath
+from rollout.change.plan.batches import DrainPolicy, Strategy, make_batches
+from rollout.change.plan.schema import parse_plan
+from rollout.change.plan.windows import guard
 from rollout.errors import InputError
 from rollout.models import PodRef
 
@@ -98,7 +98,7 @@ def test_the_dry_run_lists_every_batch_step_and_evicted_pod() -> None:
 
 
 def _audit(ok: bool) -> Any:
-    from rollout.change.tenancy_audit import Audit, Row
+    from rollout.change.tenancy.audit import Audit, Row
 
     got, by = ("refused", "") if ok else ("allowed", 'RoleBinding "ml/open"')
     row = Row("probe", "team-a", "user alice", "claim with adminAccess", "refused", got, by, ok)
@@ -112,7 +112,7 @@ def test_a_migration_of_a_pool_with_tenants_is_refused_while_its_tenancy_audit_f
     """issue 39 item 3: moving a pool to DRA runs the plan's tenancy audit in preflight; one
     that does not pass refuses the migration, naming the row, unless --force REASON, which the
     prepared migration carries for the journal (preflight-forced)."""
-    from rollout.change import migrating
+    from rollout.change.commands import migrate_pool as migrating
     from rollout.errors import PreflightError
 
     (tmp_path / "tenancy.yaml").write_text("kind: TenancyPolicy\n")
@@ -128,7 +128,7 @@ def test_a_migration_of_a_pool_with_tenants_is_refused_while_its_tenancy_audit_f
     monkeypatch.setattr(migrating, "audit_plan_tenancy", audit)
     monkeypatch.setattr(migrating, "read_world", lambda api, driver: PathWorld({}, {}, {}, [], []))
     monkeypatch.setattr(migrating, "path_refusals", lambda *a: [])
-    monkeypatch.setattr("rollout.change.inventory.read_inventory", lambda p: inv)
+    monkeypatch.setattr("rollout.ansible.hosts.read_inventory", lambda p: inv)
 
     def prepare(force: str | None = None) -> Any:
         return migrating.prepare_migration(

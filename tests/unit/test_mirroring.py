@@ -1,7 +1,7 @@
-"""The change's cluster record (rollout/change/mirroring.py, rollout/kube/mirror.py) against an
-in-memory API: every append and backup is mirrored, chunks stay under the object limit, Nodes are
-annotated as their state changes, a failed write is reported and healed, and a second state
-directory rebuilt from the record replays and restores the same bytes."""
+"""The change's cluster record (rollout/change/record/cluster_mirror.py, rollout/kube/mirror.py)
+against an in-memory API: every append and backup is mirrored, chunks stay under the object limit,
+Nodes are annotated as their state changes, a failed write is reported and healed, and a second
+state directory rebuilt from the record replays and restores the same bytes."""
 
 from __future__ import annotations
 
@@ -13,9 +13,14 @@ from typing import Any
 
 import pytest
 
-from rollout.change.journal import CHANGE_STEP, Journal
-from rollout.change.mirroring import ClusterMirror, fetch_change, split_chunks, sync_change
-from rollout.change.replaying import replay
+from rollout.change.record.cluster_mirror import (
+    ClusterMirror,
+    fetch_change,
+    split_chunks,
+    sync_change,
+)
+from rollout.change.record.journal import CHANGE_STEP, Journal
+from rollout.change.record.replay import replay
 from rollout.kube import mirror as km
 from rollout.models import Phase, Step, StepPath
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from rollout.change.journal import Journal
-from rollout.change.orchestrator import NoGate, rollback, run_change
-from rollout.change.planning import Strategy, make_batches
+from rollout.change.engine.orchestrator import NoGate, rollback, run_change
+from rollout.change.plan.batches import Strategy, make_batches
+from rollout.change.record.journal import Journal
 from tests.unit.ending import ended
 from tests.unit.fakes_change import (
     FakeCluster,

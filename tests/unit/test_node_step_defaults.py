@@ -1,7 +1,7 @@
 """The node step's defaults are one set: the ``DEFAULTS`` literal of the role's
 ``rollout_kubelet_step`` module. Its Ansible options, its DOCUMENTATION, the plain-ssh path's
-bound (``rollout.change.shipping``) and the role's ``defaults/main.yml`` must say the same, or
-an ``ansible-playbook`` run and a direct run of the same step would wait differently. Each
+bound (``rollout.change.engine.node_runner``) and the role's ``defaults/main.yml`` must say the
+same, or an ``ansible-playbook`` run and a direct run of the same step would wait differently. Each
 assertion below fails when one of them diverges. Runtime: well under 1 s.
 """
 
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from rollout.ansible import direct
-from rollout.change import shipping
+from rollout.change.engine import node_runner as shipping
 
 ROLE = Path(__file__).resolve().parents[2] / "playbooks/roles/rollout_kubelet"
 

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from rollout.change.applying import apply_node
-from rollout.change.context import Context
-from rollout.change.journal import Journal
-from rollout.change.orchestrator import NoGate, rollback, run_change
-from rollout.change.planning import DrainPolicy, Strategy, make_batches
-from rollout.change.replaying import replay
-from rollout.change.resuming import resume
+from rollout.change.engine.context import Context
+from rollout.change.engine.forward import apply_node
+from rollout.change.engine.orchestrator import NoGate, rollback, run_change
+from rollout.change.engine.resumption import resume
+from rollout.change.plan.batches import DrainPolicy, Strategy, make_batches
+from rollout.change.record.journal import Journal
+from rollout.change.record.replay import replay
 from rollout.models import NodeState, PodRef
 from rollout.verdicts import VerdictStatus
 from tests.unit.ending import ended

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from rollout.change.orchestrator import NoGate, run_change
-from rollout.change.outcomes import StopCause
-from rollout.change.planning import Strategy, make_batches
-from rollout.change.replaying import replay
+from rollout.change.engine.orchestrator import NoGate, run_change
+from rollout.change.plan.batches import Strategy, make_batches
+from rollout.change.record.change_outcomes import StopCause
+from rollout.change.record.replay import replay
 from rollout.models import NodeChange, NodeState
 from rollout.protocols import RunResult
 from tests.unit.ending import ended
@@ -69,8 +69,8 @@ def test_a_refused_apply_on_resume_keeps_the_nothing_written_fact(
     """Killed as the apply began (nothing written), the node's file edited by hand meanwhile: the
     resumed apply is refused by the compare-and-swap, and resume does what the forward path does:
     only our cordon undone, no restore run (the hand edit stays), the change stops (exit 3)."""
-    from rollout.change.applying import apply_node
-    from rollout.change.resuming import resume
+    from rollout.change.engine.forward import apply_node
+    from rollout.change.engine.resumption import resume
     from tests.unit.fakes_change import Killed
 
     ctx, cluster, runner = _setup(tmp_path)

@@ -1,6 +1,6 @@
 """The outcome -> exit-code table in docs/exit-codes.md is the one the code uses
-(``rollout.change.outcomes``), a ``stopped`` change exits with the code its recorded cause has,
-and a command that ends with a failed status prints it as the errors did."""
+(``rollout.change.record.change_outcomes``), a ``stopped`` change exits with the code its recorded
+cause has, and a command that ends with a failed status prints it as the errors did."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rollout.change.journal import CHANGE_STEP, Journal
-from rollout.change.orchestrator import failure_text
-from rollout.change.outcomes import (
+from rollout.change.engine.orchestrator import failure_text
+from rollout.change.record.change_outcomes import (
     BY_CAUSE,
     FORWARD_EXIT,
     GATE_HOLDS_EXIT,
@@ -21,7 +20,8 @@ from rollout.change.outcomes import (
     ended_exit,
     exit_code,
 )
-from rollout.change.replaying import replay
+from rollout.change.record.journal import CHANGE_STEP, Journal
+from rollout.change.record.replay import replay
 from rollout.errors import (
     LeaseLostError,
     NodeFilesChangedError,

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from rollout.change.context import Context
-from rollout.change.journal import Journal
-from rollout.change.orchestrator import NoGate, run_change
-from rollout.change.planning import DrainPolicy, Strategy, make_batches
-from rollout.change.replaying import replay
+from rollout.change.engine.context import Context
+from rollout.change.engine.orchestrator import NoGate, run_change
+from rollout.change.plan.batches import DrainPolicy, Strategy, make_batches
+from rollout.change.record.journal import Journal
+from rollout.change.record.replay import replay
 from rollout.interrupt import Interrupt, StopReason, StopRequested
 from rollout.models import NodeState
 from rollout.protocols import OneSoak

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rollout.change.gate_config import BenchPolicy, parse_bench_policy, parse_gate_config
+from rollout.change.plan.gate_section import BenchPolicy, parse_bench_policy, parse_gate_config
 from rollout.errors import InputError
 from rollout.gate.performance import decision_record, judge_regression, judge_tightening
 from rollout.verdicts import Outcome

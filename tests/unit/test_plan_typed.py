@@ -1,6 +1,6 @@
-"""The plan, parsed once (``rollout.change.plan``): ``load_plan`` returns one frozen typed value
-(strategy, windows, gate, the allocation path's section); a bad value in any section is named by
-file, line and field; only the plan's parse calls the sections' parsers (a command parses each
+"""The plan, parsed once (``rollout.change.plan.schema``): ``load_plan`` returns one frozen typed
+value (strategy, windows, gate, the allocation path's section); a bad value in any section is named
+by file, line and field; only the plan's parse calls the sections' parsers (a command parses each
 section once); plans and recorded plan texts written before still load."""
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-import rollout.change.allocation_plan as allocation_plan
-import rollout.change.gate_config as gate_config
-import rollout.change.plan as plan_module
-import rollout.change.planning as planning
-import rollout.change.windows as windows
-from rollout.change.allocation_plan import AllocationPath, PathPlan
-from rollout.change.gate_config import BenchPolicy, GateConfig, OnFailure
-from rollout.change.journal import read_entries
-from rollout.change.plan import load_plan, parse_plan, recorded_plan
-from rollout.change.planning import Strategy
-from rollout.change.replaying import replay
-from rollout.change.windows import Window
+import rollout.change.plan.allocation_path_section as allocation_plan
+import rollout.change.plan.batches as planning
+import rollout.change.plan.gate_section as gate_config
+import rollout.change.plan.schema as plan_module
+import rollout.change.plan.windows as windows
+from rollout.change.plan.allocation_path_section import AllocationPath, PathPlan
+from rollout.change.plan.batches import Strategy
+from rollout.change.plan.gate_section import BenchPolicy, GateConfig, OnFailure
+from rollout.change.plan.schema import load_plan, parse_plan, recorded_plan
+from rollout.change.plan.windows import Window
+from rollout.change.record.journal import read_entries
+from rollout.change.record.replay import replay
 from rollout.cli import cli
 from rollout.errors import InputError, Location
 from rollout.lab.inventory import LabNode, plan_text
@@ -196,13 +196,13 @@ def test_a_bad_value_in_any_section_names_file_line_and_field(
 
 PARSERS: dict[str, set[str]] = {
     # a section's parser: called by the plan's parse only
-    "parse_strategy": {"rollout/change/plan.py"},
-    "parse_windows": {"rollout/change/plan.py"},
-    "parse_gate_config": {"rollout/change/plan.py"},
-    "parse_path_plan": {"rollout/change/plan.py"},
-    "parse_bench_policy": {"rollout/change/gate_config.py"},  # gate.bench, within the gate's
+    "parse_strategy": {"rollout/change/plan/schema.py"},
+    "parse_windows": {"rollout/change/plan/schema.py"},
+    "parse_gate_config": {"rollout/change/plan/schema.py"},
+    "parse_path_plan": {"rollout/change/plan/schema.py"},
+    "parse_bench_policy": {"rollout/change/plan/gate_section.py"},  # gate.bench, within the gate's
     # the intent from a plan: Plan.intent_for; the CLI's render without a plan has flags only
-    "build_intent": {"rollout/change/plan.py", "rollout/cli/kubelet.py"},
+    "build_intent": {"rollout/change/plan/schema.py", "rollout/cli/kubelet.py"},
 }
 
 

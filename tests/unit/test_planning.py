@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from rollout.change.planning import (
+from rollout.change.plan.batches import (
     Strategy,
     blocking_pdbs,
     check_capacity,
@@ -149,7 +149,7 @@ def test_capacity() -> None:
 
 
 def test_control_plane_restarting_nodes_go_one_at_a_time() -> None:
-    from rollout.change.planning import Batch, one_control_plane_at_a_time
+    from rollout.change.plan.batches import Batch, one_control_plane_at_a_time
 
     batches = [Batch(("a", "b", "c"), True), Batch(("d", "e"), False)]
     units = {"a": "k3s", "b": "kubelet", "c": "rke2-server", "d": "kubelet", "e": "kubelet"}
@@ -352,7 +352,7 @@ def test_pod_and_node_records_carry_what_placement_reads() -> None:
 
 
 def test_drain_overrides_round_trip_through_their_journaled_flags() -> None:
-    from rollout.change.planning import DrainOverrides
+    from rollout.change.plan.batches import DrainOverrides
 
     for o in (DrainOverrides(), DrainOverrides(True, False, True), DrainOverrides(False, True)):
         assert DrainOverrides.from_flags(o.used()) == o
@@ -368,7 +368,7 @@ def test_one_placement_index_judges_each_placement_once_across_batches(
 ) -> None:
     """Shared by a preflight's batches, the index matches each distinct placement against every
     Node once, and answers as check_placement did without it."""
-    import rollout.change.planning as planning
+    import rollout.change.plan.batches as planning
 
     nodes = {n: _gpu_node(n, labels={"pool": "a100" if n < "e" else "h100"}) for n in "abcdefgh"}
     pods = {

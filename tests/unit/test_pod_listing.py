@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from rollout.change.preparing import ClusterReader
+from rollout.change.preflight.checking import ClusterReader
 from rollout.kube import nodes as kn
 from rollout.models import Requests
 from tests.unit.fake_apiserver import Fleet, api_for, node_name, serving

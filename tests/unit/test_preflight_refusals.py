@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from rollout.change.inventory import Inventory
-from rollout.change.plan import load_plan
-from rollout.change.preparing import PreviewedRefusal, prepare
+from rollout.ansible.hosts import Inventory
+from rollout.change.plan.schema import load_plan
+from rollout.change.preflight.checking import PreviewedRefusal, prepare
 from rollout.models import NodeInfo, PodListing, ServingReads
 
 CONFIG = "/var/lib/kubelet/config.yaml"

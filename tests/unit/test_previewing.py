@@ -1,5 +1,5 @@
-"""The admission preview (rollout.change.previewing): scheduling match and predictions, from real
-Pod, Deployment and Node dicts as the API serves them."""
+"""The admission preview (rollout.kubelet.admission.node_preview): scheduling match and predictions,
+from real Pod, Deployment and Node dicts as the API serves them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rollout.change.previewing import (
+from rollout.kubelet.admission.node_preview import (
     decide,
     fleet_misfits,
     lands_on,

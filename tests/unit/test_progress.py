@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout.change.journal import Entry, Journal
-from rollout.change.progress import (
+from rollout.change.commands.progress import (
     Board,
     ObservedJournal,
     Progress,
@@ -17,6 +16,7 @@ from rollout.change.progress import (
     resolve_mode,
     table,
 )
+from rollout.change.record.journal import Entry, Journal
 from rollout.models import Phase, StepPath
 
 T = "2026-12-01T10:00:05.000+00:00"

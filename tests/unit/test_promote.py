@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rollout.change.context import Context
-from rollout.change.entries import ChangeBegin
-from rollout.change.journal import Journal
-from rollout.change.orchestrator import continue_change, rollback, run_change
-from rollout.change.planning import Batch, DrainPolicy, Strategy, make_batches
-from rollout.change.promoting import last_gate, promote_refusal
-from rollout.change.replaying import replay
+from rollout.change.commands.promote_change import last_gate, promote_refusal
+from rollout.change.engine.context import Context
+from rollout.change.engine.orchestrator import continue_change, rollback, run_change
+from rollout.change.plan.batches import Batch, DrainPolicy, Strategy, make_batches
+from rollout.change.record.entries import ChangeBegin
+from rollout.change.record.journal import Journal
+from rollout.change.record.replay import replay
 from rollout.models import NodeState, Phase
 from rollout.verdicts import VerdictStatus
 from tests.unit.ending import ended

@@ -13,12 +13,16 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from rollout.change.hooks import recreate_evidence
-from rollout.change.journal import Journal, Kind
-from rollout.change.planning import DrainPolicy
+from rollout.change.commands.evidence_hooks import recreate_evidence
+from rollout.change.commands.recreate_workloads import (
+    RecreatedWorkloads,
+    describe_selection,
+    select,
+)
+from rollout.change.plan.batches import DrainPolicy
+from rollout.change.record.journal import Journal, Kind
 from rollout.cli import cli
 from rollout.errors import EvictionBlockedError, ExternalError
-from rollout.evidence.workloads import RecreatedWorkloads, describe_selection, select
 from rollout.models import Phase, PodRef, Step
 from rollout.protocols import Eviction, EvictionResult
 from tests.unit.fakes_change import FakeClock

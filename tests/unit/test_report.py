@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from rollout.change.journal import Journal
-from rollout.change.orchestrator import rollback
-from rollout.change.replaying import replay
+from rollout.change.engine.orchestrator import rollback
+from rollout.change.record.journal import Journal
+from rollout.change.record.replay import replay
 from rollout.errors import InputError
 from rollout.evidence.report import build_report, load_report, rate_points, render, state_spans
 from rollout.models import Phase

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout.change.journal import Journal
+from rollout.change.record.journal import Journal
 from rollout.evidence.report import load_report, render, state_spans
 from tests.unit.test_report import journal as journal
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from rollout.change.context import Context
-from rollout.change.entries import ChangeBegin
-from rollout.change.journal import Journal
-from rollout.change.orchestrator import UnfinishedGate, continue_change, run_change
-from rollout.change.planning import Batch, DrainPolicy, Strategy, make_batches
-from rollout.change.replaying import replay
-from rollout.change.resuming import resume, unfinished_gate
+from rollout.change.engine.context import Context
+from rollout.change.engine.orchestrator import UnfinishedGate, continue_change, run_change
+from rollout.change.engine.resumption import resume, unfinished_gate
+from rollout.change.plan.batches import Batch, DrainPolicy, Strategy, make_batches
+from rollout.change.record.entries import ChangeBegin
+from rollout.change.record.journal import Journal
+from rollout.change.record.replay import replay
 from rollout.models import NodeState, Phase
 from rollout.protocols import OneSoak
 from rollout.verdicts import Verdict, VerdictStatus

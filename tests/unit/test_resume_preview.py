@@ -1,5 +1,5 @@
 """``rollout resume --dry-run``: what resume would do, decided from the journal as resume
-decides (``rollout.change.resuming.resume_preview``), checked against what resume then does
+decides (``rollout.change.engine.resumption.resume_preview``), checked against what resume then does
 on the same journal; and the CLI on a journal in the state directory, which it leaves as it was.
 Fakes (the crash journals of tests/unit/test_resume_rollback.py)."""
 
@@ -12,10 +12,15 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from rollout.change.journal import Journal
-from rollout.change.orchestrator import rollback
-from rollout.change.replaying import replay
-from rollout.change.resuming import resume, resume_preview, resume_rollback, unfinished_rollback
+from rollout.change.engine.orchestrator import rollback
+from rollout.change.engine.resumption import (
+    resume,
+    resume_preview,
+    resume_rollback,
+    unfinished_rollback,
+)
+from rollout.change.record.journal import Journal
+from rollout.change.record.replay import replay
 from rollout.models import NodeState
 from tests.unit.fakes_change import FakeCluster, FakeRunner, Killed, make_node
 from tests.unit.test_resume_rollback import (

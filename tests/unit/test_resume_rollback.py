@@ -12,18 +12,18 @@ from typing import Any
 
 import pytest
 
-from rollout.change.context import Context
-from rollout.change.journal import CHANGE_STEP, Journal
-from rollout.change.orchestrator import NoGate, continue_change, rollback, run_change
-from rollout.change.planning import Batch, DrainPolicy, Strategy, make_batches
-from rollout.change.replaying import replay
-from rollout.change.resuming import (
+from rollout.change.engine.context import Context
+from rollout.change.engine.orchestrator import NoGate, continue_change, rollback, run_change
+from rollout.change.engine.resumption import (
     PendingRollback,
     rerun_nodes,
     resume,
     resume_rollback,
     unfinished_rollback,
 )
+from rollout.change.plan.batches import Batch, DrainPolicy, Strategy, make_batches
+from rollout.change.record.journal import CHANGE_STEP, Journal
+from rollout.change.record.replay import replay
 from rollout.interrupt import StopReason
 from rollout.models import NodeState, Phase
 from tests.unit.ending import ended

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from rollout.change import allocation_path, draining
+from rollout.change.engine import drain as draining
+from rollout.change.kinds import allocation_path
 from rollout.errors import ExternalError, NodeOperationError
 from rollout.kube import client, watching
 from rollout.kube.rest import AnswerError

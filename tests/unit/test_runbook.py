@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from rollout.change.inventory import Inventory
-from rollout.change.plan import parse_plan
-from rollout.change.previewing import NodePreview, preview_node
+from rollout.ansible.hosts import Inventory
+from rollout.change.plan.schema import parse_plan
 from rollout.cli import cli
 from rollout.errors import InputError
 from rollout.evidence.runbook import GO_RULE, Preflight, build_runbook, preview_section, render
+from rollout.kubelet.admission.node_preview import NodePreview, preview_node
 from tests.unit.test_previewing import FACTS, NODE, SINGLE, _deployment, _pod, _replicaset, _spec
 
 PLAN = """\
@@ -279,10 +279,10 @@ def test_cli_runbook_shows_the_preview_preflight_computed(
     """Wiring only (the live reads are stand-ins here; tests/lab/test_preview_lab.py reads a real
     cluster): the previews preflight computed reach the runbook, also when preflight refuses."""
     import rollout.ansible.runner
-    import rollout.change.preparing
+    import rollout.change.preflight.checking
     import rollout.kube.canaries
     import rollout.kube.client
-    from rollout.change.preparing import Prepared, PreviewedRefusal
+    from rollout.change.preflight.checking import Prepared, PreviewedRefusal
 
     previews = _previews(6 if refused else 2)
 
@@ -310,7 +310,7 @@ def test_cli_runbook_shows_the_preview_preflight_computed(
     monkeypatch.setattr(rollout.kube.client, "connect", lambda *_: object())
     monkeypatch.setattr(rollout.kube.canaries, "canaries_in_progress", lambda _: [])
     monkeypatch.setattr(rollout.ansible.runner, "AnsibleRunner", Runner)
-    monkeypatch.setattr(rollout.change.preparing, "prepare", prepare)
+    monkeypatch.setattr(rollout.change.preflight.checking, "prepare", prepare)
     plan, inv = tmp_path / "plan.yaml", tmp_path / "inv.ini"
     plan.write_text(PLAN)
     inv.write_text(INVENTORY)
@@ -330,9 +330,9 @@ def test_a_serving_canary_preflight_refuses_is_not_repeated_as_a_warning(
     """Preflight names the serving canary among its refusals; the runbook's warnings keep only
     what preflight did not say (here a listing it could not read)."""
     import rollout.ansible.runner
-    import rollout.change.preparing
+    import rollout.change.preflight.checking
     import rollout.kube.canaries
-    from rollout.change.preparing import PreviewedRefusal
+    from rollout.change.preflight.checking import PreviewedRefusal
     from rollout.evidence.runbook import live_preflight
 
     argo = "Argo Rollout ml/llm is Paused: change the device-allocation layer and ..."
@@ -349,8 +349,8 @@ def test_a_serving_canary_preflight_refuses_is_not_repeated_as_a_warning(
 
     monkeypatch.setattr(rollout.kube.canaries, "canaries_in_progress", lambda _: [argo, unread])
     monkeypatch.setattr(rollout.ansible.runner, "AnsibleRunner", Runner)
-    monkeypatch.setattr(rollout.change.preparing, "prepare", prepare)
-    monkeypatch.setattr(rollout.change.preparing, "ClusterReader", lambda *_: None)
+    monkeypatch.setattr(rollout.change.preflight.checking, "prepare", prepare)
+    monkeypatch.setattr(rollout.change.preflight.checking, "ClusterReader", lambda *_: None)
     preflight, warnings = live_preflight(parse_plan(PLAN, "plan.yaml"), INV, None)  # type: ignore[arg-type]
     assert preflight.lines == (argo,) and preflight.ok is False
     assert warnings == [unread]

@@ -249,7 +249,7 @@ def _journal(root: Path, cid: str, node_states: dict[str, str], plan: Path | Non
     """A real journal on disk: begin, then the steps each node went through."""
     from datetime import UTC, datetime
 
-    from rollout.change.journal import CHANGE_STEP, Journal
+    from rollout.change.record.journal import CHANGE_STEP, Journal
     from rollout.models import Phase, Step, StepPath
 
     j = Journal.create(root, cid)
@@ -302,7 +302,7 @@ B = "20261130T110000Z-bbbbbb"
 def test_alert_on_a_node_rolls_back_the_change_owning_it(
     by_node: tuple[str, FakeTrigger, AlertReceiver, Path],
 ) -> None:
-    from rollout.change.journal import Journal
+    from rollout.change.record.journal import Journal
 
     url, trigger, receiver, root = by_node
     _journal(root, A, {"n1": "restored", "n2": "applied"})
@@ -353,7 +353,7 @@ def test_alert_on_a_node_no_change_owns_is_422_counted_and_changes_nothing(
     assert trigger.calls == []
     text = receiver.metrics.exposition().decode()
     assert 'rollout_webhook_alerts_total{action="unowned"} 1.0' in text
-    from rollout.change.journal import Journal
+    from rollout.change.record.journal import Journal
 
     assert not [e for e in Journal.open(root, B).entries() if e.step == "trigger"]
 
@@ -463,8 +463,8 @@ def test_repeats_after_the_rollback_finished_are_duplicates(
 def test_the_triggers_and_their_outcomes_are_in_the_changes_status(
     by_node: tuple[str, FakeTrigger, AlertReceiver, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from rollout.change.journal import Journal
-    from rollout.change.replaying import replay
+    from rollout.change.record.journal import Journal
+    from rollout.change.record.replay import replay
     from rollout.cli.wiring import print_status
 
     url, _, receiver, root = by_node

@@ -1,6 +1,6 @@
 """The session's Lease handling over a Lock double (``rollout.protocols.Lock``), through
-:class:`rollout.change.session.ChangeSession`: the Lease is released however the work ends, and
-a requester waiting on it is told how a rolled-back change ended, whether the engine returned
+:class:`rollout.change.commands.session.ChangeSession`: the Lease is released however the work ends,
+and a requester waiting on it is told how a rolled-back change ended, whether the engine returned
 that end or raised after journaling it."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from rollout.change import session as session_mod
-from rollout.change.journal import CHANGE_STEP, Journal
-from rollout.change.options import ChangeOptions
-from rollout.change.outcomes import ChangeOutcome, StopCause
-from rollout.change.planning import DrainPolicy
-from rollout.change.replaying import ChangeStatus, status_of
-from rollout.change.session import ChangeSession, RunSetup, reported
+from rollout.change.commands import session as session_mod
+from rollout.change.commands.change_options import ChangeOptions
+from rollout.change.commands.session import ChangeSession, RunSetup, reported
+from rollout.change.plan.batches import DrainPolicy
+from rollout.change.record.change_outcomes import ChangeOutcome, StopCause
+from rollout.change.record.journal import CHANGE_STEP, Journal
+from rollout.change.record.replay import ChangeStatus, status_of
 from rollout.errors import LockHeldError, RolloutError
 from rollout.interrupt import Interrupt
 from rollout.models import Phase

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from rollout.ansible.hosts import Inventory
 from rollout.ansible.outcomes import HostResult
 from rollout.ansible.payloads import ABSENT
-from rollout.change.inventory import Inventory
-from rollout.change.plan import load_plan
-from rollout.change.rendering import node_change, node_files_of
-from rollout.change.shipping import _apply_payload, _result
+from rollout.change.engine.node_runner import _apply_payload, _result
+from rollout.change.plan.schema import load_plan
+from rollout.change.preflight.node_change import node_change, node_files_of
 from rollout.errors import InputError
 from rollout.lab.inventory import LAB_INTENT
 from rollout.models import NodeChange

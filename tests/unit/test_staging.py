@@ -1,5 +1,5 @@
 """A staged plan (``stages:``): parsing, the kubelet each stage renders, and which stage
-``apply`` runs next (:func:`rollout.change.staging.choose_stage`, pure)."""
+``apply`` runs next (:func:`rollout.change.commands.stages.choose_stage`, pure)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from rollout.change.entries import ChangeBegin, Stage
-from rollout.change.plan import parse_plan
-from rollout.change.staging import StageRun, begin_stage, choose_stage, stage_info
+from rollout.change.commands.stages import StageRun, begin_stage, choose_stage, stage_info
+from rollout.change.plan.schema import parse_plan
+from rollout.change.record.entries import ChangeBegin, Stage
 from rollout.errors import InputError, Location
 
 STAGED = """\

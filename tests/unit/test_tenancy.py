@@ -12,9 +12,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from rollout.change import tenancy as tn
-from rollout.change.tenancy_audit import Audit, Row, refused_by, run_audit
-from rollout.change.tenancy_checks import read_facts
+from rollout.change.tenancy import policy as tn
+from rollout.change.tenancy.audit import Audit, Row, refused_by, run_audit
+from rollout.change.tenancy.live_checks import read_facts
 from rollout.cli import cli
 from rollout.errors import InputError, PreflightError
 from rollout.kube.tenancy import APPLY_NEEDS, NEEDS, Answer
@@ -244,7 +244,7 @@ def test_preflight_refuses_a_tightening_when_the_tenancy_audit_fails(tmp_path: P
     """The plan's ``tenancy:`` audit in preflight: a failed one refuses a change that leaves a
     node under single-numa-node (the lab intent), ``--force`` overrides it with the refusals
     kept for the journal; a pass is one report line."""
-    from rollout.change.preparing import PreviewedRefusal
+    from rollout.change.preflight.checking import PreviewedRefusal
     from tests.unit.test_devicechecks import GPU, Reader, _node, _prepare
 
     objects = {"n1": _node("n1", {GPU: "8"}, {GPU: "8"}), "n2": _node("n2", {GPU: "8"}, {})}
@@ -266,7 +266,7 @@ def test_preflight_refuses_a_tightening_when_the_tenancy_audit_fails(tmp_path: P
 
 
 def test_the_plan_names_its_tenancy_file_relative_to_itself(tmp_path: Path) -> None:
-    from rollout.change.plan import parse_plan
+    from rollout.change.plan.schema import parse_plan
 
     plan = parse_plan("kind: RolloutPlan\ntenancy: t/tenancy.yaml\n", str(tmp_path / "p.yaml"))
     assert plan.tenancy == str(tmp_path / "t" / "tenancy.yaml")

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from rollout.change.journal import EVIDENCE_STEP, Journal
-from rollout.change.plan import parse_plan
-from rollout.change.tenancy_audit import Audit, Row
+from rollout.change.plan.schema import parse_plan
+from rollout.change.record.journal import EVIDENCE_STEP, Journal
+from rollout.change.tenancy.audit import Audit, Row
 from rollout.evidence.collecting import describe, journal_evidence, tenancy_audit
 from rollout.evidence.report import load_report
 from rollout.evidence.report import render as render_report
@@ -189,7 +189,7 @@ def test_the_runbooks_preflight_shows_the_audits_table() -> None:
 def test_rollout_evidence_audits_the_tenancy_file_of_the_changes_recorded_plan(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from rollout.change.entries import ChangeBegin
+    from rollout.change.record.entries import ChangeBegin
     from rollout.cli.docs import _tenancy_of
 
     plan = tmp_path / "plan.yaml"

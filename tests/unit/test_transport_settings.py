@@ -1,7 +1,7 @@
 """The plain-ssh transport reaches a host the way ansible-playbook would, or leaves it to the
 playbook: the inventory a command is given wins over the host variables cached at apply time, and
 the interpreter, user, key and become settings Ansible reads from its environment and its
-``ansible.cfg`` are honoured (rollout/ansible/direct.py, rollout/change/shipping.py)."""
+``ansible.cfg`` are honoured (rollout/ansible/direct.py, rollout/change/engine/node_runner.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from rollout.ansible import direct
-from rollout.change.inventory import read_inventory
-from rollout.change.shipping import PlaybookNodeRunner
+from rollout.ansible.hosts import read_inventory
+from rollout.change.engine.node_runner import PlaybookNodeRunner
 
 PY = "ansible_python_interpreter=/usr/bin/python3"
 

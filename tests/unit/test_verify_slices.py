@@ -1,6 +1,6 @@
 """Verify on a DRA node waits for the node's ResourceSlices after the kubelet restart
-(``rollout.change.verifying``): the kubelet wipes them at its start and the driver publishes them
-again about 30 s later; a node verified before that shows no DRA devices."""
+(``rollout.change.kinds.kubelet_verify``): the kubelet wipes them at its start and the driver
+publishes them again about 30 s later; a node verified before that shows no DRA devices."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from rollout.change.verifying import WIPE_GRACE_S, slice_mismatches, verify
+from rollout.change.kinds.kubelet_verify import WIPE_GRACE_S, slice_mismatches, verify
 from rollout.errors import NodeOperationError
 from tests.unit.fakes_change import EXPECTED, FakeClock, FakeCluster, make_node
 

@@ -7,8 +7,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from rollout.change.plan import parse_plan
-from rollout.change.windows import forward_allowed, guard, is_open, next_opening, parse_windows
+from rollout.change.plan.schema import parse_plan
+from rollout.change.plan.windows import forward_allowed, guard, is_open, next_opening, parse_windows
 from rollout.errors import InputError
 
 UTC = ZoneInfo("UTC")

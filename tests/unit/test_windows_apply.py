@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from rollout.change.context import Context
-from rollout.change.journal import CHANGE_STEP
-from rollout.change.orchestrator import NoGate, rollback, run_change
-from rollout.change.planning import Strategy, make_batches
-from rollout.change.replaying import replay
-from rollout.change.windows import DAY_NAMES, Decision, guard, parse_windows
+from rollout.change.engine.context import Context
+from rollout.change.engine.orchestrator import NoGate, rollback, run_change
+from rollout.change.plan.batches import Strategy, make_batches
+from rollout.change.plan.windows import DAY_NAMES, Decision, guard, parse_windows
+from rollout.change.record.journal import CHANGE_STEP
+from rollout.change.record.replay import replay
 from rollout.errors import PreflightError
 from rollout.models import NodeState
 from tests.unit.fakes_change import CONF, OLD, make_change

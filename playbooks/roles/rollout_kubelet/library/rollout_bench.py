@@ -5,7 +5,7 @@
 Why a module: ``rollout bench`` needs the same command run under two CPU/memory bindings on the
 same node, one after the other, with proof of the binding each run actually got. One module
 call does both runs (one ssh round trip or one playbook task) and returns each run's output for
-the controller to parse (``rollout.evidence.bench``).
+the controller to parse (``rollout.bench.results``).
 
 Binding mechanisms:
 

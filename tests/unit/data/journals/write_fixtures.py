@@ -1,7 +1,7 @@
 """Write the journal fixtures of ``tests/unit/test_entries.py`` with the rollout on ``PYTHONPATH``.
 
 The fixtures in this folder were written by rollout at main ``2b0ee73`` (the last commit before
-the typed record, ``rollout.change.entries``), from a checkout of that commit:
+the typed record, ``rollout.change.record.entries``), from a checkout of that commit:
 
     git archive 2b0ee73 | tar -x -C /tmp/old
     cd /tmp/old && PYTHONPATH=/tmp/old python <this file> <this folder>
@@ -27,15 +27,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rollout.change.context import Context
-from rollout.change.gate_config import BenchPolicy
-from rollout.change.journal import Journal, Kind
-from rollout.change.launching import journal_consents
-from rollout.change.orchestrator import continue_change, rollback, run_change
-from rollout.change.planning import DrainPolicy, Strategy, make_batches
-from rollout.change.promoting import evidence_refusal, last_gate, promote_refusal
-from rollout.change.replaying import replay
-from rollout.change.resuming import unfinished_gate, unfinished_rollback
+from rollout.change.commands.apply_change import journal_consents
+from rollout.change.commands.promote_change import evidence_refusal, last_gate, promote_refusal
+from rollout.change.engine.context import Context
+from rollout.change.engine.orchestrator import continue_change, rollback, run_change
+from rollout.change.engine.resumption import unfinished_gate, unfinished_rollback
+from rollout.change.plan.batches import DrainPolicy, Strategy, make_batches
+from rollout.change.plan.gate_section import BenchPolicy
+from rollout.change.record.journal import Journal, Kind
+from rollout.change.record.replay import replay
 from rollout.evidence.collecting import journal_evidence
 from rollout.evidence.report import build_report
 from rollout.gate.owning import journal_recorder
