@@ -64,7 +64,7 @@ def test_layers_contract_covers_every_package_and_module() -> None:
     import tomllib
 
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
-    layers = [c for c in config["contracts"] if c["type"] == "layers"]
+    layers = [c for c in config["contracts"] if c["type"] == "layers" and "containers" not in c]
     assert len(layers) == 1
     assert not layers[0].get("allow_indirect_imports", False)
     listed = {name.strip() for layer in layers[0]["layers"] for name in layer.split("|")}
@@ -75,3 +75,22 @@ def test_layers_contract_covers_every_package_and_module() -> None:
         if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
     }
     assert present == listed, (sorted(present - listed), sorted(listed - present))
+
+
+def test_rooms_contract_covers_every_room_of_change() -> None:
+    """Every sub-package of rollout/change sits in one layer of the rooms contract, and no module
+    lies in rollout/change itself: a new module goes into a room (docs/architecture.md), a new
+    room into the contract."""
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    rooms = [c for c in config["contracts"] if c.get("containers") == ["rollout.change"]]
+    assert len(rooms) == 1
+    assert rooms[0]["type"] == "layers"
+    assert not rooms[0].get("allow_indirect_imports", False)
+    listed = {name.strip() for layer in rooms[0]["layers"] for name in layer.split("|")}
+    change = REPO / "rollout" / "change"
+    present = {p.name for p in change.iterdir() if (p / "__init__.py").is_file()}
+    assert present == listed, (sorted(present - listed), sorted(listed - present))
+    loose = sorted(p.name for p in change.glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"modules outside a room of rollout/change: {loose}"

@@ -9,22 +9,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2] / "rollout"
 
-# basename -> the packages that hold it today. ``cli/<command>.py`` mirroring the module of the
-# idea it drives is most of it; the rest wait for the ``change/`` relayout (issue 38, item 5).
+# basename -> the packages that hold it today: ``cli/<command>.py`` mirroring the module of the
+# idea it drives, and the lab's stand-ins named after what they stand in for.
 KNOWN = {
-    "bench.py": {"cli", "evidence"},
     "cluster.py": {"lab", "kube"},
     "collecting.py": {"kube", "evidence"},
     "devices.py": {"kubelet/admission", "kube"},
-    "fleet.py": {"cli", "change"},
-    "inventory.py": {"lab", "ansible", "change"},
+    "inventory.py": {"lab", "ansible"},
     "nodes.py": {"lab", "kube"},
-    "options.py": {"kubelet", "cli", "change"},
-    "outcomes.py": {"ansible", "change"},
+    "options.py": {"kubelet", "cli"},
     "payloads.py": {"gate", "ansible"},
-    "record.py": {"cli", "change"},
-    "tenancy.py": {"cli", "kube", "change"},
-    "workloads.py": {"kube", "evidence"},
+    "tenancy.py": {"cli", "kube"},
 }
 
 

@@ -1,5 +1,5 @@
 """What a command that changes nodes was asked for, as one frozen value the CLI builds from its
-flags and hands to the session (``rollout.change.commands.apply_change``, ``promoting``,
+flags and hands to the session (``rollout.change.commands.apply_change``, ``promote_change``,
 ``session``).
 
 Why a value: the flags used to travel as a dozen keyword arguments, repeated at each hop from

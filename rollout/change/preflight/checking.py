@@ -485,7 +485,7 @@ def _device_checks(
     raw_facts: Mapping[str, Mapping[str, Any]],
     dra: Mapping[str, list[str]],
 ) -> tuple[list[str], list[str]]:
-    """The device refusals and warnings of the nodes that move (``devicechecks``); the
+    """The device refusals and warnings of the nodes that move (``device_checks``); the
     vendor-domain check only on ``changed`` (the nodes this command changes: the canary for
     ``apply --canary``, the nodes left for ``promote``)."""
     classes = devicechecks.device_classes(cluster.device_classes(versions))
