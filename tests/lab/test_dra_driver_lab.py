@@ -318,6 +318,7 @@ def test_a_kubelet_config_change_on_a_dra_node_uncordons_after_its_slices_are_ba
         finally:
             done.set()
             sampler.join(timeout=10)
+        ended = datetime.now(UTC)
         assert r.returncode == 0, r.stderr[-3000:]
         doc = json.loads(r.stdout)
         assert {n["node"]: n["state"] for n in doc["nodes"]}[name] == "applied", doc
@@ -340,9 +341,14 @@ def test_a_kubelet_config_change_on_a_dra_node_uncordons_after_its_slices_are_ba
         assert waited > 10, f"verify took {waited:.1f}s: it did not wait for the republish"
         wiped = next(t for t, c in seen if c == 0)
         again = next((t for t, c in seen if t > wiped and c == 8), None)
-        assert again is not None, ("the sampler never saw the slices back", seen, misses)
+        if again is None:
+            # the change ended within one look of the republish (its after evidence takes a
+            # fraction of a second now): the slices read after it, created after the wipe, are
+            # the republish, and uncordon began after them (asserted from creationTimestamp above)
+            assert back >= wiped.replace(microsecond=0), ("no republish after the wipe", seen)
+            again = min(back, ended)
         # the sampler looks every 0.5 s: it may see them a moment after verify did
-        assert at[("uncordon", "begin")] >= again - timedelta(seconds=2), (seen, at)
+        assert at[("uncordon", "begin")] >= again - timedelta(seconds=2), (seen, at, misses)
         apply_began = at[("apply", "begin")]
         print(
             f"verify on the DRA node waited {waited:.1f}s for its ResourceSlices; after the "

@@ -81,6 +81,13 @@ def test_evidence_reads_the_real_kubelets_podresources_and_it_agrees_with_the_ch
             lambda n=name: _phase(lab, namespace, n).get("phase") == "Running", 60, f"{name} up"
         )
         uids[name] = _get(lab, f"/api/v1/namespaces/{namespace}/pods/{name}")["metadata"]["uid"]
+    # the 8 waited for above may have been the old kubelet's last post (heartbeats have whole
+    # seconds, and the old kubelet posts while the config is written); the pods ran on the new
+    # one, so its device plugin is registered: wait until the Node says so again (CI saw the new
+    # kubelet's 0, posted before the plugin registered, at evidence time)
+    ck.wait_for(
+        lambda: _posted_since(lab, node, restarted, GPU) == "8", 60, "8 GPUs allocatable again"
+    )
     root = lab.machines.node_root(node) / "var/lib/kubelet"
     assert (root / "pod-resources/kubelet.sock").is_socket()
 

@@ -373,8 +373,14 @@ def run_apply(
             progress.nodes(tuple(moving))
             if evidence is not None:  # the ``after`` facts sessions open as the last batch begins
                 runs = {n for b in prepared.batches for n in b.nodes}  # not those --canary leaves
-                after = [n for n in moving if n in runs]
-                ctx.next_batch = lambda later: None if later else evidence.open_sessions(after)
+                # --forks bounds every ssh child at once: only the slots the last batch's node
+                # steps leave free open ahead (tests/lab/test_fanout_lab.py)
+                last = len(prepared.batches[-1].nodes) if prepared.batches else 0
+                spare = max(0, opts.forks - last)
+                after = [n for n in moving if n in runs][:spare]
+                ctx.next_batch = lambda later: (
+                    None if later or not after else evidence.open_sessions(after)
+                )
             gate = make_gate(journal, inv, predicted_rejections(prepared.previews), progress)
         finally:
             before = before_collection.result()
