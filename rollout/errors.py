@@ -25,6 +25,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -73,6 +74,22 @@ class InputError(RolloutError):
         self.location = location or Location()
         where = self.location.describe()
         super().__init__(f"{where}: {message}" if where else message)
+
+
+def read_input(path: Path | str, name: str | None = None) -> str:
+    """The text of an input file the operator named (``name``: how messages call it; the path
+    by default).
+
+    Raises:
+        InputError: the file is missing ("no such file") or unreadable ("cannot read: ...").
+    """
+    shown = name or str(path)
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError as e:
+        raise InputError("no such file", Location(file=shown)) from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read: {e}", Location(file=shown)) from e
 
 
 class ParseError(InputError):

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import yaml
 
-from rollout.errors import InputError, Location, ParseError
+from rollout.errors import Location, ParseError, read_input
 
 _Loader: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -118,11 +118,6 @@ def load_file(
     """
     p = Path(path)
     name = display or str(p)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError as e:
-        raise InputError("no such file", Location(file=name)) from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read: {e}", Location(file=name)) from e
+    text = read_input(p, name)
     doc = parse_document(text, name, "json" if p.suffix == ".json" else None)
     return doc.data, dict(doc.lines)

@@ -30,7 +30,7 @@ from rollout.change.plan.batches import Strategy, parse_strategy
 from rollout.change.plan.gate_section import GateConfig, parse_gate_config
 from rollout.change.plan.windows import Window, parse_windows
 from rollout.change.record.entries import ChangeBegin
-from rollout.errors import InputError, Location, suggest
+from rollout.errors import InputError, Location, read_input, suggest
 from rollout.kubelet.distributions import DISTRIBUTIONS
 from rollout.kubelet.documents import parse_document
 from rollout.kubelet.intent import Intent, build_intent
@@ -365,12 +365,7 @@ def load_plan(path: Path | str) -> Plan:
         ParseError: malformed YAML.
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError as e:
-        raise InputError("no such file", Location(file=str(p))) from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read: {e}", Location(file=str(p))) from e
+    text = read_input(p)
     return parse_plan(text, str(p))
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollout.errors import InputError, Location, suggest
+from rollout.errors import InputError, Location, read_input, suggest
 from rollout.kubelet.documents import parse_document
 
 API_VERSION = "rollout.dev/v1alpha1"
@@ -364,12 +364,7 @@ def load(path: Path | str) -> Tenancy:
         ParseError: malformed YAML.
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError as e:
-        raise InputError("no such file", Location(file=str(p))) from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read: {e}", Location(file=str(p))) from e
+    text = read_input(p)
     return parse(text, str(p))
 
 
