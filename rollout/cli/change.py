@@ -16,7 +16,7 @@ import click
 
 from rollout.change.commands.change_options import ApplyOptions
 from rollout.change.commands.progress import Progress
-from rollout.change.plan.batches import DrainOverrides
+from rollout.change.plan.drain_rules import DrainOverrides
 from rollout.change.plan.schema import load_plan
 from rollout.change.record.change_outcomes import GATE_HOLDS_EXIT
 from rollout.change.record.journal import Journal

@@ -9,7 +9,7 @@ import click
 
 from rollout.change.commands.change_options import PromoteOptions
 from rollout.change.commands.progress import Progress
-from rollout.change.plan.batches import DrainOverrides
+from rollout.change.plan.drain_rules import DrainOverrides
 from rollout.change.plan.schema import Plan
 from rollout.change.record.opening import existing_journal
 from rollout.cli.wiring import (

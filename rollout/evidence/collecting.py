@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rollout.change.commands.promote_change import check_failures
-from rollout.change.plan.batches import DrainPolicy
+from rollout.change.plan.drain_rules import DrainPolicy
 from rollout.change.record.entries import EvidenceRecord, evidence_data
 from rollout.change.record.journal import EVIDENCE_STEP, Journal
 from rollout.errors import InputError, Location

@@ -18,9 +18,10 @@ from datetime import time as dtime
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from rollout.change.plan.batches import Batch, Strategy, make_batches
+from rollout.change.plan.batches import Batch, make_batches
 from rollout.change.plan.gate_section import GateConfig
 from rollout.change.plan.schema import Plan
+from rollout.change.plan.strategy import Strategy
 from rollout.change.plan.windows import Window, forward_allowed
 from rollout.evidence.templating import render_template
 from rollout.kubelet.admission.node_preview import NodePreview, fleet_misfits

@@ -14,7 +14,7 @@ import yaml
 
 from rollout.change.engine.context import Context
 from rollout.change.engine.forward import apply_node
-from rollout.change.plan.batches import DrainPolicy
+from rollout.change.plan.drain_rules import DrainPolicy
 from rollout.change.record.journal import Journal, new_change_id
 from rollout.change.record.replay import replay
 from rollout.errors import NodeOperationError

@@ -213,7 +213,7 @@ def fake_context(cluster: FakeCluster, runner: Any, journal: Any, **extra: Any) 
     """A ``Context`` over the fakes: the fake clock, a short drain and verify (the values every
     unit test of the engine uses), and ``extra`` (``on_event``, ``forks``, ...)."""
     from rollout.change.engine.context import Context
-    from rollout.change.plan.batches import DrainPolicy
+    from rollout.change.plan.drain_rules import DrainPolicy
 
     return Context(
         cluster=cluster,

@@ -25,7 +25,8 @@ from rollout.change.plan.allocation_path_section import (
     PathSettings,
     parse_path_plan,
 )
-from rollout.change.plan.batches import Strategy, make_batches
+from rollout.change.plan.batches import make_batches
+from rollout.change.plan.strategy import Strategy
 from rollout.change.record.entries import ChangeBegin
 from rollout.change.record.journal import Journal
 from rollout.change.record.replay import status_of

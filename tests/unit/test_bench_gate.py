@@ -12,8 +12,9 @@ from typing import Any
 
 from rollout.bench.canary_gate import BenchGate, Results
 from rollout.change.engine.orchestrator import run_change
-from rollout.change.plan.batches import Strategy, make_batches
+from rollout.change.plan.batches import make_batches
 from rollout.change.plan.gate_section import BenchPolicy
+from rollout.change.plan.strategy import Strategy
 from rollout.change.record.journal import Journal
 from rollout.change.record.replay import replay
 from rollout.models import NodeState

@@ -19,7 +19,8 @@ from rollout.change.engine.orchestrator import NoGate, rollback, run_change
 from rollout.change.engine.resumption import resume
 from rollout.change.kinds.kubelet_config import KUBELET_CONFIG
 from rollout.change.kinds.registry import KNOWN, kind_of, recorded_kind
-from rollout.change.plan.batches import Strategy, make_batches
+from rollout.change.plan.batches import make_batches
+from rollout.change.plan.strategy import Strategy
 from rollout.change.record.entries import ChangeBegin
 from rollout.change.record.journal import Journal
 from rollout.change.record.replay import NodeStatus, replay, status_of

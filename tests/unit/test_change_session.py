@@ -23,7 +23,9 @@ from rollout.change.commands.progress import Progress
 from rollout.change.commands.session import ChangeSession, RunSetup, settle
 from rollout.change.engine.context import Context
 from rollout.change.engine.orchestrator import NoGate, continue_change, rollback, run_change
-from rollout.change.plan.batches import DrainPolicy, Strategy, make_batches
+from rollout.change.plan.batches import make_batches
+from rollout.change.plan.drain_rules import DrainPolicy
+from rollout.change.plan.strategy import Strategy
 from rollout.change.record.change_outcomes import ChangeOutcome
 from rollout.change.record.journal import CHANGE_STEP, Entry, Journal
 from rollout.change.record.replay import ChangeStatus, replay, status_of

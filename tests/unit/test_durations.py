@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rollout.change.plan.batches import parse_strategy
 from rollout.change.plan.gate_section import parse_gate_config
+from rollout.change.plan.strategy import parse_strategy
 from rollout.durations import is_go_duration, parse_go_duration
 from rollout.errors import InputError, Location
 

@@ -16,7 +16,7 @@ import pytest
 from rollout.change.commands.promote_change import evidence_refusal, last_gate, promote_refusal
 from rollout.change.engine.orchestrator import rollback
 from rollout.change.engine.resumption import unfinished_gate, unfinished_rollback
-from rollout.change.plan.batches import DrainPolicy
+from rollout.change.plan.drain_rules import DrainPolicy
 from rollout.change.record.entries import (
     SCHEMA_VERSION,
     BenchVerdict,

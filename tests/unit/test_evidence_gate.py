@@ -11,8 +11,9 @@ import pytest
 
 from rollout.change.commands.apply_change import EvidenceGate
 from rollout.change.engine.orchestrator import run_change
-from rollout.change.plan.batches import Strategy, make_batches
+from rollout.change.plan.batches import make_batches
 from rollout.change.plan.gate_section import parse_gate_config
+from rollout.change.plan.strategy import Strategy
 from rollout.change.record.journal import EVIDENCE_STEP, Journal
 from rollout.errors import InputError
 from rollout.evidence.collecting import journal_evidence

@@ -13,9 +13,11 @@ import pytest
 
 from rollout.change.engine.context import Context
 from rollout.change.engine.orchestrator import continue_change, node_pool, run_change
-from rollout.change.plan.batches import DrainPolicy, Strategy, make_batches
+from rollout.change.plan.batches import make_batches
+from rollout.change.plan.drain_rules import DrainPolicy
 from rollout.change.plan.gate_section import GateConfig, OnFailure
 from rollout.change.plan.schema import load_plan
+from rollout.change.plan.strategy import Strategy
 from rollout.change.record.entries import ChangeBegin
 from rollout.change.record.journal import Journal
 from rollout.change.record.replay import replay

@@ -12,8 +12,10 @@ from rollout.change.commands.migrate_pool import PreparedMigration
 from rollout.change.kinds.allocation_path import path_plan_of, targets_of, works_of
 from rollout.change.kinds.allocation_preflight import PathWorld
 from rollout.change.plan.allocation_path_section import AllocationPath
-from rollout.change.plan.batches import DrainPolicy, Strategy, make_batches
+from rollout.change.plan.batches import make_batches
+from rollout.change.plan.drain_rules import DrainPolicy
 from rollout.change.plan.schema import parse_plan
+from rollout.change.plan.strategy import Strategy
 from rollout.change.plan.windows import guard
 from rollout.errors import InputError
 from rollout.models import PodRef
@@ -112,7 +114,7 @@ def test_a_migration_of_a_pool_with_tenants_is_refused_while_its_tenancy_audit_f
     """issue 39 item 3: moving a pool to DRA runs the plan's tenancy audit in preflight; one
     that does not pass refuses the migration, naming the row, unless --force REASON, which the
     prepared migration carries for the journal (preflight-forced)."""
-    from rollout.change.commands import migrate_pool as migrating
+    from rollout.change.commands import migrate_pool
     from rollout.errors import PreflightError
 
     (tmp_path / "tenancy.yaml").write_text("kind: TenancyPolicy\n")
@@ -125,13 +127,15 @@ def test_a_migration_of_a_pool_with_tenants_is_refused_while_its_tenancy_audit_f
         audited.append(path)
         return _audit(ok)
 
-    monkeypatch.setattr(migrating, "audit_plan_tenancy", audit)
-    monkeypatch.setattr(migrating, "read_world", lambda api, driver: PathWorld({}, {}, {}, [], []))
-    monkeypatch.setattr(migrating, "path_refusals", lambda *a: [])
+    monkeypatch.setattr(migrate_pool, "audit_plan_tenancy", audit)
+    monkeypatch.setattr(
+        migrate_pool, "read_world", lambda api, driver: PathWorld({}, {}, {}, [], [])
+    )
+    monkeypatch.setattr(migrate_pool, "path_refusals", lambda *a: [])
     monkeypatch.setattr("rollout.ansible.hosts.read_inventory", lambda p: inv)
 
     def prepare(force: str | None = None) -> Any:
-        return migrating.prepare_migration(
+        return migrate_pool.prepare_migration(
             object(), str(plan), Path("inv.ini"), True, False, dry_run=True, force=force
         )
 

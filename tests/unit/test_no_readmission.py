@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from rollout.change.engine.orchestrator import NoGate, rollback, run_change
-from rollout.change.plan.batches import Strategy, make_batches
+from rollout.change.plan.batches import make_batches
+from rollout.change.plan.strategy import Strategy
 from rollout.change.record.journal import Journal
 from tests.unit.ending import ended
 from tests.unit.fakes_change import (

@@ -11,7 +11,9 @@ from rollout.change.engine.context import Context
 from rollout.change.engine.forward import apply_node
 from rollout.change.engine.orchestrator import NoGate, rollback, run_change
 from rollout.change.engine.resumption import resume
-from rollout.change.plan.batches import DrainPolicy, Strategy, make_batches
+from rollout.change.plan.batches import make_batches
+from rollout.change.plan.drain_rules import DrainPolicy
+from rollout.change.plan.strategy import Strategy
 from rollout.change.record.journal import Journal
 from rollout.change.record.replay import replay
 from rollout.models import NodeState, PodRef

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from rollout.change.engine.orchestrator import NoGate, run_change
-from rollout.change.plan.batches import Strategy, make_batches
+from rollout.change.plan.batches import make_batches
+from rollout.change.plan.strategy import Strategy
 from rollout.change.record.change_outcomes import StopCause
 from rollout.change.record.replay import replay
 from rollout.models import NodeChange, NodeState

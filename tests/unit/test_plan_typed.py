@@ -17,15 +17,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-import rollout.change.plan.allocation_path_section as allocation_plan
-import rollout.change.plan.batches as planning
-import rollout.change.plan.gate_section as gate_config
-import rollout.change.plan.schema as plan_module
-import rollout.change.plan.windows as windows
+from rollout.change.plan import allocation_path_section, gate_section, schema, strategy, windows
 from rollout.change.plan.allocation_path_section import AllocationPath, PathPlan
-from rollout.change.plan.batches import Strategy
 from rollout.change.plan.gate_section import BenchPolicy, GateConfig, OnFailure
 from rollout.change.plan.schema import load_plan, parse_plan, recorded_plan
+from rollout.change.plan.strategy import Strategy
 from rollout.change.plan.windows import Window
 from rollout.change.record.journal import read_entries
 from rollout.change.record.replay import replay
@@ -74,7 +70,7 @@ def test_every_section_is_one_frozen_typed_value() -> None:
     # the same as the section parsed knowing the node count, as preflight once parsed it
     drain = {"timeout": "1m30s", "backoffCap": "2s", "gracePeriod": "10s"}
     raw = {"canaryGroup": "canary", "maxUnavailable": "50%", "drain": drain}
-    assert plan.strategy.for_nodes(6) == planning.parse_strategy(raw, plan.location, 6)
+    assert plan.strategy.for_nodes(6) == strategy.parse_strategy(raw, plan.location, 6)
     assert isinstance(plan.gate, GateConfig) and plan.has_gate
     assert plan.gate.soak == 300.0 and plan.gate.on_failure is OnFailure.ROLLBACK_AFFECTED
     assert isinstance(plan.gate.bench, BenchPolicy) and plan.gate.bench.standin
@@ -242,17 +238,17 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
         return counted
 
     for module, name in [
-        (plan_module, "parse_plan"),
-        (planning, "parse_strategy"),
+        (schema, "parse_plan"),
+        (strategy, "parse_strategy"),
         (windows, "parse_windows"),
-        (gate_config, "parse_gate_config"),
-        (gate_config, "parse_bench_policy"),
-        (allocation_plan, "parse_path_plan"),
+        (gate_section, "parse_gate_config"),
+        (gate_section, "parse_bench_policy"),
+        (allocation_path_section, "parse_path_plan"),
     ]:
         counted = wrap(name, getattr(module, name))
         monkeypatch.setattr(module, name, counted)
-        if hasattr(plan_module, name):
-            monkeypatch.setattr(plan_module, name, counted)
+        if hasattr(schema, name):
+            monkeypatch.setattr(schema, name, counted)
     return calls
 
 

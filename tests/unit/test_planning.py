@@ -6,16 +6,10 @@ from typing import Any
 
 import pytest
 
-from rollout.change.plan.batches import (
-    Strategy,
-    blocking_pdbs,
-    check_capacity,
-    check_homogeneous,
-    check_placement,
-    make_batches,
-    parse_strategy,
-    undrainable,
-)
+from rollout.change.plan.batches import check_homogeneous, make_batches
+from rollout.change.plan.capacity import check_capacity, check_placement
+from rollout.change.plan.drain_rules import blocking_pdbs, undrainable
+from rollout.change.plan.strategy import Strategy, parse_strategy
 from rollout.errors import InputError, Location
 from rollout.kube.nodes import to_pdb_ref
 from rollout.models import NodeFacts, NodeInfo, PdbRef, PodRef
@@ -352,7 +346,7 @@ def test_pod_and_node_records_carry_what_placement_reads() -> None:
 
 
 def test_drain_overrides_round_trip_through_their_journaled_flags() -> None:
-    from rollout.change.plan.batches import DrainOverrides
+    from rollout.change.plan.drain_rules import DrainOverrides
 
     for o in (DrainOverrides(), DrainOverrides(True, False, True), DrainOverrides(False, True)):
         assert DrainOverrides.from_flags(o.used()) == o
@@ -368,7 +362,7 @@ def test_one_placement_index_judges_each_placement_once_across_batches(
 ) -> None:
     """Shared by a preflight's batches, the index matches each distinct placement against every
     Node once, and answers as check_placement did without it."""
-    import rollout.change.plan.batches as planning
+    from rollout.change.plan import capacity
 
     nodes = {n: _gpu_node(n, labels={"pool": "a100" if n < "e" else "h100"}) for n in "abcdefgh"}
     pods = {
@@ -379,14 +373,14 @@ def test_one_placement_index_judges_each_placement_once_across_batches(
     batches = [["a", "b"], ["c", "d"], ["e", "f"], ["g", "h"]]
     alone = [check_placement(b, nodes, pods) for b in batches]
     calls: list[str] = []
-    real = planning.lands_on
+    real = capacity.lands_on
 
     def counting(placement: Any, node: Any) -> bool:
         calls.append(node["metadata"]["name"])
         return real(placement, node)
 
-    monkeypatch.setattr(planning, "lands_on", counting)
-    index = planning.PlacementIndex(nodes)
+    monkeypatch.setattr(capacity, "lands_on", counting)
+    index = capacity.PlacementIndex(nodes)
     shared = [check_placement(b, nodes, pods, index) for b in batches]
     assert shared == alone
     assert len(calls) == 2 * len(nodes)  # two distinct placements, each against the 8 Nodes

@@ -9,7 +9,9 @@ from pathlib import Path
 from rollout.change.commands.promote_change import last_gate, promote_refusal
 from rollout.change.engine.context import Context
 from rollout.change.engine.orchestrator import continue_change, rollback, run_change
-from rollout.change.plan.batches import Batch, DrainPolicy, Strategy, make_batches
+from rollout.change.plan.batches import Batch, make_batches
+from rollout.change.plan.drain_rules import DrainPolicy
+from rollout.change.plan.strategy import Strategy
 from rollout.change.record.entries import ChangeBegin
 from rollout.change.record.journal import Journal
 from rollout.change.record.replay import replay

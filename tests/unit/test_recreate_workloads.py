@@ -19,7 +19,7 @@ from rollout.change.commands.recreate_workloads import (
     describe_selection,
     select,
 )
-from rollout.change.plan.batches import DrainPolicy
+from rollout.change.plan.drain_rules import DrainPolicy
 from rollout.change.record.journal import Journal, Kind
 from rollout.cli import cli
 from rollout.errors import EvictionBlockedError, ExternalError

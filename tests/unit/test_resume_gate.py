@@ -12,7 +12,9 @@ import pytest
 from rollout.change.engine.context import Context
 from rollout.change.engine.orchestrator import UnfinishedGate, continue_change, run_change
 from rollout.change.engine.resumption import resume, unfinished_gate
-from rollout.change.plan.batches import Batch, DrainPolicy, Strategy, make_batches
+from rollout.change.plan.batches import Batch, make_batches
+from rollout.change.plan.drain_rules import DrainPolicy
+from rollout.change.plan.strategy import Strategy
 from rollout.change.record.entries import ChangeBegin
 from rollout.change.record.journal import Journal
 from rollout.change.record.replay import replay

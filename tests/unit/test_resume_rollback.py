@@ -21,7 +21,9 @@ from rollout.change.engine.resumption import (
     resume_rollback,
     unfinished_rollback,
 )
-from rollout.change.plan.batches import Batch, DrainPolicy, Strategy, make_batches
+from rollout.change.plan.batches import Batch, make_batches
+from rollout.change.plan.drain_rules import DrainPolicy
+from rollout.change.plan.strategy import Strategy
 from rollout.change.record.journal import CHANGE_STEP, Journal
 from rollout.change.record.replay import replay
 from rollout.interrupt import StopReason

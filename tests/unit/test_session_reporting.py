@@ -14,7 +14,7 @@ import pytest
 from rollout.change.commands import session as session_mod
 from rollout.change.commands.change_options import ChangeOptions
 from rollout.change.commands.session import ChangeSession, RunSetup, reported
-from rollout.change.plan.batches import DrainPolicy
+from rollout.change.plan.drain_rules import DrainPolicy
 from rollout.change.record.change_outcomes import ChangeOutcome, StopCause
 from rollout.change.record.journal import CHANGE_STEP, Journal
 from rollout.change.record.replay import ChangeStatus, status_of

@@ -10,7 +10,8 @@ import pytest
 
 from rollout.change.engine.context import Context
 from rollout.change.engine.orchestrator import NoGate, rollback, run_change
-from rollout.change.plan.batches import Strategy, make_batches
+from rollout.change.plan.batches import make_batches
+from rollout.change.plan.strategy import Strategy
 from rollout.change.plan.windows import DAY_NAMES, Decision, guard, parse_windows
 from rollout.change.record.journal import CHANGE_STEP
 from rollout.change.record.replay import replay

@@ -23,7 +23,7 @@ from rollout.change.commands.change_options import ApplyOptions
 from rollout.change.commands.evidence_hooks import EvidenceHooks, recreate_evidence
 from rollout.change.commands.progress import Progress
 from rollout.change.commands.stages import StageChoice
-from rollout.change.plan.batches import DrainOverrides
+from rollout.change.plan.drain_rules import DrainOverrides
 from rollout.change.plan.schema import Plan
 from rollout.change.plan.windows import Decision
 from rollout.change.record.change_outcomes import ended_exit

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rollout.change.plan.batches import DrainOverrides
+from rollout.change.plan.drain_rules import DrainOverrides
 from rollout.fanout import DEFAULT_FORKS
 
 

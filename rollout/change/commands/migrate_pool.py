@@ -27,7 +27,8 @@ from rollout.change.kinds.allocation_path import (
 )
 from rollout.change.kinds.allocation_preflight import PathWorld, path_refusals
 from rollout.change.plan.allocation_path_section import AllocationPath, PathPlan
-from rollout.change.plan.batches import Batch, DrainPolicy, make_batches
+from rollout.change.plan.batches import Batch, make_batches
+from rollout.change.plan.drain_rules import DrainPolicy
 from rollout.change.plan.schema import Plan, load_plan
 from rollout.change.plan.windows import Decision, guard
 from rollout.change.record.entries import ChangeBegin, PreflightForced, Promotion

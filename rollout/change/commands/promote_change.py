@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from rollout.change.commands.change_options import PromoteOptions
 from rollout.change.commands.progress import Progress
-from rollout.change.plan.batches import Batch, DrainOverrides
+from rollout.change.plan.batches import Batch
+from rollout.change.plan.drain_rules import DrainOverrides
 from rollout.change.plan.schema import Plan
 from rollout.change.plan.windows import Decision
 from rollout.change.record.change_outcomes import ChangeOutcome

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rollout.change.engine.drain import evict_pods
-from rollout.change.plan.batches import DrainPolicy
+from rollout.change.plan.drain_rules import DrainPolicy
 from rollout.change.record.entries import NodeStep, Recreation
 from rollout.change.record.journal import Journal, Kind
 from rollout.errors import ExternalError

@@ -31,7 +31,7 @@ from rollout.change.commands.change_options import ChangeOptions
 from rollout.change.commands.progress import Progress
 from rollout.change.engine.context import Context, KindSteps
 from rollout.change.kinds.registry import recorded_kind
-from rollout.change.plan.batches import DrainOverrides, DrainPolicy
+from rollout.change.plan.drain_rules import DrainOverrides, DrainPolicy
 from rollout.change.plan.schema import Plan, recorded_plan
 from rollout.change.record.change_outcomes import ENDED_BY_ROLLBACK, ChangeOutcome
 from rollout.change.record.entries import DrainOverridesUsed
@@ -359,7 +359,7 @@ def run_preflight(
     """Gather the nodes' facts (or use ``facts``, already under way) and run every preflight
     check (``rollout.change.preflight.checking.prepare``); ``accept``: predicted rejections of
     running pods are not refusals; ``force``: nor are the device refusals (``--force REASON``);
-    ``overrides``: what the drains may lose (``rollout.change.plan.batches.DrainOverrides``);
+    ``overrides``: what the drains may lose (``rollout.change.plan.drain_rules.DrainOverrides``);
     ``settled``: nodes the change already moved; ``force_serving``: a model-serving canary in
     progress is not a refusal (``--force-serving REASON``)."""
     from rollout.change.preflight.checking import ClusterReader, prepare

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from rollout.change.plan.batches import DrainPolicy
+from rollout.change.plan.drain_rules import DrainPolicy
 from rollout.change.record.journal import Journal
 from rollout.change.record.replay import NodeStatus
 from rollout.errors import RolloutError

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from rollout.change.plan.batches import DrainPolicy, evictable
+from rollout.change.plan.drain_rules import DrainPolicy, evictable
 from rollout.errors import EvictionBlockedError
 from rollout.models import PodRef
 from rollout.protocols import Clock, Cluster, Eviction

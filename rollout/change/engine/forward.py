@@ -20,7 +20,7 @@ from rollout.change.engine.drain import drain
 from rollout.change.engine.parallel import in_parallel, wrap
 from rollout.change.engine.restore import restore_nodes
 from rollout.change.kinds.registry import kind_of
-from rollout.change.plan.batches import undrainable
+from rollout.change.plan.drain_rules import undrainable
 from rollout.change.record.entries import (
     cordon_begin,
     cordon_done,

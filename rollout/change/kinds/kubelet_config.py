@@ -18,7 +18,7 @@ from rollout.change.engine.context import Context
 from rollout.change.engine.parallel import run_many
 from rollout.change.kinds.kubelet_record import change_from_record, change_record, restore_files
 from rollout.change.kinds.kubelet_verify import WATCHED, config_subset, verify
-from rollout.change.plan.batches import device_resources
+from rollout.change.plan.capacity import device_resources
 from rollout.change.record.entries import backup_done, write_refused
 from rollout.change.record.replay import NodeStatus
 from rollout.errors import InputError, NodeFilesChangedError, NodeOperationError, RolloutError

@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from rollout.change.plan.batches import device_resources
+from rollout.change.plan.capacity import device_resources
 from rollout.errors import NodeOperationError, RolloutError
 from rollout.kubelet.cpuset import CPUSetError, parse
 from rollout.protocols import Clock, Cluster

@@ -5,7 +5,7 @@ allocation path's section), each as a typed value.
 Why one parse: a plan is the operator's input, and a bad value must stop every command the same
 way, before anything reads a cluster or a node, with the file, the field and its line
 (``Plan.location``). The sections' parsers stay with the values they build
-(:func:`rollout.change.plan.batches.parse_strategy`,
+(:func:`rollout.change.plan.strategy.parse_strategy`,
 :func:`rollout.change.plan.windows.parse_windows`,
 :func:`rollout.change.plan.gate_section.parse_gate_config`,
 :func:`rollout.change.plan.allocation_path_section.parse_path_plan`); only :func:`parse_plan` calls
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from rollout.change.plan.allocation_path_section import PathPlan, parse_path_plan
-from rollout.change.plan.batches import Strategy, parse_strategy
 from rollout.change.plan.gate_section import GateConfig, parse_gate_config
+from rollout.change.plan.strategy import Strategy, parse_strategy
 from rollout.change.plan.windows import Window, parse_windows
 from rollout.change.record.entries import ChangeBegin
 from rollout.errors import InputError, Location, read_input, suggest

@@ -4,9 +4,9 @@ Why one place: the operator must see *all* reasons a change is refused at once, 
 written (not even a journal) until every check passed. This module gathers the facts (API server
 version and discovery, Nodes, pods, PDBs, ResourceSlices, through :class:`ClusterReader`), has each
 node's files rendered and linted (:mod:`rollout.change.preflight.node_change`), and hands the plain
-data to the pure checks in ``rollout.change.plan.batches``. The result, :class:`Prepared`, is what
-``--dry-run`` prints and what the orchestrator runs. The inventory it runs on is read by
-:mod:`rollout.ansible.hosts`.
+data to the pure checks in ``rollout.change.plan`` (``batches``, ``drain_rules``, ``capacity``). The
+result, :class:`Prepared`, is what ``--dry-run`` prints and what the orchestrator runs. The
+inventory it runs on is read by :mod:`rollout.ansible.hosts`.
 """
 
 from __future__ import annotations
@@ -19,20 +19,15 @@ from typing import TYPE_CHECKING, Any
 from rollout.ansible.hosts import Inventory
 from rollout.change.plan.batches import (
     Batch,
-    DrainOverrides,
-    PlacementIndex,
-    Strategy,
-    blocking_pdbs,
-    check_capacity,
     check_homogeneous,
-    check_placement,
-    evictable,
     make_batches,
     one_control_plane_at_a_time,
-    undrainable,
 )
+from rollout.change.plan.capacity import PlacementIndex, check_capacity, check_placement
+from rollout.change.plan.drain_rules import DrainOverrides, blocking_pdbs, evictable, undrainable
 from rollout.change.plan.schema import Plan
-from rollout.change.preflight import device_checks as devicechecks
+from rollout.change.plan.strategy import Strategy
+from rollout.change.preflight import device_checks
 from rollout.change.preflight.node_change import node_change, unified_diff
 from rollout.change.tenancy.audit import ALIGNING, Audit, change_refusals
 from rollout.errors import PreflightError, RolloutError
@@ -488,7 +483,7 @@ def _device_checks(
     """The device refusals and warnings of the nodes that move (``device_checks``); the
     vendor-domain check only on ``changed`` (the nodes this command changes: the canary for
     ``apply --canary``, the nodes left for ``promote``)."""
-    classes = devicechecks.device_classes(cluster.device_classes(versions))
+    classes = device_checks.device_classes(cluster.device_classes(versions))
     refusals: list[str] = []
     warnings: list[str] = []
     for n in moving:
@@ -498,14 +493,14 @@ def _device_checks(
         f = facts.get(n)
         pci = len(raw_facts.get(f.host, {}).get("gpus") or ()) if f else 0
         drivers = dra.get(n, [])
-        refusals += devicechecks.check_advertised(
+        refusals += device_checks.check_advertised(
             n, capacity, allocatable, pci, dra_drivers=drivers
         )
-        refusals += devicechecks.check_dra_extended(n, capacity, drivers, classes)
+        refusals += device_checks.check_dra_extended(n, capacity, drivers, classes)
         if n in changed:
-            refusals += devicechecks.check_vendor_domain(n, allocatable, drivers)
+            refusals += device_checks.check_vendor_domain(n, allocatable, drivers)
         policy = str((f.kubelet_after if f else {}).get("topologyManagerPolicy") or "none")
-        warnings += devicechecks.dra_topology_warnings(n, drivers, policy)
+        warnings += device_checks.dra_topology_warnings(n, drivers, policy)
     return refusals, warnings
 
 

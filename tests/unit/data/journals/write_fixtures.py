@@ -32,8 +32,10 @@ from rollout.change.commands.promote_change import evidence_refusal, last_gate, 
 from rollout.change.engine.context import Context
 from rollout.change.engine.orchestrator import continue_change, rollback, run_change
 from rollout.change.engine.resumption import unfinished_gate, unfinished_rollback
-from rollout.change.plan.batches import DrainPolicy, Strategy, make_batches
+from rollout.change.plan.batches import make_batches
+from rollout.change.plan.drain_rules import DrainPolicy
 from rollout.change.plan.gate_section import BenchPolicy
+from rollout.change.plan.strategy import Strategy
 from rollout.change.record.journal import Journal, Kind
 from rollout.change.record.replay import replay
 from rollout.evidence.collecting import journal_evidence
