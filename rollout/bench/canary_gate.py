@@ -23,8 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rollout.bench import in_pod as benchpod
-from rollout.bench import on_node as benching
+from rollout.bench import in_pod, on_node
 from rollout.bench.results import BenchError
 from rollout.change.plan.gate_section import BenchPolicy
 from rollout.change.record.entries import BenchRun, trigger_data
@@ -43,9 +42,9 @@ Results = dict[str, Mapping[str, Any] | str]
 """Per node: its bench record, or why there is none."""
 
 
-def request_of(policy: BenchPolicy) -> benching.BenchRequest:
+def request_of(policy: BenchPolicy) -> on_node.BenchRequest:
     """``rollout bench``'s request for the plan's ``gate.bench``."""
-    return benching.BenchRequest(
+    return on_node.BenchRequest(
         command=policy.command,
         standin=policy.standin,
         mechanism=policy.mechanism,
@@ -72,7 +71,7 @@ class CanaryBench:
     def describe(self) -> str:
         """The command as journaled (pod mode names the pod's shape)."""
         if self.policy.pod is not None:
-            return benchpod.describe(self.policy.pod, self.policy.command)
+            return in_pod.describe(self.policy.pod, self.policy.command)
         return self.req.describe()
 
     def run(self, nodes: Sequence[str], label: str, change: str | None = None) -> Results:
@@ -82,7 +81,7 @@ class CanaryBench:
             self.say(f"bench ({label}) on {node}: {self.describe()}")
             if self.policy.pod is not None:  # mode pod: in a pod the kubelet placed
                 try:
-                    res = benchpod.run(
+                    res = in_pod.run(
                         self.policy.pod,
                         self.policy.command,
                         self.policy.env,
@@ -104,8 +103,8 @@ class CanaryBench:
             facts = self.facts.get(host) if host is not None else None
             with tempfile.TemporaryDirectory(prefix="rollout-bench-") as tmp:
                 try:
-                    p = benching.plan(self.req, self.inv, node, self.api, Path(tmp), facts)
-                    res = benching.run(self.req, p, self.inv, Path(tmp), change)
+                    p = on_node.plan(self.req, self.inv, node, self.api, Path(tmp), facts)
+                    res = on_node.run(self.req, p, self.inv, Path(tmp), change)
                 except (BenchError, ExternalError, InputError) as e:
                     out[node] = str(e)
                     self.say(f"bench ({label}) on {node}: failed: {e}")
@@ -137,9 +136,9 @@ def journal_results(journal: Journal, results: Results, label: str, command: str
     """One ``bench`` entry per node: its record (labelled), or the error."""
     for node, res in results.items():
         if isinstance(res, str):
-            benching.journal_bench(journal, node, None, res, command)
+            on_node.journal_bench(journal, node, None, res, command)
             continue
-        benching.journal_bench(journal, node, {**res, "label": label})
+        on_node.journal_bench(journal, node, {**res, "label": label})
 
 
 class BenchGate:

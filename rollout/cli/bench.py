@@ -186,7 +186,7 @@ def bench_cmd(
     one run, "placed", instead of the local and remote ones.
     """
     from rollout.ansible.hosts import read_inventory
-    from rollout.bench import on_node as benching
+    from rollout.bench import on_node
     from rollout.bench.results import BenchError
     from rollout.change.record.entries import ChangeBegin
     from rollout.change.record.opening import existing_journal
@@ -252,7 +252,7 @@ def bench_cmd(
     if node is None:
         canary = list(recorded.canary) or list(recorded.nodes)
         node = canary[0] if canary else inv.node_of(inv.hosts[0])
-    req = benching.BenchRequest(
+    req = on_node.BenchRequest(
         command=command or "",
         standin=standin,
         mechanism=mechanism,
@@ -266,7 +266,7 @@ def bench_cmd(
                    out, metrics_out, output)  # fmt: skip
         return
     with tempfile.TemporaryDirectory(prefix="rollout-bench-") as tmp:
-        plan = benching.plan(req, inv, node, api, Path(tmp))
+        plan = on_node.plan(req, inv, node, api, Path(tmp))
         if dry_run:
             doc = plan.as_dict()
             if output == "json":
@@ -275,10 +275,10 @@ def bench_cmd(
                 _print_plan(doc)
             return
         try:
-            result = benching.run(req, plan, inv, Path(tmp), journal.change_id if journal else None)
+            result = on_node.run(req, plan, inv, Path(tmp), journal.change_id if journal else None)
         except (BenchError, ExternalError) as e:
             if journal is not None:
-                benching.journal_bench(journal, node, None, str(e), req.describe())
+                on_node.journal_bench(journal, node, None, str(e), req.describe())
             raise
     _keep(result, node, journal, out, metrics_out)
     if output == "json":
@@ -355,22 +355,21 @@ def _bench_pod(
     mode's record is."""
     import time
 
-    from rollout.bench import in_pod as benchpod
-    from rollout.bench import on_node as benching
+    from rollout.bench import in_pod, on_node
     from rollout.bench.results import BenchError
 
     change = journal.change_id if journal else None
     if dry_run:
-        m = benchpod.bench_manifest(pod, node, command, env, change, time.time())
+        m = in_pod.bench_manifest(pod, node, command, env, change, time.time())
         click.echo(json.dumps(m, indent=2, sort_keys=True) if output == "json" else
                    f"pod {m['metadata']['namespace']}/{m['metadata']['name']} on {node}: "
-                   f"{benchpod.describe(pod, command)}")  # fmt: skip
+                   f"{in_pod.describe(pod, command)}")  # fmt: skip
         return
     try:
-        result = benchpod.run(pod, command, env, inv, node, api, timeout_s, change, _say)
+        result = in_pod.run(pod, command, env, inv, node, api, timeout_s, change, _say)
     except (BenchError, ExternalError) as e:
         if journal is not None:
-            benching.journal_bench(journal, node, None, str(e), benchpod.describe(pod, command))
+            on_node.journal_bench(journal, node, None, str(e), in_pod.describe(pod, command))
         raise
     _keep(result, node, journal, out, metrics_out)
     if output == "json":
@@ -395,16 +394,16 @@ def _keep(
 ) -> None:
     """Journal a bench's result on its change, add it to the evidence file (``--out``, else the
     change's) and write its metrics (``--metrics-out``): the same for both modes."""
-    from rollout.bench import on_node as benching
+    from rollout.bench import on_node
     from rollout.evidence.report import EVIDENCE_FILE
 
     if journal is not None:
-        benching.journal_bench(journal, node, result)
+        on_node.journal_bench(journal, node, result)
     target = Path(out) if out else (journal.dir / EVIDENCE_FILE if journal else None)
     if target is not None:
-        benching.add_to_evidence(target, result)
+        on_node.add_to_evidence(target, result)
     if metrics_out:
-        benching.write_metrics(Path(metrics_out), [result])
+        on_node.write_metrics(Path(metrics_out), [result])
 
 
 def _say(message: str) -> None:

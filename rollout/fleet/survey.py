@@ -85,20 +85,20 @@ def survey(
 def allocation_paths_of(
     api: Api, names: list[str]
 ) -> dict[str, tuple[tuple[AllocationPath, ...], tuple[str, ...]]]:
-    """How each named Node serves its extended resources (:func:`devicechecks.allocation_paths`)
+    """How each named Node serves its extended resources (:func:`device_checks.allocation_paths`)
     and the DRA drivers with ResourceSlices on it, from the Nodes' capacity and allocatable, the
     DeviceClasses and the ResourceSlices: three listings, whatever the number of nodes."""
-    from rollout.change.preflight import device_checks as devicechecks
+    from rollout.change.preflight import device_checks
     from rollout.kube import nodes as kn
 
     _, objects = kn.nodes_listed(api, set(names))
     versions = kn.resource_api_versions(api)
-    classes = devicechecks.device_classes(kn.device_class_objects(api, versions))
+    classes = device_checks.device_classes(kn.device_class_objects(api, versions))
     drivers = kn.dra_drivers_by_node(api, versions)
     out = {}
     for n in names:
         status = (objects.get(n) or {}).get("status") or {}
-        paths = devicechecks.allocation_paths(
+        paths = device_checks.allocation_paths(
             status.get("capacity") or {},
             status.get("allocatable") or {},
             drivers.get(n, []),

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
 from rollout import assets
-from rollout.bench import on_node as benching
+from rollout.bench import on_node
 from rollout.bench.results import (
     BENCH_METRICS,
     BenchError,
@@ -198,7 +198,7 @@ def test_the_module_really_binds_each_run_and_records_what_it_had() -> None:
     one, other = cpus[0], cpus[-1]
     got = _module().direct(
         {
-            "standin": benching.standin_source(),
+            "standin": on_node.standin_source(),
             "runs": [
                 {"name": "a", "numa": 0, "cpus": str(one), "env": {"ROLLOUT_STANDIN_MB": "2"}},
                 {"name": "b", "numa": 1, "cpus": str(other), "env": {"ROLLOUT_STANDIN_MB": "2"}},
@@ -365,11 +365,11 @@ def test_the_report_shows_the_journaled_bench_simulated(tmp_path: Path) -> None:
 
 def test_a_failed_bench_is_in_the_report_and_evidence_keeps_bench(tmp_path: Path) -> None:
     j = Journal.create(tmp_path, "20261204T210000Z-abcdef")
-    benching.journal_bench(j, "n2", None, "node n2: field p50_ms is missing", "./b.sh")
+    on_node.journal_bench(j, "n2", None, "node n2: field p50_ms is missing", "./b.sh")
     r = record(run_out("0-3", "0"), run_out("4-7", "1"))
     target = j.dir / "evidence.json"
-    benching.add_to_evidence(target, r)
-    benching.add_to_evidence(target, {**r, "at": "later"})  # the same node: replaced
+    on_node.add_to_evidence(target, r)
+    on_node.add_to_evidence(target, {**r, "at": "later"})  # the same node: replaced
     doc = json.loads(target.read_text())
     assert [b["at"] for b in doc["bench"]] == ["later"]
     # a later `rollout evidence` collection keeps the bench records

@@ -263,7 +263,7 @@ def test_a_failed_wave_leaves_the_later_waves_untouched(tmp_path: Path) -> None:
 
 def test_a_restore_of_many_nodes_is_bounded_too(tmp_path: Path) -> None:
     """A rollback's per-node steps go through in_parallel with the context's bound."""
-    from rollout.change.engine import restore as restoring
+    from rollout.change.engine import restore
 
     nodes = [f"n{i}" for i in range(6)]
     ctx = _ctx(tmp_path, nodes, forks=3, pipelined=False)
@@ -271,7 +271,7 @@ def test_a_restore_of_many_nodes_is_bounded_too(tmp_path: Path) -> None:
         ctx, {n: make_change(n) for n in nodes}, [Batch(tuple(nodes), False)], NoGate(), False
     )
     seen: list[int] = []
-    real: Callable[..., Any] = restoring.in_parallel
+    real: Callable[..., Any] = restore.in_parallel
 
     def spy(ns: Any, work: Any, forks: int = DEFAULT_FORKS) -> Any:
         seen.append(forks)
@@ -280,7 +280,7 @@ def test_a_restore_of_many_nodes_is_bounded_too(tmp_path: Path) -> None:
     from rollout.change.engine.orchestrator import rollback
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(restoring, "in_parallel", spy)
+    mp.setattr(restore, "in_parallel", spy)
     try:
         status = rollback(ctx)
     finally:

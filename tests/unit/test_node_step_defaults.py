@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from rollout.ansible import direct
-from rollout.change.engine import node_runner as shipping
+from rollout.change.engine import node_runner
 
 ROLE = Path(__file__).resolve().parents[2] / "playbooks/roles/rollout_kubelet"
 
@@ -81,17 +81,17 @@ def test_the_modules_options_and_documentation_say_the_same(
 
 def test_the_direct_paths_role_variables_and_bound_follow_them() -> None:
     role = _role_defaults()
-    for var, arg in shipping._ROLE_VARS.items():
+    for var, arg in node_runner._ROLE_VARS.items():
         assert var == f"{direct.ROLE_PREFIX}{arg}" and var in role, var
         assert arg in direct.step_defaults(), arg
     # every option an inventory may set reaches a direct run, and is kept for a direct restore
-    assert set(shipping._ROLE_VARS.values()) == set(direct.step_defaults()) - {"force"}
-    assert set(shipping._ROLE_VARS) <= set(shipping._KEPT)
+    assert set(node_runner._ROLE_VARS.values()) == set(direct.step_defaults()) - {"force"}
+    assert set(node_runner._ROLE_VARS) <= set(node_runner._KEPT)
     d = direct.step_defaults()
     bound = (
         3 * d["systemctl_timeout"]
         + d["healthz_retries"] * (d["healthz_delay"] + d["healthz_timeout"])
         + 30
     )
-    assert shipping._direct_timeout({}) == bound
-    assert shipping._direct_timeout({"healthz_retries": 1}) < bound
+    assert node_runner._direct_timeout({}) == bound
+    assert node_runner._direct_timeout({"healthz_retries": 1}) < bound

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rollout.change.engine import drain as draining
+from rollout.change.engine import drain
 from rollout.change.kinds import allocation_path
 from rollout.errors import ExternalError, NodeOperationError
 from rollout.kube import client, watching
@@ -69,7 +69,7 @@ def test_the_callers_backoffs_are_the_doubling_they_replaced() -> None:
     # at evicted pods: 0.05 s doubling, 0.25 s cap (bit-for-bit: doubling a float is exact)
     assert [client.BACKOFF.delay(i) for i in range(8)] == doubling(0.2, 2.0, 8)
     assert [watching.BACKOFF.delay(i) for i in range(8)] == doubling(0.2, 5.0, 8)
-    assert [draining._LOOKS.delay(i) for i in range(6)] == doubling(0.05, 0.25, 6)
+    assert [drain._LOOKS.delay(i) for i in range(6)] == doubling(0.05, 0.25, 6)
 
 
 def test_poll_is_fast_then_slow() -> None:
