@@ -167,7 +167,7 @@ def _in_chain_order(cases: set[tuple[str, str]]) -> list[tuple[str, str]]:
     return out
 
 
-# ``full``: every key of every command (79 cases). ``distinct`` (the default): see _distinct
+# ``full``: every key of every command (80 cases). ``distinct`` (the default): see _distinct
 # (39 cases). Both come from the table; the clean runs check the table.
 MATRIX = os.environ.get("ROLLOUT_CRASH_MATRIX", "distinct")
 CASES = _in_chain_order(
@@ -466,8 +466,13 @@ def _check(w: World, state: Path, change: str, expect: dict[str, str] | None) ->
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize(("command", "key"), CASES, ids=[f"{c}-{k}" for c, k in CASES])
-def test_kill_after_each_journal_entry_then_resume(world: World, command: str, key: str) -> None:
+@pytest.mark.parametrize(("command", "key"), CASES, ids=[f"{c}@{k}" for c, k in CASES])
+def test_kill_after_each_journal_entry(world: World, command: str, key: str) -> None:
+    """``command`` killed right after it journals ``key``, then finished by ``rollout resume``.
+
+    The id names only the killed command and the entry (``rollback@restore:begin``,
+    ``resume-cut@uncordon:begin``), not the resume every case ends with, so ``-k rollback``
+    selects the crashed rollbacks and ``-k resume`` the crashed resumes."""
     w = world
     state = w.root / f"case-{command}-{key.replace(':', '-')}"
     change = ["--change", w.change]

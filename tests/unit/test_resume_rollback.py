@@ -1,8 +1,8 @@
 """A rollback journals its start, so a rollback killed part way is an unfinished change that
 ``resume`` finishes (every node it names restored); and a node cut before any file was written
 is run again by a resume even when an earlier resume undid its cordon and was killed. Fakes; the
-lab proves both through the CLI (tests/lab/test_crash_lab.py, the ``rollback-*`` and
-``resume-cut-uncordon:*`` cases)."""
+lab proves both through the CLI (tests/lab/test_crash_lab.py, the ``rollback@*`` and
+``resume-cut@uncordon:*`` cases)."""
 
 from __future__ import annotations
 
