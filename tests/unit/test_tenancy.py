@@ -245,7 +245,7 @@ def test_preflight_refuses_a_tightening_when_the_tenancy_audit_fails(tmp_path: P
     node under single-numa-node (the lab intent), ``--force`` overrides it with the refusals
     kept for the journal; a pass is one report line."""
     from rollout.change.preflight.checking import PreviewedRefusal
-    from tests.unit.test_devicechecks import GPU, Reader, _node, _prepare
+    from tests.unit.test_device_checks import GPU, Reader, _node, _prepare
 
     objects = {"n1": _node("n1", {GPU: "8"}, {GPU: "8"}), "n2": _node("n2", {GPU: "8"}, {})}
     bad = Row("probe", "team-a", "user alice", "claim adminAccess", "refused", "allowed",

@@ -31,7 +31,7 @@ from rollout.change.preflight.device_checks import (
 from rollout.kube.nodes import to_node_info
 from rollout.lab.inventory import LAB_INTENT
 from rollout.models import PodListing, ServingReads
-from tests.unit.test_shipping_cas import _facts
+from tests.unit.test_node_runner_cas import _facts
 
 GPU = "nvidia.com/gpu"
 ADVERTISED = [
