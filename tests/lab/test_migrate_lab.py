@@ -253,7 +253,19 @@ def test_a_canary_moves_to_dra_holds_is_promoted_and_the_pool_rolls_back_in_orde
     assert dry.returncode == 0, dry.stderr[-3000:]
     doc = json.loads(dry.stdout)
     assert [b["nodes"] for b in doc["batches"]] == [["mig-a"], ["mig-b"]]
-    assert all(_path(lab, n) == "device-plugin" for n in pool)  # the dry run changed nothing
+    # a percentage maxUnavailable is of the pool's nodes (it was of one node: always 1)
+    whole = tmp_path / "whole.yaml"
+    whole.write_text(
+        plan.read_text()
+        .replace("maxUnavailable: 1", 'maxUnavailable: "100%"')
+        .replace("canaryGroup: canary", "canaryGroup: none")
+    )
+    dry = _run(
+        lab, state, "migrate", "--plan", str(whole), "-i", str(inv), "--dry-run", "-o", "json"
+    )
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert [b["nodes"] for b in json.loads(dry.stdout)["batches"]] == [["mig-a", "mig-b"]]
+    assert all(_path(lab, n) == "device-plugin" for n in pool)  # the dry runs changed nothing
 
     with BothWatch(lab, [*pool, OTHER]) as watch:
         r = _run(

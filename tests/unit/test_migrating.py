@@ -157,3 +157,65 @@ def test_a_migration_of_a_pool_with_tenants_is_refused_while_its_tenancy_audit_f
         assert ready.forced[0].startswith("tenancy audit of pool: fail")
         assert ready.to_dict()["forced"] == list(ready.forced)
     assert audited == [str(tmp_path / "tenancy.yaml")] * (1 if ok else 2)
+
+
+PERCENT = PLAN.replace("maxUnavailable: 1", 'maxUnavailable: "50%"')
+POOL4 = {"pool-a": ("a1", "a2", "a3", "a4"), "pool-b": ()}
+
+
+def test_a_percentage_max_unavailable_is_of_the_pools_nodes_at_migrate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """issue 38: ``maxUnavailable: 50%`` of a 4-node pool moves 2 nodes at a time, as apply
+    resolves it against its change's nodes (it was resolved against one node: always 1)."""
+    from rollout.change.commands import migrate_pool as migrating
+
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PERCENT)
+    monkeypatch.setattr(migrating, "read_world", lambda api, driver: PathWorld({}, {}, {}, [], []))
+    monkeypatch.setattr(migrating, "path_refusals", lambda *a: [])
+    monkeypatch.setattr("rollout.ansible.hosts.read_inventory", lambda p: _inv(**POOL4))
+    ready = migrating.prepare_migration(
+        object(), str(plan), Path("inv.ini"), False, False, dry_run=True
+    )
+    assert [b.nodes for b in ready.batches] == [("a1", "a2"), ("a3", "a4")]
+    assert ready.to_dict()["batches"] == [
+        {"canary": False, "nodes": ["a1", "a2"]},
+        {"canary": False, "nodes": ["a3", "a4"]},
+    ]
+
+
+def test_a_percentage_max_unavailable_is_of_the_migrations_nodes_at_promote(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The batches ``promote`` cuts for a held migration: 50% of its 4 nodes, the canary done
+    or not, so the 3 left go 2 and 1 (not 1, 1, 1; nor 50% of the 3 left)."""
+    from rollout.change.commands import migrate_pool as migrating
+    from rollout.change.commands import promote_change, session
+    from rollout.change.record import replay as replaying
+    from rollout.change.record.change_outcomes import ChangeOutcome
+    from rollout.change.record.replay import ChangeStatus, NodeStatus
+    from rollout.models import NodeState
+
+    plan = parse_plan(PERCENT, "plan.yaml")
+    nodes = {
+        "a1": NodeStatus("a1", NodeState.APPLIED),
+        **{n: NodeStatus(n, NodeState.PENDING) for n in ("a2", "a3", "a4")},
+    }
+    status = ChangeStatus("c1", nodes, ChangeOutcome.HELD)
+    monkeypatch.setattr(replaying, "replay", lambda entries, change_id: status)
+    monkeypatch.setattr(promote_change, "promote_refusal", lambda s, g: None)
+    monkeypatch.setattr(promote_change, "last_gate", lambda j: None)
+    monkeypatch.setattr("rollout.change.plan.schema.recorded_plan", lambda info, c: plan)
+    monkeypatch.setattr(session, "info_path", lambda j, key, given: Path("inv.ini"))
+    monkeypatch.setattr("rollout.ansible.hosts.read_inventory", lambda p: _inv(**POOL4))
+    monkeypatch.setattr(migrating, "claims_consent", lambda entries: False)
+
+    class Journal:
+        change_id = "c1"
+
+        def entries(self) -> list[Any]:
+            return []
+
+    promo = migrating.prepare_migration_promotion(Journal(), None, dry_run=True)  # type: ignore[arg-type]
+    assert [b.nodes for b in promo.remaining] == [("a2", "a3"), ("a4",)]

@@ -166,7 +166,8 @@ def prepare_migration(
         pp = replace(pp, settings=replace(pp.settings, terminate_claims=True))
     inv = read_inventory(inventory)
     targets = targets_of(inv, pp, plan)
-    strategy = plan.strategy
+    # a percentage maxUnavailable is of the migration's nodes, as apply's is of its change's
+    strategy = plan.strategy.for_nodes(len(targets))
     canary = [inv.node_of(h) for h in inv.groups.get(strategy.canary_group, ())]
     batches = make_batches(list(targets), canary, strategy, canary_only)
     world = read_world(api, pp.settings.driver)
@@ -315,7 +316,8 @@ def prepare_migration_promotion(
     inv = read_inventory(info_path(journal, "inventory", inventory))
     consent = terminate_claims or claims_consent(journal.entries())
     works = works_of(plan, inv, consent)
-    strategy = plan.strategy
+    # of every node of the migration (done or not), as at migrate: the batches keep their size
+    strategy = plan.strategy.for_nodes(len(works))
     done = {n for n, s in status.nodes.items() if s.state is not NodeState.PENDING}
     rest = [n for n in works if n not in done]
     remaining = make_batches(rest, [], strategy, False)
