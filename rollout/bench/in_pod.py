@@ -20,6 +20,14 @@ The pod is deleted in every case (grace 0) and the tool waits until it is gone, 
 finds its CPUs and GPU free. The pod is no change to the node (nothing journaled as a node step);
 the bench record names it.
 
+A tool killed mid-bench: on SIGTERM it deletes its pod before it dies (SIGINT's
+``KeyboardInterrupt`` deletes it on the way out, as any failure does). A pod a tool killed with
+SIGKILL left behind holds its CPUs and GPU until its ``activeDeadlineSeconds``; the next bench
+deletes it before placing its own: the pod names its creator (``rollout.io/bench-owner``:
+``user@host pid N``, as the Lease names its holder), and a bench pod is deleted only when that
+creator is a process of this host that no longer exists. A pod of a live process, of another
+host, or without the annotation is never deleted (it is named, when it is on the node benched).
+
 The record has one run per GPU model, ``placed`` (not ``local``/``remote``): the regression
 verdict compares it before and after; the aligned-advantage verdict needs a deliberately
 mismatched run, which the kubelet never places, so pod records leave it Inconclusive
@@ -28,29 +36,41 @@ mismatched run, which the kubelet never places, so pod records leave it Inconclu
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from rollout.bench.results import LAB_LABEL, PRODUCT_LABEL, BenchError, parse_output
 from rollout.change.plan.gate_section import PodBench
 from rollout.errors import ExternalError, InputError, Location
+from rollout.kube.lease_objects import holder_identity, holder_is_dead_here
 from rollout.kubelet.cpuset import CPUSetError, parse
+from rollout.retrying import Poll, wait_until
 
 if TYPE_CHECKING:
     from rollout.ansible.hosts import Inventory
     from rollout.kube.client import Api
     from rollout.kube.probing import ProbePods
 
-__all__ = ["bench_manifest", "read_result", "run"]
+__all__ = ["bench_manifest", "leftovers", "read_result", "run"]
 
 EXIT_MARK = "rollout-bench-exit="
 CONTAINER = "bench"
 BENCH_LABEL = "rollout.io/bench"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+OWNER_ANNOTATION = "rollout.io/bench-owner"
+"""The process that created the pod, ``user@host pid N`` (:func:`leftovers` reads it)."""
+NAME_PREFIX = "rollout-bench-"
+SELECTOR = f"{MANAGED_BY}=rollout,{BENCH_LABEL}=true"
 
 
 def _dns(s: str) -> str:
@@ -76,22 +96,27 @@ def bench_manifest(
     change: str | None,
     now: float,
     timeout_s: float = 600.0,
+    owner: str = "",
 ) -> dict[str, Any]:
     """The Guaranteed bench pod bound to ``node`` (pure); the kubelet ends it after
-    ``timeout_s`` plus its start and the hold, whatever happens to the tool."""
+    ``timeout_s`` plus its start and the hold, whatever happens to the tool. ``owner``: the
+    creating process (``user@host pid N``), annotated for :func:`leftovers`."""
     resources = {"cpu": str(pod.cpus), "memory": pod.memory, pod.gpu_resource: "1"}
     suffix = _dns(change or "")[-6:] or format(int(now * 1000) % 0xFFFFFF, "06x")
-    labels = {"app.kubernetes.io/managed-by": "rollout", BENCH_LABEL: "true"}
+    labels = {MANAGED_BY: "rollout", BENCH_LABEL: "true"}
     if change:
         labels["rollout.io/change"] = _dns(change)
+    annotations = dict(pod.annotations)
+    if owner:
+        annotations[OWNER_ANNOTATION] = owner
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": f"rollout-bench-{_dns(node)}-{suffix}-{int(now * 1000) % 100000:05d}",
+            "name": f"{NAME_PREFIX}{_dns(node)}-{suffix}-{int(now * 1000) % 100000:05d}",
             "namespace": pod.namespace,
             "labels": labels,
-            "annotations": dict(pod.annotations),
+            "annotations": annotations,
         },
         "spec": {
             "nodeName": node,
@@ -270,20 +295,24 @@ def run(
     labels = dict(node_info(api, node).labels)
     model = labels.get(PRODUCT_LABEL) or pod.gpu_resource
     full_env = {**env, "ROLLOUT_BENCH_BINDING": "placed", "ROLLOUT_BENCH_GPU_MODEL": model}
-    manifest = bench_manifest(pod, node, command, full_env, change, time.time(), timeout_s)
+    manifest = bench_manifest(
+        pod, node, command, full_env, change, time.time(), timeout_s, holder_identity()
+    )
     name = str(manifest["metadata"]["name"])
     from rollout.kube.probing import ProbePods
 
     pods = ProbePods(api, pod.namespace)
     pods.ensure_namespace()
-    pods.create(manifest)
-    say(f"bench pod {pod.namespace}/{name} on {node}")
-    try:
-        log = _await_log(pods, name, node, timeout_s)
-        with tempfile.TemporaryDirectory(prefix="rollout-benchpod-") as tmp:
-            data = _kubelet_account(api, inv, node, Path(tmp), pod.gpu_resource)
-    finally:
-        _delete(pods, name)
+    sweep(pods, node, say)
+    with deleted_on_term(lambda: pods.delete(name)):
+        pods.create(manifest)
+        say(f"bench pod {pod.namespace}/{name} on {node}")
+        try:
+            log = _await_log(pods, name, node, timeout_s)
+            with tempfile.TemporaryDirectory(prefix="rollout-benchpod-") as tmp:
+                data = _kubelet_account(api, inv, node, Path(tmp), pod.gpu_resource)
+        finally:
+            _delete(pods, name)
     placed = read_result(log, data, name, pod.namespace, pod.gpu_resource)
     why = []
     if placed["simulated"]:
@@ -314,11 +343,29 @@ def run(
     }
 
 
-def _await_log(pods: ProbePods, name: str, node: str, timeout_s: float) -> str:
-    """The pod's log once its command has finished (its exit mark printed)."""
-    deadline = time.monotonic() + timeout_s + 120  # admission, image pull, start
+LOG_POLL = Poll.every(1.0)
+"""How often the tool looks at the bench pod for its command's end."""
+
+
+def _await_log(
+    pods: ProbePods,
+    name: str,
+    node: str,
+    timeout_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> str:
+    """The pod's log once its command has finished (its exit mark printed), looked at every
+    second for ``timeout_s`` plus two minutes (admission, image pull, start).
+
+    Raises:
+        BenchError: the kubelet rejected the pod, or its container cannot start.
+        ExternalError: the pod disappeared, or no result within the time.
+    """
     log = problem = ""
-    while time.monotonic() < deadline:
+
+    def finished() -> bool:
+        nonlocal log, problem
         st = pods.status(name)
         if st is None:
             raise ExternalError(f"bench pod {name} on {node} disappeared before it finished")
@@ -340,28 +387,146 @@ def _await_log(pods: ProbePods, name: str, node: str, timeout_s: float) -> str:
                 log = pods.log(name, CONTAINER)
             except ExternalError as e:  # the kubelet's log not readable yet: ask again
                 problem = str(e)
-                time.sleep(1.0)
-                continue
+                return False
             if any(ln.startswith(EXIT_MARK) for ln in log.splitlines()):
-                return log
+                return True
             if st.get("phase") != "Running":
-                return log  # ended without the mark: read_result says so
-        time.sleep(1.0)
+                return True  # ended without the mark: read_result says so
+        return False
+
+    if wait_until(finished, timeout_s + 120, LOG_POLL, sleep, monotonic):
+        return log
     raise ExternalError(
         f"bench pod {name} on {node}: no result within {timeout_s + 120:g}s: "
         f"{problem or log.strip()[-300:]}"
     )
 
 
-def _delete(pods: ProbePods, name: str, wait_s: float = 120.0) -> None:
-    """Delete the pod and wait until it is gone (its CPUs and GPU free for the next run)."""
+GONE_POLL = Poll.every(0.5)
+"""How often the tool looks whether a deleted bench pod is gone (grace 0: within a look or two)."""
+GONE_WAIT_S = 120.0
+
+
+def _delete(
+    pods: ProbePods,
+    name: str,
+    wait_s: float = GONE_WAIT_S,
+    sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> None:
+    """Delete the pod and wait until it is gone (its CPUs and GPU free for the next run).
+
+    Raises:
+        ExternalError: still there ``wait_s`` after the delete.
+    """
     pods.delete(name)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if pods.status(name) is None:
-            return
-        time.sleep(0.5)
-    raise ExternalError(f"bench pod {pods.namespace}/{name} still present {wait_s:g}s after delete")
+    if not wait_until(lambda: pods.status(name) is None, wait_s, GONE_POLL, sleep, monotonic):
+        raise ExternalError(
+            f"bench pod {pods.namespace}/{name} still present {wait_s:g}s after delete"
+        )
+
+
+def _meta(p: Mapping[str, Any]) -> Mapping[str, Any]:
+    return p.get("metadata") or {}
+
+
+def owner_of(p: Mapping[str, Any]) -> str:
+    """The process that created a bench pod (``user@host pid N``; empty: not annotated)."""
+    return str((_meta(p).get("annotations") or {}).get(OWNER_ANNOTATION) or "")
+
+
+def leftovers(
+    listed: Iterable[Mapping[str, Any]], dead: Callable[[str], bool] = holder_is_dead_here
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """Of the pods ``listed``, the bench pods a killed tool left behind (to delete) and the
+    other bench pods (never deleted): a leftover carries the tool's labels, its name prefix and
+    an owner annotation ``dead`` says is a process gone (default: a process of this host that no
+    longer exists). A pod that is not a bench pod is in neither list.
+    """
+    stale: list[Mapping[str, Any]] = []
+    kept: list[Mapping[str, Any]] = []
+    for p in listed:
+        meta = _meta(p)
+        labels = meta.get("labels") or {}
+        if not (
+            labels.get(MANAGED_BY) == "rollout"
+            and labels.get(BENCH_LABEL) == "true"
+            and str(meta.get("name") or "").startswith(NAME_PREFIX)
+        ):
+            continue
+        owner = owner_of(p)
+        (stale if owner and dead(owner) else kept).append(p)
+    return stale, kept
+
+
+def sweep(
+    pods: ProbePods,
+    node: str,
+    say: Callable[[str], None],
+    dead: Callable[[str], bool] = holder_is_dead_here,
+    sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> list[str]:
+    """Delete the bench pods a killed tool left in the namespace (:func:`leftovers`) and wait
+    until they are gone; name any other bench pod on ``node``. Returns the names deleted.
+
+    Raises:
+        ExternalError: the pods could not be listed or deleted, or one stayed.
+    """
+    stale, kept = leftovers(pods.labelled(SELECTOR), dead)
+    names = [str(_meta(p).get("name")) for p in stale]
+    for p, name in zip(stale, names, strict=True):
+        where = (p.get("spec") or {}).get("nodeName") or "no node"
+        say(
+            f"deleting bench pod {pods.namespace}/{name} on {where}: left by {owner_of(p)}, "
+            "which no longer runs"
+        )
+        pods.delete(name)
+    for name in names:
+        _delete(pods, name, sleep=sleep, monotonic=monotonic)
+    for p in kept:
+        if (p.get("spec") or {}).get("nodeName") == node:
+            say(
+                f"warning: bench pod {pods.namespace}/{_meta(p).get('name')} on {node} "
+                f"(created by {owner_of(p) or 'an unnamed process'}) is still there; not this "
+                "run's to delete: it holds its CPUs and GPU until it ends"
+            )
+    return names
+
+
+@contextmanager
+def deleted_on_term(delete: Callable[[], None], wait_s: float = 5.0) -> Iterator[None]:
+    """While inside, SIGTERM first calls ``delete()`` (in a thread, waited for at most
+    ``wait_s``: the interrupted main thread may hold the connection pool's lock), then acts as
+    it would have without this (the default: the process dies by the signal). Nothing is
+    installed off the main thread, or when SIGTERM is ignored."""
+    previous = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread() or previous in (
+        signal.SIG_IGN,
+        None,
+    ):
+        yield
+        return
+
+    def quietly() -> None:
+        with suppress(Exception):  # dying anyway: the next run's sweep deletes what this left
+            delete()
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        t = threading.Thread(target=quietly, name="bench-pod-delete", daemon=True)
+        t.start()
+        t.join(wait_s)
+        signal.signal(signal.SIGTERM, previous)
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def describe(pod: PodBench, command: str) -> str:

@@ -193,6 +193,20 @@ class ProbePods:
             self.created.extend(names[-per_node:])
         return names
 
+    def labelled(self, selector: str) -> list[dict[str, Any]]:
+        """The pods of this namespace whose labels match ``selector`` (a label selector)."""
+        from rollout.kube.rest import AnswerError
+
+        try:
+            got = self._core.list_pod_for_all_namespaces(
+                field_selector=f"metadata.namespace={self.namespace}", label_selector=selector
+            )
+        except AnswerError as e:
+            raise ExternalError(
+                f"list pods {self.namespace} ({selector}): {e.status} {e.reason}"
+            ) from e
+        return [dict(p) for p in got.get("items") or ()]
+
     def cleanup(self) -> None:
         """Delete every probe this object created (already gone is fine)."""
 

@@ -240,13 +240,19 @@ class CoreV1:
         _continue: str | None = None,
         _request_timeout: Any = DEFAULT_TIMEOUT_S,
         _raw: bool = False,
+        label_selector: str | None = None,
     ) -> Any:
         """One page of at most ``limit`` pods (all when None); ``_continue``: the token the
         previous page's ``metadata.continue`` gave; ``_raw``: the answer's bytes, unparsed."""
         return self.rest.json(
             "GET",
             "/api/v1/pods",
-            query={"fieldSelector": field_selector, "limit": limit, "continue": _continue},
+            query={
+                "fieldSelector": field_selector,
+                "labelSelector": label_selector,
+                "limit": limit,
+                "continue": _continue,
+            },
             timeout=_request_timeout,
             raw=_raw,
         )

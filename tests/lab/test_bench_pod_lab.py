@@ -212,3 +212,124 @@ def test_bench_in_a_pod_the_kubelet_placed_names_its_cpus_and_gpu_and_gates_a_re
     assert rep.returncode == 0, rep.stderr
     assert f"| placed by the kubelet (pod {benches['after']['pod']['name']}; GPU " in rep.stdout
     print(f"bench pod mode on the real kubelet: {time.monotonic() - started:.1f}s")
+
+
+def _pod_names(lab: Lab, node: str | None = None) -> list[str]:
+    """Every pod of the tool's namespace (on ``node`` when given), bench or not."""
+    code, body = lab.api.request("GET", f"/api/v1/namespaces/{NS}/pods")
+    if code == 404:
+        return []
+    return [
+        p["metadata"]["name"]
+        for p in body["items"]
+        if node is None or (p.get("spec") or {}).get("nodeName") == node
+    ]
+
+
+def _foreign(name: str, owner: str | None) -> dict[str, Any]:
+    """A pod with the bench pod's labels the tool must never delete: created by a live process
+    (this test's) or naming none; it stays Pending (a nodeSelector no node matches; not bound
+    to a missing node, which the pod GC would delete)."""
+    meta: dict[str, Any] = {
+        "name": name,
+        "labels": {"app.kubernetes.io/managed-by": "rollout", "rollout.io/bench": "true"},
+    }
+    if owner:
+        meta["annotations"] = {"rollout.io/bench-owner": owner}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "nodeSelector": {"rollout.test/nowhere": "true"},
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
+
+
+@pytest.mark.timeout(600)
+def test_a_bench_pod_left_by_a_killed_tool_is_deleted_by_the_next_run_and_sigterm_deletes_its_own(
+    lab: Lab, lab_nodes: Any, tmp_path: Path
+) -> None:
+    """issue 38: ``rollout bench --mode pod`` killed (SIGKILL, by its PID) once its pod exists
+    leaves the pod holding its CPUs and GPU; the next run deletes it (its creator, named on the
+    pod, no longer runs) before placing its own, and its record is valid. Bench pods of a live
+    process or naming no creator stay. A run sent SIGTERM deletes its own pod before it dies."""
+    import getpass
+    import os
+    import signal
+    import socket
+
+    started = time.monotonic()
+    made = lab_nodes(1, kubelet="real")
+    (node,) = made.names
+    lab.machines.wait_ready([node], timeout=60)
+    ck.wait_for(lambda: _allocatable(lab, node) == 8, 120, "all 8 GPUs allocatable")
+    sc = tmp_path / "scenario.json"
+    sc.write_text(json.dumps({"*": {"placed": 1}}))
+    env = ck.env(lab, tmp_path / "state")
+
+    def bench(command: str) -> list[str]:
+        return [
+            "bench", "-i", str(made.inventory), "--node", node, "--mode", "pod",
+            "--image", "registry.k8s.io/pause:3.10", "--pod-memory", "64Mi",
+            "--pod-annotation", f"{RUN}=true", "--command", command,
+            "--env", f"BENCH_SCENARIO={sc}", "--timeout", "90", "-o", "json",
+        ]  # fmt: skip
+
+    slow = f"sleep 300; {sys.executable} {STANDIN}"
+
+    def killed(sig: signal.Signals) -> tuple[str, int, str]:
+        """A slow bench, sent ``sig`` by its PID once its pod exists: (pod, rc, stderr)."""
+        before = set(_bench_pods(lab))
+        proc = ck.start_cli(bench(slow), env)
+        try:
+            (pod,) = ck.wait_for(
+                lambda: [n for n in _bench_pods(lab) if n not in before], 120, "the bench pod"
+            )
+            os.kill(proc.pid, sig)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        return pod, proc.returncode, err
+
+    # pods the tool did not leave: another live process's (this test's), and one naming none
+    me = f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}"
+    code, body = lab.api.request("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
+    assert code in (201, 409), body
+    for name, owner in (("rollout-bench-live", me), ("rollout-bench-unnamed", None)):
+        code, body = lab.api.request("POST", f"/api/v1/namespaces/{NS}/pods", _foreign(name, owner))
+        assert code == 201, body
+    try:
+        # 1. SIGKILL: nothing runs in the tool; its pod stays behind
+        left, rc, _ = killed(signal.SIGKILL)
+        assert rc == -signal.SIGKILL
+        time.sleep(1.0)  # a pod the kill left stays (nothing of the tool runs any more)
+        assert left in _bench_pods(lab)
+
+        # 2. the next run deletes it before placing its own, and its result is valid
+        r = ck.cli(bench(f"{sys.executable} {STANDIN}"), env, timeout=400)
+        assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+        assert f"deleting bench pod {NS}/{left} on {node}: left by " in r.stderr, r.stderr
+        assert left not in _pod_names(lab)
+        rec = json.loads(r.stdout)
+        assert rec["mode"] == "pod" and rec["status"] == "pass", rec
+        assert rec["pod"]["name"] != left
+        (m,) = rec["models"]
+        (dev,) = m["placed"]["devices"]
+        assert _said(m["placed"], "NVIDIA_VISIBLE_DEVICES") == dev, m["placed"]
+        assert m["placed"]["p99Ms"] > 0 and m["placed"]["bindingHeld"] is True
+        # never a pod the tool did not leave
+        assert {"rollout-bench-live", "rollout-bench-unnamed"} <= set(_pod_names(lab))
+        assert _pod_names(lab, node) == []  # its own deleted and gone too
+
+        # 3. SIGTERM: the tool deletes its own pod, then dies by the signal as before
+        mine, rc, err = killed(signal.SIGTERM)
+        assert rc == -signal.SIGTERM, (rc, err[-2000:])
+        ck.wait_for(lambda: mine not in _pod_names(lab), 60, f"{mine} deleted by its SIGTERM")
+    finally:
+        for name in ("rollout-bench-live", "rollout-bench-unnamed"):
+            lab.api.request("DELETE", f"/api/v1/namespaces/{NS}/pods/{name}?gracePeriodSeconds=0")
+    print(f"bench pod left by a killed tool: {time.monotonic() - started:.1f}s")
