@@ -6,10 +6,15 @@ Why one module: the tool retries an API call on connection trouble and 5xx
 (``rollout.kube.client.call``), a watch after an error (``rollout.kube.watching``), an eviction a
 PodDisruptionBudget refused (``rollout.change.engine.drain``), a Node label write the kubelet's own
 status write raced (``rollout.kube.devices``), and waits for the DRA driver's republish
-(``rollout.change.kinds.allocation_path``). Each keeps its own policy (what it retries, for how
-long, how often); the arithmetic and the loop are written once here, with the clock a parameter, and
-tested once (``tests/unit/test_retrying.py``). No jitter: one process retries each resource, so
-there is no herd to spread.
+(``rollout.change.kinds.allocation_path``), the claim freeze's probe
+(``rollout.change.kinds.claim_freeze``), the Lease owner's watch and renewal after a failure
+(``rollout.kube.leases``), the recreated workloads and device probes
+(``rollout.change.commands.recreate_workloads``, ``rollout.evidence.recreating``), the bench pod
+(``rollout.bench.in_pod``) and ``rollout serve``'s drift rounds (``rollout.gate.trigger``). Each
+keeps its own policy (what it retries, for how long, how often); the arithmetic and the loop are
+written once here, with the clock a parameter, and tested once (``tests/unit/test_retrying.py``
+pins each caller's schedule). No jitter: one process retries each resource, so there is no herd to
+spread.
 """
 
 from __future__ import annotations

@@ -23,11 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from rollout.errors import ExternalError
 from rollout.kube.probing import PROBE_IMAGE, PROBE_NAMESPACE, ProbePods, probe_manifest
+from rollout.retrying import Poll, wait_until
 
 if TYPE_CHECKING:
     from rollout.kube.client import Api
 
 RUN_TIMEOUT_S = 90.0
+POLL = Poll.every(0.5)
+"""How often the probes are looked at while they start or go."""
 
 
 def device_probe(
@@ -92,9 +95,9 @@ class RecreatedProbes:
         Raises:
             ExternalError: a probe failed (the kubelet rejected it) or the timeout passed.
         """
-        deadline = self.clock() + self.timeout
         waiting = list(names)
-        while True:
+
+        def there() -> bool:
             for name in list(waiting):
                 st = self.pods.state(name)
                 if until == "gone":
@@ -110,10 +113,9 @@ class RecreatedProbes:
                         f"probe {name} on {st['node']} was rejected: {st['reason']}: "
                         f"{st['message']}"
                     )
-            if not waiting:
-                return
-            if self.clock() > deadline:
-                raise ExternalError(
-                    f"probe(s) {', '.join(waiting)} not {until} after {self.timeout:.0f}s"
-                )
-            self.sleep(0.5)
+            return not waiting
+
+        if not wait_until(there, self.timeout, POLL, self.sleep, self.clock):
+            raise ExternalError(
+                f"probe(s) {', '.join(waiting)} not {until} after {self.timeout:.0f}s"
+            )

@@ -22,6 +22,7 @@ from rollout.change.plan.gate_section import GateConfig
 from rollout.change.record.change_outcomes import ChangeOutcome, exit_code
 from rollout.change.record.opening import to_stderr
 from rollout.errors import InputError, Location, NodeOperationError, RolloutError
+from rollout.retrying import Poll
 from rollout.verdicts import Outcome, Verdict
 
 if TYPE_CHECKING:
@@ -302,14 +303,22 @@ def drift_loop(
     metrics: Any,
     interval: float,
     say: Callable[[str], None] = to_stderr,
+    sleep: Callable[[float], None] = time.sleep,
+    rounds: int | None = None,
 ) -> None:
-    """``rollout nodes``' drift on /configz of every marked Node, every ``interval`` seconds,
-    into ``rollout_node_drifted``; a failed round is logged and tried again next time."""
+    """``rollout nodes``' drift on /configz of every marked Node, every ``interval`` seconds
+    (between the end of one round and the start of the next), into ``rollout_node_drifted``; a
+    failed round is logged and tried again next time. ``rounds``: stop after that many (None:
+    never; the thread is a daemon)."""
     from rollout.fleet.survey import survey
 
-    while True:
+    pace = Poll.every(interval)
+    done = 0
+    while rounds is None or done < rounds:
+        if done:
+            sleep(pace.interval(done * interval))
         try:
             metrics.set_drift(survey(connected(), lock_namespace), time.time())
         except (RolloutError, OSError) as e:
             say(f"rollout serve: drift check failed: {e}")
-        time.sleep(interval)
+        done += 1

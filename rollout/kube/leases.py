@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -56,11 +57,20 @@ from rollout.kube.lease_objects import (
     write_lease,
 )
 from rollout.kube.rest import AnswerError
+from rollout.retrying import Poll
 
 # what callers of rollout.kube.leases import from here, though it now lives beside it
 __all__ = [
     "LeaseLock",
 ]
+
+WATCH_AGAIN = Poll.every(0.5)
+"""After the watch failed (the API server away), how soon the owner watches again (never past
+the next renewal, never sooner than :data:`SOONEST_S`)."""
+RENEW_AGAIN = Poll.every(1.0)
+"""After a renewal failed, how soon it is tried again (never later than the renewal period):
+the Lease is lost once renewal has failed for longer than its duration."""
+SOONEST_S = 0.05
 
 
 def _micro(t: datetime) -> str:
@@ -75,7 +85,11 @@ class LeaseLock:
     """
 
     def __init__(
-        self, api: Api, namespace: str = "kube-system", duration_s: int | None = None
+        self,
+        api: Api,
+        namespace: str = "kube-system",
+        duration_s: int | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = api
         self.namespace = namespace
@@ -88,8 +102,11 @@ class LeaseLock:
         self.request_seen_at: float | None = None
         self._lease: dict[str, Any] | None = None
         self._mu = threading.Lock()
-        self._last_ok = time.monotonic()
+        self._clock = monotonic
+        self._last_ok = monotonic()
         self._stop = threading.Event()
+        # how the owner's thread waits (the stop flag ends the wait): the tests' clock sleeps
+        self._wait: Callable[[float], object] = self._stop.wait
         self._thread: threading.Thread | None = None
 
     def check(self) -> None:
@@ -124,7 +141,7 @@ class LeaseLock:
                 raise ExternalError(f"write Lease {self.namespace}/{NAME}: {describe(e)}") from e
             self.change_id = change_id
             self._lease = written
-            self._last_ok = time.monotonic()
+            self._last_ok = self._clock()
             self._stop.clear()
             self._thread = threading.Thread(target=self._run, name="lease-owner", daemon=True)
             self._thread.start()
@@ -171,9 +188,10 @@ class LeaseLock:
 
     def _run(self) -> None:
         every = self.duration_s / 3
-        next_renew = time.monotonic() + every
+        clock = self._clock
+        next_renew = clock() + every
         while not self._stop.is_set() and self.lost is None:
-            left = next_renew - time.monotonic()
+            left = next_renew - clock()
             if left > 0:
                 with self._mu:
                     rv = rv_of(self._lease or {})
@@ -192,19 +210,20 @@ class LeaseLock:
                             else:
                                 self._seen(fresh)
                             break
-                        if self.lost or self._stop.is_set() or time.monotonic() >= next_renew:
+                        if self.lost or self._stop.is_set() or clock() >= next_renew:
                             break
                 except Exception:  # the API server is away: renewal decides when it is lost
-                    self._stop.wait(min(0.5, max(left, 0.05)))
+                    self._wait(min(WATCH_AGAIN.interval(0.0), max(left, SOONEST_S)))
                 if self.lost or self._stop.is_set():
                     return
-                if time.monotonic() < next_renew:
+                if clock() < next_renew:
                     continue
             if self._renew():
-                next_renew = time.monotonic() + every
+                next_renew = clock() + every
             else:
-                next_renew = time.monotonic() + min(1.0, every)
-                if time.monotonic() - self._last_ok > self.duration_s:
+                failing = clock() - self._last_ok
+                next_renew = clock() + min(RENEW_AGAIN.interval(failing), every)
+                if failing > self.duration_s:
                     self._lose(
                         f"could not renew the Lease for {self.duration_s}s "
                         "(the API server did not answer); another process may own it now"
@@ -222,7 +241,7 @@ class LeaseLock:
         req = RollbackRequest.parse(annotations_of(lease).get(REQUEST_ANNOTATION))
         if req is not None and req != self.request:
             if self.request is None:
-                self.request_seen_at = time.monotonic()
+                self.request_seen_at = self._clock()
             self.request = req
             self.interrupt.request(
                 StopReason(by=req.by, nodes=req.nodes, request_id=req.id, force=req.force)
@@ -262,7 +281,7 @@ class LeaseLock:
                 continue
             except Exception:
                 return False
-            self._last_ok = time.monotonic()
+            self._last_ok = self._clock()
             self._seen(written)
             return self.lost is None
         return False

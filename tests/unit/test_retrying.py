@@ -5,6 +5,8 @@ well under 1 s.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -192,3 +194,189 @@ def test_allocation_path_waits_fast_for_ten_seconds_then_every_poll() -> None:
     clock, left = Clock(), iter(["1 device", None])
     allocation_path._wait(clock, 12, "x", lambda: next(left))  # type: ignore[arg-type]
     assert clock.slept == [0.25]
+
+
+# --- the fixed polls moved onto the helper (issue 38): each one's cadence and bound ------------
+
+
+class Pods:
+    """The pods' side of a wait: each named state in turn, then the last one for ever."""
+
+    def __init__(self, *states: Any) -> None:
+        self.states = list(states)
+        self.asked = 0
+
+    def next(self) -> Any:
+        self.asked += 1
+        return self.states.pop(0) if len(self.states) > 1 else self.states[0]
+
+
+def test_the_lease_owner_retries_a_failed_renewal_every_second_and_loses_it_after_its_duration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The API server away: the watch is tried again every 0.5 s, the renewal (due at a third
+    of the duration) every second; the Lease is lost at the first failure past the duration."""
+    from rollout.kube import leases
+
+    clock = Clock()
+    lock = leases.LeaseLock(object(), duration_s=15, monotonic=clock.monotonic)  # type: ignore[arg-type]
+    lock.change_id, lock._lease, lock._wait = "c", {}, clock.sleep
+    renewals: list[float] = []
+
+    def watch(*a: Any) -> Any:
+        raise ConnectionRefusedError("away")
+
+    def write(*a: Any, **kw: Any) -> Any:
+        renewals.append(clock.t)
+        raise ConnectionRefusedError("away")
+
+    monkeypatch.setattr(leases, "watch_lease", watch)
+    monkeypatch.setattr(leases, "write_lease", write)
+    lock._run()
+    assert renewals == [5.0 + i for i in range(12)]  # 5, 6, ..., 16
+    assert set(clock.slept) == {0.5} and clock.t == 16.0
+    assert lock.lost is not None and "could not renew the Lease for 15s" in lock.lost
+    reason = lock.interrupt.reason()
+    assert reason is not None and reason.lost
+
+
+def test_the_lease_owner_renews_every_third_of_the_duration_watching_in_between(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rollout.kube import leases
+
+    clock = Clock()
+    lock = leases.LeaseLock(object(), duration_s=15, monotonic=clock.monotonic)  # type: ignore[arg-type]
+    lock.change_id, lock._wait = "c", clock.sleep
+    lock._lease = lock._body("c", datetime.now(UTC), None)
+    watched: list[tuple[float, float]] = []
+    renewals: list[float] = []
+
+    def watch(api: Any, ns: str, rv: str, left: float, stop: Any) -> Any:
+        watched.append((clock.t, left))
+        clock.t += left  # the watch ends at its timeout: nothing happened
+        return iter(())
+
+    def write(api: Any, ns: str, body: dict[str, Any], create: bool) -> Any:
+        renewals.append(clock.t)
+        if len(renewals) == 3:
+            lock._stop.set()
+        return body
+
+    monkeypatch.setattr(leases, "watch_lease", watch)
+    monkeypatch.setattr(leases, "write_lease", write)
+    lock._run()
+    assert renewals == [5.0, 10.0, 15.0] and clock.slept == []
+    assert watched == [(0.0, 5.0), (5.0, 5.0), (10.0, 5.0)] and lock.lost is None
+
+
+def test_the_recreation_looks_every_half_second_until_its_timeout(tmp_path: Path) -> None:
+    from rollout.change.commands.recreate_workloads import RecreatedWorkloads
+    from rollout.change.plan.batches import DrainPolicy
+    from rollout.change.record.journal import Journal
+    from rollout.models import Phase, Step
+
+    clock = Clock()
+    clock.now = lambda: datetime(2026, 1, 1, tzinfo=UTC)  # type: ignore[attr-defined]
+    pending = {"metadata": {"namespace": "ml", "name": "p"}, "status": {"phase": "Pending"}}
+    looks = Pods([pending])
+
+    class Workloads:
+        def pending(self, ns: str) -> Any:
+            return looks.next()
+
+        def of_owner(self, owner: str) -> Any:
+            return looks.next()
+
+    said: list[str] = []
+    rw = RecreatedWorkloads(object(), Workloads(), DrainPolicy(), clock, said.append, timeout=30)  # type: ignore[arg-type]
+
+    drained = Journal.create(tmp_path, "20260101T000000Z-aaaaaa")
+    drained.append(Step.DRAIN, Phase.DONE, now=clock.now(), node="n1", data={"evicted": ["ml/p"]})
+    rw._settle(drained, "n1")
+    assert clock.slept == [0.5] * 60 and looks.asked == 61
+    assert said[-1].startswith("warning: n1: still Pending after 30s: ml/p")
+    assert [m for m in said if "waiting for the drained pods" in m] == [
+        f"n1: waiting for the drained pods to come back before recreating: 1 Pending ({s}s left)"
+        for s in (20, 10)
+    ]
+
+    clock, looks = Clock(), Pods([])
+    rw.clock = clock  # type: ignore[assignment]
+    with pytest.raises(
+        ExternalError, match=r"0 of 1 replacement\(s\) of RS/ml/w Running after 30s"
+    ):
+        rw._replacements("n1", "RS/ml/w", set(), 1)
+    assert clock.slept == [0.5] * 60 and looks.asked == 61
+
+
+def test_the_device_probes_are_looked_at_every_half_second_until_their_timeout() -> None:
+    from rollout.evidence.recreating import RecreatedProbes
+
+    clock = Clock()
+    rp = RecreatedProbes.__new__(RecreatedProbes)
+    rp.timeout, rp.clock, rp.sleep = 20.0, clock.monotonic, clock.sleep
+    states = Pods(*([{"phase": "Pending"}] * 3), {"phase": "Running"})
+
+    class Probes:
+        def state(self, name: str) -> Any:
+            return states.next()
+
+    rp.pods = Probes()  # type: ignore[assignment]
+    rp._wait(["p"], "running")
+    assert clock.slept == [0.5] * 3 and states.asked == 4
+    states = Pods({"phase": "Pending"})
+    with pytest.raises(ExternalError, match=r"probe\(s\) p not running after 20s"):
+        rp._wait(["p"], "running")
+    assert clock.slept[3:] == [0.5] * 40
+
+
+def test_the_bench_pod_is_looked_at_every_second_for_its_timeout_and_two_minutes() -> None:
+    from rollout.bench import in_pod
+
+    class BenchPods:
+        def __init__(self, *states: Any) -> None:
+            self.states = Pods(*states)
+
+        def status(self, name: str) -> Any:
+            return self.states.next()
+
+        def log(self, name: str, container: str) -> str:
+            return f"{in_pod.EXIT_MARK}0\n"
+
+    clock = Clock()
+    pods = BenchPods({"phase": "Pending"}, {"phase": "Pending"}, {"phase": "Running"})
+    got = in_pod._await_log(pods, "b", "n1", 60, clock.sleep, clock.monotonic)  # type: ignore[arg-type]
+    assert got == f"{in_pod.EXIT_MARK}0\n" and clock.slept == [1.0, 1.0]
+    clock, pods = Clock(), BenchPods({"phase": "Pending"})
+    with pytest.raises(ExternalError, match="no result within 180s"):
+        in_pod._await_log(pods, "b", "n1", 60, clock.sleep, clock.monotonic)  # type: ignore[arg-type]
+    assert clock.slept == [1.0] * 180
+
+
+def test_the_drift_loop_runs_a_round_every_interval_and_survives_a_failed_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rollout.fleet import survey
+    from rollout.gate.trigger import drift_loop
+
+    results: list[Any] = [ExternalError("API server away"), ["r2"], ["r3"]]
+
+    def surveyed(api: Any, ns: str) -> Any:
+        r = results.pop(0)
+        if isinstance(r, Exception):
+            raise r
+        return r
+
+    class Metrics:
+        def __init__(self) -> None:
+            self.drift: list[Any] = []
+
+        def set_drift(self, reports: Any, at: float) -> None:
+            self.drift.append(reports)
+
+    monkeypatch.setattr(survey, "survey", surveyed)
+    clock, said, metrics = Clock(), [], Metrics()
+    drift_loop(lambda: None, "ns", metrics, 300.0, said.append, clock.sleep, rounds=3)
+    assert clock.slept == [300.0, 300.0] and metrics.drift == [["r2"], ["r3"]]
+    assert said == ["rollout serve: drift check failed: API server away"]

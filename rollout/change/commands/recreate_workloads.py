@@ -45,10 +45,13 @@ from rollout.kube.probing import PROBE_NAMESPACE
 from rollout.kube.watching import owner_of
 from rollout.models import Phase
 from rollout.protocols import Clock, Cluster
+from rollout.retrying import Poll, wait_until
 
 REPLACE_TIMEOUT_S = 120.0
 """How long a controller's replacements have to run once its pods are gone."""
 _SAY_EVERY_S = 10.0
+POLL = Poll.every(0.5)
+"""How often the recreation looks at the drained pods' return and at the replacements."""
 
 
 def _key(p: Mapping[str, Any]) -> str:
@@ -191,24 +194,27 @@ class RecreatedWorkloads:
             return
         start = self.clock.monotonic()
         deadline, said = start + self.timeout, start
-        while True:
+        pending: list[str] = []
+
+        def settled() -> bool:
+            nonlocal pending, said
             pending = sorted(_key(p) for ns in namespaces for p in self.pods.pending(ns))
-            if not pending:
-                return
             now = self.clock.monotonic()
-            if now > deadline:
-                self.say(
-                    f"warning: {node}: still Pending after {self.timeout:.0f}s: "
-                    f"{', '.join(pending)}; recreating what runs"
-                )
-                return
-            if now - said >= _SAY_EVERY_S:
+            if pending and now - said >= _SAY_EVERY_S and now < deadline:
                 said = now
                 self.say(
                     f"{node}: waiting for the drained pods to come back before recreating: "
                     f"{len(pending)} Pending ({deadline - now:.0f}s left)"
                 )
-            self.clock.sleep(0.5)
+            return not pending
+
+        if not wait_until(
+            settled, self.timeout, POLL, self.clock.sleep, self.clock.monotonic, start
+        ):
+            self.say(
+                f"warning: {node}: still Pending after {self.timeout:.0f}s: "
+                f"{', '.join(pending)}; recreating what runs"
+            )
 
     def _one(
         self,
@@ -256,7 +262,11 @@ class RecreatedWorkloads:
         """
         start = self.clock.monotonic()
         deadline, said = start + self.timeout, start
-        while True:
+        fresh: list[Mapping[str, Any]] = []
+        running: dict[str, str] = {}
+
+        def placed() -> bool:
+            nonlocal fresh, running, said
             fresh = [
                 p
                 for p in self.pods.of_owner(owner)
@@ -277,21 +287,25 @@ class RecreatedWorkloads:
                 if (p.get("status") or {}).get("phase") == "Running"
             }
             if len(running) >= count:
-                return dict(sorted(running.items())[:count])
+                return True
             now = self.clock.monotonic()
-            if now > deadline:
-                raise ExternalError(
-                    f"{node}: {len(running)} of {count} replacement(s) of {owner} Running after "
-                    f"{self.timeout:.0f}s (pending: "
-                    f"{', '.join(_key(p) for p in fresh if _key(p) not in running) or 'none'})"
-                )
-            if now - said >= _SAY_EVERY_S:
+            if now - said >= _SAY_EVERY_S and now < deadline:
                 said = now
                 self.say(
                     f"{node}: waiting for {count - len(running)} replacement(s) of {owner} to "
                     f"run ({deadline - now:.0f}s left)"
                 )
-            self.clock.sleep(0.5)
+            return False
+
+        if not wait_until(
+            placed, self.timeout, POLL, self.clock.sleep, self.clock.monotonic, start
+        ):
+            raise ExternalError(
+                f"{node}: {len(running)} of {count} replacement(s) of {owner} Running after "
+                f"{self.timeout:.0f}s (pending: "
+                f"{', '.join(_key(p) for p in fresh if _key(p) not in running) or 'none'})"
+            )
+        return dict(sorted(running.items())[:count])
 
 
 class KubeWorkloadPods:
