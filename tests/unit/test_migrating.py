@@ -168,14 +168,16 @@ def test_a_percentage_max_unavailable_is_of_the_pools_nodes_at_migrate(
 ) -> None:
     """issue 38: ``maxUnavailable: 50%`` of a 4-node pool moves 2 nodes at a time, as apply
     resolves it against its change's nodes (it was resolved against one node: always 1)."""
-    from rollout.change.commands import migrate_pool as migrating
+    from rollout.change.commands import migrate_pool
 
     plan = tmp_path / "plan.yaml"
     plan.write_text(PERCENT)
-    monkeypatch.setattr(migrating, "read_world", lambda api, driver: PathWorld({}, {}, {}, [], []))
-    monkeypatch.setattr(migrating, "path_refusals", lambda *a: [])
+    monkeypatch.setattr(
+        migrate_pool, "read_world", lambda api, driver: PathWorld({}, {}, {}, [], [])
+    )
+    monkeypatch.setattr(migrate_pool, "path_refusals", lambda *a: [])
     monkeypatch.setattr("rollout.ansible.hosts.read_inventory", lambda p: _inv(**POOL4))
-    ready = migrating.prepare_migration(
+    ready = migrate_pool.prepare_migration(
         object(), str(plan), Path("inv.ini"), False, False, dry_run=True
     )
     assert [b.nodes for b in ready.batches] == [("a1", "a2"), ("a3", "a4")]
@@ -190,9 +192,8 @@ def test_a_percentage_max_unavailable_is_of_the_migrations_nodes_at_promote(
 ) -> None:
     """The batches ``promote`` cuts for a held migration: 50% of its 4 nodes, the canary done
     or not, so the 3 left go 2 and 1 (not 1, 1, 1; nor 50% of the 3 left)."""
-    from rollout.change.commands import migrate_pool as migrating
-    from rollout.change.commands import promote_change, session
-    from rollout.change.record import replay as replaying
+    from rollout.change.commands import migrate_pool, promote_change, session
+    from rollout.change.record import replay
     from rollout.change.record.change_outcomes import ChangeOutcome
     from rollout.change.record.replay import ChangeStatus, NodeStatus
     from rollout.models import NodeState
@@ -203,13 +204,13 @@ def test_a_percentage_max_unavailable_is_of_the_migrations_nodes_at_promote(
         **{n: NodeStatus(n, NodeState.PENDING) for n in ("a2", "a3", "a4")},
     }
     status = ChangeStatus("c1", nodes, ChangeOutcome.HELD)
-    monkeypatch.setattr(replaying, "replay", lambda entries, change_id: status)
+    monkeypatch.setattr(replay, "replay", lambda entries, change_id: status)
     monkeypatch.setattr(promote_change, "promote_refusal", lambda s, g: None)
     monkeypatch.setattr(promote_change, "last_gate", lambda j: None)
     monkeypatch.setattr("rollout.change.plan.schema.recorded_plan", lambda info, c: plan)
     monkeypatch.setattr(session, "info_path", lambda j, key, given: Path("inv.ini"))
     monkeypatch.setattr("rollout.ansible.hosts.read_inventory", lambda p: _inv(**POOL4))
-    monkeypatch.setattr(migrating, "claims_consent", lambda entries: False)
+    monkeypatch.setattr(migrate_pool, "claims_consent", lambda entries: False)
 
     class Journal:
         change_id = "c1"
@@ -217,5 +218,5 @@ def test_a_percentage_max_unavailable_is_of_the_migrations_nodes_at_promote(
         def entries(self) -> list[Any]:
             return []
 
-    promo = migrating.prepare_migration_promotion(Journal(), None, dry_run=True)  # type: ignore[arg-type]
+    promo = migrate_pool.prepare_migration_promotion(Journal(), None, dry_run=True)  # type: ignore[arg-type]
     assert [b.nodes for b in promo.remaining] == [("a2", "a3"), ("a4",)]

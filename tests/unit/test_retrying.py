@@ -272,7 +272,7 @@ def test_the_lease_owner_renews_every_third_of_the_duration_watching_in_between(
 
 def test_the_recreation_looks_every_half_second_until_its_timeout(tmp_path: Path) -> None:
     from rollout.change.commands.recreate_workloads import RecreatedWorkloads
-    from rollout.change.plan.batches import DrainPolicy
+    from rollout.change.plan.drain_rules import DrainPolicy
     from rollout.change.record.journal import Journal
     from rollout.models import Phase, Step
 
