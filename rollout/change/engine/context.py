@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from rollout.change.plan.drain_rules import DrainPolicy
 from rollout.change.record.journal import Journal
-from rollout.change.record.replay import NodeStatus
+from rollout.change.record.replay import NodeStatus, owed_rollback
 from rollout.errors import RolloutError
 from rollout.fanout import DEFAULT_FORKS
 from rollout.interrupt import Interrupt, InterruptibleClock
@@ -146,9 +146,6 @@ class Context:
     interrupt: Interrupt = field(default_factory=Interrupt)
     #: at most this many nodes are worked on at once (``--forks``; see ``rollout.fanout``)
     forks: int = DEFAULT_FORKS
-    #: restores overwrite files edited after this change wrote them (``rollout rollback --force``,
-    #: also when handed over); otherwise the node step's compare-and-swap refuses them
-    force_restore: bool = False
     #: the kind of change (None: the kubelet-config change;
     # ``rollout.change.kinds.registry.kind_of``)
     kind: KindSteps | None = None
@@ -160,6 +157,16 @@ class Context:
     #: ``restore_end`` (resume settles nodes side by side; the last one out ends the bracket)
     restores: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def force_restore(self) -> bool:
+        """Whether a restore overwrites node files edited after this change wrote them
+        (``rollout rollback --force``, also handed over to the owner); otherwise the node step's
+        compare-and-swap refuses them. Decided by the journal alone, as the restore's write
+        starts: the ``force`` the rollback the change is in journaled
+        (:func:`~rollout.change.record.replay.owed_rollback`); no code sets it."""
+        owed = owed_rollback(self.journal.entries())
+        return owed is not None and owed.force
 
     @property
     def forward_clock(self) -> InterruptibleClock:

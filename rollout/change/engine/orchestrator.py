@@ -435,11 +435,9 @@ def _stopped(ctx: Context, reason: StopReason) -> ChangeStatus:
             nodes=tuple(reason.nodes) if reason.nodes else None,
             request=reason.request_id,
             seen_at=reason.at,
-            force=reason.force,
+            force=reason.force,  # ``--force`` handed over: the restores below read it here
         ).data(),
     )
-    if reason.force:  # ``rollout rollback --force`` handed over: overwrite as the command would
-        ctx.force_restore = True
     done: set[str] = set()
     errors: dict[str, RolloutError] = {}
     while True:
@@ -489,7 +487,8 @@ def rollback(ctx: Context, nodes: Sequence[str] | None = None, force: bool = Fal
     A change-level ``begin`` is journaled first (the change's info, its ``rollback``
     (:class:`~rollout.change.record.entries.RollbackAsked`) naming ``nodes`` and ``force``): a
     rollback killed part way is then an unfinished change that ``rollout resume`` finishes, as it
-    finishes an apply.
+    finishes an apply; the restores read their force policy from that entry
+    (``Context.force_restore``).
 
     Returns:
         The ended status: rolled back, or rollback-failed when a restore failed (the others
@@ -506,8 +505,7 @@ def rollback(ctx: Context, nodes: Sequence[str] | None = None, force: bool = Fal
                 f"node(s) {', '.join(unknown)} not part of change {status.change}; "
                 f"its nodes: {', '.join(status.nodes)}"
             )
-    asked = RollbackAsked(tuple(nodes) if nodes else None, force)
-    ctx.force_restore = ctx.force_restore or force
+    asked = RollbackAsked(tuple(nodes) if nodes else None, force)  # read by every restore below
     begin = replace(status.info, rollback=asked)
     ctx.journal.append(CHANGE_STEP, Phase.BEGIN, now=ctx.clock.now(), data=begin.data())
     targets = rollback_targets(status, nodes)

@@ -16,7 +16,6 @@ from rollout.change.engine.context import Context
 from rollout.change.engine.forward import apply_and_verify
 from rollout.change.engine.orchestrator import (
     GATE_STEP,
-    REQUEST_STEP,
     UnfinishedGate,
     end_change,
     gate_points,
@@ -27,9 +26,15 @@ from rollout.change.engine.restore import restore_node, restore_nodes
 from rollout.change.kinds.registry import kind_of
 from rollout.change.plan.batches import Batch
 from rollout.change.record.change_outcomes import ChangeOutcome, StopCause
-from rollout.change.record.entries import GateRecord, RequestRecord, TriggerRecord, step_failed
-from rollout.change.record.journal import CHANGE_STEP, Entry, Kind
-from rollout.change.record.replay import ChangeStatus, NodeStatus, replay, status_of
+from rollout.change.record.entries import GateRecord, TriggerRecord, step_failed
+from rollout.change.record.journal import Entry, Kind
+from rollout.change.record.replay import (
+    ChangeStatus,
+    NodeStatus,
+    owed_rollback,
+    replay,
+    status_of,
+)
 from rollout.errors import NodeFilesChangedError
 from rollout.models import WRITE_PHASE, WRITES, NodeState, Phase, Step, StepPath
 from rollout.verdicts import Verdict, VerdictStatus
@@ -193,44 +198,29 @@ class PendingRollback:
     by: str | None = None
 
 
-def _since_last_begin(entries: Sequence[Entry]) -> Sequence[Entry]:
-    starts = [i for i, e in enumerate(entries) if e.step == CHANGE_STEP and e.phase is Phase.BEGIN]
-    return entries[starts[-1] :] if starts else entries
-
-
 def unfinished_rollback(entries: Sequence[Entry]) -> PendingRollback | None:
     """The rollback an interrupted change still owes (pure), or None.
 
     Owed while the change has no end: when its latest ``begin`` is a rollback's
     (``rollout rollback``, its ``ChangeBegin.rollback``), or when the owner
-    journaled a handed-over rollback request (``request``) after it and died before ending.
+    journaled a handed-over rollback request (``request``) after it and died before ending
+    (:func:`rollout.change.record.replay.owed_rollback`, the rule the restore's force policy
+    is read by too).
     """
-    status = replay(entries)
-    if status.outcome != ChangeOutcome.RUNNING:
-        return None
-    asked = status.info.rollback
-    if asked:
-        return PendingRollback(asked.nodes, asked.force)
-    requests = [e for e in _since_last_begin(entries) if e.step == REQUEST_STEP]
-    if not requests:
-        return None
-    asked_by = [RequestRecord.read(r.data) for r in requests]
-    named = [r.nodes or () for r in asked_by]
-    nodes = None if not all(named) else tuple(dict.fromkeys(x for n in named for x in n))
-    force = any(r.force for r in asked_by)
-    return PendingRollback(nodes, force, asked_by[0].by)
+    owed = owed_rollback(entries)
+    return None if owed is None else PendingRollback(owed.nodes, owed.force, owed.by)
 
 
 def resume_rollback(ctx: Context, pending: PendingRollback) -> ChangeStatus:
     """Finish an interrupted rollback: the nodes it names restored (those already restored are
-    not touched again), every other node in flight settled as :func:`resume` settles it.
+    not touched again), every other node in flight settled as :func:`resume` settles it. Its
+    restores are forced as the rollback was asked: ``Context.force_restore`` reads the ``force``
+    it journaled by :func:`unfinished_rollback`'s rule; nothing here decides it again.
 
     Returns:
         The ended status: rolled back, or rollback-failed when a node could not be restored or
         settled.
     """
-    if pending.force:
-        ctx.force_restore = True
     status = status_of(ctx.journal)
     named = set(pending.nodes or status.nodes)
     others = [

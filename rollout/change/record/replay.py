@@ -19,6 +19,8 @@ from rollout.change.record.entries import (
     ChangeEnd,
     EvidenceRecord,
     NodeStep,
+    RequestRecord,
+    RollbackAsked,
     TriggerRecord,
     record_of,
 )
@@ -405,6 +407,64 @@ def cause_of(entry: Entry) -> StopCause | None:
         return None if cause is None else StopCause(cause)
     except ValueError:
         return None
+
+
+@dataclass(frozen=True)
+class OwedRollback:
+    """The rollback a running change is in (see :func:`owed_rollback`).
+
+    Attributes:
+        nodes: the nodes it restores (None: every node of the change).
+        force: whether its restores overwrite node files edited after this change wrote them
+            (``rollout rollback --force``, also handed over to the owner).
+        by: who asked, for a rollback handed to the change's owner (None: ``rollout rollback``).
+    """
+
+    nodes: tuple[str, ...] | None
+    force: bool = False
+    by: str | None = None
+
+
+def owed_rollback(entries: Iterable[Entry]) -> OwedRollback | None:
+    """The rollback the change is in, as its journal says (pure): None when it is in none.
+
+    While the change has no end (a change-level ``done`` / ``failed``) after its latest
+    ``begin``: that ``begin``'s rollback when it is a rollback's (``rollout rollback``:
+    :class:`~rollout.change.record.entries.RollbackAsked`), else the rollbacks handed to the
+    owner (``request``: :class:`~rollout.change.record.entries.RequestRecord`) journaled since
+    that ``begin`` (their nodes together, None when one names every node; forced when one
+    is; ``by``: the first one's).
+
+    This is the one rule for a restore's force policy: a restore overwrites files edited after
+    our write only while the change is in a rollback whose journaled ask says ``--force``
+    (``rollout.change.engine.context.Context.force_restore`` reads it here as each restore
+    write starts). Each asker journals its ``force`` before any restore it governs, so a
+    ``--force`` handed over mid-run takes effect from its ``request`` entry on (the nodes in
+    flight, restored before it, are not forced); a resumed rollback keeps the force it was
+    journaled with; every other restore (a failed node's, the gate's, ``resume`` settling a
+    node, a change that has ended) keeps the node step's compare-and-swap.
+    """
+    running = True  # as replay: a journal with no begin yet is running
+    asked: RollbackAsked | None = None
+    requests: list[RequestRecord] = []
+    for e in entries:
+        if e.node is not None:
+            continue
+        if e.step == Kind.REQUEST:
+            requests.append(RequestRecord.read(e.data))
+        elif e.step == CHANGE_STEP and e.phase is Phase.BEGIN:
+            running, asked, requests = True, ChangeBegin.read(e.data).rollback, []
+        elif e.step == CHANGE_STEP:
+            running = outcome_of(e) == ChangeOutcome.RUNNING
+    if not running:
+        return None
+    if asked is not None:
+        return OwedRollback(asked.nodes, asked.force)
+    if not requests:
+        return None
+    named = [r.nodes or () for r in requests]
+    nodes = None if not all(named) else tuple(dict.fromkeys(x for n in named for x in n))
+    return OwedRollback(nodes, any(r.force for r in requests), requests[0].by)
 
 
 def outcome_of(entry: Entry) -> ChangeOutcome:
