@@ -4,9 +4,10 @@ An operator edits a node's kubelet config after preflight read it and before the
 (``method: inplace``): that node gets nothing written, only our cordon is undone, the edit is kept,
 and the change stops with exit 3 naming node, file, expected and found sha256. A rollback of a
 node whose file was edited after our write is refused naming the file, and ``--force``
-overwrites it.
+overwrites it; ``rollout_kubelet_force=true`` in the inventory overwrites nothing, through
+``ansible-playbook`` or over plain ssh (only ``--force`` does).
 
-Runtime (2-core machine, warm lab binaries): about 60-90 s for the module.
+Runtime (2-core machine, warm lab binaries): about 2-3 min for the module.
 """
 
 from __future__ import annotations
@@ -94,6 +95,47 @@ def test_rollback_refuses_a_file_edited_after_our_write_unless_forced(
     assert f"/{CONFIG}" in r.stderr and "since our write" in r.stderr, r.stderr
     assert "--force" in r.stderr
     assert config.read_bytes() == edited
+
+    r = ck.cli(["rollback", "--change", change, "--force", "--yes"], env)
+    assert r.returncode == 0, r.stderr
+    assert config.read_bytes() == before
+    assert not ck.unschedulable(lab, first)
+
+
+@pytest.mark.parametrize("path", ["playbook", "ssh"])
+def test_an_inventorys_rollout_kubelet_force_forces_no_restore(
+    lab: Lab, lab_nodes: Any, tmp_path: Path, path: str
+) -> None:
+    """``rollout_kubelet_force=true`` in the inventory overwrites nothing: the tool passes the
+    journaled decision (``--force`` or not) to restore.yml as an extra variable, which beats
+    every inventory variable, and over plain ssh as the module's ``force``. A host variable the
+    direct path cannot take (a templated connection variable) sends the restore through
+    ``ansible-playbook``."""
+    names, inv, plan = _setup(lab, lab_nodes, tmp_path)
+    first = names[0]
+    state = tmp_path / "state"
+    env = ck.env(lab, state)
+    config = lab.machines.node_root(first) / CONFIG
+    before = config.read_bytes()
+    r = ck.cli(
+        ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"], env
+    )
+    assert r.returncode == 0, r.stderr
+    change = json.loads(r.stdout)["change"]
+    text = inv.read_text().replace("[all:vars]\n", "[all:vars]\nrollout_kubelet_force=true\n")
+    if path == "playbook":  # a templated connection variable: only Ansible can render it
+        text = text.replace("ansible_user=root\n", "ansible_user=\"{{ 'root' }}\"\n")
+    inv.write_text(text)
+    with open(config, "ab") as f:
+        f.write(b"maxPods: 77\n")  # edited after our write
+    edited = config.read_bytes()
+
+    r = ck.cli(["rollback", "--change", change, "--yes"], env)
+    assert r.returncode == 5, r.stderr
+    assert f"/{CONFIG}" in r.stderr and "since our write" in r.stderr, r.stderr
+    assert config.read_bytes() == edited  # the inventory's force overwrote nothing
+    played = list(state.rglob(f"changes/{change}/restore/*.json"))
+    assert bool(played) is (path == "playbook"), played  # restore.yml's payloads, or none
 
     r = ck.cli(["rollback", "--change", change, "--force", "--yes"], env)
     assert r.returncode == 0, r.stderr

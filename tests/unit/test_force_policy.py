@@ -194,3 +194,55 @@ def test_an_unforced_rollback_refuses_a_drifted_file_and_a_forced_one_restores_i
     assert _runner(ctx).forced == [("n2", True)]
     assert cluster.nodes["n2"].files[CONF] == OLD
     assert ctx.force_restore is False  # that rollback ended: the next restore is not forced
+
+
+# --- the node step gets the decided force on both paths; an inventory's value decides nothing ---
+
+PLAIN = {"ansible_python_interpreter": "/usr/bin/python3", "ansible_host": "10.0.0.1"}
+
+
+def _restore_items() -> list[tuple[NodeChange, list[RestoreFile]]]:
+    return [(make_change("n1"), [RestoreFile(CONF, OLD, "0644", "root", "root")])]
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_the_restore_playbook_gets_the_decided_force_as_an_extra_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, force: bool
+) -> None:
+    """Extra variables beat the inventory's in Ansible: ``rollout_kubelet_force`` is passed on
+    every restore run, false too, so an inventory that sets it true forces nothing (the lab
+    runs the real playbook: tests/lab/test_node_cas.py)."""
+    from rollout.ansible.outcomes import HostResult, PlaybookResult
+    from rollout.change.engine.node_runner import FORCE_VAR, PlaybookNodeRunner
+
+    seen: list[Any] = []
+
+    def restore(inventory: Path, change_id: str, payloads: Any, on_event: Any, extra: Any) -> Any:
+        seen.append(extra)
+        return PlaybookResult("restore.yml", "successful", 0, {"n1": HostResult("n1", "ok")}, 0)
+
+    runner = PlaybookNodeRunner(tmp_path, tmp_path / "inv.ini", direct_restore=False)
+    monkeypatch.setattr(runner.ansible, "restore", restore)
+    assert runner.restore_many(_restore_items(), "c1", force=force)["n1"].ok
+    assert seen == [{FORCE_VAR: force}]
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_restore_over_plain_ssh_gets_the_decided_force_not_the_inventorys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, force: bool
+) -> None:
+    from rollout.ansible import direct
+    from rollout.change.engine.node_runner import FORCE_VAR, PlaybookNodeRunner
+
+    seen: dict[str, Any] = {}
+
+    def run_all(calls: Any, *_a: Any, **_kw: Any) -> dict[str, dict[str, Any]]:
+        seen.update({h: dict(args) for h, (_t, args) in calls.items()})
+        return {h: {"changed": True} for h in calls}
+
+    monkeypatch.setattr(direct, "run_all", run_all)
+    hostvars = {"n1": {**PLAIN, FORCE_VAR: True, "rollout_kubelet_healthz_retries": 7}}
+    runner = PlaybookNodeRunner(tmp_path, tmp_path / "inv.ini", hostvars=hostvars)
+    assert runner.restore_many(_restore_items(), "c1", force=force)["n1"].ok
+    assert seen["n1"]["action"] == "restore" and seen["n1"]["force"] is force
+    assert seen["n1"]["healthz_retries"] == 7  # the other role variables still reach it

@@ -169,6 +169,18 @@ class PlaybookNodeRunner:
     ) -> Mapping[str, RunResult]:
         """See ``NodeRunner.restore_many``.
 
+        ``force`` (the change's journaled force policy, ``Context.force_restore``) is the only
+        thing that lets a restore overwrite a file edited after our write, on both paths: the
+        plain-ssh call carries it as the module's ``force``, and the playbook gets it as the extra
+        variable ``rollout_kubelet_force``, set to true or false on every run. Extra variables
+        beat every inventory, ``group_vars`` and ``host_vars`` value in Ansible's precedence, so a
+        ``rollout_kubelet_force`` in an inventory is ignored on both paths alike: a host
+        variable never turns off the compare-and-swap, force comes from ``--force`` and is
+        journaled. (Refusing such an inventory instead would make every restore read the whole
+        inventory first, ``rollout rollback`` included, which starts from the kept connection
+        variables without ``ansible-inventory``; and it would stop a rollback in an incident over
+        a variable that can no longer change anything.)
+
         Raises:
             ExternalError: the playbook could not start at all (every node of the call failed).
         """
@@ -184,7 +196,7 @@ class PlaybookNodeRunner:
             change_id,
             payloads,
             self._events({c.host: c.node for c, _ in items}),
-            {"rollout_kubelet_force": True} if force else None,
+            {FORCE_VAR: force},  # always: an inventory's value never decides (see above)
         )
         return {
             c.node: _result(res.hosts.get(c.host), "restore playbook", c.node) for c, _ in items
@@ -392,6 +404,10 @@ def _connection_vars(v: Mapping[str, Any]) -> dict[str, Any]:
     out.update({k: True for k in _SECRET_OR_FLAG if v.get(k)})
     return out
 
+
+FORCE_VAR = f"{direct.ROLE_PREFIX}force"
+"""The role variable restore.yml reads for the module's ``force``: the tool sets it on every
+restore run as an extra variable (:meth:`PlaybookNodeRunner.restore_many`)."""
 
 #: role variables (from the inventory) -> the node step module's arguments: every option of the
 #: node step's defaults but ``force`` (a direct restore forces on ``rollback --force`` only;
