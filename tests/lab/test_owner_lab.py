@@ -4,6 +4,8 @@
   stops the soak, rolls back once, exits 5 naming who asked; the requester reports it (exit 0);
   the Lease is gone afterwards. The hand-over latency (request written -> owner's rollback
   journaled) is printed;
+* ``rollout rollback --force`` handed over: the owner overwrites a file edited after its write;
+  without ``--force`` its restore is refused and the edit kept;
 * the same during a drain held open by a PodDisruptionBudget;
 * two requests at once: one rollback per node;
 * an Alertmanager webhook (``rollout serve``) during the soak: handed over, the owner names the
@@ -132,6 +134,48 @@ def test_rollback_during_the_soak_is_handed_to_the_owner(
         f"{first_restore - out['requestedAt']:.2f} s; test {time.monotonic() - started:.1f}s"
     )
     assert 0 <= seen < 1.0
+
+
+@pytest.mark.timeout(360)
+@pytest.mark.parametrize("force", [True, False])
+def test_a_handed_over_rollback_overwrites_an_edited_file_only_with_force(
+    lab: Lab, lab_nodes: Any, tmp_path: Path, force: bool
+) -> None:
+    """A file the change wrote is edited during the soak. ``rollout rollback --force`` handed to
+    the owner: the owner journals the request's force, then its restore overwrites the edit (the
+    node byte-identical to before). Without ``--force`` the owner's restore is refused naming
+    the file, the edit is kept, and a later ``rollback --force`` (run here: the owner is gone)
+    puts the node back."""
+    ns = _lock_ns(lab, f"lock-force-{str(force).lower()}")
+    names, apply, env, before = _start_soaking(lab, lab_nodes, tmp_path, ns)
+    node = names[0]
+    state = tmp_path / "state"
+    change = Journal.open(state).change_id
+    written = [f for f, sha in ck.snapshot(lab, node).items() if before[node].get(f) != sha]
+    assert written, "the canary's change wrote no watched file"
+    edited_path = lab.machines.node_root(node) / written[0].lstrip("/")
+    with open(edited_path, "ab") as f:
+        f.write(b"\n# edited by hand during the soak\n")
+    edited = edited_path.read_bytes()
+    args = ["rollback", "--change", change, "--yes", "-o", "json", "--lock-namespace", ns]
+    r = ck.cli([*args, *(["--force"] if force else [])], env)
+    code, err = _finish(apply)
+    assert code == 5, err[-3000:]
+    (req,) = [e for e in Journal.open(state, change).entries() if e.step == "request"]
+    assert req.data.get("force", False) is force
+    if force:
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["outcome"] == "rolled-back"
+        assert ck.snapshot(lab, node) == before[node]
+    else:
+        assert r.returncode == 5, r.stderr
+        assert "since our write" in err and written[0] in err, err[-3000:]
+        assert edited_path.read_bytes() == edited  # refused: the edit kept
+        r = ck.cli([*args, "--force"], env)
+        assert r.returncode == 0, r.stderr
+        assert ck.snapshot(lab, node) == before[node]
+    assert not ck.unschedulable(lab, node)
+    assert _lease(lab, ns) is None
 
 
 @pytest.mark.timeout(300)
