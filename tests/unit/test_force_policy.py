@@ -19,7 +19,8 @@ import pytest
 from rollout.change.engine.context import Context
 from rollout.change.engine.orchestrator import NoGate, rollback, run_change
 from rollout.change.engine.resumption import resume_rollback, unfinished_rollback
-from rollout.change.plan.batches import Strategy, make_batches
+from rollout.change.plan.batches import make_batches
+from rollout.change.plan.strategy import Strategy
 from rollout.change.record.journal import Journal
 from rollout.change.record.replay import OwedRollback, owed_rollback, replay
 from rollout.interrupt import Interrupt, StopReason
