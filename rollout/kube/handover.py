@@ -34,6 +34,11 @@ from rollout.kube.lease_objects import (
     write_lease,
 )
 from rollout.kube.rest import AnswerError
+from rollout.retrying import Poll
+
+WATCH_RETRY = Poll.every(0.5)
+"""After a watch of the Lease failed (the API server away): how long the requester waits before it
+reads the Lease again and watches anew (``tests/unit/test_handover_schedule.py``)."""
 
 
 @dataclass(frozen=True)
@@ -127,8 +132,15 @@ def wait_outcome(
     handed: HandOver,
     timeout_s: float | None = None,
     on_wait: Callable[[str], None] | None = None,
+    *,
+    poll: Poll = WATCH_RETRY,
+    sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> dict[str, Any] | None:
     """Wait until the owner reports the outcome of ``handed`` on the Lease.
+
+    A watch that fails (the API server away) is told to ``on_wait``; the Lease is read again
+    after ``poll``'s interval (``sleep``, ``monotonic``: the clock).
 
     Returns:
         The outcome (``request``, ``outcome``, ``message``, ``owner``), or None when the owner
@@ -138,7 +150,8 @@ def wait_outcome(
     Raises:
         ExternalError: ``timeout_s`` passed first.
     """
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    started = monotonic()
+    deadline = None if timeout_s is None else started + timeout_s
     rv = handed.rv
     while True:
         try:
@@ -154,7 +167,7 @@ def wait_outcome(
         except Exception as e:  # the API server is away: read below, or wait
             if on_wait is not None:
                 on_wait(f"watching the Lease: {describe(e)}")
-            time.sleep(0.5)
+            sleep(poll.interval(monotonic() - started))
         lease = read_lease(api, namespace)
         if lease is None:
             return None
@@ -164,7 +177,7 @@ def wait_outcome(
         if live_holder(lease, datetime.now(UTC)) != handed.owner:
             return None
         rv = rv_of(lease)
-        if deadline is not None and time.monotonic() > deadline:
+        if deadline is not None and monotonic() > deadline:
             raise ExternalError(
                 f"the owner {handed.owner} did not report the rollback within {timeout_s:.0f}s"
             )
