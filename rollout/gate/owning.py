@@ -106,14 +106,13 @@ class JournalOwners:
         return owner_of(node, touched, lease_change=lease_change, group_policy=policy)
 
 
-def journal_recorder(
-    root: Path, opener: Callable[[str], Journal] | None = None
-) -> Callable[[str, Mapping[str, Any]], None]:
-    """Appends a ``trigger`` record (phase done) to the named change's journal (``opener``: how
-    to open it; ``rollout serve`` fetches it from the cluster record and mirrors the record)."""
+def journal_recorder(root: Path) -> Callable[[str, Mapping[str, Any]], None]:
+    """Appends a ``trigger`` record (phase done) to the named change's journal under ``root``,
+    with no cluster and no Lease (unit tests). ``rollout serve`` writes its records through the
+    change's one writer instead: ``rollout.gate.trigger.alert_server``."""
 
     def record(change_id: str, data: Mapping[str, Any]) -> None:
-        journal = opener(change_id) if opener else Journal.open(root, change_id)
+        journal = Journal.open(root, change_id)
         journal.append(Kind.TRIGGER, Phase.DONE, now=datetime.now(UTC), data=data)
 
     return record

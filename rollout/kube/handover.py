@@ -1,11 +1,16 @@
-"""The requester's side of a rollback hand-over: write the request on the owner's Lease, wait.
+"""The requester's side of a hand-over: write a rollback request, or an entry of the change's
+record, on the owner's Lease, and wait for the owner's answer there.
 
 Why apart from :mod:`rollout.kube.leases`: that module is the owner, one process holding the
 Lease for the whole change; this is whoever asks it to roll back (``rollout rollback``,
 ``rollout watch``, a ``rollout serve`` webhook), for as long as one request takes. The requester
 never touches the change's nodes while an owner is live: it writes the
 ``rollout.dev/rollback-request`` annotation (compare-and-swap, joining a pending request) and
-watches for the owner's ``rollout.dev/rollback-outcome``.
+watches for the owner's ``rollout.dev/rollback-outcome``. Nor does it write the change's record
+while an owner is live: an entry (``rollout watch``'s verdict, a webhook's trigger) goes on the
+Lease as a ``rollout.dev/record-request`` (:func:`hand_over_record`), and the owner lists its id
+under ``rollout.dev/record-done`` once written (:func:`wait_recorded`;
+``rollout.change.commands.owner_records`` is the caller).
 """
 
 from __future__ import annotations

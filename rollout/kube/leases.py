@@ -17,7 +17,10 @@ is a compare-and-swap on its ``resourceVersion``:
   ``rollout serve`` webhook: :func:`rollout.kube.handover.hand_over`) reaches it within
   milliseconds; it stops forward work, rolls back the nodes named, and writes
   ``rollout.dev/rollback-outcome`` before releasing, which the requester is watching for
-  (:func:`rollout.kube.handover.wait_outcome`);
+  (:func:`rollout.kube.handover.wait_outcome`); an entry of the change's record another process
+  writes on it (``rollout.dev/record-request``: ``rollout watch``'s verdict, a webhook's trigger)
+  the owner writes into its journal, the one writer of the change's record, and lists as done
+  (``rollout.dev/record-done``; :meth:`LeaseLock.serve_records`);
 * a Lease is free when nobody holds it, when it expired (renewTime + duration is past), or when
   its holder is a process on this host that no longer exists (a crashed ``apply`` resumed at once).
 
