@@ -148,7 +148,8 @@ def test_watch_and_serve_hand_their_entries_to_the_owner(
     assert ck.snapshot(lab, names[0]) == before
     assert _lease(lab, ns) is None
     print(
-        f"owner wrote {len(held)} entries (2 handed), then {len(record) - len(held)} by serve; "
+        f"owner wrote {len(held)} entries ({sum(1 for e in held if e.handed)} handed), then "
+        f"{len(record) - len(held)} by serve; "
         f"test {time.monotonic() - started:.1f}s"
     )
 
