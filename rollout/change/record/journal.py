@@ -171,6 +171,7 @@ class Entry:
             phase, path = Phase(obj["phase"]), StepPath(path) if path else None
         # the frozen dataclass's __init__ sets each field through object.__setattr__: built
         # directly, a 70,000-entry journal reads 3x faster (benchmarks/README.md, scale_bench)
+        handed = obj.get("handed")
         out = object.__new__(cls)
         out.__dict__.update(
             ts=str(obj["ts"]),
@@ -181,15 +182,9 @@ class Entry:
             path=path,
             data=obj.get("data") or {},
             writer=obj.get("writer"),
-            handed=_handed(obj.get("handed")),
+            handed=None if handed is None else Handed(str(handed["id"]), str(handed["by"])),
         )
         return out
-
-
-def _handed(raw: Any) -> Handed | None:
-    if raw is None:
-        return None
-    return Handed(str(raw["id"]), str(raw["by"]))
 
 
 _PHASES = {p.value: p for p in Phase}
