@@ -43,19 +43,22 @@ def change_statuses(root: Path) -> list[ChangeStatus]:
 
 
 def rolls_back_group(status: ChangeStatus) -> bool:
-    """Whether the change's plan (its file, else the text the change recorded) says
-    ``gate.onFailure: rollback-group`` (False when neither is there or it is unreadable: an alert
-    then rolls back only its own node, the smaller act)."""
+    """Whether the change's plan (its file, else the text the change recorded) rolls back the
+    group on failure: a ``gate:`` section whose ``onFailure`` is ``rollback-group``, written or
+    by default (an empty ``gate:`` is the gate's defaults, as ``apply`` runs it:
+    ``rollout.change.plan.gate_section.GateConfig.on_failure``). False when the plan has no
+    ``gate:``, or neither the file nor the recorded text is there or readable: an alert then
+    rolls back only its own node, the smaller act (``tests/unit/test_gate_owning.py``)."""
+    from rollout.change.plan.gate_section import OnFailure
     from rollout.change.plan.schema import recorded_plan
 
     try:
         plan = recorded_plan(status.info, status.change)
     except RolloutError:
         return False
-    # an empty ``gate:`` counts as none here, as it always has (its default is rollback-group)
-    if plan is None or plan.gate is None or not any(f.startswith("gate.") for f in plan.lines):
+    if plan is None or plan.gate is None:
         return False
-    return plan.gate.on_failure.value == "rollback-group"
+    return plan.gate.on_failure is OnFailure.ROLLBACK_GROUP
 
 
 class JournalOwners:
@@ -103,14 +106,13 @@ class JournalOwners:
         return owner_of(node, touched, lease_change=lease_change, group_policy=policy)
 
 
-def journal_recorder(
-    root: Path, opener: Callable[[str], Journal] | None = None
-) -> Callable[[str, Mapping[str, Any]], None]:
-    """Appends a ``trigger`` record (phase done) to the named change's journal (``opener``: how
-    to open it; ``rollout serve`` fetches it from the cluster record and mirrors the record)."""
+def journal_recorder(root: Path) -> Callable[[str, Mapping[str, Any]], None]:
+    """Appends a ``trigger`` record (phase done) to the named change's journal under ``root``,
+    with no cluster and no Lease (unit tests). ``rollout serve`` writes its records through the
+    change's one writer instead: ``rollout.gate.trigger.alert_server``."""
 
     def record(change_id: str, data: Mapping[str, Any]) -> None:
-        journal = opener(change_id) if opener else Journal.open(root, change_id)
+        journal = Journal.open(root, change_id)
         journal.append(Kind.TRIGGER, Phase.DONE, now=datetime.now(UTC), data=data)
 
     return record

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -104,15 +104,16 @@ def watch_config(plan_file: str | None) -> GateConfig:
 
 def applied_nodes(change_id: str, api: Api, lock_namespace: str) -> tuple[list[str], float, Any]:
     """The applied nodes of a change ``rollout watch`` soaks over, when the change began, and
-    its journal (fetched from the cluster record when this machine lacks it).
+    its journal (fetched from the cluster record when this machine lacks it; read only: what
+    ``watch`` journals goes through the change's owner, :func:`owner_recorder`).
 
     Raises:
         InputError: the change has no applied node.
     """
-    from rollout.change.record.opening import existing_journal, mirrored
+    from rollout.change.record.opening import existing_journal
     from rollout.change.record.replay import replay
 
-    journal = mirrored(existing_journal(change_id, api, lock_namespace), api, lock_namespace)
+    journal = existing_journal(change_id, api, lock_namespace)
     entries = journal.entries()
     status = replay(entries, change_id)
     nodes = [n for n, s in status.nodes.items() if str(s.state) == "applied"]
@@ -124,6 +125,27 @@ def applied_nodes(change_id: str, api: Api, lock_namespace: str) -> tuple[list[s
         )
     started = datetime.fromisoformat(entries[0].ts).timestamp() if entries else time.time()
     return nodes, started, journal
+
+
+def owner_recorder(
+    change_id: str, kube: KubeTarget, say: Callable[[str], None] = to_stderr
+) -> Callable[[str, Any], None]:
+    """What ``rollout watch`` journals (its verdicts, its trigger) written into the change's
+    record by its one writer: handed to the change's owner while a process holds its Lease, else
+    under the Lease taken for the write (``rollout.change.commands.owner_records``). An entry that
+    cannot be written is a warning: the verdict still stands, is printed, and a Failed one still
+    rolls back (through the owner, or under the Lease)."""
+    from rollout.change.commands.owner_records import OwnerRecords
+
+    write = OwnerRecords(kube.connect(), kube.lock_namespace, change_id, say)
+
+    def record(kind: str, data: Any) -> None:
+        try:
+            write(kind, data)
+        except RolloutError as e:
+            say(f"warning: the {kind} entry was not journaled in change {change_id}: {e}")
+
+    return record
 
 
 @dataclass(frozen=True)
@@ -161,14 +183,11 @@ def watch_change(
     from rollout.gate.assembly import build_soak_gate
     from rollout.gate.serve import AlertReceiver, GateMetrics, make_server, parse_listen, read_token
     from rollout.gate.soaking import rollback_targets
-    from rollout.models import Phase
 
     api = kube.connect()
-    nodes, started, journal = applied_nodes(change_id, api, kube.lock_namespace)
+    nodes, started, _ = applied_nodes(change_id, api, kube.lock_namespace)
     trigger = functools.partial(trigger_rollback, kube=kube, wait=False, say=say)
-
-    def record(kind: str, data: Any) -> None:
-        journal.append(kind, Phase.DONE, now=datetime.now(UTC), data=data)
+    record = owner_recorder(change_id, kube, say)
 
     metrics = GateMetrics()
     server = None
@@ -225,9 +244,10 @@ def alert_server(
     Raises:
         InputError: a bad ``--listen``, token file, or TLS certificate / key (or only one).
     """
-    from rollout.change.record.journal import state_dir
-    from rollout.change.record.opening import existing_journal, mirrored
-    from rollout.gate.owning import JournalOwners, export_node_states, journal_recorder
+    from rollout.change.commands.owner_records import OwnerRecords
+    from rollout.change.record.journal import Kind, state_dir
+    from rollout.change.record.opening import existing_journal
+    from rollout.gate.owning import JournalOwners, export_node_states
     from rollout.gate.serve import (
         AlertReceiver,
         make_server,
@@ -264,10 +284,10 @@ def alert_server(
         if change:
             existing_journal(change, connected(), lock_namespace)
 
-    def opener(change_id: str) -> Any:
-        return mirrored(
-            existing_journal(change_id, connected(), lock_namespace), connected(), lock_namespace
-        )
+    def record(change_id: str, data: Any) -> None:
+        """A trigger entry, written by the change's one writer: handed to its owner, else under
+        the Lease taken for the write (a failure is the webhook's 500: Alertmanager retries)."""
+        OwnerRecords(connected(), lock_namespace, change_id, say)(Kind.TRIGGER, data)
 
     def cluster_states() -> Any:
         from rollout.kube.mirror import node_states as labelled
@@ -277,7 +297,7 @@ def alert_server(
     receiver = AlertReceiver(
         trigger,
         owners=JournalOwners(root, lease, refresh),
-        record=journal_recorder(root, opener),
+        record=record,
         log=lambda m: say(f"rollout serve: {m}"),
     )
     server = make_server(

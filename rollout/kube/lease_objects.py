@@ -10,23 +10,41 @@ pure functions over the Lease as the API server returns it (a dict), unit-tested
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import socket
 import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from rollout.errors import ExternalError
+from rollout.errors import ExternalError, LockHeldError
+from rollout.identity import process_identity
 from rollout.kube.client import Api, call, describe
 from rollout.kube.rest import AnswerError
+from rollout.retrying import Poll, wait_until
 
 NAME = "rollout-lock"
 CHANGE_ANNOTATION = "rollout.dev/change-id"
 REQUEST_ANNOTATION = "rollout.dev/rollback-request"
 OUTCOME_ANNOTATION = "rollout.dev/rollback-outcome"
+RECORD_REQUEST_ANNOTATION = "rollout.dev/record-request"
+"""Entries other processes ask the owner to write into the change's record (a JSON list of
+:class:`RecordRequest`)."""
+RECORD_DONE_ANNOTATION = "rollout.dev/record-done"
+"""The ids of the last :data:`RECORDS_KEPT` requests the owner wrote (a JSON list)."""
+HELD_FOR_ANNOTATION = "rollout.dev/held-for"
+"""``record`` on a Lease taken only to write one entry into the change's record (``rollout watch``
+or ``rollout serve`` while nobody owns the change): it is let go within moments, so a rollback
+or a new owner waits for it instead of handing a request to it (:func:`past_record_writer`)."""
+HELD_FOR_RECORD = "record"
+RECORDS_KEPT = 32
+RECORD_HOLD_S = 15.0
+"""How long a rollback or a new owner waits for a Lease held only to write a record."""
+RECORD_HOLD_POLL = Poll(fast_s=0.05, fast_for_s=1.0, slow_s=0.2)
+"""How often it looks meanwhile (such a writer holds the Lease for well under a second)."""
 DEFAULT_DURATION_S = 30
 """The Lease's duration (``$ROLLOUT_LEASE_DURATION_S`` overrides it): an owner that cannot renew
 for this long stops, and a crashed owner's Lease is free after it."""
@@ -41,12 +59,9 @@ def lease_duration(env: dict[str, str] | None = None) -> int:
 
 
 def holder_identity() -> str:
-    """``user@host pid N``: who holds the lock, in words an operator can act on."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = str(os.getuid())
-    return f"{user}@{socket.gethostname()} pid {os.getpid()}"
+    """``user@host pid N``: who holds the lock, in words an operator can act on (the journal names
+    each entry's writer the same way: ``rollout.identity``)."""
+    return process_identity()
 
 
 def holder_is_dead_here(holder: str) -> bool:
@@ -108,6 +123,112 @@ class RollbackRequest:
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
+
+
+@dataclass(frozen=True)
+class RecordRequest:
+    """An entry handed to the change's owner through the Lease, to write into the change's record
+    (one writer per change: ``rollout.change.commands.owner_records``).
+
+    Attributes:
+        id: random id; the owner lists it under :data:`RECORD_DONE_ANNOTATION` once written.
+        by: who asked (``user@host pid N``).
+        step: the entry's step (``verdict``, ``trigger``, ``recovery``); its phase is ``done``.
+        data: the entry's data.
+    """
+
+    id: str
+    by: str
+    step: str
+    data: Mapping[str, Any]
+
+    def to_obj(self) -> dict[str, Any]:
+        return {"id": self.id, "by": self.by, "step": self.step, "data": dict(self.data)}
+
+
+def record_requests(annotations: Mapping[str, str]) -> list[RecordRequest]:
+    """The record requests pending on a Lease (unreadable ones are skipped)."""
+    out: list[RecordRequest] = []
+    try:
+        raw = json.loads(annotations.get(RECORD_REQUEST_ANNOTATION) or "[]")
+    except ValueError:
+        return out
+    for obj in raw if isinstance(raw, list) else []:
+        try:
+            data = obj["data"]
+            if isinstance(data, dict):
+                out.append(RecordRequest(str(obj["id"]), str(obj["by"]), str(obj["step"]), data))
+        except (KeyError, TypeError):
+            continue
+    return out
+
+
+def records_done(annotations: Mapping[str, str]) -> list[str]:
+    """The ids of the record requests the owner wrote (the last :data:`RECORDS_KEPT`)."""
+    try:
+        raw = json.loads(annotations.get(RECORD_DONE_ANNOTATION) or "[]")
+    except ValueError:
+        return []
+    return [str(i) for i in raw] if isinstance(raw, list) else []
+
+
+def with_records(
+    annotations: dict[str, str], pending: list[RecordRequest], done: list[str]
+) -> dict[str, str]:
+    """``annotations`` with the pending requests and the done ids set (an empty list: removed)."""
+    out = dict(annotations)
+    out.pop(RECORD_REQUEST_ANNOTATION, None)
+    if pending:
+        out[RECORD_REQUEST_ANNOTATION] = json.dumps(
+            [r.to_obj() for r in pending], sort_keys=True, separators=(",", ":")
+        )
+    if done:
+        out[RECORD_DONE_ANNOTATION] = json.dumps(done[-RECORDS_KEPT:], separators=(",", ":"))
+    return out
+
+
+def held_for_record(lease: dict[str, Any] | None, now: datetime) -> bool:
+    """Whether a live holder took the Lease only to write a record (see
+    :data:`HELD_FOR_ANNOTATION`)."""
+    return (
+        live_holder(lease, now) is not None
+        and annotations_of(lease or {}).get(HELD_FOR_ANNOTATION) == HELD_FOR_RECORD
+    )
+
+
+def past_record_writer(
+    api: Api,
+    namespace: str,
+    lease: dict[str, Any] | None,
+    *,
+    me: str | None = None,
+    within_s: float = RECORD_HOLD_S,
+    poll: Poll = RECORD_HOLD_POLL,
+    sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> dict[str, Any] | None:
+    """``lease`` when it is not held only to write a record (or by ``me``); else the Lease as it
+    is once that writer let it go, read every ``poll`` interval.
+
+    Raises:
+        LockHeldError: still held for a record after ``within_s``.
+        ExternalError: the API server failed.
+    """
+    now = datetime.now(UTC)
+    if not held_for_record(lease, now) or (me is not None and holder_of(lease or {}) == me):
+        return lease
+    seen: list[dict[str, Any] | None] = [lease]
+
+    def gone() -> bool:
+        seen[0] = read_lease(api, namespace)
+        return not held_for_record(seen[0], datetime.now(UTC))
+
+    if not wait_until(gone, within_s, poll, sleep, monotonic):
+        raise LockHeldError(
+            f"the cluster lock (Lease {namespace}/{NAME}) is held by {holder_of(seen[0] or {})} "
+            f"to write the change's record for over {within_s:.0f}s; try again"
+        )
+    return seen[0]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,7 +17,10 @@ is a compare-and-swap on its ``resourceVersion``:
   ``rollout serve`` webhook: :func:`rollout.kube.handover.hand_over`) reaches it within
   milliseconds; it stops forward work, rolls back the nodes named, and writes
   ``rollout.dev/rollback-outcome`` before releasing, which the requester is watching for
-  (:func:`rollout.kube.handover.wait_outcome`);
+  (:func:`rollout.kube.handover.wait_outcome`); an entry of the change's record another process
+  writes on it (``rollout.dev/record-request``: ``rollout watch``'s verdict, a webhook's trigger)
+  the owner writes into its journal, the one writer of the change's record, and lists as done
+  (``rollout.dev/record-done``; :meth:`LeaseLock.serve_records`);
 * a Lease is free when nobody holds it, when it expired (renewTime + duration is past), or when
   its holder is a process on this host that no longer exists (a crashed ``apply`` resumed at once).
 
@@ -40,9 +43,11 @@ from rollout.interrupt import Interrupt, StopReason
 from rollout.kube.client import Api, describe
 from rollout.kube.lease_objects import (
     CHANGE_ANNOTATION,
+    HELD_FOR_ANNOTATION,
     NAME,
     OUTCOME_ANNOTATION,
     REQUEST_ANNOTATION,
+    RecordRequest,
     RollbackRequest,
     annotations_of,
     delete_lease,
@@ -50,10 +55,14 @@ from rollout.kube.lease_objects import (
     holder_of,
     lease_duration,
     live_holder,
+    past_record_writer,
     read_lease,
+    record_requests,
+    records_done,
     renewed_at,
     rv_of,
     watch_lease,
+    with_records,
     write_lease,
 )
 from rollout.kube.rest import AnswerError
@@ -81,7 +90,11 @@ class LeaseLock:
     """The owner's Lease: taken for one change, renewed by compare-and-swap, watched for requests.
 
     ``interrupt`` is set when a rollback request arrives or the Lease is lost; the orchestrator
-    stops forward work on it.
+    stops forward work on it. Entries other processes hand over (:meth:`serve_records`) are
+    written by the owner's thread as they arrive.
+
+    ``held_for``: ``record`` when the Lease is taken only to write one entry
+    (``rollout.kube.lease_objects.HELD_FOR_ANNOTATION``).
     """
 
     def __init__(
@@ -90,6 +103,7 @@ class LeaseLock:
         namespace: str = "kube-system",
         duration_s: int | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        held_for: str | None = None,
     ) -> None:
         self.api = api
         self.namespace = namespace
@@ -108,6 +122,10 @@ class LeaseLock:
         # how the owner's thread waits (the stop flag ends the wait): the tests' clock sleeps
         self._wait: Callable[[float], object] = self._stop.wait
         self._thread: threading.Thread | None = None
+        self.held_for = held_for
+        self._write: Callable[[RecordRequest], None] | None = None
+        self._writing = threading.Lock()  # one handed entry at a time; serve_records waits
+        self._written: dict[str, None] = {}  # ids of the handed entries written, oldest first
 
     def check(self) -> None:
         """Preflight: refuse early when a live Lease exists (nothing is written).
@@ -126,8 +144,11 @@ class LeaseLock:
             LockHeldError: a live Lease exists, whatever its change (holder and change named).
         """
         for _ in range(3):
+            # a Lease held only to write one record is let go within moments: wait for it
+            lease = past_record_writer(
+                self.api, self.namespace, read_lease(self.api, self.namespace), me=self.identity
+            )
             now = datetime.now(UTC)
-            lease = read_lease(self.api, self.namespace)
             if lease is not None:
                 self._check_free(lease, now, change_id)
             body = self._body(change_id, now, lease)
@@ -170,6 +191,8 @@ class LeaseLock:
             "namespace": self.namespace,
             "annotations": {CHANGE_ANNOTATION: change_id},  # a stale request does not carry over
         }
+        if self.held_for is not None:
+            meta["annotations"][HELD_FOR_ANNOTATION] = self.held_for
         if old is not None:
             meta["resourceVersion"] = rv_of(old)
         return {
@@ -246,6 +269,76 @@ class LeaseLock:
             self.interrupt.request(
                 StopReason(by=req.by, nodes=req.nodes, request_id=req.id, force=req.force)
             )
+        self._take_records(lease)
+
+    # -- entries handed over by other processes -------------------------------------------
+
+    def serve_records(self, write: Callable[[RecordRequest], None] | None) -> None:
+        """Write the entries other processes hand over (``rollout watch``'s verdicts,
+        ``rollout serve``'s triggers) with ``write``, from now on; None: no longer (waits for
+        one being written). The owner's change session sets it once its journal is mirrored and
+        clears it before it detaches the mirror, so a handed entry is written into the change's
+        record by this process, the Lease holder, or left on the Lease for the requester to see
+        unwritten (``rollout.kube.handover.wait_recorded``)."""
+        with self._writing:
+            self._write = write
+        if write is not None:  # requests that came before the session could take them
+            with self._mu:
+                lease = self._lease
+            if lease is not None:
+                self._take_records(lease)
+
+    def _take_records(self, lease: dict[str, Any]) -> None:
+        """Write the pending handed entries not written yet, then list them as done."""
+        pending = record_requests(annotations_of(lease))
+        if not pending:
+            return
+        with self._writing:
+            if self._write is None or self.lost is not None:
+                return
+            for req in pending:
+                if req.id in self._written:
+                    continue
+                try:
+                    self._write(req)
+                except Exception:  # left unwritten on the Lease: the requester says so
+                    break
+                self._written[req.id] = None
+            while len(self._written) > 256:
+                del self._written[next(iter(self._written))]
+            done = [r.id for r in pending if r.id in self._written]
+        if done:
+            self._mark_done(done)
+
+    def _mark_done(self, ids: list[str]) -> None:
+        """Move ``ids`` from the Lease's pending record requests to its done list (CAS)."""
+        for _ in range(5):
+            try:
+                lease = read_lease(self.api, self.namespace)
+            except ExternalError:
+                return  # listed by the next look at the Lease
+            if lease is None or holder_of(lease) != self.identity:
+                return
+            annotations = annotations_of(lease)
+            pending = [r for r in record_requests(annotations) if r.id not in ids]
+            before = records_done(annotations)
+            done = before + [i for i in ids if i not in before]
+            if done == before and len(pending) == len(record_requests(annotations)):
+                return
+            lease.setdefault("metadata", {})["annotations"] = with_records(
+                annotations, pending, done
+            )
+            try:
+                written = write_lease(self.api, self.namespace, lease, create=False)
+            except AnswerError as e:
+                if e.status == 409:
+                    continue
+                return
+            except Exception:
+                return
+            with self._mu:
+                self._lease = written
+            return
 
     def _lose(self, why: str) -> None:
         if self._stop.is_set():

@@ -70,6 +70,9 @@ class RecordingLock:
     def report(self, outcome: str, message: str) -> None:
         self.log.append(("report", outcome))
 
+    def serve_records(self, write: Any) -> None:
+        self.serving = write  # entries handed over: tests/unit/test_owner_records.py
+
 
 class RecordingMirror:
     """The cluster mirror: each entry it is given goes into ``log`` (``held``: the Lease's

@@ -45,6 +45,9 @@ class RecordingLock:
     def report(self, outcome: str, message: str) -> None:
         self.calls.append(("report", outcome, message))
 
+    def serve_records(self, write: Any) -> None:
+        self.serving = write  # entries handed over: tests/unit/test_owner_records.py
+
 
 @pytest.fixture(autouse=True)
 def _no_cluster_mirror(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol, TextIO
 
-from rollout.change.record.journal import Entry, Journal
+from rollout.change.record.journal import Entry, Handed, Journal
 from rollout.models import Phase, StepPath
 
 
@@ -224,8 +224,9 @@ class ObservedJournal(Journal):
         node: str | None = None,
         path: StepPath | None = None,
         data: Mapping[str, Any] | None = None,
+        handed: Handed | None = None,
     ) -> Entry:
-        entry = super().append(step, phase, now=now, node=node, path=path, data=data)
+        entry = super().append(step, phase, now=now, node=node, path=path, data=data, handed=handed)
         self._observer(entry)
         return entry
 

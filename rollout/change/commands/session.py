@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from rollout.ansible.hosts import Inventory
     from rollout.change.preflight.checking import Prepared
     from rollout.kube.client import Api
+    from rollout.kube.lease_objects import RecordRequest
 
 
 class SystemClock:
@@ -70,6 +71,10 @@ class OwnerLock(Lock, Protocol):
     @property
     def interrupt(self) -> Interrupt:
         """Set by the Lease's watch; the engine stops forward work on it."""
+        ...
+
+    def serve_records(self, write: Callable[[RecordRequest], None] | None) -> None:
+        """Write the entries other processes hand over with ``write`` (None: no longer)."""
         ...
 
 
@@ -141,11 +146,16 @@ class ChangeSession:
 
     On entry, in this order: the Lease is taken for the change (one owner: ``LockHeldError``
     when a live process has it, and nothing else happens); the journal is created (a new
-    change, ``journal`` None) or the existing one taken as given; the cluster mirror is
-    attached to it (each later append and backup is also written into the cluster record); the
-    engine's context is built over it with the Lease's interrupt installed (a rollback handed
-    over or the Lease lost stops forward work). On exit, however the block ends (an outcome,
-    an error, ``KeyboardInterrupt``): the mirror is detached, then the Lease is released, so
+    change, ``journal`` None), the existing one taken as given, or opened by ``opener`` now that
+    the Lease is held (the cache brought up to the cluster record then: a process that owned the
+    change a moment before wrote its last entries there); the cluster mirror is attached to it
+    (each later append and backup is also written into the cluster record); the entries other
+    processes hand to the owner (``rollout watch``'s verdicts, ``rollout serve``'s triggers:
+    ``rollout.change.commands.owner_records``) are written into it from then on; the engine's
+    context is built over it with the Lease's interrupt installed (a rollback handed over or the
+    Lease lost stops forward work), unless ``setup`` is None (a session that only writes the
+    record). On exit, however the block ends (an outcome, an error, ``KeyboardInterrupt``):
+    handed entries are no longer taken, the mirror is detached, then the Lease is released, so
     this process writes the cluster record only while it owns the change, and no entry is
     journaled in the session before the Lease is taken or after it is released
     (``tests/unit/test_change_session.py``).
@@ -165,18 +175,22 @@ class ChangeSession:
         api: Api,
         lock: OwnerLock,
         opts: ChangeOptions,
-        setup: RunSetup,
+        setup: RunSetup | None,
         *,
         journal: Journal | None = None,
         progress: Progress | None = None,
         say: Callable[[str], None] = to_stderr,
         context: ContextFactory | None = None,
+        opener: tuple[str, Callable[[str], Journal]] | None = None,
     ) -> None:
         self.api, self.lock, self.opts, self.setup = api, lock, opts, setup
         self.progress, self.say = progress, say
         self._given = journal
+        self._opener = opener
         self._context = context or self._open_context
         self.change_id: str | None = journal.change_id if journal is not None else None
+        if opener is not None:
+            self.change_id = opener[0]
         self._journal: Journal | None = None
         self._ctx: Context | None = None
         self._held = False
@@ -227,17 +241,21 @@ class ChangeSession:
         self.lock.acquire(change_id)
         self._held, self.change_id = True, change_id
         try:
-            journal, created = self._given, self._given is None
-            if journal is None:
-                journal = Journal.create(state_dir(), change_id)
+            journal, created = self._given, False
+            if journal is None and self._opener is not None:
+                journal = self._opener[1](change_id)
+            elif journal is None:
+                journal, created = Journal.create(state_dir(), change_id), True
             self._journal = mirrored(journal, self.api, self.opts.lock_namespace, self.say)
             if created:
                 self.say(f"change {change_id}: journal {journal.file}")
-            ctx = self._context(self._journal, self.setup, self.opts, self.progress, self.say)
-            ctx.interrupt = self.lock.interrupt
-            if self.setup.kind is not None:
-                ctx.kind = self.setup.kind
-            self._ctx = ctx
+            self.lock.serve_records(self._write_handed)
+            if self.setup is not None:
+                ctx = self._context(self._journal, self.setup, self.opts, self.progress, self.say)
+                ctx.interrupt = self.lock.interrupt
+                if self.setup.kind is not None:
+                    ctx.kind = self.setup.kind
+                self._ctx = ctx
         except BaseException:
             self.close()
             raise
@@ -246,9 +264,28 @@ class ChangeSession:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _write_handed(self, req: RecordRequest) -> None:
+        """An entry another process handed to this owner, into the change's mirrored record."""
+        from rollout.change.record.journal import Handed
+        from rollout.models import Phase
+
+        journal = self._journal
+        if journal is None:
+            raise RuntimeError("the change session is not open")
+        journal.append(
+            req.step,
+            Phase.DONE,
+            now=datetime.now(UTC),
+            data=req.data,
+            handed=Handed(req.id, req.by),
+        )
+
     def close(self) -> None:
-        """Detach the mirror, then release the Lease (idempotent)."""
+        """Take no more handed entries, detach the mirror, then release the Lease
+        (idempotent)."""
         try:
+            if self._held:
+                self.lock.serve_records(None)
             for journal in (self._journal, self._ctx.journal if self._ctx else None):
                 if journal is not None:
                     journal.mirror = None
@@ -541,11 +578,12 @@ class RollbackResult:
         return doc
 
 
-_ONE_ROLLBACK = threading.Lock()
-"""One :func:`roll_back` at a time in a process: the Lease's holder identity is the process
-(``user@host pid N``), so two rollbacks run side by side in one ``rollout serve`` would each take
-the other's Lease for their own. The second waits for the first, then finds the Lease free (or
-handed to a new owner) as a second process would."""
+ONE_OWNER_HERE = threading.Lock()
+"""One :func:`roll_back` (or one record write under the Lease,
+``rollout.change.commands.owner_records``) at a time in a process: the Lease's holder identity is
+the process (``user@host pid N``), so two sessions side by side in one ``rollout serve`` would
+each take the other's Lease for their own. The second waits for the first, then finds the Lease
+free (or handed to a new owner) as a second process would."""
 
 
 def roll_back(
@@ -568,7 +606,7 @@ def roll_back(
         NodeOperationError: the rollback run here failed on a node (its status went to
             ``failed``).
     """
-    with _ONE_ROLLBACK:
+    with ONE_OWNER_HERE:
         return _roll_back(api, req, progress, failed, say)
 
 

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 from rollout.change.record.entries import SCHEMA_VERSION
 from rollout.errors import InputError, Location
+from rollout.identity import process_identity
 from rollout.models import Phase, StepPath
 
 
@@ -96,6 +97,15 @@ def new_change_id(now: datetime, token: str | None = None) -> str:
 
 
 @dataclass(frozen=True)
+class Handed:
+    """An entry another process asked the change's owner to write (``rollout watch``'s verdict,
+    ``rollout serve``'s trigger): the request's id and who asked (``user@host pid N``)."""
+
+    id: str
+    by: str
+
+
+@dataclass(frozen=True)
 class Entry:
     """One journal line.
 
@@ -107,6 +117,10 @@ class Entry:
         node: Node name (None for change-level entries).
         path: forward or restore (None for change-level entries).
         data: step details (prior cordon state, backup hashes, messages).
+        writer: the process that wrote it (``user@host pid N``, as the Lease names its holder;
+            None in journals written before rollout named it).
+        handed: set when the writer wrote it on another process's request (the owner writing
+            what ``watch`` or ``serve`` decided): that request.
     """
 
     ts: str
@@ -116,6 +130,8 @@ class Entry:
     node: str | None = None
     path: StepPath | None = None
     data: Mapping[str, Any] = field(default_factory=dict)
+    writer: str | None = None
+    handed: Handed | None = None
 
     def to_json(self) -> str:
         """The entry as one compact JSON line (no newline)."""
@@ -128,6 +144,10 @@ class Entry:
             obj["path"] = self.path.value
         if self.data:
             obj["data"] = dict(self.data)
+        if self.writer is not None:
+            obj["writer"] = self.writer
+        if self.handed is not None:
+            obj["handed"] = {"id": self.handed.id, "by": self.handed.by}
         return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -151,6 +171,7 @@ class Entry:
             phase, path = Phase(obj["phase"]), StepPath(path) if path else None
         # the frozen dataclass's __init__ sets each field through object.__setattr__: built
         # directly, a 70,000-entry journal reads 3x faster (benchmarks/README.md, scale_bench)
+        handed = obj.get("handed")
         out = object.__new__(cls)
         out.__dict__.update(
             ts=str(obj["ts"]),
@@ -160,6 +181,8 @@ class Entry:
             node=obj.get("node"),
             path=path,
             data=obj.get("data") or {},
+            writer=obj.get("writer"),
+            handed=None if handed is None else Handed(str(handed["id"]), str(handed["by"])),
         )
         return out
 
@@ -240,8 +263,11 @@ class Journal:
         node: str | None = None,
         path: StepPath | None = None,
         data: Mapping[str, Any] | None = None,
+        handed: Handed | None = None,
     ) -> Entry:
-        """Write one entry and fsync it before returning.
+        """Write one entry and fsync it before returning. The entry names this process as its
+        writer (``rollout.identity``); ``handed``: it is written on that request of another
+        process's.
 
         The write holds an exclusive ``flock`` on ``journal.jsonl`` from the tail repair to the
         fsync, so appenders in several processes never tear or lose each other's entries
@@ -256,6 +282,8 @@ class Journal:
             node=node,
             path=path,
             data=dict(data or {}),
+            writer=process_identity(),
+            handed=handed,
         )
         line = (entry.to_json() + "\n").encode()
         fd = os.open(self.file, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
