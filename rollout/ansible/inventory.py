@@ -9,9 +9,10 @@ that subset with Ansible's own rules (``shlex`` with comments for host lines, th
 ``all``'s) and returns ``None`` for anything else, so the caller runs ``ansible-inventory``:
 YAML, TOML, scripts, directories, hosts outside a group, host ranges or ports in host names,
 ``[group:children]``, ``ansible_group_priority``, ``group_vars/`` or ``host_vars/`` beside the
-file, an ``ansible.cfg`` or ``ANSIBLE_*`` settings that could change how inventories or
-variables are read. ``tests/unit/test_inventory_plain.py`` compares both on every form it
-accepts.
+file, an ``ansible.cfg`` with a setting that could change how inventories or variables are read
+(one that sets only how plays run and hosts are reached, :data:`_RUN_ONLY`, is no reason to
+decline: the repository's own, for AWX, is one), or ``ANSIBLE_*`` settings that could.
+``tests/unit/test_inventory_plain.py`` compares both on every form it accepts.
 """
 
 from __future__ import annotations
@@ -32,6 +33,58 @@ _SAFE_HOST = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 #: ``ANSIBLE_*`` settings whose presence sends the file to ``ansible-inventory``
 _SETTINGS = ("INVENTORY", "VARS", "CONFIG", "PLUGIN", "GROUP", "TRANSFORM", "HOST")
 _CONFIGS = (Path("ansible.cfg"), Path.home() / ".ansible.cfg", Path("/etc/ansible/ansible.cfg"))
+#: ``ansible.cfg`` settings that decide how plays run, hosts are reached and output looks, never
+#: how ``ansible-inventory -i FILE --list`` reads FILE (Ansible's ``config/base.yml``): a file
+#: that sets nothing else keeps the in-process read. ``inventory`` is the default source, which
+#: ``-i`` replaces. Anything else (an ``[inventory]`` section, ``hash_behaviour``,
+#: ``precedence``, plugin paths or lists, ``force_valid_group_names`` ...) sends the file to
+#: ``ansible-inventory``.
+_RUN_ONLY: dict[str, frozenset[str] | None] = {
+    "defaults": frozenset(
+        {
+            "inventory",
+            "remote_user",
+            "remote_port",
+            "private_key_file",
+            "host_key_checking",
+            "timeout",
+            "transport",
+            "interpreter_python",
+            "forks",
+            "strategy",
+            "gathering",
+            "gather_subset",
+            "gather_timeout",
+            "fact_caching",
+            "fact_caching_connection",
+            "fact_caching_prefix",
+            "fact_caching_timeout",
+            "retry_files_enabled",
+            "retry_files_save_path",
+            "roles_path",
+            "local_tmp",
+            "remote_tmp",
+            "stdout_callback",
+            "callbacks_enabled",
+            "callback_whitelist",
+            "display_skipped_hosts",
+            "display_ok_hosts",
+            "deprecation_warnings",
+            "nocows",
+            "nocolor",
+            "log_path",
+        }
+    ),
+    # every key of these sections (None): connections, become, colours, diffs, Galaxy
+    "ssh_connection": None,
+    "connection": None,
+    "paramiko_connection": None,
+    "persistent_connection": None,
+    "privilege_escalation": None,
+    "colors": None,
+    "diff": None,
+    "galaxy": None,
+}
 
 
 class _NotPlain(Exception):
@@ -59,9 +112,31 @@ def _plain_setting(path: Path) -> bool:
         return False
     if any((path.parent / d).exists() for d in ("group_vars", "host_vars")):
         return False
-    if any(c.exists() for c in _CONFIGS):
+    if not all(_run_only(c) for c in _CONFIGS if c.exists()):
         return False
     return not any(k.startswith("ANSIBLE_") and any(s in k for s in _SETTINGS) for k in os.environ)
+
+
+def _run_only(config: Path) -> bool:
+    """``config`` (an ``ansible.cfg``) reads as INI, as Ansible reads it, and sets only
+    :data:`_RUN_ONLY` settings. Every such file found counts, not only the first one that
+    Ansible reads (it skips one in a world-writable directory)."""
+    import configparser
+
+    cfg = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";", "#"))
+    try:
+        cfg.read_string(config.read_text(encoding="utf-8"), str(config))
+    except (OSError, UnicodeDecodeError, configparser.Error):
+        return False
+    if cfg.defaults():  # ``[DEFAULT]`` keys count in every section
+        return False
+    for section in cfg.sections():
+        if section not in _RUN_ONLY:
+            return False
+        keys = _RUN_ONLY[section]
+        if keys is not None and not set(cfg.options(section)) <= keys:
+            return False
+    return True
 
 
 def _value(v: str) -> Any:

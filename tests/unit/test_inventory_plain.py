@@ -50,6 +50,29 @@ DECLINED = {
 }
 
 
+#: ``ansible.cfg`` files that set only how plays run and hosts are reached: the in-process read
+#: stays, and answers what ansible-inventory answers with the file in its working directory
+RUN_ONLY_CONFIGS = {
+    "awx_root": (REPO / "ansible.cfg").read_text(),  # the repository's own, for AWX
+    "playbooks": (REPO / "playbooks" / "ansible.cfg").read_text(),
+    "empty_defaults": "[defaults]\n",
+    # the default source, which -i replaces (other.ini, written in the test, has other hosts)
+    "default_inventory": "[defaults]\ninventory = other.ini\nremote_user = admin\n"
+    "[privilege_escalation]\nbecome = true\n",
+}
+
+#: ``ansible.cfg`` files with a setting that could change how the inventory is read
+DECLINED_CONFIGS = {
+    "inventory_section": "[inventory]\nenable_plugins = yaml\n",
+    "hash_merge": "[defaults]\nhash_behaviour = merge\n",
+    "precedence": "[defaults]\nprecedence = all_inventory, groups_inventory, all_plugins_play\n",
+    "vars_plugins": "[defaults]\nvars_plugins_enabled = host_group_vars\n",
+    "group_names": "[defaults]\nforce_valid_group_names = always\n",
+    "DEFAULT": "[DEFAULT]\nhash_behaviour = merge\n[defaults]\nforks = 5\n",
+    "not_ini": "forks = 5\n",
+}
+
+
 def _ansible(path: Path) -> dict[str, Any]:
     r = subprocess.run(
         [str(BIN / "ansible-inventory"), "-i", str(path), "--list"],
@@ -82,6 +105,36 @@ def test_same_answer_as_ansible_inventory(
     assert _parse_inventory(path, got) == _parse_inventory(path, want)
 
 
+@pytest.mark.parametrize("name", sorted(RUN_ONLY_CONFIGS))
+def test_a_config_that_sets_only_how_plays_run_keeps_the_read(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The repository's root ``ansible.cfg`` (AWX's) in the working directory once sent every
+    ``apply`` run from there through ``ansible-inventory`` (~1 s of CPU before the first facts
+    call; benchmarks/README.md, issue 38)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ansible.cfg").write_text(RUN_ONLY_CONFIGS[name])
+    (tmp_path / "other.ini").write_text("[others]\nx1 a=1\n")
+    path = tmp_path / "inv.ini"
+    path.write_text(ACCEPTED["typed"])
+    got = read_plain(path)
+    assert got is not None, f"{name} should keep the in-process read"
+    want = _ansible(path)
+    assert got["_meta"]["hostvars"] == want["_meta"]["hostvars"]
+    assert _parse_inventory(path, got) == _parse_inventory(path, want)
+
+
+@pytest.mark.parametrize("name", sorted(DECLINED_CONFIGS))
+def test_declines_beside_a_config_that_could_change_the_read(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ansible.cfg").write_text(DECLINED_CONFIGS[name])
+    path = tmp_path / "inv.ini"
+    path.write_text("[nodes]\nn1\n")
+    assert read_plain(path) is None
+
+
 @pytest.mark.parametrize("name", sorted(DECLINED))
 def test_declines_what_it_does_not_parse(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -102,8 +155,9 @@ def test_declines_beside_vars_dirs_config_or_settings(
     monkeypatch.setenv("ANSIBLE_INVENTORY_ENABLED", "yaml")
     assert read_plain(path) is None
     monkeypatch.delenv("ANSIBLE_INVENTORY_ENABLED")
-    (tmp_path / "ansible.cfg").write_text("[defaults]\n")
-    assert read_plain(path) is None
+    for cfg in DECLINED_CONFIGS.values():
+        (tmp_path / "ansible.cfg").write_text(cfg)
+        assert read_plain(path) is None, cfg
     (tmp_path / "ansible.cfg").unlink()
     (tmp_path / "group_vars").mkdir()
     assert read_plain(path) is None
