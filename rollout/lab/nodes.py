@@ -88,6 +88,13 @@ def _holder_script(node: LabNode, node_dir: Path, shim: Path) -> str:
     if Path("/sys/bus/pci/devices").is_dir():
         lines.append(f"mount --bind {node_dir}/sys/pci /sys/bus/pci/devices")
     lines.append(f"mount --bind {shim} /usr/bin/systemctl")
+    bashrc = Path.home() / ".bashrc"
+    if bashrc.is_file():
+        # sshd's bash sources the user's ~/.bashrc before every command. The lab's nodes share this
+        # workstation's home, whose profile (here pyenv's init: ~0.1 s of CPU per ssh session)
+        # belongs to no node; a node's root has the distribution's commented-out default, so the
+        # node sees an empty one (every ssh of the tool, Ansible and a test's loop alike).
+        lines.append(f"mount --bind {node_dir}/bashrc {bashrc}")
     if node.kubelet == "real":
         from rollout.lab.realhw import holder_binds
 
@@ -207,6 +214,7 @@ def start_node(
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
     try:
         (node_dir / "holder.ready").unlink(missing_ok=True)
+        (node_dir / "bashrc").write_text("")  # what the node's root sources (_holder_script)
         # `ip netns exec` remounts /sys for the namespace, which hides /sys/fs/cgroup; the real
         # kubelet needs the cgroup mounts, so a real-kubelet node enters the netns with nsenter
         enter_net = (

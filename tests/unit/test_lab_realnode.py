@@ -148,3 +148,18 @@ def test_flags_the_labs_kubelet_no_longer_knows_are_not_seeded() -> None:
         'KUBELET_KUBEADM_ARGS="--container-runtime-endpoint='
         'unix:///var/run/containerd/containerd.sock"\n'
     )
+
+
+def test_a_lab_node_sources_an_empty_bashrc_not_the_workstations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rollout.lab import nodes
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    sim = LabNode("n1", 1, "kubeadm", "t")
+    assert ".bashrc" not in nodes._holder_script(sim, tmp_path, Path("/shim"))
+    (home / ".bashrc").write_text('eval "$(pyenv init -)"\n')
+    script = nodes._holder_script(sim, tmp_path, Path("/shim"))
+    assert f"mount --bind {tmp_path}/bashrc {home}/.bashrc" in script.splitlines()
