@@ -116,6 +116,8 @@ def forward_numbers(journal: Journal) -> dict[str, Any]:
             for n in batch
         }
         row["restartOnNode"] = round(max(restart.values()), 2)
+        for part in ("stop", "start", "healthz"):  # where the restart's time goes, slowest node
+            row[part] = round(max(node_step.get(n, {}).get(part, 0.0) for n in batch), 3)
         row["nodeStepTotal"] = round(max(node_step.get(n, {}).get("total", 0.0) for n in batch), 2)
         row["wall"] = round(max(ts) - min(ts), 2) if ts else 0.0
         floor += max(

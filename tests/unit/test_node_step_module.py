@@ -388,3 +388,101 @@ def test_a_successful_apply_keeps_the_backups_of_the_last_changes_only(tmp_path:
     backups = [k for k in kept if k.endswith("-old")]
     assert backups == ["20260101T000000Z-old", "20260101T010000Z-old"]
     assert len(out["prunedBackups"]) == 10
+
+
+class _Clock:
+    """A fake clock for the /healthz wait: ``sleep`` moves it, each look costs ``look_s``."""
+
+    def __init__(self, look_s: float = 0.001) -> None:
+        self.t = 0.0
+        self.look_s = look_s
+        self.sleeps: list[float] = []
+
+    def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        self.t += s
+
+    def monotonic(self) -> float:
+        return self.t
+
+
+def _kubelet_up_at(
+    monkeypatch: pytest.MonkeyPatch, clock: _Clock, up_at: float | None
+) -> list[float]:
+    """/healthz refuses connections until ``up_at`` on ``clock`` (None: never), then answers
+    ``ok``; returns the times of the looks."""
+    looks: list[float] = []
+
+    class _Ok:
+        status = 200
+
+        def __enter__(self) -> _Ok:
+            return self
+
+        def __exit__(self, *_a: object) -> None:
+            return None
+
+        def read(self) -> bytes:
+            return b"ok"
+
+    def urlopen(_url: str, timeout: float, context: object) -> _Ok:
+        looks.append(clock.t)
+        clock.t += clock.look_s
+        if up_at is None or clock.t < up_at:
+            raise step.URLError(ConnectionRefusedError(111, "Connection refused"))
+        return _Ok()
+
+    monkeypatch.setattr(step, "urlopen", urlopen)
+    return looks
+
+
+_HEALTHZ = step.healthz  # the real wait (the autouse fixture stands it in for the other tests)
+
+
+def test_healthz_looks_every_20ms_in_the_first_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kubelet that answers 0.31 s after its start is seen within one fast look of it, not at
+    the next 0.25 s tick (0.5 s): the batch waits for its slowest node's restart."""
+    clock = _Clock()
+    looks = _kubelet_up_at(monkeypatch, clock, 0.31)
+    body, waited = _HEALTHZ("http://n/healthz", None, 240, 0.25, 3.0, clock.sleep, clock.monotonic)
+    assert body == "ok"
+    assert 0.31 <= waited < 0.31 + step.HEALTHZ_FAST_S + 0.002
+    assert set(clock.sleeps) == {step.HEALTHZ_FAST_S}
+    assert len(looks) == len(clock.sleeps) + 1
+
+
+def test_healthz_slows_to_the_delay_after_the_first_second(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = _Clock()
+    _kubelet_up_at(monkeypatch, clock, 2.0)
+    _HEALTHZ("http://n/healthz", None, 240, 0.25, 3.0, clock.sleep, clock.monotonic)
+    fast = [s for s in clock.sleeps if s == step.HEALTHZ_FAST_S]
+    slow = [s for s in clock.sleeps if s == 0.25]
+    assert len(fast) + len(slow) == len(clock.sleeps)
+    assert clock.sleeps == fast + slow  # fast first, then the operator's pace
+    # fast looks until the first second is over (each look costs 1 ms here), then 0.25 s
+    assert 0.9 < sum(fast) <= step.HEALTHZ_FAST_FOR_S + step.HEALTHZ_FAST_S
+    assert len(slow) == 4  # 1.0 s -> 2.0 s at 0.25 s
+
+
+def test_healthz_gives_up_after_retries_at_the_delay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast first second comes on top of ``retries`` x ``delay``: the bound the operator set
+    still holds, and the message counts every look."""
+    clock = _Clock()
+    looks = _kubelet_up_at(monkeypatch, clock, None)
+    with pytest.raises(step.StepError) as e:
+        _HEALTHZ("http://n/healthz", None, 8, 0.25, 3.0, clock.sleep, clock.monotonic)
+    slow = [s for s in clock.sleeps if s == 0.25]
+    assert len(slow) == 7  # 8 looks at the 0.25 s pace, 7 waits between them
+    assert f"after {len(looks)} tries" in str(e.value)
+    assert "Connection refused" in str(e.value)
+
+
+def test_healthz_with_no_delay_looks_retries_times(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``healthz_delay`` 0 (or at most the fast pace) keeps the old schedule: ``retries`` looks."""
+    clock = _Clock()
+    looks = _kubelet_up_at(monkeypatch, clock, None)
+    with pytest.raises(step.StepError):
+        _HEALTHZ("http://n/healthz", None, 3, 0, 3.0, clock.sleep, clock.monotonic)
+    assert len(looks) == 3 and clock.sleeps == [0, 0]
