@@ -362,3 +362,41 @@ def test_an_entry_another_write_carried_is_not_written_again(
     mirror.entry(journal, journal.entries()[-1])  # same bytes, but never confirmed: written
     data, _ = km.fetch(api, "kube-system", CHANGE)  # type: ignore[misc]
     assert data == journal.file.read_bytes() and len(written) == 3
+
+
+def test_a_done_the_next_begin_follows_goes_to_the_record_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step's ``done`` journaled ``mirror_later`` is fsynced locally at once and reaches the
+    cluster record with the next ``begin``: one write for both, and the record holds that
+    ``begin`` (and everything before it) before the append returns, i.e. before the step acts.
+    The Node's state follows entry by entry, in order; ``flush_mirror`` hands over a deferred
+    entry nothing followed."""
+    api, warnings = FakeApi(), []
+    journal = _change(tmp_path, api, warnings)
+    written: list[bytes] = []
+    put = km.put_journal_chunk
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        written.append(args[4])
+        return put(*args, **kwargs)
+
+    monkeypatch.setattr(km, "put_journal_chunk", counted)
+    fwd: dict[str, Any] = {"now": NOW, "node": "n1", "path": StepPath.FORWARD}
+    for step in (Step.CORDON, Step.DRAIN, Step.BACKUP, Step.APPLY, Step.VERIFY):
+        journal.append(step.value, Phase.BEGIN, **fwd)
+        data, _ = km.fetch(api, "kube-system", CHANGE)  # type: ignore[misc]
+        assert data == journal.file.read_bytes()  # the begin, and all before it, is there
+        journal.append(step.value, Phase.DONE, mirror_later=True, **fwd)
+        data, _ = km.fetch(api, "kube-system", CHANGE)  # type: ignore[misc]
+        assert data != journal.file.read_bytes()  # the done waits for the next begin
+        assert data == journal.file.read_bytes()[: len(data)]
+    assert len(written) == 5  # five begins, each carrying the done before it: not ten writes
+    journal.append(Step.UNCORDON.value, Phase.BEGIN, **fwd)
+    journal.append(Step.UNCORDON.value, Phase.DONE, mirror_later=True, **fwd)
+    journal.flush_mirror()
+    data, _ = km.fetch(api, "kube-system", CHANGE)  # type: ignore[misc]
+    assert data == journal.file.read_bytes() and len(written) == 7
+    states = [b["metadata"]["annotations"][km.STATE_KEY] for _, b in api.core.patches]
+    assert states == ["applying", "applied"]
+    assert warnings == []

@@ -225,8 +225,18 @@ class ObservedJournal(Journal):
         path: StepPath | None = None,
         data: Mapping[str, Any] | None = None,
         handed: Handed | None = None,
+        mirror_later: bool = False,
     ) -> Entry:
-        entry = super().append(step, phase, now=now, node=node, path=path, data=data, handed=handed)
+        entry = super().append(
+            step,
+            phase,
+            now=now,
+            node=node,
+            path=path,
+            data=data,
+            handed=handed,
+            mirror_later=mirror_later,
+        )
         self._observer(entry)
         return entry
 

@@ -288,6 +288,7 @@ class ChangeSession:
                 self.lock.serve_records(None)
             for journal in (self._journal, self._ctx.journal if self._ctx else None):
                 if journal is not None:
+                    journal.flush_mirror()  # a deferred ``done`` an error left last
                     journal.mirror = None
         finally:
             self._ctx, self._journal = None, None

@@ -182,9 +182,18 @@ class Context:
         phase: Phase,
         path: StepPath,
         data: Mapping[str, Any] | None = None,
+        mirror_later: bool = False,
     ) -> None:
-        """Journal one node step (thread-safe; fsynced before returning)."""
+        """Journal one node step (thread-safe; fsynced before returning). ``mirror_later``: a
+        ``done`` the node's next ``begin`` follows at once goes to the cluster record with it
+        (``Journal.append``)."""
         with self._lock:
             self.journal.append(
-                step.value, phase, now=self.clock.now(), node=node, path=path, data=data
+                step.value,
+                phase,
+                now=self.clock.now(),
+                node=node,
+                path=path,
+                data=data,
+                mirror_later=mirror_later,
             )

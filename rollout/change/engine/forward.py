@@ -58,20 +58,23 @@ def _prepare(ctx: Context, change: Any) -> None:
     )
     if lost:
         raise PreflightError("; ".join(lost))
-    rec(node, Step.PREFLIGHT, Phase.DONE, StepPath.FORWARD, baseline)
+    # each ``done`` below goes to the cluster record with the next ``begin`` (one write for
+    # both; nothing acts on the node between them: Journal.append's ``mirror_later``)
+    rec(node, Step.PREFLIGHT, Phase.DONE, StepPath.FORWARD, baseline, mirror_later=True)
 
     ctx.interrupt.check()
     rec(node, Step.CORDON, Phase.BEGIN, StepPath.FORWARD, cordon_begin(info.unschedulable))
     ours = not info.unschedulable
     if ours:
         ctx.cluster.cordon(node)
-    rec(node, Step.CORDON, Phase.DONE, StepPath.FORWARD, cordon_done(ours))
+    rec(node, Step.CORDON, Phase.DONE, StepPath.FORWARD, cordon_done(ours), mirror_later=True)
     ctx.on_event(f"{node}: cordoned" if ours else f"{node}: already cordoned; will stay so")
 
     ctx.interrupt.check()
     rec(node, Step.DRAIN, Phase.BEGIN, StepPath.FORWARD)
     report = drain(ctx.cluster, node, ctx.drain, ctx.forward_clock, ctx.on_event)
-    rec(node, Step.DRAIN, Phase.DONE, StepPath.FORWARD, drain_done(report.evicted))
+    done = drain_done(report.evicted)
+    rec(node, Step.DRAIN, Phase.DONE, StepPath.FORWARD, done, mirror_later=True)
     ctx.on_event(f"{node}: drained ({len(report.evicted)} pod(s) evicted)")
 
     ctx.interrupt.check()
@@ -257,7 +260,7 @@ def _verify_and_uncordon(ctx: Context, change: Any) -> None:
     kind = kind_of(ctx)
     ctx.record(node, Step.VERIFY, Phase.BEGIN, StepPath.FORWARD, kind.expected(change))
     kind.verify(ctx, change, status_of(ctx.journal).nodes[node])
-    ctx.record(node, Step.VERIFY, Phase.DONE, StepPath.FORWARD)
+    ctx.record(node, Step.VERIFY, Phase.DONE, StepPath.FORWARD, mirror_later=True)
     status = status_of(ctx.journal).nodes[node]
     ours = status.we_cordoned
     ctx.record(node, Step.UNCORDON, Phase.BEGIN, StepPath.FORWARD, uncordon_begin(ours))

@@ -65,6 +65,7 @@ class KubeletConfig:
             Phase.DONE,
             StepPath.FORWARD,
             backup_done(backups, change_record(change, blobs)),
+            mirror_later=True,  # with the ``apply`` begin, before anything is written
         )
 
     def write(self, ctx: Context, works: Sequence[Any]) -> dict[str, RolloutError]:
@@ -156,7 +157,7 @@ def _apply_outcome(ctx: Context, node: str, r: RunResult) -> RolloutError | None
     """Journal one node's apply outcome; the error to restore it with, or None."""
     if r.ok:
         done = {"changed": r.changed, **({"nodeStep": dict(r.timings)} if r.timings else {})}
-        ctx.record(node, Step.APPLY, Phase.DONE, StepPath.FORWARD, done)
+        ctx.record(node, Step.APPLY, Phase.DONE, StepPath.FORWARD, done, mirror_later=True)
         return None
     if r.refused:  # compare-and-swap: nothing written; the restore only uncordons
         ctx.record(

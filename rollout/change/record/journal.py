@@ -221,6 +221,9 @@ class Journal:
         self._offset = 0  # the byte after the last of them
         self._inode: tuple[int, int] | None = None  # (st_dev, st_ino) they were read from
         self._reading = threading.Lock()  # the node threads of a batch read the same journal
+        # entries appended with ``mirror_later``, not yet handed to the mirror (file order)
+        self._unmirrored: list[Entry] = []
+        self._mirroring = threading.Lock()
         self.generation = 0  # +1 each time the file was replaced and is read from the start
 
     @classmethod
@@ -264,8 +267,10 @@ class Journal:
         path: StepPath | None = None,
         data: Mapping[str, Any] | None = None,
         handed: Handed | None = None,
+        mirror_later: bool = False,
     ) -> Entry:
-        """Write one entry and fsync it before returning. The entry names this process as its
+        """Write one entry and fsync it before returning; then hand it, and every entry appended
+        with ``mirror_later`` before it, to the mirror. The entry names this process as its
         writer (``rollout.identity``); ``handed``: it is written on that request of another
         process's.
 
@@ -273,6 +278,13 @@ class Journal:
         fsync, so appenders in several processes never tear or lose each other's entries
         (``tests/unit/test_journal_lock.py``). Readers take no lock: a line being written is
         a torn last line to them, which they skip.
+
+        ``mirror_later``: a step's ``done`` that the next ``begin`` follows at once, nothing
+        acting on a node between them: the mirror gets it with the next append (one cluster
+        write carries both, ``ClusterMirror`` writes the journal's tail) or
+        :meth:`flush_mirror`. A ``begin`` is never deferred, so the cluster record holds a step's
+        ``begin``, and every entry before it, before the step acts
+        (``tests/unit/test_mirroring.py``).
         """
         entry = Entry(
             ts=now.astimezone(UTC).isoformat(timespec="milliseconds"),
@@ -297,9 +309,23 @@ class Journal:
         finally:
             os.close(fd)  # releases the lock
         failpoint(entry)
-        if self.mirror is not None:
-            self.mirror.entry(self, entry)
+        with self._mirroring:
+            self._unmirrored.append(entry)
+            if not mirror_later:
+                self._hand_over()
         return entry
+
+    def flush_mirror(self) -> None:
+        """Hand the mirror every entry appended with ``mirror_later`` and not yet mirrored."""
+        with self._mirroring:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        entries, self._unmirrored = self._unmirrored, []
+        mirror = self.mirror
+        if mirror is not None:
+            for e in entries:  # the first write carries the journal's tail, every one of them
+                mirror.entry(self, e)
 
     def entries(self) -> list[Entry]:
         """Every entry. A torn last line (the process died mid-write) is ignored.
