@@ -371,8 +371,7 @@ def run_apply(
         try:
             journal_consents(journal, prepared, opts.force, datetime.now(UTC), opts.force_serving)
             progress.nodes(tuple(moving))
-            if evidence is not None:  # the ``after`` facts sessions open once the last batch's
-                # restarts are over (Context.next_batch)
+            if evidence is not None:  # the ``after`` facts sessions open as the last batch begins
                 runs = {n for b in prepared.batches for n in b.nodes}  # not those --canary leaves
                 # --forks bounds every ssh child at once: only the slots the last batch's node
                 # steps leave free open ahead (tests/lab/test_fanout_lab.py)

@@ -149,11 +149,9 @@ class Context:
     #: the kind of change (None: the kubelet-config change;
     # ``rollout.change.kinds.registry.kind_of``)
     kind: KindSteps | None = None
-    #: told as each batch but the last begins which nodes the next batch holds, and (empty)
-    #: once the last batch's nodes are past their writes (their restarts over); the caller
-    #: readies what it needs after them (``apply``'s ``after`` evidence opens its facts sessions
-    #: then, so their start-up does not compete with the last restarts for the controller's
-    #: CPU). Reads and opens only: it changes no node.
+    #: told as each batch begins which nodes the next batch holds (empty: this is the last);
+    #: the caller readies what it needs after them (``apply``'s ``after`` evidence opens its
+    #: facts sessions as the last batch begins). Reads and opens only: it changes no node.
     next_batch: Callable[[Sequence[str]], None] = lambda _nodes: None
     #: restores running under this context between ``RestoreBracket.restore_begin`` and
     #: ``restore_end`` (resume settles nodes side by side; the last one out ends the bracket)

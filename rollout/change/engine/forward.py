@@ -12,8 +12,7 @@ outcome, stays per node; any failure on a node restores that node (``restore.py`
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rollout.change.engine.context import Context
@@ -115,7 +114,7 @@ def _fail_and_restore(
 
 
 def apply_batch(
-    ctx: Context, changes: Sequence[Any], written: Callable[[], None] = lambda: None
+    ctx: Context, changes: Sequence[Any]
 ) -> dict[str, NodeOperationError | NodeFilesChangedError]:
     """The forward path on the nodes of one batch; every node that fails is restored.
 
@@ -132,11 +131,6 @@ def apply_batch(
     own outcome: an unreachable node fails alone). Then per node and in parallel: verify,
     uncordon. The nodes that failed the write or verify are restored together.
 
-    ``written`` is called once every node of the batch is past the kind's write (its restart
-    done, or failed before or in it), before verify and uncordon end the batch: what the caller
-    opens then no longer competes with the batch's restarts (``apply``'s ``after`` evidence;
-    ``tests/unit/test_orchestrator.py``). It reads and opens only; it changes no node.
-
     Returns:
         The failed nodes, each with a NodeOperationError saying which step failed and whether
         the restore held (empty: every node applied and verified).
@@ -145,7 +139,7 @@ def apply_batch(
     order = list(by_node)
     kind = kind_of(ctx)
     if kind.per_node(ctx, changes):
-        return _pipelined(ctx, by_node, written)
+        return _pipelined(ctx, by_node)
 
     def prepare(node: str) -> None:
         try:
@@ -164,17 +158,12 @@ def apply_batch(
         late.update({n: StopRequested(reason) for n in ready})  # files untouched: restore
         ready = []
     if ready:
-        try:
-            late.update(kind.write(ctx, [by_node[n] for n in ready]))
-        finally:
-            written()
+        late.update(kind.write(ctx, [by_node[n] for n in ready]))
         applied = [n for n in ready if n not in late]
         _, verify_errors = in_parallel(
             applied, lambda n: _verify_and_uncordon(ctx, by_node[n]), ctx.forks
         )
         late.update(verify_errors)
-    else:
-        written()
     if late:
         errors.update(_fail_and_restore(ctx, {n: late[n] for n in order if n in late}))
     return {n: _as_node_error(errors[n]) for n in order if n in errors}
@@ -195,38 +184,23 @@ def apply_step(ctx: Context, c: Any) -> None:
 
 
 def _pipelined(
-    ctx: Context, by_node: Mapping[str, Any], written: Callable[[], None] = lambda: None
+    ctx: Context, by_node: Mapping[str, Any]
 ) -> dict[str, NodeOperationError | NodeFilesChangedError]:
     """Each node of the batch through preflight, cordon, drain, the kind's steps (its write a run
     of its own), verify and uncordon in its own thread; a node that fails is restored at once, in
     its thread, while the others go on. Same journal entries, same rules as the shared run: no
-    node's write begins once forward work must stop (it is untouched, it is restored).
-    ``written``: called by the last node past its write (see :func:`apply_batch`)."""
-    left = len(by_node)
-    lock = threading.Lock()
-
-    def past_write() -> None:
-        nonlocal left
-        with lock:
-            left -= 1
-            last = left == 0
-        if last:
-            written()
+    node's write begins once forward work must stop (it is untouched, it is restored)."""
 
     def node_path(node: str) -> None:
         c = by_node[node]
         try:
             ctx.interrupt.check()  # no new node once forward work must stop
         except StopRequested as e:
-            past_write()
             raise NodeOperationError(f"node {node}: not started: {e}") from e
         try:
-            try:
-                _prepare(ctx, c)
-                ctx.interrupt.check()  # files untouched: a stop now restores the node
-                apply_step(ctx, c)
-            finally:
-                past_write()
+            _prepare(ctx, c)
+            ctx.interrupt.check()  # files untouched: a stop now restores the node
+            apply_step(ctx, c)
             _verify_and_uncordon(ctx, c)
         except Exception as e:  # any failure, even an unexpected one, must restore the node
             raise _fail_and_restore(ctx, {node: wrap(e)})[node] from e

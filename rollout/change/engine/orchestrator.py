@@ -12,7 +12,6 @@ lab.
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -226,16 +225,8 @@ def _batches(
             return end_change(
                 ctx, ChangeOutcome.HELD, f"change window closed; holding: {window.reason}"
             )
-        name = f"batch {i + 1}/{len(batches)}"
-        if i + 1 < len(batches):
-            _ahead(ctx, batches[i + 1].nodes)
-            failures = _apply_in_waves(ctx, changes, batch.nodes, name)
-        else:  # the last: the caller hears once its restarts are over, not as it begins
-            last = _Once(lambda: _ahead(ctx, ()))
-            try:
-                failures = _apply_in_waves(ctx, changes, batch.nodes, name, last)
-            finally:
-                last()
+        _ahead(ctx, batches[i + 1].nodes if i + 1 < len(batches) else ())
+        failures = _apply_in_waves(ctx, changes, batch.nodes, f"batch {i + 1}/{len(batches)}")
         ctx.interrupt.check()  # the batch's failures are the interrupt's doing: settle below
         if failures:
             what = "; ".join(str(e) for e in failures.values())
@@ -256,26 +247,10 @@ def _batches(
     return end_change(ctx, ChangeOutcome.COMPLETED, f"{len(changes)} node(s) applied")
 
 
-class _Once:
-    """``fn`` called at most once, however often (and from whichever thread) this is called."""
-
-    def __init__(self, fn: Callable[[], None]) -> None:
-        self._fn: Callable[[], None] | None = fn
-        self._lock = threading.Lock()
-
-    def __call__(self) -> None:
-        with self._lock:
-            fn, self._fn = self._fn, None
-        if fn is not None:
-            fn()
-
-
 def _ahead(ctx: Context, later: Sequence[str]) -> None:
-    """As a batch begins, the caller hears which nodes the next batch holds; as the last batch's
-    nodes are past their writes (their restarts over: what the caller opens then does not
-    compete with them for the controller's CPU), it hears none (``Context.next_batch``).
-    Nothing changes on a node here; a failure only means that what the caller would open ahead
-    opens later."""
+    """As a batch begins, the caller hears which nodes the next batch holds (none: this batch
+    is the last; ``Context.next_batch``). Nothing changes on a node here; a failure only means
+    that what the caller would open ahead opens later."""
     try:
         ctx.next_batch(tuple(later))
     except Exception as e:  # an optimisation: never a reason to stop the change
@@ -283,18 +258,12 @@ def _ahead(ctx: Context, later: Sequence[str]) -> None:
 
 
 def _apply_in_waves(
-    ctx: Context,
-    changes: Mapping[str, Any],
-    nodes: Sequence[str],
-    name: str,
-    written: Callable[[], None] = lambda: None,
+    ctx: Context, changes: Mapping[str, Any], nodes: Sequence[str], name: str
 ) -> Mapping[str, RolloutError]:
     """Apply one batch; a batch wider than ``ctx.forks`` runs in consecutive waves of at most
     that many nodes (``rollout.fanout.waves``), each wave's nodes through their whole forward
     path before the next wave starts, and the progress display says so. A wave with a failed
     node ends the batch: the later waves' nodes stay pending (untouched), as a later batch's do.
-
-    ``written``: called once the last wave's nodes are past their writes (``apply_batch``).
 
     Returns:
         The failed nodes of the last wave run (empty: every node applied and verified).
@@ -302,7 +271,7 @@ def _apply_in_waves(
     parts = waves(list(nodes), ctx.forks)
     if len(parts) <= 1:
         ctx.on_event(f"{name}: {', '.join(nodes)}")
-        return apply_batch(ctx, [changes[n] for n in nodes], written)
+        return apply_batch(ctx, [changes[n] for n in nodes])
     ctx.on_event(
         f"{name}: {len(nodes)} node(s) in {len(parts)} waves of at most {ctx.forks} "
         f"(--forks {ctx.forks})"
@@ -311,8 +280,7 @@ def _apply_in_waves(
         if j:
             ctx.interrupt.check()
         ctx.on_event(f"{name} wave {j + 1}/{len(parts)}: {', '.join(wave)}")
-        last = j + 1 == len(parts)
-        failures = apply_batch(ctx, [changes[n] for n in wave], written if last else lambda: None)
+        failures = apply_batch(ctx, [changes[n] for n in wave])
         if failures:
             return failures
     return {}
