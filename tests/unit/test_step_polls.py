@@ -17,7 +17,7 @@ import pytest
 
 from rollout.change.engine.drain import drain
 from rollout.change.kinds import kubelet_verify
-from rollout.change.plan.batches import DrainPolicy
+from rollout.change.plan.drain_rules import DrainPolicy
 from rollout.errors import NodeOperationError
 from rollout.models import NodeInfo, PodRef
 from rollout.protocols import Eviction, EvictionResult
