@@ -68,11 +68,10 @@ def test_the_callers_backoffs_are_the_doubling_they_replaced() -> None:
         return out
 
     # client.call: 0.2 s doubling, 2 s cap; a watch: 0.2 s doubling, 5 s cap; the drain's looks
-    # at evicted pods: 0.02 s doubling, 0.1 s cap since issue 38's batch work (it was 0.05 s
-    # doubling to 0.25 s; tests/unit/test_step_polls.py) (bit-for-bit: doubling is exact)
+    # at evicted pods: 0.05 s doubling, 0.25 s cap (bit-for-bit: doubling a float is exact)
     assert [client.BACKOFF.delay(i) for i in range(8)] == doubling(0.2, 2.0, 8)
     assert [watching.BACKOFF.delay(i) for i in range(8)] == doubling(0.2, 5.0, 8)
-    assert [drain._LOOKS.delay(i) for i in range(6)] == doubling(0.02, 0.1, 6)
+    assert [drain._LOOKS.delay(i) for i in range(6)] == doubling(0.05, 0.25, 6)
 
 
 def test_poll_is_fast_then_slow() -> None:

@@ -19,11 +19,10 @@ from rollout.models import PodRef
 from rollout.protocols import Clock, Cluster, Eviction
 from rollout.retrying import Backoff
 
-_LOOKS = Backoff(0.02, 0.1)
-"""The wait between two looks at the evicted pods: 0.02 s, doubling, at most 0.1 s (one GET per
-evicted pod still there), since a pod with a short grace period is gone in well under a quarter
-of a second and every batch waits for its slowest drain: at 0.05 s doubling to 0.25 s a pod gone
-at 0.2 s was seen at 0.35 s (``tests/unit/test_step_polls.py``)."""
+_LOOKS = Backoff(0.05, 0.25)
+"""The wait between two looks at the evicted pods: 0.05 s, doubling, at most 0.25 s, since a pod
+with a short grace period is gone in well under a quarter of a second and every batch waits for
+its slowest drain."""
 
 
 @dataclass(frozen=True)

@@ -118,12 +118,6 @@ def slice_mismatches(
     return out
 
 
-_FAST_S = 0.05
-_FAST_FOR_S = 2.0
-"""The first looks of :func:`verify`: every 0.05 s for 2 s (the kubelet's /healthz already
-answered ok in the node step; Ready and ``/configz`` follow within moments), then ``poll_s``."""
-
-
 def verify(
     cluster: Cluster,
     node: str,
@@ -136,9 +130,8 @@ def verify(
 ) -> None:
     """Wait until the node is healthy with the expected config, or raise naming what is off.
 
-    ``poll_s``: the wait between two looks (three API reads each) after the first
-    ``_FAST_FOR_S``, which look every ``_FAST_S``; a batch waits for its slowest node's verify,
-    so a look that misses the node by a moment should not cost a quarter of a second.
+    ``poll_s``: the wait between two looks (three API reads each); a batch waits for its slowest
+    node's verify, so a look that misses the node by a moment should not cost half a second.
     ``slices_before``: the node's ResourceSlices before the change (driver -> uid -> devices;
     :func:`slice_mismatches`); None or empty: no DRA driver to wait for.
 
@@ -159,8 +152,7 @@ def verify(
                 problems = [str(e)]
         return not problems
 
-    poll = Poll(min(_FAST_S, poll_s), _FAST_FOR_S, poll_s)
-    if not wait_until(healthy, timeout_s, poll, clock.sleep, clock.monotonic, start):
+    if not wait_until(healthy, timeout_s, Poll.every(poll_s), clock.sleep, clock.monotonic, start):
         raise NodeOperationError(
             f"verify of node {node} failed after {timeout_s:g}s: " + "; ".join(problems)
         )

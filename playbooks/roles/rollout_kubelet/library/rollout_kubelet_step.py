@@ -49,8 +49,7 @@ options:
     type: bool
     default: true
   healthz_retries:
-    description: How many times to poll /healthz after the start, C(healthz_delay) apart (the
-      first second polls every 0.02 s on top of these).
+    description: How many times to poll /healthz after the start.
     type: int
     default: 240
   healthz_delay:
@@ -291,45 +290,26 @@ def decode(item):
     return data
 
 
-#: The first looks at /healthz after a start: every HEALTHZ_FAST_S for the first HEALTHZ_FAST_FOR_S
-#: seconds, then every ``healthz_delay``. A kubelet answers ok a few tens of milliseconds after it
-#: is up, a fraction of a second after its start, and every batch waits for its slowest node's
-#: restart: a 0.25 s pace alone cost ~0.12 s per restart on average. A look at a kubelet not yet
-#: listening is one refused connect on the node's loopback. The fast looks come on top of the
-#: ``healthz_retries`` x ``healthz_delay`` bound.
-HEALTHZ_FAST_S = 0.02
-HEALTHZ_FAST_FOR_S = 1.0
-
-
-def healthz(url, ca_path, retries, delay, timeout, sleep=time.sleep, monotonic=time.monotonic):
-    """Poll until the body is ``ok``; returns (body, seconds waited). The first
-    ``HEALTHZ_FAST_FOR_S`` seconds look every ``HEALTHZ_FAST_S``, then every ``delay``; gives up
-    after ``retries`` looks at that pace (at least one look in all)."""
+def healthz(url, ca_path, retries, delay, timeout):
+    """Poll until the body is ``ok``; returns (body, seconds waited)."""
     ctx = ssl.create_default_context(cafile=ca_path) if ca_path else None
-    started = monotonic()
+    started = time.monotonic()
     last = "no answer"
-    tries = slow = 0
-    while True:
-        tries += 1
+    for attempt in range(max(1, retries)):
         try:
             with urlopen(url, timeout=timeout, context=ctx) as r:
                 body = r.read().decode("utf-8", "replace").strip()
                 if r.status == 200 and body == "ok":
-                    return body, monotonic() - started
+                    return body, time.monotonic() - started
                 last = "HTTP %d %r" % (r.status, body[:200])
         except (URLError, OSError, ValueError) as e:
             last = str(getattr(e, "reason", e))
-        if delay > HEALTHZ_FAST_S and monotonic() - started < HEALTHZ_FAST_FOR_S:
-            sleep(HEALTHZ_FAST_S)
-            continue
-        slow += 1
-        if slow >= max(1, retries):
-            break
-        sleep(delay)
+        if attempt + 1 < retries:
+            time.sleep(delay)
     raise StepError(
         "healthz",
         "the kubelet's healthz endpoint %s did not answer ok after %d tries (%s)"
-        % (url, tries, last),
+        % (url, retries, last),
     )
 
 
