@@ -59,7 +59,9 @@ def watch(
 
     Soaks for gate.soak, evaluating every gate.interval over gate.window. Failed rolls back the
     affected nodes (or the group, by gate.onFailure); Inconclusive and Error hold and say what they
-    wait for (exit 8). Every verdict goes to the journal and as an Event on each node.
+    wait for (exit 8). Every verdict goes to the journal and as an Event on each node. The
+    journal has one writer: while a process owns the change (holds its Lease), watch hands the
+    entry to it; otherwise watch takes the Lease for the write.
 
     \b
     Examples:
@@ -168,7 +170,8 @@ def serve(
     token) and rollout status show how it ended. While a process owns the change (apply,
     promote, resume) the rollback is handed to it; otherwise this server runs it (with its
     --kubeconfig / --context / --lock-namespace), under the change's Lease, so two replicas
-    given one alert roll back once.
+    given one alert roll back once. The trigger record and its outcome are written the same
+    way: by the owner, handed to it, or under the Lease by this server.
     The same alert twice, or a second alert for a node already rolled back: 200, nothing more.
     Refused, nothing changed: 401 without the token (before the body is read); 413 for a body
     over --max-body-bytes (not read); 411 without Content-Length; 400 naming the field for a
