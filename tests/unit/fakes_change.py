@@ -29,6 +29,22 @@ class FakeClock:
         self.t += max(seconds, 0.001)
 
 
+class RecordingClock:
+    """Monotonic time that moves only when slept through, by exactly what was asked; every sleep
+    recorded in ``slept`` (the schedules of ``rollout.retrying`` and its callers)."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.t = start
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.t += seconds
+
+
 @dataclass
 class FakeNode:
     info: NodeInfo

@@ -17,6 +17,7 @@ from rollout.change.plan.gate_section import PodBench
 from rollout.change.record.journal import Journal, Kind
 from rollout.evidence.report import build_report, render
 from rollout.models import Phase
+from tests.unit.fakes_change import RecordingClock
 
 POD = PodBench(image="r/bench:1", cpus=4, memory="8Gi", annotations={"a": "b"})
 OUT = {"p50_ms": 1.0, "p99_ms": 2.0, "h2d_gbps": 20.0, "load_s": 3.0, "cpus_allowed": "4-7"}
@@ -128,21 +129,6 @@ def test_the_report_shows_a_pod_record_with_the_kubelets_cpus_and_gpu(tmp_path: 
 # --- a bench pod left behind by a killed tool ---------------------------------------------------
 
 
-class Clock:
-    """Monotonic time that moves only when slept through; every sleep recorded."""
-
-    def __init__(self) -> None:
-        self.t = 0.0
-        self.slept: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.t += seconds
-
-
 def _pod(name: str, owner: str | None, node: str = "gpu-1", **labels: str) -> dict[str, Any]:
     m = bench_manifest(POD, node, "b", {}, None, 1.0, owner=owner or "")
     m["metadata"]["name"] = name
@@ -241,7 +227,7 @@ def test_the_sweep_deletes_leftovers_waits_until_gone_and_names_other_pods_on_th
         lag=2,
     )
     said: list[str] = []
-    clock = Clock()
+    clock = RecordingClock()
     deleted = sweep(
         pods, "gpu-1", said.append, lambda o: o == "x pid 1", clock.sleep, clock.monotonic
     )
@@ -264,7 +250,7 @@ def test_a_deleted_bench_pod_is_looked_at_every_half_second_for_two_minutes() ->
     from rollout.bench import in_pod
     from rollout.errors import ExternalError
 
-    clock, pods = Clock(), Pods([_pod("rollout-bench-a", None)], lag=10**6)
+    clock, pods = RecordingClock(), Pods([_pod("rollout-bench-a", None)], lag=10**6)
     with pytest.raises(ExternalError, match="still present 120s after delete"):
         in_pod._delete(pods, "rollout-bench-a", sleep=clock.sleep, monotonic=clock.monotonic)  # type: ignore[arg-type]
     assert clock.slept == [0.5] * 240 and pods.looks["rollout-bench-a"] == 241

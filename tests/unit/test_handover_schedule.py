@@ -16,6 +16,7 @@ from rollout.kube import handover
 from rollout.kube.handover import WATCH_RETRY, HandOver, wait_outcome
 from rollout.kube.lease_objects import OUTCOME_ANNOTATION, RollbackRequest
 from rollout.retrying import Poll
+from tests.unit.fakes_change import RecordingClock
 
 OWNER = "ops@elsewhere pid 41"
 REQUEST = RollbackRequest("r1", "me", None)
@@ -32,19 +33,6 @@ def _lease(rv: int, outcome: bool = False) -> dict[str, Any]:
         "metadata": {"resourceVersion": str(rv), "annotations": annotations},
         "spec": {"holderIdentity": OWNER, "leaseDurationSeconds": 30, "renewTime": now},
     }
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-        self.sleeps: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def sleep(self, s: float) -> None:
-        self.sleeps.append(s)
-        self.t += s
 
 
 def _script(monkeypatch: pytest.MonkeyPatch, failures: int | None) -> list[str]:
@@ -72,13 +60,13 @@ def test_each_failed_watch_waits_the_polls_interval_then_reads_and_watches_again
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     watched = _script(monkeypatch, failures=3)
-    clock, said = Clock(), []
+    clock, said = RecordingClock(100.0), []
     handed = HandOver(REQUEST, OWNER, "5")
     got = wait_outcome(
         None, "ns", handed, 60, said.append, sleep=clock.sleep, monotonic=clock.monotonic
     )
     assert got is not None and got["outcome"] == "rolled-back"
-    assert clock.sleeps == [0.5, 0.5, 0.5]
+    assert clock.slept == [0.5, 0.5, 0.5]
     assert len(said) == 3 and all("watching the Lease" in m for m in said)
     # each new watch starts from the version the read after the failure found
     assert watched == ["5", "11", "12", "13"]
@@ -86,7 +74,7 @@ def test_each_failed_watch_waits_the_polls_interval_then_reads_and_watches_again
 
 def test_a_poll_of_another_schedule_is_followed(monkeypatch: pytest.MonkeyPatch) -> None:
     _script(monkeypatch, failures=4)
-    clock = Clock()
+    clock = RecordingClock(100.0)
     poll = Poll(fast_s=0.1, fast_for_s=0.25, slow_s=1.0)
     wait_outcome(
         None,
@@ -97,14 +85,14 @@ def test_a_poll_of_another_schedule_is_followed(monkeypatch: pytest.MonkeyPatch)
         sleep=clock.sleep,
         monotonic=clock.monotonic,
     )
-    assert clock.sleeps == [0.1, 0.1, 0.1, 1.0]
+    assert clock.slept == [0.1, 0.1, 0.1, 1.0]
 
 
 def test_the_wait_ends_at_its_timeout_on_the_clock_passed_in(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _script(monkeypatch, failures=None)
-    clock = Clock()
+    clock = RecordingClock(100.0)
     with pytest.raises(ExternalError, match=f"the owner {OWNER} did not report the rollback"):
         wait_outcome(
             None,
@@ -115,4 +103,4 @@ def test_the_wait_ends_at_its_timeout_on_the_clock_passed_in(
             monotonic=clock.monotonic,
         )
     # a look every 0.5 s until the first one past the 2 s bound
-    assert clock.sleeps == [0.5] * 5 and clock.t - 100.0 == 2.5
+    assert clock.slept == [0.5] * 5 and clock.t - 100.0 == 2.5

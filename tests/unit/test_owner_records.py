@@ -42,22 +42,10 @@ from rollout.kube.lease_objects import (
     with_records,
 )
 from rollout.models import Phase
+from tests.unit.fakes_change import RecordingClock
 
 NOW = datetime(2026, 12, 6, 12, tzinfo=UTC)
 CHANGE = "20261206T120000Z-abcdef"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-        self.sleeps: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def sleep(self, s: float) -> None:
-        self.sleeps.append(s)
-        self.t += s
 
 
 # ------------------------------------------------------------------ the entries name their writer
@@ -118,11 +106,11 @@ def _lease(held_for: str | None, holder: str = "ops@elsewhere pid 9") -> dict[st
 def test_a_lease_held_to_write_a_record_is_waited_out(monkeypatch: pytest.MonkeyPatch) -> None:
     reads = [_lease("record"), _lease("record"), None]
     monkeypatch.setattr(lo, "read_lease", lambda _api, _ns: reads.pop(0))
-    clock = Clock()
+    clock = RecordingClock()
     got = past_record_writer(
         None, "ns", _lease("record"), sleep=clock.sleep, monotonic=clock.monotonic
     )
-    assert got is None and clock.sleeps == [0.05, 0.05]  # RECORD_HOLD_POLL's fast looks
+    assert got is None and clock.slept == [0.05, 0.05]  # RECORD_HOLD_POLL's fast looks
     owner = _lease(None)  # a real owner is handed requests at once, never waited for
     assert past_record_writer(None, "ns", owner) is owner
 
@@ -131,7 +119,7 @@ def test_a_record_writer_that_stays_is_refused_at_the_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(lo, "read_lease", lambda _api, _ns: _lease("record"))
-    clock = Clock()
+    clock = RecordingClock()
     with pytest.raises(LockHeldError, match="to write the change's record for over 15s"):
         past_record_writer(
             None, "ns", _lease("record"), sleep=clock.sleep, monotonic=clock.monotonic
@@ -258,16 +246,16 @@ def test_while_this_processs_rollback_takes_the_lease_it_looks_again(
     script: Callable[..., Script],
 ) -> None:
     s = script([None, None, None, "me@here pid 2"], [True], [False, False, False])
-    clock = Clock()
+    clock = RecordingClock()
     rec = OwnerRecords(None, "ns", CHANGE, sleep=clock.sleep, monotonic=clock.monotonic)
     assert rec("trigger", {}) == "handed"
-    assert clock.sleeps == [LOOK_AGAIN.interval(0.0), LOOK_AGAIN.interval(0.05), 0.05]
+    assert clock.slept == [LOOK_AGAIN.interval(0.0), LOOK_AGAIN.interval(0.05), 0.05]
     assert len(s.handed) == 1
 
 
 def test_it_gives_up_at_its_bound(script: Callable[..., Script]) -> None:
     script([None] * 1000, [], [False] * 1000)
-    clock = Clock()
+    clock = RecordingClock()
     rec = OwnerRecords(
         None, "ns", CHANGE, timeout_s=3.0, sleep=clock.sleep, monotonic=clock.monotonic
     )

@@ -17,21 +17,7 @@ from rollout.errors import ExternalError, NodeOperationError
 from rollout.kube import client, watching
 from rollout.kube.rest import AnswerError
 from rollout.retrying import Backoff, Poll, retry, wait_until
-
-
-class Clock:
-    """Monotonic time that moves only when slept through; every sleep recorded."""
-
-    def __init__(self) -> None:
-        self.t = 0.0
-        self.slept: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.t += seconds
+from tests.unit.fakes_change import RecordingClock
 
 
 class Flaky:
@@ -81,13 +67,13 @@ def test_poll_is_fast_then_slow() -> None:
 
 
 def test_retry_returns_the_first_answer_and_waits_the_backoff_between_tries() -> None:
-    clock, fn = Clock(), Flaky(OSError("a"), OSError("b"), OSError("c"))
+    clock, fn = RecordingClock(), Flaky(OSError("a"), OSError("b"), OSError("c"))
     got = retry(fn, _any, backoff=Backoff(1, 3), sleep=clock.sleep, monotonic=clock.monotonic)
     assert got == "ok" and fn.calls == 4 and clock.slept == [1, 2, 3]
 
 
 def test_retry_raises_a_failure_it_does_not_retry_at_once() -> None:
-    clock, fn = Clock(), Flaky(KeyError("k"), OSError("never reached"))
+    clock, fn = RecordingClock(), Flaky(KeyError("k"), OSError("never reached"))
     with pytest.raises(KeyError):
         retry(fn, lambda e: isinstance(e, OSError), backoff=Backoff(1, 3), sleep=clock.sleep)
     assert fn.calls == 1 and clock.slept == []
@@ -106,7 +92,7 @@ def test_retry_gives_up_after_the_attempts_with_the_last_failure_or_give_ups() -
 
 
 def test_retry_gives_up_on_a_failure_at_or_after_the_deadline() -> None:
-    clock = Clock()
+    clock = RecordingClock()
     fn = Flaky(*(OSError(str(i)) for i in range(10)))
     with pytest.raises(OSError, match="3"):
         retry(
@@ -127,12 +113,12 @@ def test_retry_gives_up_on_a_failure_at_or_after_the_deadline() -> None:
 
 
 def test_wait_until_asks_until_done_or_the_timeout() -> None:
-    clock = Clock()
+    clock = RecordingClock()
     answers = iter([False, False, True])
     assert wait_until(lambda: next(answers), 10, Poll.every(2), clock.sleep, clock.monotonic)
     assert clock.slept == [2, 2]
 
-    clock = Clock()
+    clock = RecordingClock()
     asked: list[float] = []
 
     def never() -> bool:
@@ -143,7 +129,7 @@ def test_wait_until_asks_until_done_or_the_timeout() -> None:
     # fast for the first second, then slow; asked once more after the last sleep
     assert clock.slept == [0.5, 0.5, 2.0] and asked == [0, 0.5, 1.0, 3.0]
 
-    clock = Clock()
+    clock = RecordingClock()
     clock.t = 7.0
     assert not wait_until(never, 3, Poll.every(1), clock.sleep, clock.monotonic, start=4.0)
     assert clock.slept == []
@@ -159,7 +145,7 @@ def _answer(status: int) -> AnswerError:
 def test_call_retries_5xx_and_connection_errors_then_names_the_call(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    clock = Clock()
+    clock = RecordingClock()
     monkeypatch.setattr(client.time, "monotonic", clock.monotonic)
     fn = Flaky(_answer(503), ConnectionResetError("reset"))
     assert client.call("read node n", lambda **_: fn(), sleep=clock.sleep) == "ok"
@@ -185,13 +171,13 @@ def test_call_hands_a_4xx_to_the_caller_untried_and_sets_the_request_timeout() -
 
 
 def test_allocation_path_waits_fast_for_ten_seconds_then_every_poll() -> None:
-    clock = Clock()
+    clock = RecordingClock()
     with pytest.raises(NodeOperationError) as e:
         allocation_path._wait(clock, 12, "node n: republish", lambda: "2 devices", poll_s=1)  # type: ignore[arg-type]
     assert str(e.value) == "node n: republish: still 2 devices after 12s"
     assert clock.slept == [0.25] * 40 + [1.0, 1.0]
 
-    clock, left = Clock(), iter(["1 device", None])
+    clock, left = RecordingClock(), iter(["1 device", None])
     allocation_path._wait(clock, 12, "x", lambda: next(left))  # type: ignore[arg-type]
     assert clock.slept == [0.25]
 
@@ -218,7 +204,7 @@ def test_the_lease_owner_retries_a_failed_renewal_every_second_and_loses_it_afte
     of the duration) every second; the Lease is lost at the first failure past the duration."""
     from rollout.kube import leases
 
-    clock = Clock()
+    clock = RecordingClock()
     lock = leases.LeaseLock(object(), duration_s=15, monotonic=clock.monotonic)  # type: ignore[arg-type]
     lock.change_id, lock._lease, lock._wait = "c", {}, clock.sleep
     renewals: list[float] = []
@@ -245,7 +231,7 @@ def test_the_lease_owner_renews_every_third_of_the_duration_watching_in_between(
 ) -> None:
     from rollout.kube import leases
 
-    clock = Clock()
+    clock = RecordingClock()
     lock = leases.LeaseLock(object(), duration_s=15, monotonic=clock.monotonic)  # type: ignore[arg-type]
     lock.change_id, lock._wait = "c", clock.sleep
     lock._lease = lock._body("c", datetime.now(UTC), None)
@@ -276,7 +262,7 @@ def test_the_recreation_looks_every_half_second_until_its_timeout(tmp_path: Path
     from rollout.change.record.journal import Journal
     from rollout.models import Phase, Step
 
-    clock = Clock()
+    clock = RecordingClock()
     clock.now = lambda: datetime(2026, 1, 1, tzinfo=UTC)  # type: ignore[attr-defined]
     pending = {"metadata": {"namespace": "ml", "name": "p"}, "status": {"phase": "Pending"}}
     looks = Pods([pending])
@@ -301,7 +287,7 @@ def test_the_recreation_looks_every_half_second_until_its_timeout(tmp_path: Path
         for s in (20, 10)
     ]
 
-    clock, looks = Clock(), Pods([])
+    clock, looks = RecordingClock(), Pods([])
     rw.clock = clock  # type: ignore[assignment]
     with pytest.raises(
         ExternalError, match=r"0 of 1 replacement\(s\) of RS/ml/w Running after 30s"
@@ -313,7 +299,7 @@ def test_the_recreation_looks_every_half_second_until_its_timeout(tmp_path: Path
 def test_the_device_probes_are_looked_at_every_half_second_until_their_timeout() -> None:
     from rollout.evidence.recreating import RecreatedProbes
 
-    clock = Clock()
+    clock = RecordingClock()
     rp = RecreatedProbes.__new__(RecreatedProbes)
     rp.timeout, rp.clock, rp.sleep = 20.0, clock.monotonic, clock.sleep
     states = Pods(*([{"phase": "Pending"}] * 3), {"phase": "Running"})
@@ -344,11 +330,11 @@ def test_the_bench_pod_is_looked_at_every_second_for_its_timeout_and_two_minutes
         def log(self, name: str, container: str) -> str:
             return f"{in_pod.EXIT_MARK}0\n"
 
-    clock = Clock()
+    clock = RecordingClock()
     pods = BenchPods({"phase": "Pending"}, {"phase": "Pending"}, {"phase": "Running"})
     got = in_pod._await_log(pods, "b", "n1", 60, clock.sleep, clock.monotonic)  # type: ignore[arg-type]
     assert got == f"{in_pod.EXIT_MARK}0\n" and clock.slept == [1.0, 1.0]
-    clock, pods = Clock(), BenchPods({"phase": "Pending"})
+    clock, pods = RecordingClock(), BenchPods({"phase": "Pending"})
     with pytest.raises(ExternalError, match="no result within 180s"):
         in_pod._await_log(pods, "b", "n1", 60, clock.sleep, clock.monotonic)  # type: ignore[arg-type]
     assert clock.slept == [1.0] * 180
@@ -376,7 +362,7 @@ def test_the_drift_loop_runs_a_round_every_interval_and_survives_a_failed_one(
             self.drift.append(reports)
 
     monkeypatch.setattr(survey, "survey", surveyed)
-    clock, said, metrics = Clock(), [], Metrics()
+    clock, said, metrics = RecordingClock(), [], Metrics()
     drift_loop(lambda: None, "ns", metrics, 300.0, said.append, clock.sleep, rounds=3)
     assert clock.slept == [300.0, 300.0] and metrics.drift == [["r2"], ["r3"]]
     assert said == ["rollout serve: drift check failed: API server away"]
