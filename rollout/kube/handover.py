@@ -120,14 +120,22 @@ def hand_over(
             req = RollbackRequest(secrets.token_hex(6), by, tuple(nodes) if nodes else None, force)
         annotations[REQUEST_ANNOTATION] = req.to_json()
         lease["metadata"]["annotations"] = annotations
-        try:
-            written = write_lease(api, namespace, lease, create=False)
-        except AnswerError as e:
-            if e.status in (404, 409):
-                continue
-            raise ExternalError(f"write Lease {namespace}/{NAME}: {describe(e)}") from e
+        written = _write_over_read(api, namespace, lease)
+        if written is None:
+            continue
         return HandOver(req, holder, rv_of(written))
     raise LockHeldError(f"Lease {namespace}/{NAME} kept changing under us; try again")
+
+
+def _write_over_read(api: Api, namespace: str, lease: dict[str, Any]) -> dict[str, Any] | None:
+    """``lease`` written over the version it was read at (its resourceVersion); None when the
+    Lease changed or went meanwhile (409, 404: the caller reads it again)."""
+    try:
+        return write_lease(api, namespace, lease, create=False)
+    except AnswerError as e:
+        if e.status in (404, 409):
+            return None
+        raise ExternalError(f"write Lease {namespace}/{NAME}: {describe(e)}") from e
 
 
 def _outcome_of(annotations: dict[str, str]) -> dict[str, Any] | None:
@@ -279,12 +287,9 @@ def hand_over_record(
         lease["metadata"]["annotations"] = with_records(
             annotations, [*pending, request], records_done(annotations)
         )
-        try:
-            written = write_lease(api, namespace, lease, create=False)
-        except AnswerError as e:
-            if e.status in (404, 409):
-                continue
-            raise ExternalError(f"write Lease {namespace}/{NAME}: {describe(e)}") from e
+        written = _write_over_read(api, namespace, lease)
+        if written is None:
+            continue
         return RecordHandOver(request, holder, rv_of(written))
     raise LockHeldError(f"Lease {namespace}/{NAME} kept changing under us; try again")
 
