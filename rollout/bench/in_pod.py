@@ -23,10 +23,12 @@ the bench record names it.
 A tool killed mid-bench: on SIGTERM it deletes its pod before it dies (SIGINT's
 ``KeyboardInterrupt`` deletes it on the way out, as any failure does). A pod a tool killed with
 SIGKILL left behind holds its CPUs and GPU until its ``activeDeadlineSeconds``; the next bench
-deletes it before placing its own: the pod names its creator (``rollout.io/bench-owner``:
-``user@host pid N``, as the Lease names its holder), and a bench pod is deleted only when that
-creator is a process of this host that no longer exists. A pod of a live process, of another
-host, or without the annotation is never deleted (it is named, when it is on the node benched).
+deletes it before placing its own: the pod names its creator (``rollout.io/created-by``;
+``rollout.io/bench-owner`` from the earlier version: ``user@host pid N``, as the Lease names its
+holder), and a pod of the tool is deleted only when that creator is a process of this host that
+no longer exists (:mod:`rollout.kube.owned_pods`, shared with the probe pods). A pod of a live
+process, of another host, or without the annotation is never deleted (a bench pod is named, when
+it is on the node benched).
 
 The record has one run per GPU model, ``placed`` (not ``local``/``remote``): the regression
 verdict compares it before and after; the aligned-advantage verdict needs a deliberately
@@ -36,22 +38,18 @@ mismatched run, which the kubelet never places, so pod records leave it Inconclu
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from rollout.bench.results import LAB_LABEL, PRODUCT_LABEL, BenchError, parse_output
 from rollout.change.plan.gate_section import PodBench
 from rollout.errors import ExternalError, InputError, Location
+from rollout.kube import owned_pods
 from rollout.kube.lease_objects import holder_identity, holder_is_dead_here
 from rollout.kubelet.cpuset import CPUSetError, parse
 from rollout.retrying import Poll, wait_until
@@ -67,10 +65,13 @@ EXIT_MARK = "rollout-bench-exit="
 CONTAINER = "bench"
 BENCH_LABEL = "rollout.io/bench"
 MANAGED_BY = "app.kubernetes.io/managed-by"
-OWNER_ANNOTATION = "rollout.io/bench-owner"
-"""The process that created the pod, ``user@host pid N`` (:func:`leftovers` reads it)."""
+OWNER_ANNOTATION = owned_pods.CREATED_BY
+"""The process that created the pod, ``user@host pid N`` (:func:`leftovers` reads it; and
+``rollout.io/bench-owner``, as the earlier version wrote it)."""
+owner_of = owned_pods.creator_of
+deleted_on_term = owned_pods.deleted_on_term
 NAME_PREFIX = "rollout-bench-"
-SELECTOR = f"{MANAGED_BY}=rollout,{BENCH_LABEL}=true"
+SELECTOR = owned_pods.SELECTOR
 
 
 def _dns(s: str) -> str:
@@ -304,15 +305,17 @@ def run(
     pods = ProbePods(api, pod.namespace)
     pods.ensure_namespace()
     sweep(pods, node, say)
-    with deleted_on_term(lambda: pods.delete(name)):
-        pods.create(manifest)
+    try:
+        pods.create(manifest)  # from here until cleanup, SIGTERM deletes it first
         say(f"bench pod {pod.namespace}/{name} on {node}")
+        log = _await_log(pods, name, node, timeout_s)
+        with tempfile.TemporaryDirectory(prefix="rollout-benchpod-") as tmp:
+            data = _kubelet_account(api, inv, node, Path(tmp), pod.gpu_resource)
+    finally:
         try:
-            log = _await_log(pods, name, node, timeout_s)
-            with tempfile.TemporaryDirectory(prefix="rollout-benchpod-") as tmp:
-                data = _kubelet_account(api, inv, node, Path(tmp), pod.gpu_resource)
-        finally:
             _delete(pods, name)
+        finally:
+            pods.cleanup()
     placed = read_result(log, data, name, pod.namespace, pod.gpu_resource)
     why = []
     if placed["simulated"]:
@@ -402,15 +405,10 @@ def _await_log(
     )
 
 
-GONE_POLL = Poll.every(0.5)
-"""How often the tool looks whether a deleted bench pod is gone (grace 0: within a look or two)."""
-GONE_WAIT_S = 120.0
-
-
 def _delete(
     pods: ProbePods,
     name: str,
-    wait_s: float = GONE_WAIT_S,
+    wait_s: float = owned_pods.GONE_WAIT_S,
     sleep: Callable[[float], None] = time.sleep,
     monotonic: Callable[[], float] = time.monotonic,
 ) -> None:
@@ -419,44 +417,23 @@ def _delete(
     Raises:
         ExternalError: still there ``wait_s`` after the delete.
     """
-    pods.delete(name)
-    if not wait_until(lambda: pods.status(name) is None, wait_s, GONE_POLL, sleep, monotonic):
-        raise ExternalError(
-            f"bench pod {pods.namespace}/{name} still present {wait_s:g}s after delete"
-        )
-
-
-def _meta(p: Mapping[str, Any]) -> Mapping[str, Any]:
-    return p.get("metadata") or {}
-
-
-def owner_of(p: Mapping[str, Any]) -> str:
-    """The process that created a bench pod (``user@host pid N``; empty: not annotated)."""
-    return str((_meta(p).get("annotations") or {}).get(OWNER_ANNOTATION) or "")
+    owned_pods.wait_gone(pods, name, wait_s, sleep, monotonic, "bench pod")
 
 
 def leftovers(
     listed: Iterable[Mapping[str, Any]], dead: Callable[[str], bool] = holder_is_dead_here
 ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
     """Of the pods ``listed``, the bench pods a killed tool left behind (to delete) and the
-    other bench pods (never deleted): a leftover carries the tool's labels, its name prefix and
-    an owner annotation ``dead`` says is a process gone (default: a process of this host that no
-    longer exists). A pod that is not a bench pod is in neither list.
+    other bench pods (never deleted): :func:`rollout.kube.owned_pods.leftovers` of the pods
+    labelled ``rollout.io/bench=true``. A pod that is not a bench pod is in neither list.
     """
-    stale: list[Mapping[str, Any]] = []
-    kept: list[Mapping[str, Any]] = []
-    for p in listed:
-        meta = _meta(p)
-        labels = meta.get("labels") or {}
-        if not (
-            labels.get(MANAGED_BY) == "rollout"
-            and labels.get(BENCH_LABEL) == "true"
-            and str(meta.get("name") or "").startswith(NAME_PREFIX)
-        ):
-            continue
-        owner = owner_of(p)
-        (stale if owner and dead(owner) else kept).append(p)
-    return stale, kept
+    bench = [
+        p
+        for p in listed
+        if ((p.get("metadata") or {}).get("labels") or {}).get(BENCH_LABEL) == "true"
+        and owned_pods.kind_of(p) == "bench pod"
+    ]
+    return owned_pods.leftovers(bench, dead)
 
 
 def sweep(
@@ -467,66 +444,23 @@ def sweep(
     sleep: Callable[[float], None] = time.sleep,
     monotonic: Callable[[], float] = time.monotonic,
 ) -> list[str]:
-    """Delete the bench pods a killed tool left in the namespace (:func:`leftovers`) and wait
+    """Delete the tool's pods a killed tool left in the namespace
+    (:func:`rollout.kube.owned_pods.sweep`: bench pods, and probes when they share it) and wait
     until they are gone; name any other bench pod on ``node``. Returns the names deleted.
 
     Raises:
         ExternalError: the pods could not be listed or deleted, or one stayed.
     """
-    stale, kept = leftovers(pods.labelled(SELECTOR), dead)
-    names = [str(_meta(p).get("name")) for p in stale]
-    for p, name in zip(stale, names, strict=True):
-        where = (p.get("spec") or {}).get("nodeName") or "no node"
-        say(
-            f"deleting bench pod {pods.namespace}/{name} on {where}: left by {owner_of(p)}, "
-            "which no longer runs"
-        )
-        pods.delete(name)
-    for name in names:
-        _delete(pods, name, sleep=sleep, monotonic=monotonic)
+    names, kept = owned_pods.sweep(pods, say, dead, sleep, monotonic)
     for p in kept:
-        if (p.get("spec") or {}).get("nodeName") == node:
+        meta = p.get("metadata") or {}
+        if (p.get("spec") or {}).get("nodeName") == node and owned_pods.kind_of(p) == "bench pod":
             say(
-                f"warning: bench pod {pods.namespace}/{_meta(p).get('name')} on {node} "
+                f"warning: bench pod {pods.namespace}/{meta.get('name')} on {node} "
                 f"(created by {owner_of(p) or 'an unnamed process'}) is still there; not this "
                 "run's to delete: it holds its CPUs and GPU until it ends"
             )
     return names
-
-
-@contextmanager
-def deleted_on_term(delete: Callable[[], None], wait_s: float = 5.0) -> Iterator[None]:
-    """While inside, SIGTERM first calls ``delete()`` (in a thread, waited for at most
-    ``wait_s``: the interrupted main thread may hold the connection pool's lock), then acts as
-    it would have without this (the default: the process dies by the signal). Nothing is
-    installed off the main thread, or when SIGTERM is ignored."""
-    previous = signal.getsignal(signal.SIGTERM)
-    if threading.current_thread() is not threading.main_thread() or previous in (
-        signal.SIG_IGN,
-        None,
-    ):
-        yield
-        return
-
-    def quietly() -> None:
-        with suppress(Exception):  # dying anyway: the next run's sweep deletes what this left
-            delete()
-
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        t = threading.Thread(target=quietly, name="bench-pod-delete", daemon=True)
-        t.start()
-        t.join(wait_s)
-        signal.signal(signal.SIGTERM, previous)
-        if callable(previous):
-            previous(signum, frame)
-        else:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def describe(pod: PodBench, command: str) -> str:

@@ -345,7 +345,7 @@ class ChangeEvidence:
             with_gpus = [n for n in nodes if _count(node_info(self.api, n).allocatable.get(GPU))]
             if not with_gpus:
                 return None, f"no node of {', '.join(nodes)} advertises {GPU}: nothing to recreate"
-            with RecreatedProbes(self.api).running(journal.change_id, with_gpus, GPU):
+            with RecreatedProbes(self.api, say=self.say).running(journal.change_id, with_gpus, GPU):
                 return self.collect(journal, "after-recreate", nodes)
         except Exception as e:
             return None, str(e) or type(e).__name__

@@ -7,7 +7,9 @@ each node that advertises the device resource, one Guaranteed probe asking for o
 is deleted, and runs again under a new name: the kubelet's device manager and CPU manager
 assign it afresh, from the state our restart left. The collection is taken while the second
 probe runs, so ``unique-device-ids`` and ``numa-aligned`` judge its assignment with the pods
-already there; the probes are deleted afterwards, whatever happened.
+already there; the probes are deleted afterwards, whatever happened: on SIGTERM before the
+tool dies, and those a SIGKILL left by the next run, before it creates its own
+(:mod:`rollout.kube.owned_pods`).
 
 A probe the kubelet rejects (``TopologyAffinityError``, ``UnexpectedAdmissionError``) or that
 does not run within the timeout makes the collection fail with the pod's reason; it never stops
@@ -61,10 +63,12 @@ class RecreatedProbes:
         timeout: float = RUN_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        say: Callable[[str], None] = lambda _m: None,
     ) -> None:
+        """``say``: where the device probes a killed tool left, deleted first, are named."""
         self.api, self.namespace, self.timeout = api, namespace, timeout
         self.clock, self.sleep = clock, sleep
-        self.pods = ProbePods(api, namespace)
+        self.pods = ProbePods(api, namespace, say=say)
 
     @contextmanager
     def running(self, change_id: str, nodes: Sequence[str], resource: str) -> Iterator[list[str]]:
@@ -74,6 +78,7 @@ class RecreatedProbes:
             ExternalError: a probe was rejected or did not run in time (named, with its reason).
         """
         self.pods.ensure_namespace()
+        self.pods.sweep()
         try:
             first = [self._create(n, change_id, 0, resource) for n in nodes]
             self._wait(first, "running")

@@ -85,17 +85,18 @@ def build_soak_gate(
         from rollout.gate.prometheus import PrometheusSignal
 
         signals.append(PrometheusSignal(cfg.prometheus))
+    say = gate_progress(output, progress)
     return SoakGate(
         cfg,
         signals,
         clock=time.time,
         sleep=api_signal.wait,
         control=control,
-        probes=ProbePods(api) if cfg.probes else None,
+        probes=ProbePods(api, say=say) if cfg.probes else None,
         events=NodeEvents(api),
         record=record,
         metrics=metrics,
-        progress=gate_progress(output, progress),
+        progress=say,
         predicted=predicted,
         interrupt=interrupt,
     )

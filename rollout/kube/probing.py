@@ -9,13 +9,16 @@ healthy node. A probe rejected with ``TopologyAffinityError`` is a real failure 
 
 Probes are the one workload write ``rollout`` makes: its own pods, in its own namespace
 (``rollout-probes`` by default), labelled ``app.kubernetes.io/managed-by=rollout`` and
-``rollout.io/change=<id>``, tolerating every taint, and deleted when the gate is done.
+``rollout.io/change=<id>``, tolerating every taint, and deleted when the gate is done. Each names
+the process that created it (``rollout.io/created-by``): SIGTERM deletes them before the tool
+dies, and the next run deletes those a killed tool left (:mod:`rollout.kube.owned_pods`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +26,7 @@ if TYPE_CHECKING:
     from rollout.kube.client import Api
 
 from rollout.errors import ExternalError, truncate
+from rollout.kube import owned_pods
 
 PROBE_NAMESPACE = "rollout-probes"
 PROBE_IMAGE = "registry.k8s.io/pause:3.10"
@@ -74,15 +78,46 @@ def probe_manifest(
 
 
 class ProbePods:
-    """Creates probe pods on the canary nodes and deletes them afterwards."""
+    """Creates probe pods on the canary nodes and deletes them afterwards.
+
+    Every pod it creates names this process (``rollout.io/created-by``); from the first create
+    until :meth:`cleanup`, SIGTERM deletes them before the process dies
+    (:func:`rollout.kube.owned_pods.deleted_on_term`). ``say``: where :meth:`sweep` names the
+    pods a killed tool left that it deletes."""
 
     def __init__(
-        self, api: Api, namespace: str = PROBE_NAMESPACE, image: str = PROBE_IMAGE
+        self,
+        api: Api,
+        namespace: str = PROBE_NAMESPACE,
+        image: str = PROBE_IMAGE,
+        say: Callable[[str], None] = lambda _m: None,
     ) -> None:
         self._core = api.core
         self.namespace = namespace
         self.image = image
+        self.say = say
         self.created: list[str] = []
+        self._on_term = ExitStack()
+        self._guarded = False
+
+    def _guard(self) -> None:
+        """SIGTERM deletes the pods created so far, from now until :meth:`cleanup`."""
+        if not self._guarded:
+            self._on_term.enter_context(owned_pods.deleted_on_term(self._delete_created))
+            self._guarded = True
+
+    def _delete_created(self) -> None:
+        for name in list(self.created):
+            self.delete(name)
+
+    def sweep(self) -> list[str]:
+        """Delete the tool's pods a killed tool left in the namespace, saying each, and wait
+        until they are gone (:func:`rollout.kube.owned_pods.sweep`); returns their names.
+
+        Raises:
+            ExternalError: the pods could not be listed or deleted, or one stayed.
+        """
+        return owned_pods.sweep(self, self.say)[0]
 
     def ensure_namespace(self) -> None:
         """Create the probes' namespace when it is missing."""
@@ -103,6 +138,8 @@ class ProbePods:
         from rollout.kube.rest import AnswerError
 
         name = str(manifest["metadata"]["name"])
+        owned_pods.stamp(manifest)
+        self._guard()
         try:
             self._core.create_namespaced_pod(self.namespace, manifest)
         except AnswerError as e:
@@ -168,20 +205,24 @@ class ProbePods:
             ) from e
 
     def launch(self, change_id: str, nodes: Sequence[str], per_node: int) -> list[str]:
-        """Create ``per_node`` probes on each node; returns their names."""
+        """Create ``per_node`` probes on each node, once the pods a killed tool left are deleted
+        (:meth:`sweep`); returns their names."""
         from rollout.kube.rest import AnswerError
 
         self.ensure_namespace()
+        self.sweep()
+        self._guard()
         names = []
         for node in nodes:
-            for i in range(per_node):
+            for _ in range(per_node):
                 m = probe_manifest(
                     node,
                     change_id,
-                    len(self.created) + i,
+                    len(self.created),
                     namespace=self.namespace,
                     image=self.image,
                 )
+                owned_pods.stamp(m)
                 try:
                     self._core.create_namespaced_pod(self.namespace, m)
                 except AnswerError as e:
@@ -190,7 +231,7 @@ class ProbePods:
                         f"{truncate(str(e.body))}"
                     ) from e
                 names.append(m["metadata"]["name"])
-            self.created.extend(names[-per_node:])
+                self.created.append(names[-1])
         return names
 
     def labelled(self, selector: str) -> list[dict[str, Any]]:
@@ -208,11 +249,15 @@ class ProbePods:
         return [dict(p) for p in got.get("items") or ()]
 
     def cleanup(self) -> None:
-        """Delete every probe this object created (already gone is fine)."""
-
-        for name in self.created:
-            self.delete(name)
-        self.created = []
+        """Delete every probe this object created (already gone is fine); SIGTERM acts as
+        before again."""
+        try:
+            for name in self.created:
+                self.delete(name)
+            self.created = []
+        finally:
+            self._on_term.close()
+            self._guarded = False
 
 
 class NodeEvents:
