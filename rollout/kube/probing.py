@@ -135,20 +135,32 @@ class ProbePods:
 
     def create(self, manifest: dict[str, Any]) -> str:
         """Create one probe from its manifest (deleted by :meth:`cleanup`); returns its name."""
-        from rollout.kube.rest import AnswerError
-
         name = str(manifest["metadata"]["name"])
         owned_pods.stamp(manifest)
         self._guard()
+        self._create(name, manifest)
+        return name
+
+    def _create(self, name: str, manifest: dict[str, Any]) -> None:
+        """Create the pod, named in :attr:`created` before the request: a SIGTERM while its
+        answer is on the way deletes it too (not yet there: a 404, fine). A create the API
+        server refused (4xx: e.g. the name is another's pod) is taken off again.
+
+        Raises:
+            ExternalError: the API server refused it or did not answer.
+        """
+        from rollout.kube.rest import AnswerError
+
+        self.created.append(name)
         try:
             self._core.create_namespaced_pod(self.namespace, manifest)
         except AnswerError as e:
+            if 400 <= e.status < 500:
+                self.created.remove(name)
             node = manifest["spec"].get("nodeName", "")
             raise ExternalError(
                 f"create probe pod on {node}: {e.status} {e.reason}: {truncate(str(e.body))}"
             ) from e
-        self.created.append(name)
-        return name
 
     def delete(self, name: str) -> None:
         """Delete one probe at once (grace 0; already gone is fine)."""
@@ -207,8 +219,6 @@ class ProbePods:
     def launch(self, change_id: str, nodes: Sequence[str], per_node: int) -> list[str]:
         """Create ``per_node`` probes on each node, once the pods a killed tool left are deleted
         (:meth:`sweep`); returns their names."""
-        from rollout.kube.rest import AnswerError
-
         self.ensure_namespace()
         self.sweep()
         self._guard()
@@ -223,15 +233,9 @@ class ProbePods:
                     image=self.image,
                 )
                 owned_pods.stamp(m)
-                try:
-                    self._core.create_namespaced_pod(self.namespace, m)
-                except AnswerError as e:
-                    raise ExternalError(
-                        f"create probe pod on {node}: {e.status} {e.reason}: "
-                        f"{truncate(str(e.body))}"
-                    ) from e
-                names.append(m["metadata"]["name"])
-                self.created.append(names[-1])
+                name = str(m["metadata"]["name"])
+                self._create(name, m)
+                names.append(name)
         return names
 
     def labelled(self, selector: str) -> list[dict[str, Any]]:

@@ -197,3 +197,38 @@ def test_a_leftover_that_stays_is_an_error_naming_it() -> None:
         ExternalError, match="probe pod rollout-probes/rollout-probe-a still present 120s"
     ):
         owned_pods.sweep(Stays(), lambda _m: None, lambda _o: True, clock.sleep, clock.monotonic)
+
+
+def test_sigterm_while_a_creates_answer_is_on_the_way_deletes_that_pod_too() -> None:
+    class Interrupted(Core):
+        def create_namespaced_pod(self, ns: str, body: dict[str, Any]) -> None:
+            super().create_namespaced_pod(ns, body)  # the API server has it ...
+            os.kill(os.getpid(), signal.SIGTERM)  # ... and the tool is told to stop
+
+    calls: list[int] = []
+    old = signal.signal(signal.SIGTERM, lambda signum, _f: calls.append(signum))
+    try:
+        core = Interrupted()
+        probes = ProbePods(Api(core))  # type: ignore[arg-type]
+        probes.launch("c-1", ["gpu-1"], 1)
+        assert core.pods == {} and calls == [signal.SIGTERM]
+        probes.cleanup()
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def test_a_create_the_api_server_refused_is_not_deleted_later() -> None:
+    import pytest
+
+    from rollout.errors import ExternalError
+
+    class Taken(Core):
+        def create_namespaced_pod(self, ns: str, body: dict[str, Any]) -> None:
+            raise AnswerError(409, "AlreadyExists", {})
+
+    core = Taken([_pod("rollout-probe-gpu-1-0-c-1", None)])  # another's pod of that name
+    probes = ProbePods(Api(core))  # type: ignore[arg-type]
+    with pytest.raises(ExternalError, match="create probe pod on gpu-1: 409 AlreadyExists"):
+        probes.create(probe_manifest("gpu-1", "c-1", 0))
+    probes.cleanup()
+    assert "rollout-probe-gpu-1-0-c-1" in core.pods and probes.created == []
