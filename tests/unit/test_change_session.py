@@ -326,3 +326,45 @@ def test_read_only_commands_open_the_record_without_the_session(
     assert r.exit_code == 0, r.output
     assert change in r.output
     assert file.read_bytes() == before  # nothing journaled
+
+
+def test_settle_reads_the_record_once_the_lease_is_held(
+    world: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between settle's first look at the change and its Lease, the owner on another machine
+    rolls the canary back, appends that to the cluster record and lets go: the session acts on
+    the record as it is under the Lease (the node restored), never on the cache read before."""
+    import shutil
+
+    cluster = FakeCluster({n: make_node(n) for n in NODES})
+    record = Journal.create(tmp_path / "other-machine", "c1")  # the cluster record
+    other = fake_context(cluster, FakeRunner(cluster), record, kind=None)
+    _apply(other)  # the canary n1 applied, the change held
+    cache = tmp_path / "state" / "changes" / "c1"
+
+    def existing_journal(change: str | None, *_a: Any, **_k: Any) -> Journal:
+        # the cache brought up to the cluster record (what ``sync_change`` does)
+        shutil.copytree(record.dir, cache, dirs_exist_ok=True)
+        return Journal.open(tmp_path / "state", "c1")
+
+    class HandedOnLock(RecordingLock):
+        """The other machine's owner appends and releases just before this Lease is taken."""
+
+        def acquire(self, change_id: str) -> None:
+            rollback(other, ["n1"])
+            super().acquire(change_id)
+
+    lock = HandedOnLock(world["lease"], "me", world["log"])
+    monkeypatch.setattr("rollout.change.commands.session.existing_journal", existing_journal)
+    monkeypatch.setattr("rollout.kube.leases.LeaseLock", lambda api, ns: lock)
+    seen: list[ChangeStatus] = []
+
+    def work(ctx: Context, _lock: Any) -> ChangeStatus:
+        seen.append(status_of(ctx.journal))
+        return rollback(ctx)
+
+    status = settle(None, "c1", work, OPTS, inventory="inv.ini", context=world["context"])
+    assert seen[0].outcome is ChangeOutcome.ROLLED_BACK, seen[0]
+    assert seen[0].nodes["n1"].state.value == "restored"
+    assert status.outcome is ChangeOutcome.ROLLED_BACK
+    assert world["runner"].restored == []  # n1 not restored a second time

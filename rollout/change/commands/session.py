@@ -132,6 +132,11 @@ class RunSetup:
     kind: KindSteps | None = None
 
 
+SetupOf = Callable[[Journal], RunSetup]
+"""A session's :class:`RunSetup` read from the change's journal as the session opens it, under the
+Lease (``resume``, ``rollback``: the inventory and drain allowances the change recorded)."""
+
+
 ContextFactory = Callable[
     [Journal, RunSetup, ChangeOptions, "Progress | None", Callable[[str], None]], Context
 ]
@@ -154,11 +159,12 @@ class ChangeSession:
     ``rollout.change.commands.owner_records``) are written into it from then on; the engine's
     context is built over it with the Lease's interrupt installed (a rollback handed over or the
     Lease lost stops forward work), unless ``setup`` is None (a session that only writes the
-    record). On exit, however the block ends (an outcome, an error, ``KeyboardInterrupt``):
-    handed entries are no longer taken, the mirror is detached, then the Lease is released, so
-    this process writes the cluster record only while it owns the change, and no entry is
-    journaled in the session before the Lease is taken or after it is released
-    (``tests/unit/test_change_session.py``).
+    record); ``setup`` may be read from that journal (a :data:`SetupOf`: ``resume`` and
+    ``rollback`` run with what the change recorded, read under the Lease). On exit, however
+    the block ends (an outcome, an error, ``KeyboardInterrupt``): handed entries are no longer
+    taken, the mirror is detached, then the Lease is released, so this process writes the
+    cluster record only while it owns the change, and no entry is journaled in the session
+    before the Lease is taken or after it is released (``tests/unit/test_change_session.py``).
 
     Read-only commands (``status``, ``report``, ``runbook``, ``resume --dry-run``) open the
     record with :func:`rollout.change.record.opening.existing_journal` and never build a session:
@@ -175,7 +181,7 @@ class ChangeSession:
         api: Api,
         lock: OwnerLock,
         opts: ChangeOptions,
-        setup: RunSetup | None,
+        setup: RunSetup | SetupOf | None,
         *,
         journal: Journal | None = None,
         progress: Progress | None = None,
@@ -250,11 +256,12 @@ class ChangeSession:
             if created:
                 self.say(f"change {change_id}: journal {journal.file}")
             self.lock.serve_records(self._write_handed)
-            if self.setup is not None:
-                ctx = self._context(self._journal, self.setup, self.opts, self.progress, self.say)
+            setup = self.setup(journal) if callable(self.setup) else self.setup
+            if setup is not None:
+                ctx = self._context(self._journal, setup, self.opts, self.progress, self.say)
                 ctx.interrupt = self.lock.interrupt
-                if self.setup.kind is not None:
-                    ctx.kind = self.setup.kind
+                if setup.kind is not None:
+                    ctx.kind = setup.kind
                 self._ctx = ctx
         except BaseException:
             self.close()
@@ -479,8 +486,11 @@ def settle(
     context: ContextFactory | None = None,
 ) -> ChangeStatus:
     """Run ``work`` on an existing change in its :class:`ChangeSession` (``resume``,
-    ``rollback``): the journal fetched from or brought up to the cluster record, the inventory
-    and drain allowances the change recorded.
+    ``rollback``): the journal fetched from or brought up to the cluster record once the Lease
+    is held (an owner on another machine may have appended to it and let go a moment before:
+    ``tests/unit/test_change_session.py::test_settle_reads_the_record_once_the_lease_is_held``),
+    the inventory and drain allowances the change recorded. The change is looked up once before
+    the Lease too, so an unknown change or a missing inventory takes no Lease.
 
     ``failed`` sees the change's status when ``work`` raises (``-o json`` prints it);
     ``context``: the session's context factory (default: the cluster and the playbooks).
@@ -494,25 +504,43 @@ def settle(
     """
     from rollout.kube.leases import LeaseLock
 
-    journal = existing_journal(change, api, opts.lock_namespace, say)
-    inv = info_path(journal, "inventory", inventory)
-    plan = recorded_plan(status_of(journal).info, journal.change_id)
-    drain = DrainPolicy()
-    if plan is not None:
-        drain = plan.strategy.drain
-    allowed = journaled_overrides(journal)  # what the change's drains were allowed to lose
-    drain = replace(
-        drain,
-        delete_unmanaged=allowed.delete_unmanaged,
-        delete_emptydir_data=allowed.delete_emptydir_data,
-    )
+    # which change, that it exists and names its inventory, before any Lease is taken (bad
+    # input takes nothing); what the session acts on is read again under the Lease (opened)
+    known = existing_journal(change, api, opts.lock_namespace, say)
+    change_id = known.change_id
+
+    def opened(change_id: str) -> Journal:
+        # read again once the Lease is held: an owner on another machine that let the change go
+        # a moment before wrote its last entries (a node restored, a request handed over) into
+        # the cluster record, and this session must act on them
+        return existing_journal(change_id, api, opts.lock_namespace, say)
+
+    def setup(journal: Journal) -> RunSetup:
+        inv = info_path(journal, "inventory", inventory)
+        plan = recorded_plan(status_of(journal).info, journal.change_id)
+        drain = plan.strategy.drain if plan is not None else DrainPolicy()
+        allowed = journaled_overrides(journal)  # what the change's drains were allowed to lose
+        drain = replace(
+            drain,
+            delete_unmanaged=allowed.delete_unmanaged,
+            delete_emptydir_data=allowed.delete_emptydir_data,
+        )
+        return RunSetup(inv, drain)
+
+    setup(known)
     lock = LeaseLock(api, opts.lock_namespace)
-    setup = RunSetup(inv, drain)
     with ChangeSession(
-        api, lock, opts, setup, journal=journal, progress=progress, say=say, context=context
+        api,
+        lock,
+        opts,
+        setup,
+        opener=(change_id, opened),
+        progress=progress,
+        say=say,
+        context=context,
     ) as session:
         if progress is not None:
-            progress.nodes(tuple(status_of(journal).nodes))
+            progress.nodes(tuple(status_of(session.journal).nodes))
         return session.run(lambda: work(session.ctx, lock), failed)
 
 
