@@ -88,7 +88,8 @@ class RollbackTrigger(Protocol):
 
     ``nodes`` None means every node the change touched; ``reason`` is who asks, as the change's
     owner reports it (``alert <fingerprint> (<alertname>)``). Returns the action to answer with:
-    ``handed-over`` (the change's live owner was handed the rollback) or ``rolled-back`` (None
+    ``handed-over`` (the change's live owner was handed the rollback), ``covered`` (a process
+    that took the Lease first is rolling these nodes back already) or ``rolled-back`` (None
     means ``rolled-back``).
     """
 
@@ -159,7 +160,7 @@ class GateMetrics:
         self.webhook_rollbacks = Counter(
             "rollout_webhook_rollbacks",
             "Rollbacks the webhook started that ended, by outcome (rolled-back, handed-over, "
-            "failed).",
+            "covered, failed).",
             ["outcome"],
             registry=self.registry,
         )
@@ -228,7 +229,8 @@ class AlertOutcome:
 @dataclass
 class TriggerRun:
     """One rollback the receiver started: ``state`` is ``running`` until the trigger returns,
-    then its outcome (``rolled-back``, ``handed-over``) or ``failed`` with ``detail``."""
+    then its outcome (``rolled-back``, ``handed-over``, ``covered``) or ``failed`` with
+    ``detail``."""
 
     id: str
     change: str

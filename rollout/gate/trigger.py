@@ -47,6 +47,11 @@ class KubeTarget:
         return self._api[0]
 
 
+COVERED = "covered"
+"""A trigger's outcome when another process took the change's Lease first and is rolling the
+nodes back already (two ``rollout serve`` replicas given one alert)."""
+
+
 def trigger_rollback(
     change_id: str,
     nodes: Sequence[str] | None,
@@ -62,8 +67,9 @@ def trigger_rollback(
     The inventory is the one the change recorded, or ``$ROLLOUT_INVENTORY``.
 
     Returns:
-        ``handed-over`` (the owner was handed the request and did not report yet) or
-        ``rolled-back``.
+        ``handed-over`` (the owner was handed the request and did not report yet),
+        ``covered`` (a process that took the change's Lease meanwhile is rolling these nodes
+        back already: :func:`~rollout.change.commands.session.roll_back`) or ``rolled-back``.
 
     Raises:
         RolloutError: the rollback failed (a node could not be restored, the owner reported a
@@ -83,6 +89,8 @@ def trigger_rollback(
         lock_namespace=kube.lock_namespace,
     )
     result = roll_back(kube.connect(), request, say=to_stderr)
+    if result.covered_by is not None and result.outcome is ChangeOutcome.HANDED_OVER:
+        return COVERED
     if result.outcome is ChangeOutcome.HANDED_OVER:
         return ChangeOutcome.HANDED_OVER.value
     if exit_code(result.outcome, rollback=True) != 0:

@@ -14,7 +14,8 @@ its directory deleted: machine B finishes the change with ``rollout resume`` and
 Two ``rollout serve`` replicas, each with a state directory of its own (the in-cluster receiver
 shares no disk with the operator), given the same alert naming only the node at once: the change
 is found from the Node's ``rollout.dev/change`` label and the cluster record, the Lease decides
-who rolls back, and the node is restored once; SIGTERM right after the webhook's 202 lets each
+who rolls back, and the node is restored once by one rollback, neither trigger failing (the
+second hands over to, or is covered by, the first); SIGTERM right after the webhook's 202 lets each
 replica's rollback finish before it exits.
 """
 
@@ -188,6 +189,21 @@ def _restores(env: dict[str, str], change: str) -> dict[str, int]:
     return out
 
 
+def _rollbacks(env: dict[str, str], change: str) -> list[str]:
+    """The ends of the rollbacks in the record (as :func:`_restores` reads it) that restored a
+    node: a rollback that found every node restored already ends ``restored: none``."""
+    from rollout.change.record.entries import ChangeEnd
+    from rollout.change.record.journal import CHANGE_STEP, Journal
+
+    out = []
+    for e in Journal.open(Path(env["ROLLOUT_STATE_DIR"]), change).entries():
+        if e.node is None and e.step == CHANGE_STEP and e.phase.value in ("done", "failed"):
+            end = ChangeEnd.read(e.data)
+            if end.cause in ("rollback", "requested") and end.message != "restored: none":
+                out.append(f"{end.outcome}: {end.message}")
+    return out
+
+
 def test_two_serve_replicas_given_the_same_alert_roll_back_once(
     lab: Lab, lab_nodes: Any, tmp_path: Path, homes: list[Path]
 ) -> None:
@@ -262,8 +278,16 @@ def test_two_serve_replicas_given_the_same_alert_roll_back_once(
     actions = [answers[p][1]["alerts"][0]["action"] for p in ports]
     ended = [line.split("rollout serve: ", 1)[1] for e in errs for line in e.splitlines()
              if "rollout serve: trigger " in line]  # fmt: skip
-    print(f"two replicas answered {[answers[p][0] for p in ports]} {actions}; {ended}")
+    raced = [
+        line for e in errs for line in e.splitlines() if "meanwhile" in line or "covered" in line
+    ]
+    print(f"two replicas answered {[answers[p][0] for p in ports]} {actions}; {ended}; {raced}")
     assert "triggered" in actions, (answers, [e[-3000:] for e in errs])
+    # neither trigger failed: one rolled back, the other was handed to it, covered by its
+    # rollback, or ran after it and found the node restored
+    states = [e.split(": ", 1)[1].split(":", 1)[0] for e in ended]
+    assert len(states) == actions.count("triggered"), ended
+    assert all(st in ("rolled-back", "handed-over", "covered") for st in states), ended
     for (code, doc), err in zip((answers[p] for p in ports), errs, strict=True):
         out = doc["alerts"][0]
         assert out["action"] in ("triggered", "already-rolled-back", "unowned"), (doc, err[-3000:])
@@ -282,6 +306,8 @@ def test_two_serve_replicas_given_the_same_alert_roll_back_once(
     st = {n["node"]: n["state"] for n in json.loads(r.stdout)["nodes"]}
     assert st[canary[0]] == "restored"
     assert _restores(a, change) == {canary[0]: 1}, errs
+    rollbacks = _rollbacks(a, change)
+    assert len(rollbacks) == 1 and rollbacks[0].startswith("rolled-back"), (rollbacks, ended)
 
 
 def test_rollback_puts_back_the_nodes_own_copy_when_every_other_copy_is_lost(

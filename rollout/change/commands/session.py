@@ -38,10 +38,11 @@ from rollout.change.record.entries import DrainOverridesUsed
 from rollout.change.record.journal import Journal, Kind
 from rollout.change.record.opening import existing_journal, mirrored, to_stderr
 from rollout.change.record.replay import ChangeStatus, status_of
-from rollout.errors import InputError, PreflightError, RolloutError
+from rollout.errors import ExternalError, InputError, LockHeldError, PreflightError, RolloutError
 from rollout.fanout import DEFAULT_FORKS
 from rollout.interrupt import Interrupt
 from rollout.protocols import Gate, Lock
+from rollout.retrying import Poll
 
 if TYPE_CHECKING:
     from rollout.ansible.hosts import Inventory
@@ -576,7 +577,9 @@ class RollbackResult:
     ``outcome``: ``rolled-back`` / ``rollback-failed`` (run here or reported by the owner), or
     ``handed-over`` (the owner has it; not waited for). ``handed_to``, ``request``,
     ``requested_at``: set when the request went to the change's owner. ``status``: the change's
-    status when this process ran the rollback.
+    status when this process ran the rollback. ``covered_by``: the owner that took the Lease
+    while this process reached for it and was rolling the nodes back already (no request
+    written; its outcome when waited for, else ``handed-over``).
     """
 
     change: str
@@ -588,6 +591,7 @@ class RollbackResult:
     force: bool = False
     requested_at: float | None = None
     status: ChangeStatus | None = None
+    covered_by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the change's status when run here, else the hand-over's record."""
@@ -603,6 +607,9 @@ class RollbackResult:
             "outcome": self.outcome.value,
         }
         if self.outcome is not ChangeOutcome.HANDED_OVER:
+            doc["message"] = self.message
+        if self.covered_by is not None:
+            doc["coveredBy"] = self.covered_by
             doc["message"] = self.message
         return doc
 
@@ -630,8 +637,16 @@ def roll_back(
         The result; a rollback the owner reported as failed is ``rollback-failed`` (the caller
         decides the exit code: ``rollout.change.record.change_outcomes.ROLLBACK_EXIT``).
 
+    When the Lease was free at the hand-over and another process took it for the same change
+    before this one could (two ``rollout serve`` replicas given one alert), the request goes to
+    that new owner, or, when the change's record shows it rolling back every node asked for
+    already, the request is covered by its rollback (nothing written; with ``wait``, its
+    outcome once it lets the Lease go); a new owner rolling back other nodes is waited for,
+    then the rollback runs here
+    (``tests/unit/test_rollback_race.py``).
+
     Raises:
-        LockHeldError: another process took the Lease meanwhile.
+        LockHeldError: another process holds the Lease for another change.
         NodeOperationError: the rollback run here failed on a node (its status went to
             ``failed``).
     """
@@ -653,51 +668,160 @@ def _roll_back(
     by = req.requested_by or holder_identity()
     requested_at = time.time()
     nodes = list(req.nodes) or None
-    handed = hand_over(api, req.lock_namespace, req.change, nodes, by, req.force)
-    if handed is not None:
-        say(
-            f"change {req.change} is owned by {handed.owner}: rollback handed to it "
-            f"(request {handed.request.id}{', --force' if handed.request.force else ''})"
-        )
-        if handed.request.force != req.force:
+    for _ in range(LEASE_RACES):
+        handed = hand_over(api, req.lock_namespace, req.change, nodes, by, req.force)
+        if handed is not None:
             say(
-                "warning: joined a pending request "
-                + ("with --force" if handed.request.force else "without --force")
-                + "; the first request decides whether edited files are overwritten"
+                f"change {req.change} is owned by {handed.owner}: rollback handed to it "
+                f"(request {handed.request.id}{', --force' if handed.request.force else ''})"
             )
-        result = RollbackResult(
-            change=req.change,
-            outcome=ChangeOutcome.HANDED_OVER,
-            handed_to=handed.owner,
-            request=handed.request.id,
-            nodes=list(handed.request.nodes) if handed.request.nodes else None,
-            force=handed.request.force,
-            requested_at=requested_at,
+            if handed.request.force != req.force:
+                say(
+                    "warning: joined a pending request "
+                    + ("with --force" if handed.request.force else "without --force")
+                    + "; the first request decides whether edited files are overwritten"
+                )
+            result = RollbackResult(
+                change=req.change,
+                outcome=ChangeOutcome.HANDED_OVER,
+                handed_to=handed.owner,
+                request=handed.request.id,
+                nodes=list(handed.request.nodes) if handed.request.nodes else None,
+                force=handed.request.force,
+                requested_at=requested_at,
+            )
+            if not req.wait:
+                return result
+            report = wait_outcome(api, req.lock_namespace, handed, req.wait_timeout, say)
+            if report is not None:
+                outcome = _reported(report.get("outcome"))
+                return replace(result, outcome=outcome, message=str(report.get("message") or ""))
+            say(
+                f"{handed.owner} released the change without acting on the request; "
+                "rolling back here"
+            )
+
+        def work(ctx: Context, _lock: Lock) -> ChangeStatus:
+            return rollback(ctx, nodes, req.force)  # force: over files edited after our write
+
+        try:
+            status = settle(
+                api,
+                req.change,
+                work,
+                req,
+                inventory=req.inventory,
+                progress=progress,
+                failed=failed,
+                say=say,
+            )
+        except LockHeldError:
+            covered = _taken_meanwhile(api, req, nodes, requested_at, say)
+            if covered is not None:
+                return covered
+            continue  # the new owner is handed the request, or the Lease is free again
+        return RollbackResult(
+            change=req.change, outcome=status.outcome, message=status.message, status=status
         )
-        if not req.wait:
-            return result
-        report = wait_outcome(api, req.lock_namespace, handed, req.wait_timeout, say)
-        if report is not None:
-            outcome = _reported(report.get("outcome"))
-            return replace(result, outcome=outcome, message=str(report.get("message") or ""))
-        say(f"{handed.owner} released the change without acting on the request; rolling back here")
-
-    def work(ctx: Context, _lock: Lock) -> ChangeStatus:
-        return rollback(ctx, nodes, req.force)  # force: over files edited after our write
-
-    status = settle(
-        api,
-        req.change,
-        work,
-        req,
-        inventory=req.inventory,
-        progress=progress,
-        failed=failed,
-        say=say,
+    raise LockHeldError(
+        f"the Lease of change {req.change} changed hands {LEASE_RACES} times while this "
+        "rollback reached for it; try again"
     )
-    return RollbackResult(
-        change=req.change, outcome=status.outcome, message=status.message, status=status
+
+
+LEASE_RACES = 5
+"""How many times :func:`roll_back` finds the Lease free, then taken before its own session
+took it, before it gives up (each time it hands over to the new owner or waits for it)."""
+
+
+def _taken_meanwhile(
+    api: Api,
+    req: RollbackRequest,
+    nodes: Sequence[str] | None,
+    requested_at: float,
+    say: Callable[[str], None],
+) -> RollbackResult | None:
+    """The Lease was free at the hand-over, then another process took it before this session
+    could: whose is it now?
+
+    Returns:
+        The result when the new owner is rolling back every node asked for already (covered;
+        with ``req.wait``, its outcome once it let go); None when the caller looks again (hand
+        the request to the new owner, or take the Lease now free).
+
+    Raises:
+        LockHeldError: the Lease is held for another change (as :func:`hand_over` says it).
+    """
+    from rollout.change.record.replay import owed_rollback
+    from rollout.kube.lease_objects import (
+        CHANGE_ANNOTATION,
+        NAME,
+        annotations_of,
+        live_holder,
+        read_lease,
     )
+
+    lease = read_lease(api, req.lock_namespace)
+    holder = live_holder(lease, datetime.now(UTC))
+    if lease is None or holder is None:
+        return None  # let go again: take it
+    theirs = annotations_of(lease).get(CHANGE_ANNOTATION)
+    if theirs != req.change:
+        raise LockHeldError(
+            f"the cluster lock (Lease {req.lock_namespace}/{NAME}) is held by {holder} for "
+            f"change {theirs or 'unknown'}, not {req.change}; nothing was changed"
+        )
+    journal = existing_journal(req.change, api, req.lock_namespace, say)
+    owed = owed_rollback(journal.entries())
+    if owed is None:
+        say(f"change {req.change} was taken by {holder} meanwhile: handing the rollback to it")
+        return None  # an owner going forward: hand_over gives it the request
+    asked = set(nodes or status_of(journal).nodes)
+    if owed.nodes is not None and not asked <= set(owed.nodes):
+        # its rollback would answer a request without restoring the others: let it end first
+        say(f"{holder} is rolling back {', '.join(owed.nodes)} of {req.change}; waiting for it")
+        _wait_let_go(api, req.lock_namespace, holder, req.wait_timeout)
+        return None
+    what = ", ".join(sorted(asked)) or "every node"
+    message = f"{holder} is rolling back {what} of change {req.change} already"
+    say(f"{message}: the rollback is covered by its")
+    result = RollbackResult(
+        change=req.change,
+        outcome=ChangeOutcome.HANDED_OVER,
+        message=message,
+        handed_to=holder,
+        nodes=list(nodes) if nodes else None,
+        force=req.force,
+        requested_at=requested_at,
+        covered_by=holder,
+    )
+    if not req.wait:
+        return result
+    _wait_let_go(api, req.lock_namespace, holder, req.wait_timeout)
+    ended = status_of(existing_journal(req.change, api, req.lock_namespace, say))
+    if ended.outcome not in ENDED_BY_ROLLBACK:  # it let go without ending its rollback
+        return None
+    return replace(result, outcome=ended.outcome, message=ended.message)
+
+
+LET_GO = Poll.every(0.5)
+"""How often :func:`_wait_let_go` reads the Lease."""
+
+
+def _wait_let_go(api: Api, namespace: str, holder: str, timeout_s: float) -> None:
+    """Wait until ``holder`` no longer holds the Lease live.
+
+    Raises:
+        ExternalError: ``timeout_s`` passed first.
+    """
+    from rollout.kube.lease_objects import live_holder, read_lease
+
+    started = time.monotonic()
+    while live_holder(read_lease(api, namespace), datetime.now(UTC)) == holder:
+        waited = time.monotonic() - started
+        if waited > timeout_s:
+            raise ExternalError(f"{holder} did not let the change go within {timeout_s:.0f}s")
+        time.sleep(LET_GO.interval(waited))
 
 
 def _reported(value: Any) -> ChangeOutcome:
