@@ -121,6 +121,29 @@ def wait_for(
         time.sleep(every)
 
 
+def signalled_once_ready(
+    args: Sequence[str],
+    environ: dict[str, str],
+    ready: Callable[[], Any],
+    what: str,
+    sig: int,
+    timeout: float = 120.0,
+) -> tuple[Any, int, str]:
+    """``rollout ARGS`` in the background, sent ``sig`` by its PID once ``ready()`` is truthy;
+    (what ``ready`` returned, the exit status, stderr). The process is killed on the way out if
+    it still runs (a failed wait)."""
+    proc = start_cli(args, environ)
+    try:
+        got = wait_for(ready, timeout, what)
+        os.kill(proc.pid, sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return got, proc.returncode, err
+
+
 def journal_has(state: Path, node: str, step: str, phase: str) -> bool:
     """Whether the newest journal holds ``step``/``phase`` for ``node``."""
     j = latest_journal(state)

@@ -282,18 +282,11 @@ def test_a_bench_pod_left_by_a_killed_tool_is_deleted_by_the_next_run_and_sigter
     def killed(sig: signal.Signals) -> tuple[str, int, str]:
         """A slow bench, sent ``sig`` by its PID once its pod exists: (pod, rc, stderr)."""
         before = set(_bench_pods(lab))
-        proc = ck.start_cli(bench(slow), env)
-        try:
-            (pod,) = ck.wait_for(
-                lambda: [n for n in _bench_pods(lab) if n not in before], 120, "the bench pod"
-            )
-            os.kill(proc.pid, sig)
-            _, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-        return pod, proc.returncode, err
+        (pod,), rc, err = ck.signalled_once_ready(
+            bench(slow), env, lambda: [n for n in _bench_pods(lab) if n not in before],
+            "the bench pod", sig,
+        )  # fmt: skip
+        return str(pod), rc, err
 
     # pods the tool did not leave: another live process's (this test's), and one naming none
     me = f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}"

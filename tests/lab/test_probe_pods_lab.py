@@ -83,16 +83,10 @@ def test_probe_pods_left_by_a_killed_watch_are_deleted_by_the_next_run_and_sigte
 
     def killed(sig: signal.Signals) -> tuple[list[str], int, str]:
         """A long watch, sent ``sig`` by its PID once its probes exist: (probes, rc, stderr)."""
-        proc = ck.start_cli(watch("300s"), env)
-        try:
-            pods = ck.wait_for(lambda: _probes(lab, node), 120, "the watch's probe pods")
-            os.kill(proc.pid, sig)
-            _, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-        return pods, proc.returncode, err
+        pods, rc, err = ck.signalled_once_ready(
+            watch("300s"), env, lambda: _probes(lab, node), "the watch's probe pods", sig
+        )
+        return list(pods), rc, err
 
     me = f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}"
     code, body = lab.api.request("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
