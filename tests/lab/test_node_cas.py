@@ -35,6 +35,31 @@ def _setup(lab: Lab, lab_nodes: Any, tmp_path: Path) -> tuple[list[str], Path, P
     return names, inv, plan
 
 
+def _canary_applied(
+    lab: Lab, lab_nodes: Any, tmp_path: Path
+) -> tuple[str, Path, Path, dict[str, str], str, Path, bytes]:
+    """``apply --canary`` on the first of two nodes: (the canary, inventory, state dir, env,
+    change id, the canary's kubelet config path, its bytes before the change)."""
+    names, inv, plan = _setup(lab, lab_nodes, tmp_path)
+    first = names[0]
+    state = tmp_path / "state"
+    env = ck.env(lab, state)
+    config = lab.machines.node_root(first) / CONFIG
+    before = config.read_bytes()
+    r = ck.cli(
+        ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"], env
+    )
+    assert r.returncode == 0, r.stderr
+    return first, inv, state, env, json.loads(r.stdout)["change"], config, before
+
+
+def _edit_after_our_write(config: Path) -> bytes:
+    """Append a line to the node's file (an operator's edit after the change wrote it)."""
+    with open(config, "ab") as f:
+        f.write(b"maxPods: 77\n")
+    return config.read_bytes()
+
+
 def test_an_edit_between_preflight_and_the_batch_is_kept_and_stops_the_change(
     lab: Lab, lab_nodes: Any, tmp_path: Path
 ) -> None:
@@ -75,20 +100,8 @@ def test_an_edit_between_preflight_and_the_batch_is_kept_and_stops_the_change(
 def test_rollback_refuses_a_file_edited_after_our_write_unless_forced(
     lab: Lab, lab_nodes: Any, tmp_path: Path
 ) -> None:
-    names, inv, plan = _setup(lab, lab_nodes, tmp_path)
-    first = names[0]
-    state = tmp_path / "state"
-    env = ck.env(lab, state)
-    config = lab.machines.node_root(first) / CONFIG
-    before = config.read_bytes()
-    r = ck.cli(
-        ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"], env
-    )
-    assert r.returncode == 0, r.stderr
-    change = json.loads(r.stdout)["change"]
-    with open(config, "ab") as f:
-        f.write(b"maxPods: 77\n")  # edited after our write
-    edited = config.read_bytes()
+    first, _, _, env, change, config, before = _canary_applied(lab, lab_nodes, tmp_path)
+    edited = _edit_after_our_write(config)
 
     r = ck.cli(["rollback", "--change", change, "--yes"], env)
     assert r.returncode == 5, r.stderr
@@ -111,24 +124,12 @@ def test_an_inventorys_rollout_kubelet_force_forces_no_restore(
     every inventory variable, and over plain ssh as the module's ``force``. A host variable the
     direct path cannot take (a templated connection variable) sends the restore through
     ``ansible-playbook``."""
-    names, inv, plan = _setup(lab, lab_nodes, tmp_path)
-    first = names[0]
-    state = tmp_path / "state"
-    env = ck.env(lab, state)
-    config = lab.machines.node_root(first) / CONFIG
-    before = config.read_bytes()
-    r = ck.cli(
-        ["apply", "--plan", str(plan), "-i", str(inv), "--canary", "--yes", "-o", "json"], env
-    )
-    assert r.returncode == 0, r.stderr
-    change = json.loads(r.stdout)["change"]
+    first, inv, state, env, change, config, before = _canary_applied(lab, lab_nodes, tmp_path)
     text = inv.read_text().replace("[all:vars]\n", "[all:vars]\nrollout_kubelet_force=true\n")
     if path == "playbook":  # a templated connection variable: only Ansible can render it
         text = text.replace("ansible_user=root\n", "ansible_user=\"{{ 'root' }}\"\n")
     inv.write_text(text)
-    with open(config, "ab") as f:
-        f.write(b"maxPods: 77\n")  # edited after our write
-    edited = config.read_bytes()
+    edited = _edit_after_our_write(config)
 
     r = ck.cli(["rollback", "--change", change, "--yes"], env)
     assert r.returncode == 5, r.stderr
